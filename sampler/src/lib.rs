@@ -1,1 +1,21 @@
-//! sampler
+//! Thread sampling for btprof.
+//!
+//! The platform layer ([`Sampler`]) lists threads, interrupts them at a
+//! fixed rate and captures registers; everything it hands on is shared,
+//! platform-independent code: the frame-pointer [`walker`], the interned
+//! [`stack_table`] and the [`clock`] that schedules ticks. A stopped
+//! profile comes back as a [`RawProfile`] of addresses; symbolising and
+//! folding happen elsewhere, after every thread runs again.
+
+pub mod clock;
+pub mod stack_table;
+pub mod walker;
+
+mod profile;
+
+pub use profile::{Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo};
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::{default_signal, Sampler, MAX_DEPTH};

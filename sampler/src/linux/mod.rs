@@ -1,0 +1,471 @@
+//! Linux, own process: a real-time signal per sample.
+//!
+//! A thread cannot ptrace its own process, and `setitimer(ITIMER_PROF)`
+//! fires at the kernel tick rate (250 Hz on many kernels), so the sampler
+//! thread drives the rate itself: it sleeps to absolute deadlines and, each
+//! tick, sends the profiling signal to every thread it should sample with
+//! `rt_tgsigqueueinfo`. The handler walks the interrupted stack into a
+//! static slot ([`slots`]); the sampler collects finished slots on its next
+//! tick and interns them. It never waits for a handler, so a thread that is
+//! slow to take its signal delays only its own sample.
+
+mod signal;
+mod slots;
+mod stack_regions;
+mod threads;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use hashbrown::HashMap;
+
+use crate::clock::TickSchedule;
+use crate::stack_table::{StackKey, StackTable};
+use crate::walker::Arch;
+use crate::{Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo};
+
+pub use slots::MAX_DEPTH;
+
+use signal::{InstalledHandler, SignalSender};
+use slots::{Poll, SlotOwner, SLOTS};
+
+/// Only one sampler per process: the signal handler and slots are global.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// A slot not taken by its thread within this time is cancelled and the
+/// sample counted as failed (the thread has the signal blocked, or is
+/// stuck in the kernel).
+const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
+/// CPU time a thread may gain after its sample's walk and still count as
+/// idle in `cpu` mode: returning from the handler and restarting an
+/// interrupted system call costs a few microseconds.
+const IDLE_SLACK_NS: u64 = 20_000;
+/// How long `stop` waits for handlers still walking.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The default profiling signal: high in the real-time range, where
+/// libraries rarely look (glibc reserves the lowest ones).
+pub fn default_signal() -> i32 {
+    libc::SIGRTMAX() - 3
+}
+
+/// A running sampler of the current process.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    thread: Option<JoinHandle<Result<RawProfile, Error>>>,
+    handler: Option<InstalledHandler>,
+}
+
+impl Sampler {
+    /// Installs the signal handler and starts the sampler thread.
+    pub fn start(config: SamplerConfig) -> Result<Sampler, Error> {
+        config.validate()?;
+        let signal = config.signal.unwrap_or_else(default_signal);
+        if !(libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal) {
+            return Err(Error::InvalidConfig(format!(
+                "signal {signal} is not a real-time signal ({}..={})",
+                libc::SIGRTMIN(),
+                libc::SIGRTMAX()
+            )));
+        }
+        if ACTIVE
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(Error::AlreadyRunning);
+        }
+        let started = Self::start_active(config, signal);
+        if started.is_err() {
+            ACTIVE.store(false, Ordering::Release);
+        }
+        started
+    }
+
+    fn start_active(config: SamplerConfig, signal: i32) -> Result<Sampler, Error> {
+        // SAFETY: getpid has no preconditions.
+        slots::OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+        let mut scratch = Vec::new();
+        stack_regions::refresh(&mut scratch);
+        let handler = InstalledHandler::install(signal)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress::default());
+        let (stop2, progress2) = (stop.clone(), progress.clone());
+        let thread = std::thread::Builder::new()
+            .name("btprof-sampler".into())
+            .spawn(move || {
+                signal::block_in_this_thread(signal);
+                SamplerLoop::new(config, signal, progress2)?.run(&stop2)
+            })
+            .map_err(Error::Io)?;
+        Ok(Sampler {
+            stop,
+            progress,
+            thread: Some(thread),
+            handler: Some(handler),
+        })
+    }
+
+    /// Live counters, for progress displays.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// Stops sampling and returns everything collected. The previous signal
+    /// disposition is back in place, with no signal left pending, when this
+    /// returns.
+    pub fn stop(mut self) -> Result<RawProfile, Error> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<RawProfile, Error> {
+        self.stop.store(true, Ordering::Release);
+        let result = match self.thread.take() {
+            Some(t) => t.join().unwrap_or_else(|_| Err(Error::SamplerPanicked)),
+            None => Err(Error::AlreadyStopped),
+        };
+        // Dropping the handler flushes pending signals and restores the
+        // previous action; only then may another sampler start.
+        if self.handler.take().is_some() {
+            ACTIVE.store(false, Ordering::Release);
+        }
+        result
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// What the sampler knows about one thread between ticks.
+struct ThreadState {
+    /// Index into `RawProfile::threads` for the thread's current name.
+    key: u32,
+    last_cpu_ns: Option<u64>,
+    /// A signal is in flight: don't send another.
+    pending: bool,
+    /// The tick the thread was last listed on, to forget exited threads.
+    seen_tick: u64,
+    /// When to re-read the name: threads often name themselves right after
+    /// they start, so names are re-read at growing intervals.
+    name_check_tick: u64,
+    name_check_interval: u64,
+}
+
+/// Which thread an armed slot belongs to.
+#[derive(Clone, Copy)]
+struct SlotUse {
+    tid: i32,
+    key: u32,
+    armed_at: Instant,
+}
+
+struct SamplerLoop {
+    config: SamplerConfig,
+    sender: SignalSender,
+    own_tid: i32,
+    tasks: threads::TaskList,
+    tids: Vec<i32>,
+    threads: HashMap<i32, ThreadState>,
+    thread_infos: Vec<ThreadInfo>,
+    thread_keys: HashMap<(i32, String), u32>,
+    slots: SlotOwner,
+    slot_uses: [Option<SlotUse>; SLOTS],
+    table: StackTable,
+    stats: SamplerStats,
+    progress: Arc<Progress>,
+    regions_scratch: Vec<(u64, u64)>,
+    regions_stale: bool,
+    missing_regions_seen: u64,
+    tick: u64,
+}
+
+impl SamplerLoop {
+    fn new(config: SamplerConfig, signal: i32, progress: Arc<Progress>) -> Result<Self, Error> {
+        Ok(SamplerLoop {
+            stats: SamplerStats::new(&config),
+            config,
+            sender: SignalSender::new(signal),
+            own_tid: threads::gettid(),
+            tasks: threads::TaskList::open().map_err(Error::Io)?,
+            tids: Vec::with_capacity(64),
+            threads: HashMap::new(),
+            thread_infos: Vec::new(),
+            thread_keys: HashMap::new(),
+            slots: SlotOwner::new(),
+            slot_uses: [None; SLOTS],
+            table: StackTable::new(),
+            progress,
+            regions_scratch: Vec::new(),
+            regions_stale: false,
+            missing_regions_seen: slots::MISSING_REGIONS.load(Ordering::Relaxed),
+            tick: 0,
+        })
+    }
+
+    fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
+        let stray_before = slots::STRAY_SIGNALS.load(Ordering::Relaxed);
+        let started = Instant::now();
+        self.stats.start_time = SystemTime::now();
+        let mut schedule = TickSchedule::new(monotonic_ns(), TickSchedule::period_for_hz(self.config.hz));
+        loop {
+            sleep_until(schedule.deadline());
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            self.tick()?;
+            schedule.complete_tick(monotonic_ns());
+            self.stats.ticks = schedule.ticks();
+            self.stats.missed_ticks = schedule.missed();
+            self.progress.ticks.store(schedule.ticks(), Ordering::Relaxed);
+        }
+        self.drain();
+        self.stats.duration = started.elapsed();
+        self.stats.sampler_cpu = Duration::from_nanos(threads::own_cpu_ns());
+        self.stats.stray_signals = slots::STRAY_SIGNALS.load(Ordering::Relaxed) - stray_before;
+        self.stats.threads_seen = self.thread_infos.len() as u64;
+        Ok(RawProfile {
+            table: self.table,
+            threads: self.thread_infos,
+            stats: self.stats,
+            arch: Arch::host(),
+        })
+    }
+
+    fn tick(&mut self) -> Result<(), Error> {
+        self.tick += 1;
+        self.collect(false);
+        self.tasks.read(&mut self.tids).map_err(Error::Io)?;
+        self.discover_threads();
+        self.refresh_regions_if_stale();
+
+        for i in 0..self.tids.len() {
+            let tid = self.tids[i];
+            if tid == self.own_tid {
+                continue;
+            }
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            state.seen_tick = self.tick;
+            if state.pending {
+                self.stats.skipped_samples += 1;
+                continue;
+            }
+            if self.config.mode == Mode::Cpu {
+                let Some(cpu) = threads::thread_cpu_ns(tid) else {
+                    self.stats.exited_threads += 1;
+                    continue;
+                };
+                // Progress is measured from the end of the thread's last
+                // walk, so the cost of taking that sample (signal delivery,
+                // the walk, returning into a blocking call) does not make an
+                // idle thread look busy forever. A small slack absorbs what
+                // is left after the handler's clock read.
+                let idle = state
+                    .last_cpu_ns
+                    .is_some_and(|last| cpu <= last + IDLE_SLACK_NS);
+                if idle {
+                    continue;
+                }
+                state.last_cpu_ns = Some(cpu);
+            }
+            let key = state.key;
+            let Some(armed) = self.slots.arm(self.config.max_depth) else {
+                self.stats.skipped_samples += 1;
+                continue;
+            };
+            match self.sender.send(tid, armed.signal_value()) {
+                Ok(()) => {
+                    state.pending = true;
+                    self.slot_uses[armed.slot] = Some(SlotUse {
+                        tid,
+                        key,
+                        armed_at: Instant::now(),
+                    });
+                }
+                Err(e) => {
+                    // Nobody was signalled, so nobody can claim the slot.
+                    self.slots.cancel(armed.slot);
+                    if e.raw_os_error() == Some(libc::ESRCH) {
+                        self.stats.exited_threads += 1;
+                    } else {
+                        self.stats.failed_samples += 1;
+                    }
+                }
+            }
+        }
+        let tick = self.tick;
+        self.threads.retain(|_, s| s.seen_tick == tick || s.pending);
+        self.progress
+            .threads
+            .store(self.threads.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Registers threads seen for the first time and re-reads names that
+    /// are due; a new thread may run on a stack not yet in the snapshot.
+    fn discover_threads(&mut self) {
+        for i in 0..self.tids.len() {
+            let tid = self.tids[i];
+            if tid == self.own_tid {
+                continue;
+            }
+            let tick = self.tick;
+            let state = match self.threads.get_mut(&tid) {
+                Some(s) if s.name_check_tick > tick => continue,
+                Some(s) => s,
+                None => {
+                    self.regions_stale = true;
+                    self.threads.entry(tid).or_insert(ThreadState {
+                        key: u32::MAX,
+                        last_cpu_ns: None,
+                        pending: false,
+                        seen_tick: tick,
+                        name_check_tick: tick,
+                        name_check_interval: 1,
+                    })
+                }
+            };
+            state.name_check_tick = tick + state.name_check_interval;
+            state.name_check_interval = (state.name_check_interval * 2).min(1024);
+            let Some(name) = threads::thread_name(tid) else {
+                continue;
+            };
+            let next_key = self.thread_infos.len() as u32;
+            let key = *self.thread_keys.entry((tid, name)).or_insert_with_key(|(tid, name)| {
+                self.thread_infos.push(ThreadInfo {
+                    tid: *tid as u64,
+                    name: name.clone(),
+                });
+                next_key
+            });
+            if let Some(state) = self.threads.get_mut(&tid) {
+                state.key = key;
+            }
+        }
+        // A thread whose name could not be read even once (it exited at
+        // once) is dropped now rather than sampled under no name.
+        self.threads.retain(|_, s| s.key != u32::MAX);
+    }
+
+    fn refresh_regions_if_stale(&mut self) {
+        let missing = slots::MISSING_REGIONS.load(Ordering::Relaxed);
+        if missing != self.missing_regions_seen {
+            self.missing_regions_seen = missing;
+            self.regions_stale = true;
+        }
+        if self.regions_stale && stack_regions::refresh(&mut self.regions_scratch) {
+            self.regions_stale = false;
+        }
+    }
+
+    /// Interns finished walks and cancels samples that waited too long;
+    /// with `cancel_all`, every sample whose handler has not started.
+    fn collect(&mut self, cancel_all: bool) {
+        for slot in 0..SLOTS {
+            let Some(slot_use) = self.slot_uses[slot] else {
+                continue;
+            };
+            let (table, stats) = (&mut self.table, &mut self.stats);
+            let mut sampled_cpu = None;
+            let finished = match self.slots.poll(slot, |walk| {
+                sampled_cpu = Some(walk.cpu_ns);
+                table.add(
+                    StackKey {
+                        thread: slot_use.key,
+                        frames: walk.frames,
+                        lr: walk.lr,
+                        end: walk.end,
+                    },
+                    1,
+                );
+                stats.samples += 1;
+                stats.walk_ends[walk.end as usize] += 1;
+            }) {
+                Poll::Collected => true,
+                Poll::Busy => false,
+                Poll::Pending => {
+                    let expired = cancel_all || slot_use.armed_at.elapsed() > SAMPLE_TIMEOUT;
+                    if expired && self.slots.cancel(slot) {
+                        self.stats.failed_samples += 1;
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if finished {
+                self.slot_uses[slot] = None;
+                if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                    state.pending = false;
+                    if sampled_cpu.is_some() {
+                        state.last_cpu_ns = sampled_cpu;
+                    }
+                }
+            }
+        }
+        self.progress
+            .samples
+            .store(self.stats.samples, Ordering::Relaxed);
+    }
+
+    /// On stop: collects what finished, cancels what never started and
+    /// waits a little for handlers still walking.
+    fn drain(&mut self) {
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        loop {
+            self.collect(true);
+            let busy = (0..SLOTS).filter(|&s| self.slots.is_armed(s)).count();
+            if busy == 0 {
+                return;
+            }
+            if Instant::now() >= deadline {
+                // Their handlers may still finish; the slots stay `Writing`
+                // until then and the next sampler skips them.
+                self.stats.failed_samples += busy as u64;
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps until an absolute `CLOCK_MONOTONIC` time, through interruptions.
+fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: valid clock id, flags and timespec; no remainder needed
+        // with TIMER_ABSTIME.
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != libc::EINTR {
+            return;
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The readable, writable mappings of this process, for the signal handler
+//! to bound its walk.
+//!
+//! A thread's stack bounds cannot be asked for from inside a signal handler
+//! (`pthread_getattr_np` allocates and, for the main thread, reads
+//! `/proc/self/maps`). Instead the sampler thread parses `/proc/self/maps`
+//! and publishes the `rw` mappings here; the handler finds the mapping that
+//! contains the interrupted stack pointer. The thread is running on that
+//! stack, so `[sp, end of mapping)` is mapped memory.
+//!
+//! The snapshot is refreshed whenever a new thread appears (before that
+//! thread is signalled), so a stack mapped for a new thread is always in it.
+//! Publication is a double buffer with reader counts: the handler copies
+//! out one `(start, end)` pair and leaves, and the writer only ever rewrites
+//! the buffer no handler is reading. Everything is static, so a handler that
+//! runs late, after the profiler stopped, still reads valid memory.
+
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+
+/// Mappings kept per snapshot; a process with more `rw` mappings loses the
+/// highest ones (their stacks then sample as `NoBounds`, which is counted).
+pub(crate) const MAX_REGIONS: usize = 8192;
+
+struct RegionBuf {
+    len: AtomicUsize,
+    starts: [AtomicU64; MAX_REGIONS],
+    ends: [AtomicU64; MAX_REGIONS],
+}
+
+impl RegionBuf {
+    const fn new() -> Self {
+        RegionBuf {
+            len: AtomicUsize::new(0),
+            starts: [const { AtomicU64::new(0) }; MAX_REGIONS],
+            ends: [const { AtomicU64::new(0) }; MAX_REGIONS],
+        }
+    }
+}
+
+static BUFS: [RegionBuf; 2] = [RegionBuf::new(), RegionBuf::new()];
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Finds the published mapping containing `addr`. Async-signal-safe.
+pub(crate) fn region_containing(addr: u64) -> Option<(u64, u64)> {
+    let index = loop {
+        let i = CURRENT.load(SeqCst);
+        READERS[i].fetch_add(1, SeqCst);
+        if CURRENT.load(SeqCst) == i {
+            break i;
+        }
+        // The writer flipped between our load and our claim: this buffer
+        // may be rewritten now. Let go and read the current one.
+        READERS[i].fetch_sub(1, SeqCst);
+    };
+    let buf = &BUFS[index];
+    let len = buf.len.load(SeqCst).min(MAX_REGIONS);
+    // Last region whose start is <= addr.
+    let (mut lo, mut hi) = (0, len);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if buf.starts[mid].load(SeqCst) <= addr {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let found = lo.checked_sub(1).and_then(|i| {
+        let (start, end) = (buf.starts[i].load(SeqCst), buf.ends[i].load(SeqCst));
+        (addr < end).then_some((start, end))
+    });
+    READERS[index].fetch_sub(1, SeqCst);
+    found
+}
+
+/// Publishes `regions` (sorted, non-overlapping). Returns `false`, changing
+/// nothing, when a handler still holds the spare buffer; try again later.
+/// Only the sampler thread calls this.
+pub(crate) fn publish(regions: &[(u64, u64)]) -> bool {
+    let spare = 1 - CURRENT.load(SeqCst);
+    if READERS[spare].load(SeqCst) != 0 {
+        return false;
+    }
+    let buf = &BUFS[spare];
+    let n = regions.len().min(MAX_REGIONS);
+    for (i, &(start, end)) in regions[..n].iter().enumerate() {
+        buf.starts[i].store(start, SeqCst);
+        buf.ends[i].store(end, SeqCst);
+    }
+    buf.len.store(n, SeqCst);
+    CURRENT.store(spare, SeqCst);
+    true
+}
+
+/// Parses the `rw` mappings out of `/proc/self/maps` text, sorted.
+pub(crate) fn parse_rw_regions(maps: &str, out: &mut Vec<(u64, u64)>) {
+    out.clear();
+    for line in maps.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !perms.starts_with("rw") {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        if let (Ok(start), Ok(end)) = (
+            u64::from_str_radix(start, 16),
+            u64::from_str_radix(end, 16),
+        ) {
+            out.push((start, end));
+        }
+    }
+    out.sort_unstable();
+}
+
+/// Reads `/proc/self/maps` and publishes its `rw` mappings.
+pub(crate) fn refresh(scratch: &mut Vec<(u64, u64)>) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    parse_rw_regions(&maps, scratch);
+    publish(scratch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_only_rw_mappings() {
+        let maps = "\
+55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /bin/x
+55d0c0001000-55d0c0002000 r-xp 00001000 08:01 123 /bin/x
+55d0c0003000-55d0c0004000 rw-p 00003000 08:01 123 /bin/x
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+7f0000000000-7f0000001000 ---p 00000000 00:00 0
+7f0000001000-7f0000801000 rw-p 00000000 00:00 0
+";
+        let mut out = Vec::new();
+        parse_rw_regions(maps, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                (0x55d0c0003000, 0x55d0c0004000),
+                (0x7f0000001000, 0x7f0000801000),
+                (0x7ffd00000000, 0x7ffd00021000),
+            ]
+        );
+    }
+
+    #[test]
+    fn lookup_finds_this_threads_stack() {
+        // The statics are process-wide; this is the only test that
+        // publishes, and it only checks the stack of its own thread.
+        let mut scratch = Vec::new();
+        assert!(refresh(&mut scratch));
+        let local = 0u64;
+        let sp = &local as *const u64 as u64;
+        let (start, end) = region_containing(sp).expect("own stack is mapped rw");
+        assert!(start <= sp && sp < end);
+        assert_eq!(region_containing(0), None);
+    }
+}

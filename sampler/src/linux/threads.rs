@@ -1,0 +1,188 @@
+//! The threads of this process: listing, CPU clocks and names.
+//!
+//! Listing runs every tick, so it reuses one open `/proc/self/task`
+//! directory and one buffer (`lseek` + `getdents64`) instead of opening and
+//! allocating each time.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Lists thread ids of this process.
+pub(crate) struct TaskList {
+    dir: OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl TaskList {
+    pub fn open() -> io::Result<Self> {
+        // SAFETY: a NUL-terminated path and valid flags.
+        let fd = unsafe {
+            libc::open(
+                c"/proc/self/task".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(TaskList {
+            // SAFETY: `fd` was just opened and is owned by nobody else.
+            dir: unsafe { OwnedFd::from_raw_fd(fd) },
+            buf: vec![0; 32 * 1024],
+        })
+    }
+
+    /// Replaces `out` with the current thread ids.
+    pub fn read(&mut self, out: &mut Vec<i32>) -> io::Result<()> {
+        out.clear();
+        let fd = self.dir.as_raw_fd();
+        // SAFETY: rewinding an open directory fd re-reads it from the start.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        loop {
+            // SAFETY: the buffer is valid for `len` bytes; getdents64 writes
+            // at most that many.
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_getdents64,
+                    fd,
+                    self.buf.as_mut_ptr(),
+                    self.buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            parse_dirents(&self.buf[..n as usize], out);
+        }
+    }
+}
+
+/// Appends the numeric names in a `getdents64` buffer.
+///
+/// Each record is `d_ino: u64, d_off: i64, d_reclen: u16, d_type: u8`,
+/// then a NUL-terminated name.
+fn parse_dirents(mut records: &[u8], out: &mut Vec<i32>) {
+    const NAME_AT: usize = 19;
+    while records.len() >= NAME_AT {
+        let reclen = usize::from(u16::from_ne_bytes([records[16], records[17]]));
+        if reclen < NAME_AT || reclen > records.len() {
+            return;
+        }
+        let name = &records[NAME_AT..reclen];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        if let Some(tid) = parse_tid(name) {
+            out.push(tid);
+        }
+        records = &records[reclen..];
+    }
+}
+
+fn parse_tid(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(name).ok()?.parse().ok()
+}
+
+/// The calling thread's id.
+pub(crate) fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// CPU time consumed by thread `tid` of this process, in nanoseconds, or
+/// `None` if the thread is gone.
+pub(crate) fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    // The per-thread scheduler CPU clock, as glibc's pthread_getcpuclockid
+    // builds it from a tid: ((~tid) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED.
+    let clock = (!tid << 3) | 4 | 2;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// The calling thread's CPU time in nanoseconds.
+pub(crate) fn own_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The thread's name (`comm`), or `None` if it exited.
+pub(crate) fn thread_name(tid: i32) -> Option<String> {
+    let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+    Some(name.trim_end_matches('\n').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_own_and_new_threads() {
+        let mut tasks = TaskList::open().unwrap();
+        let mut tids = Vec::new();
+        tasks.read(&mut tids).unwrap();
+        assert!(tids.contains(&gettid()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::Builder::new()
+            .name("btprof-t-list".into())
+            .spawn(move || {
+                tx.send(gettid()).unwrap();
+                done_rx.recv().ok();
+            })
+            .unwrap();
+        let other = rx.recv().unwrap();
+        tasks.read(&mut tids).unwrap();
+        assert!(tids.contains(&other), "{other} not in {tids:?}");
+        assert_eq!(thread_name(other).as_deref(), Some("btprof-t-list"));
+        assert!(thread_cpu_ns(other).is_some());
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        tasks.read(&mut tids).unwrap();
+        assert!(!tids.contains(&other));
+        assert_eq!(thread_cpu_ns(other), None);
+    }
+
+    #[test]
+    fn cpu_clock_advances_while_spinning() {
+        let tid = gettid();
+        let before = thread_cpu_ns(tid).unwrap();
+        let mut x = 0u64;
+        while thread_cpu_ns(tid).unwrap() < before + 2_000_000 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(own_cpu_ns() >= before + 2_000_000);
+    }
+
+    #[test]
+    fn dirent_parser_skips_dot_entries() {
+        let mut buf = Vec::new();
+        for name in [".", "..", "42", "7"] {
+            let reclen = (19 + name.len() + 1).next_multiple_of(8);
+            let start = buf.len();
+            buf.resize(start + reclen, 0);
+            buf[start + 16..start + 18].copy_from_slice(&(reclen as u16).to_ne_bytes());
+            buf[start + 19..start + 19 + name.len()].copy_from_slice(name.as_bytes());
+        }
+        let mut out = Vec::new();
+        parse_dirents(&buf, &mut out);
+        assert_eq!(out, vec![42, 7]);
+    }
+}

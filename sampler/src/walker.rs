@@ -1,0 +1,516 @@
+//! The frame-pointer walker shared by every platform and architecture.
+//!
+//! x86_64 and aarch64 lay out a frame record the same way: at the frame
+//! pointer sits the caller's frame pointer, and 8 bytes above it the return
+//! address into the caller. The walker follows that chain from the
+//! interrupted registers, and because it runs while the target thread is
+//! stopped (inside a signal handler on Linux, between `thread_suspend` and
+//! `thread_resume` on macOS) it never allocates, locks or panics: it writes
+//! into a caller-provided buffer and reads memory only through a
+//! [`StackMemory`] after checking the address against the thread's stack.
+
+/// The frame-record flavour and code-address encoding of the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// x86_64: `rbp` chain, no link register, no pointer authentication.
+    X86_64,
+    /// aarch64: `x29` chain, the link register `x30` may hold the caller of
+    /// a leaf that has not pushed its frame record yet, and code addresses
+    /// may carry pointer-authentication bits above `code_mask`.
+    Aarch64 {
+        /// Bits that make up a user code address; everything above is a
+        /// PAC signature. macOS uses 47 bits, Linux 48.
+        code_mask: u64,
+    },
+}
+
+impl Arch {
+    /// The architecture this crate was compiled for, with the platform's
+    /// user address mask.
+    pub const fn host() -> Arch {
+        #[cfg(target_arch = "aarch64")]
+        {
+            #[cfg(target_vendor = "apple")]
+            let bits = 47;
+            #[cfg(not(target_vendor = "apple"))]
+            let bits = 48;
+            Arch::Aarch64 {
+                code_mask: (1u64 << bits) - 1,
+            }
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        {
+            Arch::X86_64
+        }
+    }
+
+    /// Removes pointer-authentication bits from a code address.
+    #[inline]
+    pub const fn strip_code_address(self, addr: u64) -> u64 {
+        match self {
+            Arch::X86_64 => addr,
+            Arch::Aarch64 { code_mask } => addr & code_mask,
+        }
+    }
+}
+
+/// The registers a walk starts from, captured from the stopped thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Registers {
+    /// The interrupted instruction: frame 0, used as is (never minus one).
+    pub pc: u64,
+    /// The frame pointer (`rbp` / `x29`).
+    pub fp: u64,
+    /// The stack pointer: nothing below it belongs to a live frame.
+    pub sp: u64,
+    /// The link register (`x30`) on aarch64; 0 on x86_64.
+    pub lr: u64,
+}
+
+/// The readable part of a thread's stack that live frames may occupy:
+/// `[low, high)`, with `low` no lower than the interrupted stack pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackBounds {
+    /// Lowest address a frame record may start at.
+    pub low: u64,
+    /// One past the highest readable byte.
+    pub high: u64,
+}
+
+impl StackBounds {
+    /// Whether the 16-byte frame record at `addr` lies wholly inside.
+    #[inline]
+    fn holds_record(&self, addr: u64) -> bool {
+        addr >= self.low && addr.checked_add(16).is_some_and(|end| end <= self.high)
+    }
+}
+
+/// Reads frame records. Implementations must be async-signal-safe.
+pub trait StackMemory {
+    /// Returns `[saved frame pointer, return address]` stored at `addr`, or
+    /// `None` if the memory cannot be read. The walker only asks for
+    /// addresses that passed its bounds and alignment checks.
+    fn read_record(&self, addr: u64) -> Option<[u64; 2]>;
+}
+
+/// Reads frame records straight from this process's memory.
+///
+/// Used by backends whose stack bounds come from the live mapping that
+/// contains the thread's stack pointer, so every checked address is mapped.
+pub struct DirectMemory;
+
+impl StackMemory for DirectMemory {
+    #[inline]
+    fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+        // SAFETY: the walker checked that `[addr, addr + 16)` lies inside
+        // `StackBounds`, which the backend took from the readable mapping
+        // holding the stopped thread's stack, and that `addr` is 8-aligned.
+        // The thread is stopped, so the frame is not being rewritten under us
+        // (a racing write could only produce a bad value, which the walk's
+        // checks reject, never an invalid read).
+        unsafe { Some(core::ptr::read_volatile(addr as *const [u64; 2])) }
+    }
+}
+
+/// Why a walk stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum WalkEnd {
+    /// The chain ended normally: a zero frame pointer or return address.
+    Complete = 0,
+    /// The output buffer (the depth cap) was full.
+    DepthCap = 1,
+    /// The next frame pointer was not above the previous one (a cycle or a
+    /// pointer going down the stack).
+    NotIncreasing = 2,
+    /// The next frame pointer was not 8-byte aligned.
+    Misaligned = 3,
+    /// The next frame record lay outside the thread's stack.
+    OutOfBounds = 4,
+    /// The memory could not be read.
+    Unreadable = 5,
+    /// No stack bounds were known for the thread, so only frame 0 was kept.
+    NoBounds = 6,
+}
+
+impl WalkEnd {
+    /// Every variant, for iterating counters.
+    pub const ALL: [WalkEnd; 7] = [
+        WalkEnd::Complete,
+        WalkEnd::DepthCap,
+        WalkEnd::NotIncreasing,
+        WalkEnd::Misaligned,
+        WalkEnd::OutOfBounds,
+        WalkEnd::Unreadable,
+        WalkEnd::NoBounds,
+    ];
+
+    /// Whether frames may be missing at the root side of the stack.
+    #[inline]
+    pub const fn is_truncated(self) -> bool {
+        !matches!(self, WalkEnd::Complete)
+    }
+
+    /// Decodes the `repr(u8)` value; unknown values map to `Unreadable`.
+    pub const fn from_u8(v: u8) -> WalkEnd {
+        match v {
+            0 => WalkEnd::Complete,
+            1 => WalkEnd::DepthCap,
+            2 => WalkEnd::NotIncreasing,
+            3 => WalkEnd::Misaligned,
+            4 => WalkEnd::OutOfBounds,
+            6 => WalkEnd::NoBounds,
+            _ => WalkEnd::Unreadable,
+        }
+    }
+
+    /// A short lower-case label for reports.
+    pub const fn label(self) -> &'static str {
+        match self {
+            WalkEnd::Complete => "complete",
+            WalkEnd::DepthCap => "depth cap",
+            WalkEnd::NotIncreasing => "frame pointer not increasing",
+            WalkEnd::Misaligned => "misaligned frame pointer",
+            WalkEnd::OutOfBounds => "frame pointer outside stack",
+            WalkEnd::Unreadable => "unreadable memory",
+            WalkEnd::NoBounds => "stack bounds unknown",
+        }
+    }
+}
+
+/// The result of one walk; the addresses themselves are in the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walk {
+    /// Number of addresses written: `out[0]` is the pc, `out[1..depth]`
+    /// are return addresses, innermost first, PAC bits stripped.
+    pub depth: usize,
+    /// The link register (stripped) on aarch64, 0 otherwise. Whether it is
+    /// a real caller can only be decided once symbols are known (DESIGN.md
+    /// rule 3), so it is recorded beside the walk rather than in it.
+    pub lr: u64,
+    /// Why the walk stopped.
+    pub end: WalkEnd,
+}
+
+/// Walks the frame-pointer chain starting at `regs` into `out`.
+///
+/// `out[0]` is always the interrupted pc. A frame pointer is followed only
+/// if its record lies inside `bounds`, it is 8-byte aligned and it is
+/// strictly above the previous one; the walk stops at the first violation
+/// and says which in [`Walk::end`]. `None` for `bounds` keeps only frame 0.
+///
+/// Never allocates, locks or panics: safe to call from a signal handler.
+#[inline]
+pub fn walk<M: StackMemory>(
+    arch: Arch,
+    regs: &Registers,
+    bounds: Option<StackBounds>,
+    memory: &M,
+    out: &mut [u64],
+) -> Walk {
+    let lr = match arch {
+        Arch::X86_64 => 0,
+        Arch::Aarch64 { .. } => arch.strip_code_address(regs.lr),
+    };
+    let Some(first) = out.first_mut() else {
+        return Walk {
+            depth: 0,
+            lr,
+            end: WalkEnd::DepthCap,
+        };
+    };
+    *first = arch.strip_code_address(regs.pc);
+    let Some(bounds) = bounds else {
+        return Walk {
+            depth: 1,
+            lr,
+            end: WalkEnd::NoBounds,
+        };
+    };
+
+    let mut depth = 1;
+    let mut fp = regs.fp;
+    // The first record may sit exactly at the stack pointer.
+    let mut floor = bounds.low;
+    let end = loop {
+        if fp == 0 {
+            break WalkEnd::Complete;
+        }
+        if fp % 8 != 0 {
+            break WalkEnd::Misaligned;
+        }
+        if fp < floor {
+            break if fp < bounds.low {
+                WalkEnd::OutOfBounds
+            } else {
+                WalkEnd::NotIncreasing
+            };
+        }
+        if !bounds.holds_record(fp) {
+            break WalkEnd::OutOfBounds;
+        }
+        let Some([next_fp, ret]) = memory.read_record(fp) else {
+            break WalkEnd::Unreadable;
+        };
+        let ret = arch.strip_code_address(ret);
+        if ret == 0 {
+            break WalkEnd::Complete;
+        }
+        if depth == out.len() {
+            break WalkEnd::DepthCap;
+        }
+        out[depth] = ret;
+        depth += 1;
+        // Strictly above: the next record must start past this one.
+        floor = fp + 1;
+        fp = next_fp;
+    };
+    Walk { depth, lr, end }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A synthetic stack: a byte buffer standing at a chosen address.
+    struct FakeStack {
+        base: u64,
+        words: Vec<u64>,
+    }
+
+    impl FakeStack {
+        fn new(base: u64, len_words: usize) -> Self {
+            FakeStack {
+                base,
+                words: vec![0; len_words],
+            }
+        }
+        fn addr(&self, word: usize) -> u64 {
+            self.base + 8 * word as u64
+        }
+        /// Writes a frame record at word index `at`.
+        fn record(&mut self, at: usize, next_fp: u64, ret: u64) {
+            self.words[at] = next_fp;
+            self.words[at + 1] = ret;
+        }
+        fn bounds_from(&self, sp: u64) -> StackBounds {
+            StackBounds {
+                low: sp,
+                high: self.base + 8 * self.words.len() as u64,
+            }
+        }
+    }
+
+    impl StackMemory for FakeStack {
+        fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+            assert_eq!(addr % 8, 0, "walker asked for a misaligned read");
+            let i = usize::try_from((addr - self.base) / 8).ok()?;
+            Some([*self.words.get(i)?, *self.words.get(i + 1)?])
+        }
+    }
+
+    const BASE: u64 = 0x7fff_0000_0000;
+
+    /// leaf pc, then three frames: word 4 -> word 10 -> word 20 -> end.
+    fn three_frames() -> (FakeStack, Registers) {
+        let mut s = FakeStack::new(BASE, 64);
+        let (f1, f2, f3) = (s.addr(4), s.addr(10), s.addr(20));
+        s.record(4, f2, 0x1111);
+        s.record(10, f3, 0x2222);
+        s.record(20, 0, 0x3333);
+        let regs = Registers {
+            pc: 0x1000,
+            fp: f1,
+            sp: s.addr(2),
+            lr: 0,
+        };
+        (s, regs)
+    }
+
+    fn run(arch: Arch, s: &FakeStack, regs: &Registers, cap: usize) -> (Vec<u64>, Walk) {
+        let mut out = vec![0; cap];
+        let w = walk(arch, regs, Some(s.bounds_from(regs.sp)), s, &mut out);
+        out.truncate(w.depth);
+        (out, w)
+    }
+
+    #[test]
+    fn valid_chain_is_complete_with_pc_first() {
+        let (s, regs) = three_frames();
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222, 0x3333]);
+        assert_eq!(w.end, WalkEnd::Complete);
+        assert!(!w.end.is_truncated());
+        assert_eq!(w.lr, 0);
+    }
+
+    #[test]
+    fn cycle_stops_as_not_increasing() {
+        let (mut s, regs) = three_frames();
+        let f1 = s.addr(4);
+        s.record(20, f1, 0x3333); // top frame points back to the first
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222, 0x3333]);
+        assert_eq!(w.end, WalkEnd::NotIncreasing);
+        assert!(w.end.is_truncated());
+    }
+
+    #[test]
+    fn self_loop_stops() {
+        let (mut s, regs) = three_frames();
+        let f2 = s.addr(10);
+        s.record(10, f2, 0x2222);
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
+        assert_eq!(w.end, WalkEnd::NotIncreasing);
+    }
+
+    #[test]
+    fn pointer_going_down_stops() {
+        let (mut s, regs) = three_frames();
+        let below = s.addr(6); // above sp but below the current record at 10
+        s.record(10, below, 0x2222);
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
+        assert_eq!(w.end, WalkEnd::NotIncreasing);
+    }
+
+    #[test]
+    fn misaligned_pointer_stops() {
+        let (mut s, regs) = three_frames();
+        let odd = s.addr(20) + 4;
+        s.record(10, odd, 0x2222);
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
+        assert_eq!(w.end, WalkEnd::Misaligned);
+    }
+
+    #[test]
+    fn pointer_outside_stack_stops_without_reading() {
+        let (mut s, regs) = three_frames();
+        s.record(10, BASE + 0x10_0000, 0x2222); // far above the stack
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
+        assert_eq!(w.end, WalkEnd::OutOfBounds);
+
+        // A first frame pointer below sp is outside the live stack too.
+        let mut regs2 = regs;
+        regs2.fp = s.addr(0);
+        let (frames, w) = run(Arch::X86_64, &s, &regs2, 32);
+        assert_eq!(frames, vec![0x1000]);
+        assert_eq!(w.end, WalkEnd::OutOfBounds);
+    }
+
+    #[test]
+    fn record_straddling_the_top_is_out_of_bounds() {
+        let (mut s, regs) = three_frames();
+        let last = s.addr(63); // record would need words 63 and 64
+        s.record(20, last, 0x3333);
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222, 0x3333]);
+        assert_eq!(w.end, WalkEnd::OutOfBounds);
+    }
+
+    #[test]
+    fn depth_cap_marks_truncation() {
+        let (s, regs) = three_frames();
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 2);
+        assert_eq!(frames, vec![0x1000, 0x1111]);
+        assert_eq!(w.end, WalkEnd::DepthCap);
+        assert!(w.end.is_truncated());
+
+        // Exactly enough room is not truncation.
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 4);
+        assert_eq!(frames.len(), 4);
+        assert_eq!(w.end, WalkEnd::Complete);
+    }
+
+    #[test]
+    fn zero_return_address_ends_the_chain() {
+        let (mut s, regs) = three_frames();
+        let f3 = s.addr(20);
+        s.record(10, f3, 0); // a runtime's outermost frame
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111]);
+        assert_eq!(w.end, WalkEnd::Complete);
+    }
+
+    #[test]
+    fn no_bounds_keeps_only_the_pc() {
+        let (s, regs) = three_frames();
+        let mut out = [0u64; 8];
+        let w = walk(Arch::X86_64, &regs, None, &s, &mut out);
+        assert_eq!((w.depth, out[0], w.end), (1, 0x1000, WalkEnd::NoBounds));
+    }
+
+    #[test]
+    fn zero_frame_pointer_is_a_complete_leaf() {
+        let (s, mut regs) = three_frames();
+        regs.fp = 0;
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000]);
+        assert_eq!(w.end, WalkEnd::Complete);
+    }
+
+    const MAC_ARM: Arch = Arch::Aarch64 {
+        code_mask: (1 << 47) - 1,
+    };
+    /// A plausible PAC signature in the bits above the 47-bit address.
+    const PAC: u64 = 0x002d_8000_0000_0000;
+
+    #[test]
+    fn aarch64_strips_pac_from_pc_lr_and_return_addresses() {
+        let (mut s, mut regs) = three_frames();
+        let (f2, f3) = (s.addr(10), s.addr(20));
+        s.record(4, f2, 0x1111 | PAC);
+        s.record(10, f3, 0x2222 | PAC);
+        s.record(20, 0, 0x3333 | (PAC << 1));
+        regs.pc = 0x1000 | PAC;
+        regs.lr = 0x1111 | PAC;
+        let (frames, w) = run(MAC_ARM, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222, 0x3333]);
+        assert_eq!(w.lr, 0x1111);
+        assert_eq!(w.end, WalkEnd::Complete);
+    }
+
+    #[test]
+    fn aarch64_pac_only_return_address_counts_as_zero() {
+        let (mut s, regs) = three_frames();
+        let f3 = s.addr(20);
+        s.record(10, f3, PAC); // signed null: end of chain
+        let (frames, w) = run(MAC_ARM, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111]);
+        assert_eq!(w.end, WalkEnd::Complete);
+    }
+
+    #[test]
+    fn aarch64_cycle_and_bounds_rules_match_x86_64() {
+        let (mut s, regs) = three_frames();
+        let f1 = s.addr(4);
+        s.record(20, f1, 0x3333);
+        let (_, w) = run(MAC_ARM, &s, &regs, 32);
+        assert_eq!(w.end, WalkEnd::NotIncreasing);
+        s.record(20, BASE - 16, 0x3333); // below sp: outside the live stack
+        let (_, w) = run(MAC_ARM, &s, &regs, 32);
+        assert_eq!(w.end, WalkEnd::OutOfBounds);
+    }
+
+    #[test]
+    fn x86_64_does_not_touch_high_bits() {
+        assert_eq!(Arch::X86_64.strip_code_address(PAC | 5), PAC | 5);
+    }
+
+    #[test]
+    fn empty_buffer_is_a_depth_cap() {
+        let (s, regs) = three_frames();
+        let w = walk(Arch::X86_64, &regs, None, &s, &mut []);
+        assert_eq!((w.depth, w.end), (0, WalkEnd::DepthCap));
+    }
+
+    #[test]
+    fn walk_end_round_trips_through_u8() {
+        for end in WalkEnd::ALL {
+            assert_eq!(WalkEnd::from_u8(end as u8), end);
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Resolving addresses of the test process itself through the public API.
+#![cfg(target_os = "linux")]
+
+use btprof_symbols::Resolver;
+
+/// Target with a known name and a body comfortably longer than 5 bytes.
+#[inline(never)]
+fn btprof_probe_target(x: u64) -> u64 {
+    let mut acc = x;
+    for i in 0..std::hint::black_box(10u64) {
+        acc = acc.wrapping_mul(31).wrapping_add(i);
+    }
+    std::hint::black_box(acc)
+}
+
+/// Runtime address of [`btprof_probe_target`].
+fn probe_addr() -> u64 {
+    let f: fn(u64) -> u64 = btprof_probe_target;
+    f as usize as u64
+}
+
+/// Runtime address of libc's `getpid` (in a PIE this is the real function in libc, taken
+/// from the GOT, not a PLT stub in the executable).
+fn getpid_addr() -> u64 {
+    let f: unsafe extern "C" fn() -> libc::pid_t = libc::getpid;
+    f as usize as u64
+}
+
+fn resolver() -> Resolver {
+    match Resolver::for_current_process() {
+        Ok(r) => r,
+        Err(e) => panic!("module discovery failed: {e}"),
+    }
+}
+
+#[test]
+fn resolves_own_function_and_an_address_inside_it() {
+    assert_ne!(btprof_probe_target(1), 0);
+    let addr = probe_addr();
+    let mut r = resolver();
+    let at_start = r.resolve(addr);
+    assert!(
+        at_start.name.ends_with("btprof_probe_target"),
+        "got {:?}",
+        at_start
+    );
+    assert_eq!(at_start.function_start, Some(addr));
+    assert!(at_start.module.is_some());
+
+    let inside = r.resolve(addr + 5);
+    assert_eq!(inside.name, at_start.name);
+    assert_eq!(inside.function_start, at_start.function_start);
+}
+
+#[cfg(target_env = "gnu")]
+#[test]
+fn resolves_libc_function() {
+    let addr = getpid_addr();
+    let s = resolver().resolve(addr);
+    assert!(s.name.contains("getpid"), "got {s:?}");
+    assert!(
+        s.module.as_deref().is_some_and(|m| m.contains("libc")),
+        "got {s:?}"
+    );
+}
+
+#[test]
+fn address_outside_all_modules_has_fallback_name() {
+    let s = resolver().resolve(0x10);
+    assert!(!s.name.is_empty());
+    assert_eq!(&*s.name, "[unknown]+0x10");
+    assert_eq!(s.module, None);
+    assert_eq!(s.function_start, None);
+}
+
+#[test]
+fn cache_returns_identical_results() {
+    let mut r = resolver();
+    let addrs = [probe_addr(), getpid_addr(), 0x10];
+    let first: Vec<_> = addrs.iter().map(|&a| r.resolve(a)).collect();
+    let second: Vec<_> = addrs.iter().map(|&a| r.resolve(a)).collect();
+    assert_eq!(first, second);
+}
+
+#[test]
+fn refresh_without_change_keeps_results() {
+    let mut r = resolver();
+    let addr = probe_addr();
+    let before = r.resolve(addr);
+    let count = r.module_count();
+    r.refresh();
+    assert_eq!(r.module_count(), count);
+    assert_eq!(r.resolve(addr), before);
+}
+
+#[cfg(target_env = "gnu")]
+#[test]
+fn refresh_sees_dlopened_library() {
+    let mut r = resolver();
+    // SAFETY: loading libm runs no user initialisers beyond glibc's own; the handle is
+    // intentionally leaked so the library stays loaded for the rest of the test process.
+    let handle = unsafe { libc::dlopen(c"libm.so.6".as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return; // no libm on this system: nothing to test
+    }
+    // `frexp`, not `cos`: `cos` is an IFUNC whose selected implementation is a local
+    // symbol that stripped distribution libraries do not carry.
+    // SAFETY: `handle` is a valid handle returned by `dlopen` above.
+    let frexp = unsafe { libc::dlsym(handle, c"frexp".as_ptr()) };
+    assert!(!frexp.is_null());
+    r.refresh();
+    let s = r.resolve(frexp as u64);
+    assert!(s.name.contains("frexp"), "got {s:?}");
+    assert!(
+        s.module.as_deref().is_some_and(|m| m.starts_with("libm")),
+        "got {s:?}"
+    );
+}
+
+#[test]
+fn module_names_are_file_names() {
+    let r = resolver();
+    assert!(r.module_count() > 1);
+    for name in r.module_names() {
+        assert!(!name.is_empty());
+        assert!(!name.contains('/'), "{name}");
+    }
+}
