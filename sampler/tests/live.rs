@@ -37,11 +37,27 @@ fn samples_a_busy_thread_at_the_requested_rate() {
     let raw = sampler.stop().unwrap();
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
-    let busy: Vec<_> = raw.threads.iter().enumerate().filter(|(_, t)| t.name == "busy").map(|(i, _)| i as u32).collect();
-    let busy_samples: u64 = raw.table.iter().filter(|(k, _)| busy.contains(&k.thread)).map(|(_, c)| c).sum();
+    let busy: Vec<_> = raw
+        .threads
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.name == "busy")
+        .map(|(i, _)| i as u32)
+        .collect();
+    let busy_samples: u64 = raw
+        .table
+        .iter()
+        .filter(|(k, _)| busy.contains(&k.thread))
+        .map(|(_, c)| c)
+        .sum();
     let spin_addr = spin as *const () as u64;
     eprintln!("{:?}", raw.stats);
-    for (k, c) in raw.table.iter().filter(|(k, _)| busy.contains(&k.thread)).take(5) {
+    for (k, c) in raw
+        .table
+        .iter()
+        .filter(|(k, _)| busy.contains(&k.thread))
+        .take(5)
+    {
         eprintln!("{c} {:?} {:x?}", k.end, k.frames);
     }
     eprintln!("spin at {spin_addr:x}, busy samples {busy_samples}");

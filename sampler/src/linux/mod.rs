@@ -9,6 +9,7 @@
 //! tick and interns them. It never waits for a handler, so a thread that is
 //! slow to take its signal delays only its own sample.
 
+mod scheduling;
 mod signal;
 mod slots;
 mod stack_regions;
@@ -97,6 +98,7 @@ impl Sampler {
             .name("btprof-sampler".into())
             .spawn(move || {
                 signal::block_in_this_thread(signal);
+                scheduling::request_short_slice();
                 SamplerLoop::new(config, signal, progress2)?.run(&stop2)
             })
             .map_err(Error::Io)?;
@@ -213,7 +215,8 @@ impl SamplerLoop {
         let stray_before = slots::STRAY_SIGNALS.load(Ordering::Relaxed);
         let started = Instant::now();
         self.stats.start_time = SystemTime::now();
-        let mut schedule = TickSchedule::new(monotonic_ns(), TickSchedule::period_for_hz(self.config.hz));
+        let mut schedule =
+            TickSchedule::new(monotonic_ns(), TickSchedule::period_for_hz(self.config.hz));
         loop {
             sleep_until(schedule.deadline());
             if stop.load(Ordering::Acquire) {
@@ -223,7 +226,9 @@ impl SamplerLoop {
             schedule.complete_tick(monotonic_ns());
             self.stats.ticks = schedule.ticks();
             self.stats.missed_ticks = schedule.missed();
-            self.progress.ticks.store(schedule.ticks(), Ordering::Relaxed);
+            self.progress
+                .ticks
+                .store(schedule.ticks(), Ordering::Relaxed);
         }
         self.drain();
         self.stats.duration = started.elapsed();
@@ -339,13 +344,16 @@ impl SamplerLoop {
                 continue;
             };
             let next_key = self.thread_infos.len() as u32;
-            let key = *self.thread_keys.entry((tid, name)).or_insert_with_key(|(tid, name)| {
-                self.thread_infos.push(ThreadInfo {
-                    tid: *tid as u64,
-                    name: name.clone(),
+            let key = *self
+                .thread_keys
+                .entry((tid, name))
+                .or_insert_with_key(|(tid, name)| {
+                    self.thread_infos.push(ThreadInfo {
+                        tid: *tid as u64,
+                        name: name.clone(),
+                    });
+                    next_key
                 });
-                next_key
-            });
             if let Some(state) = self.threads.get_mut(&tid) {
                 state.key = key;
             }

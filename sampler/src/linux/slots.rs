@@ -139,11 +139,10 @@ impl SlotOwner {
     /// by a previous profiler is taken over.
     pub fn arm(&mut self, max_depth: usize) -> Option<Armed> {
         let generation = NEXT_GENERATION.fetch_add(1, Relaxed);
-        for slot in 0..SLOTS {
+        for (slot, s) in SLOT_TABLE.iter().enumerate() {
             if self.armed[slot].is_some() {
                 continue;
             }
-            let s = &SLOT_TABLE[slot];
             let current = s.state.load(Acquire);
             if current & 3 == WRITING {
                 continue;
@@ -152,8 +151,7 @@ impl SlotOwner {
                 .store(max_depth.clamp(1, MAX_DEPTH) as u32, Relaxed);
             // A compare-and-swap, not a store: a late handler may claim the
             // old arming between our load and here.
-            if s
-                .state
+            if s.state
                 .compare_exchange(current, state(generation, ARMED), Release, Relaxed)
                 .is_ok()
             {
@@ -175,12 +173,7 @@ impl SlotOwner {
         let s = &SLOT_TABLE[slot];
         let cancelled = s
             .state
-            .compare_exchange(
-                state(armed.generation, ARMED),
-                IDLE,
-                Relaxed,
-                Relaxed,
-            )
+            .compare_exchange(state(armed.generation, ARMED), IDLE, Relaxed, Relaxed)
             .is_ok();
         if cancelled {
             self.armed[slot] = None;
@@ -289,10 +282,8 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
 
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
     let regs = unsafe { registers(&*(context as *const libc::ucontext_t)) };
-    let bounds = stack_regions::region_containing(regs.sp).map(|(_, high)| StackBounds {
-        low: regs.sp,
-        high,
-    });
+    let bounds = stack_regions::region_containing(regs.sp)
+        .map(|(_, high)| StackBounds { low: regs.sp, high });
     if bounds.is_none() {
         MISSING_REGIONS.fetch_add(1, Relaxed);
     }

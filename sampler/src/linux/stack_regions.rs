@@ -106,10 +106,8 @@ pub(crate) fn parse_rw_regions(maps: &str, out: &mut Vec<(u64, u64)>) {
         let Some((start, end)) = range.split_once('-') else {
             continue;
         };
-        if let (Ok(start), Ok(end)) = (
-            u64::from_str_radix(start, 16),
-            u64::from_str_radix(end, 16),
-        ) {
+        if let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        {
             out.push((start, end));
         }
     }

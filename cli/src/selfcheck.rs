@@ -1,0 +1,246 @@
+//! Checks a profile of the built-in workload against the workload's own
+//! measurements: rate, per-function shares, complete stacks, call chain.
+
+use std::fmt;
+
+use btprof::Profile;
+
+use crate::workload::{Truth, FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
+
+/// When the self-check fails.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Thresholds {
+    /// Largest allowed gap between a function's measured and true share,
+    /// in percentage points.
+    pub max_share_error: f64,
+    /// Smallest allowed fraction of worker stacks that reach the thread
+    /// root.
+    pub min_complete: f64,
+    /// Smallest allowed samples per second per worker, as a fraction of the
+    /// requested rate.
+    pub min_rate: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            max_share_error: 3.0,
+            min_complete: 0.95,
+            min_rate: 0.90,
+        }
+    }
+}
+
+/// One workload function's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionShare {
+    /// The function's name in the workload.
+    pub name: &'static str,
+    /// Fraction of worker samples with this function as the leaf.
+    pub measured: f64,
+    /// Fraction of worker CPU time measured inside the function.
+    pub truth: f64,
+}
+
+impl FunctionShare {
+    /// `measured - truth` in percentage points.
+    pub fn error_points(&self) -> f64 {
+        (self.measured - self.truth) * 100.0
+    }
+}
+
+/// The self-check's findings.
+#[derive(Clone, Debug)]
+pub struct SelfCheck {
+    /// Requested rate.
+    pub requested_hz: u32,
+    /// Samples per second of the slowest-sampled worker thread.
+    pub min_thread_hz: f64,
+    /// Samples per second per worker thread, averaged.
+    pub mean_thread_hz: f64,
+    /// Worker samples in all.
+    pub worker_samples: u64,
+    /// Per function, in [`FUNCTIONS`] order.
+    pub shares: Vec<FunctionShare>,
+    /// Fraction of worker samples whose stack reaches the thread root.
+    pub complete: f64,
+    /// Fraction of `chain_inner` samples whose callers are exactly
+    /// `chain_middle` then `chain_outer`.
+    pub chain_intact: f64,
+    /// The thresholds applied.
+    pub thresholds: Thresholds,
+}
+
+fn is_workload_fn(frame: &str, function: &str) -> bool {
+    frame
+        .strip_suffix(function)
+        .is_some_and(|head| head.ends_with("workload::"))
+}
+
+impl SelfCheck {
+    /// Compares `profile` with `truth`.
+    pub fn evaluate(profile: &Profile, truth: &Truth, thresholds: Thresholds) -> SelfCheck {
+        let stats = profile.stats();
+        let secs = stats.duration.as_secs_f64().max(1e-9);
+        let mut per_thread = [0u64; THREADS];
+        let mut leaf_counts = [0u64; FUNCTIONS.len()];
+        let (mut complete, mut inner, mut inner_intact) = (0u64, 0u64, 0u64);
+        for stack in profile.stacks() {
+            let Some(index) = stack
+                .thread
+                .strip_prefix(THREAD_PREFIX)
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|&i| i < THREADS)
+            else {
+                continue;
+            };
+            per_thread[index] += stack.count;
+            let leaf = stack.frames.last().map_or("", |f| f);
+            if let Some(f) = FUNCTIONS.iter().position(|f| is_workload_fn(leaf, f)) {
+                leaf_counts[f] += stack.count;
+            }
+            if !stack.truncated && stack.frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
+                complete += stack.count;
+            }
+            if is_workload_fn(leaf, "chain_inner") {
+                inner += stack.count;
+                let n = stack.frames.len();
+                if n >= 3
+                    && is_workload_fn(&stack.frames[n - 2], "chain_middle")
+                    && is_workload_fn(&stack.frames[n - 3], "chain_outer")
+                {
+                    inner_intact += stack.count;
+                }
+            }
+        }
+        let worker_samples: u64 = per_thread.iter().sum();
+        let fraction = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+        let truth_shares = truth.shares();
+        SelfCheck {
+            requested_hz: stats.requested_hz,
+            min_thread_hz: per_thread.iter().copied().min().unwrap_or(0) as f64 / secs,
+            mean_thread_hz: worker_samples as f64 / THREADS as f64 / secs,
+            worker_samples,
+            shares: FUNCTIONS
+                .iter()
+                .enumerate()
+                .map(|(i, &name)| FunctionShare {
+                    name,
+                    measured: fraction(leaf_counts[i], worker_samples),
+                    truth: truth_shares[i],
+                })
+                .collect(),
+            complete: fraction(complete, worker_samples),
+            chain_intact: fraction(inner_intact, inner),
+            thresholds,
+        }
+    }
+
+    /// What failed, one line each; empty when the check passed.
+    pub fn failures(&self) -> Vec<String> {
+        let t = &self.thresholds;
+        let mut failures = Vec::new();
+        if self.worker_samples == 0 {
+            failures.push("no samples of the workload threads".to_owned());
+            return failures;
+        }
+        let min_hz = t.min_rate * f64::from(self.requested_hz);
+        if self.min_thread_hz < min_hz {
+            failures.push(format!(
+                "rate {:.1} samples/s per worker is under {min_hz:.0}",
+                self.min_thread_hz
+            ));
+        }
+        for s in &self.shares {
+            if s.error_points().abs() > t.max_share_error {
+                failures.push(format!(
+                    "{} measured {:.2}% but ran {:.2}% of the time ({:+.2} points)",
+                    s.name,
+                    s.measured * 100.0,
+                    s.truth * 100.0,
+                    s.error_points()
+                ));
+            }
+        }
+        if self.complete < t.min_complete {
+            failures.push(format!(
+                "only {:.2}% of stacks reach {THREAD_ROOT} (need {:.0}%)",
+                self.complete * 100.0,
+                t.min_complete * 100.0
+            ));
+        }
+        if self.chain_intact < t.min_complete {
+            failures.push(format!(
+                "only {:.2}% of chain_inner stacks show chain_outer -> chain_middle -> chain_inner",
+                self.chain_intact * 100.0
+            ));
+        }
+        failures
+    }
+
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.failures().is_empty()
+    }
+}
+
+impl fmt::Display for SelfCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.thresholds;
+        let ok = |good: bool| if good { "ok" } else { "FAIL" };
+        writeln!(
+            f,
+            "rate: {:.1} samples/s per worker thread (slowest {:.1}; requested {})  {}",
+            self.mean_thread_hz,
+            self.min_thread_hz,
+            self.requested_hz,
+            ok(self.min_thread_hz >= t.min_rate * f64::from(self.requested_hz))
+        )?;
+        writeln!(
+            f,
+            "function shares of {} worker samples (leaf = the interrupted function):",
+            self.worker_samples
+        )?;
+        writeln!(
+            f,
+            "  {:<14} {:>9} {:>9} {:>8}",
+            "function", "measured", "truth", "points"
+        )?;
+        for s in &self.shares {
+            writeln!(
+                f,
+                "  {:<14} {:>8.2}% {:>8.2}% {:>+8.2}  {}",
+                s.name,
+                s.measured * 100.0,
+                s.truth * 100.0,
+                s.error_points(),
+                ok(s.error_points().abs() <= t.max_share_error)
+            )?;
+        }
+        writeln!(
+            f,
+            "complete stacks: {:.2}% reach {THREAD_ROOT}  {}",
+            self.complete * 100.0,
+            ok(self.complete >= t.min_complete)
+        )?;
+        write!(
+            f,
+            "call chain: {:.2}% of chain_inner samples under chain_outer -> chain_middle  {}",
+            self.chain_intact * 100.0,
+            ok(self.chain_intact >= t.min_complete)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_workload_functions_by_path_suffix() {
+        assert!(is_workload_fn("btprof_cli::workload::alpha", "alpha"));
+        assert!(!is_workload_fn("btprof_cli::workload::alphabet", "alpha"));
+        assert!(!is_workload_fn("other::alpha", "alpha"));
+        assert!(!is_workload_fn("workload::chain_inner", "chain_outer"));
+    }
+}

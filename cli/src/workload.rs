@@ -1,0 +1,207 @@
+//! The built-in workload `btprof --pid-self` profiles: CPU-bound threads
+//! running functions with known shares of CPU time.
+//!
+//! The truth the profile is checked against is measured, not assumed: each
+//! function times its own work with the thread's CPU clock, and only while
+//! the profiler is recording. Every function is a pure arithmetic loop
+//! that calls nothing, so a correct sampler must find it as the leaf.
+//!
+//! Thread `btprof-work-0` runs `alpha` and `beta`; thread
+//! `btprof-work-1` runs `beta` and the three-deep chain
+//! `chain_outer` → `chain_middle` → `chain_inner`.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The functions whose shares are checked, in report order.
+pub const FUNCTIONS: [&str; 5] = [
+    "alpha",
+    "beta",
+    "chain_outer",
+    "chain_middle",
+    "chain_inner",
+];
+/// The entry function of every worker thread: the root a complete stack
+/// reaches.
+pub const THREAD_ROOT: &str = "worker_main";
+/// Thread names start with this.
+pub const THREAD_PREFIX: &str = "btprof-work-";
+/// Worker threads.
+pub const THREADS: usize = 2;
+
+const ALPHA: usize = 0;
+const BETA: usize = 1;
+const OUTER: usize = 2;
+const MIDDLE: usize = 3;
+const INNER: usize = 4;
+
+/// Loop iterations per call, about 1.3 ns each: calls of 0.25-1.5 ms, long
+/// next to the clock reads that time them.
+const ITERATIONS: [u64; 5] = [1_200_000, 400_000, 200_000, 200_000, 800_000];
+
+/// CPU time measured inside each function while recording.
+#[derive(Debug, Default)]
+pub struct Truth {
+    function_ns: [AtomicU64; 5],
+    /// All worker CPU time while recording, timed functions or not.
+    total_ns: AtomicU64,
+}
+
+impl Truth {
+    /// Each function's measured share of worker CPU time, in
+    /// [`FUNCTIONS`] order.
+    pub fn shares(&self) -> [f64; 5] {
+        let total = self.total_ns.load(Ordering::Relaxed) as f64;
+        std::array::from_fn(|i| {
+            if total > 0.0 {
+                self.function_ns[i].load(Ordering::Relaxed) as f64 / total
+            } else {
+                0.0
+            }
+        })
+    }
+
+    /// Worker CPU time while recording, in seconds.
+    pub fn total_seconds(&self) -> f64 {
+        self.total_ns.load(Ordering::Relaxed) as f64 / 1e9
+    }
+}
+
+/// The running workload.
+pub struct Workload {
+    stop: Arc<AtomicBool>,
+    recording: Arc<AtomicBool>,
+    truth: Arc<Truth>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Workload {
+    /// Starts the worker threads (not yet recording).
+    pub fn start() -> std::io::Result<Workload> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let recording = Arc::new(AtomicBool::new(false));
+        let truth = Arc::new(Truth::default());
+        let mut threads = Vec::new();
+        for index in 0..THREADS {
+            let (stop, recording, truth) = (stop.clone(), recording.clone(), truth.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("{THREAD_PREFIX}{index}"))
+                    .spawn(move || worker_main(index, &stop, &recording, &truth))?,
+            );
+        }
+        Ok(Workload {
+            stop,
+            recording,
+            truth,
+            threads,
+        })
+    }
+
+    /// Starts or stops accumulating the truth; bracket the profiler with it.
+    pub fn set_recording(&self, on: bool) {
+        self.recording.store(on, Ordering::SeqCst);
+    }
+
+    /// The truth measured so far.
+    pub fn truth(&self) -> &Truth {
+        &self.truth
+    }
+
+    /// Stops and joins the workers.
+    pub fn stop(self) -> Arc<Truth> {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        self.truth
+    }
+}
+
+/// Per-iteration timings, added to the shared truth only if the whole
+/// iteration ran while recording.
+#[derive(Default)]
+struct Local {
+    ns: [u64; 5],
+}
+
+#[inline(never)]
+fn worker_main(index: usize, stop: &AtomicBool, recording: &AtomicBool, truth: &Truth) {
+    while !stop.load(Ordering::Relaxed) {
+        let was_recording = recording.load(Ordering::Relaxed);
+        let mut local = Local::default();
+        let start = thread_cpu_ns();
+        if index == 0 {
+            alpha(&mut local);
+            beta(&mut local);
+        } else {
+            beta(&mut local);
+            chain_outer(&mut local);
+        }
+        let end = thread_cpu_ns();
+        if was_recording && recording.load(Ordering::Relaxed) {
+            for (sum, ns) in truth.function_ns.iter().zip(local.ns) {
+                sum.fetch_add(ns, Ordering::Relaxed);
+            }
+            truth.total_ns.fetch_add(end - start, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs `iterations` of a multiply-add chain the optimiser cannot remove
+/// and times it into `slot`. Always inlined, so its samples belong to the
+/// calling workload function.
+#[inline(always)]
+fn timed_spin(local: &mut Local, slot: usize) {
+    let start = thread_cpu_ns();
+    let mut x = black_box(slot as u64 + 1);
+    for i in 0..ITERATIONS[slot] {
+        x = black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+    }
+    black_box(x);
+    local.ns[slot] += thread_cpu_ns() - start;
+}
+
+/// The heaviest function, on worker 0.
+#[inline(never)]
+fn alpha(local: &mut Local) {
+    timed_spin(local, ALPHA);
+}
+
+/// Runs on both workers.
+#[inline(never)]
+fn beta(local: &mut Local) {
+    timed_spin(local, BETA);
+}
+
+/// Top of the three-deep chain: some work of its own, then the middle.
+#[inline(never)]
+fn chain_outer(local: &mut Local) {
+    timed_spin(local, OUTER);
+    chain_middle(local);
+}
+
+/// Middle of the chain.
+#[inline(never)]
+fn chain_middle(local: &mut Local) {
+    timed_spin(local, MIDDLE);
+    chain_inner(local);
+}
+
+/// Bottom of the chain.
+#[inline(never)]
+fn chain_inner(local: &mut Local) {
+    timed_spin(local, INNER);
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,761 @@
+//! Robustness of the Linux sampler against a hostile host process: threads
+//! that hold malloc locks, threads that come and go, hundreds of start/stop
+//! cycles, foreign signal handlers, a second sampler, threads that block
+//! the profiling signal.
+//!
+//! Only one sampler can run per process, and cargo runs the tests of one
+//! file on parallel threads, so every test takes [`LOCK`] first. Bodies that
+//! could hang run under a watchdog that aborts the process with a message
+//! instead of letting the test run forever.
+#![cfg(target_os = "linux")]
+
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use btprof_sampler::{default_signal, Error, Mode, RawProfile, Sampler, SamplerConfig};
+
+/// Serialises the tests of this file: the sampler is a process global.
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// Takes [`LOCK`], recovering it if an earlier test panicked while holding it.
+fn lock() -> MutexGuard<'static, ()> {
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `body` on its own thread and returns its result (re-raising its
+/// panic). If it does not finish within `limit`, the sampler hung the
+/// process: print what hung and abort, rather than hang the test run.
+fn with_watchdog<T: Send + 'static>(
+    what: &'static str,
+    limit: Duration,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let handle = thread::Builder::new()
+        .name("btp-test-body".into())
+        .spawn(move || {
+            let result = body();
+            let _ = done_tx.send(());
+            result
+        })
+        .expect("spawn test body");
+    match done_rx.recv_timeout(limit) {
+        // Disconnected: the body panicked; join re-raises it below.
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => match handle.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        },
+        Err(RecvTimeoutError::Timeout) => {
+            eprintln!(
+                "WATCHDOG: `{what}` did not finish within {limit:?}: the sampler \
+                 (start, sampling or stop) hung the process. Aborting."
+            );
+            std::process::abort();
+        }
+    }
+}
+
+fn config(hz: u32, mode: Mode) -> SamplerConfig {
+    SamplerConfig {
+        hz,
+        mode,
+        ..SamplerConfig::default()
+    }
+}
+
+/// A small xorshift generator, so the workloads vary without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Burns CPU until `stop` is set.
+#[inline(never)]
+fn spin_until(stop: &AtomicBool) -> u64 {
+    let mut x = 1u64;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+/// Burns CPU for `d` of wall time.
+#[inline(never)]
+fn spin_for(d: Duration) -> u64 {
+    let end = Instant::now() + d;
+    let mut x = 1u64;
+    while Instant::now() < end {
+        for _ in 0..100 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+/// A named thread spinning until the returned flag is set.
+fn busy_thread(name: &str) -> (Arc<AtomicBool>, JoinHandle<u64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let handle = thread::Builder::new()
+        .name(name.into())
+        .spawn(move || spin_until(&stop2))
+        .expect("spawn busy thread");
+    (stop, handle)
+}
+
+/// Samples recorded on threads called `name`.
+fn samples_of(raw: &RawProfile, name: &str) -> u64 {
+    let keys: Vec<u32> = raw
+        .threads
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.name == name)
+        .map(|(i, _)| i as u32)
+        .collect();
+    raw.table
+        .iter()
+        .filter(|(k, _)| keys.contains(&k.thread))
+        .map(|(_, c)| c)
+        .sum()
+}
+
+// ---------------------------------------------------------------------------
+// Signal dispositions and pending signals
+// ---------------------------------------------------------------------------
+
+/// glibc adds `SA_RESTORER` (and its trampoline) to every action it
+/// installs, so an action restored through `sigaction` differs from the
+/// kernel's initial one in that bit alone; it is not part of what the user
+/// asked for.
+const SA_RESTORER: libc::c_int = 0x0400_0000;
+
+/// What a signal's disposition means to a user: handler, flags and mask.
+#[derive(Debug, PartialEq, Eq)]
+struct Disposition {
+    handler: usize,
+    flags: libc::c_int,
+    mask: Vec<libc::c_int>,
+}
+
+fn disposition(signal: libc::c_int) -> Disposition {
+    let mut old = MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: querying an action into a valid out-pointer.
+    let rc = unsafe { libc::sigaction(signal, std::ptr::null(), old.as_mut_ptr()) };
+    assert_eq!(rc, 0, "sigaction query of {signal} failed");
+    // SAFETY: sigaction filled it in.
+    let old = unsafe { old.assume_init() };
+    let mask = (1..=libc::SIGRTMAX())
+        // SAFETY: `sa_mask` is a valid sigset and `s` a valid signal number.
+        .filter(|&s| unsafe { libc::sigismember(&old.sa_mask, s) } == 1)
+        .collect();
+    Disposition {
+        handler: old.sa_sigaction,
+        flags: old.sa_flags & !SA_RESTORER,
+        mask,
+    }
+}
+
+/// Sets `handler` (`SIG_DFL`, `SIG_IGN` or a function) for `signal`.
+fn set_handler(signal: libc::c_int, handler: usize, flags: libc::c_int) {
+    // SAFETY: an all-zero sigaction is a valid starting point.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler;
+    action.sa_flags = flags;
+    // SAFETY: `sa_mask` is a valid sigset.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: a valid action for a valid signal; the handlers used here are
+    // async-signal-safe.
+    let rc = unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "sigaction({signal}) failed");
+}
+
+/// Blocks or unblocks `signal` in the calling thread.
+fn mask_signal(how: libc::c_int, signal: libc::c_int) {
+    // SAFETY: building a sigset and changing this thread's mask.
+    let rc = unsafe {
+        let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), signal);
+        libc::pthread_sigmask(how, set.as_ptr(), std::ptr::null_mut())
+    };
+    assert_eq!(rc, 0, "pthread_sigmask failed");
+}
+
+/// Whether `signal` is pending for the calling thread or the process.
+fn pending_here(signal: libc::c_int) -> bool {
+    let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
+    // SAFETY: a valid out-pointer; sigpending fills the whole set.
+    let set = unsafe {
+        assert_eq!(libc::sigpending(set.as_mut_ptr()), 0);
+        set.assume_init()
+    };
+    // SAFETY: a valid sigset and signal number.
+    unsafe { libc::sigismember(&set, signal) == 1 }
+}
+
+/// A hexadecimal signal mask field (`SigPnd`, `ShdPnd`, ...) of a
+/// `/proc/.../status` file; `None` if the file is gone (the thread exited).
+fn status_mask(path: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(path).ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+        .unwrap_or_else(|| panic!("no {field} in {path}"));
+    let hex = line[field.len() + 1..].trim();
+    Some(u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("{path} {field} {hex:?}: {e}")))
+}
+
+fn bit(signal: libc::c_int) -> u64 {
+    1u64 << (signal - 1)
+}
+
+/// Thread ids of this process.
+fn tids() -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("read /proc/self/task")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Whether thread `tid` has `signal` pending on its own queue.
+fn pending_on_thread(tid: i32, signal: libc::c_int) -> bool {
+    status_mask(&format!("/proc/self/task/{tid}/status"), "SigPnd")
+        .is_some_and(|m| m & bit(signal) != 0)
+}
+
+/// Asserts that no instance of `signal` is pending anywhere in the process:
+/// in this thread (`sigpending`), in the process's shared queue and the main
+/// thread's (`/proc/self/status`), and on every thread's own queue.
+fn assert_nothing_pending(signal: libc::c_int, when: &str) {
+    assert!(
+        !pending_here(signal),
+        "{when}: sigpending() reports signal {signal} pending"
+    );
+    let own = status_mask("/proc/self/status", "SigPnd").unwrap();
+    let shared = status_mask("/proc/self/status", "ShdPnd").unwrap();
+    assert_eq!(
+        own & bit(signal),
+        0,
+        "{when}: /proc/self/status SigPnd {own:016x} has signal {signal}"
+    );
+    assert_eq!(
+        shared & bit(signal),
+        0,
+        "{when}: /proc/self/status ShdPnd {shared:016x} has signal {signal}"
+    );
+    for tid in tids() {
+        assert!(
+            !pending_on_thread(tid, signal),
+            "{when}: thread {tid} has signal {signal} pending (SigPnd)"
+        );
+    }
+}
+
+/// This process's open file descriptors, with what they point at.
+fn open_fds() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .expect("read /proc/self/fd")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            Some(format!(
+                "{} -> {}",
+                e.file_name().to_string_lossy(),
+                target.display()
+            ))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+// ---------------------------------------------------------------------------
+// 1. Allocating threads
+// ---------------------------------------------------------------------------
+
+/// The allocator's locks are held almost all the time by the two
+/// allocating threads, so any allocation or lock taken in the signal
+/// handler (or while a thread is interrupted) would deadlock. Proves that
+/// start, 3 s of 1000 Hz sampling and stop finish, that the allocating
+/// threads are sampled at close to the full rate and that almost no sample
+/// fails.
+#[test]
+fn allocating_thread_survives_1000hz() {
+    let _guard = lock();
+    let signal = default_signal();
+    let (raw, allocations) = with_watchdog(
+        "1000 Hz sampling of allocating threads",
+        Duration::from_secs(30),
+        || {
+            let stop = Arc::new(AtomicBool::new(false));
+            let allocations = Arc::new(AtomicU64::new(0));
+            let workers: Vec<_> = (0..2)
+                .map(|i| {
+                    let (stop, allocations) = (stop.clone(), allocations.clone());
+                    thread::Builder::new()
+                        .name(format!("btp-alloc-{i}"))
+                        .spawn(move || {
+                            allocate_until(&stop, &allocations, 0x9e37_79b9_7f4a_7c15 + i)
+                        })
+                        .expect("spawn allocator")
+                })
+                .collect();
+            let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start");
+            thread::sleep(Duration::from_secs(3));
+            let raw = sampler.stop().expect("stop");
+            stop.store(true, Ordering::Relaxed);
+            for w in workers {
+                w.join().expect("allocating thread panicked");
+            }
+            (raw, allocations.load(Ordering::Relaxed))
+        },
+    );
+    let stats = &raw.stats;
+    let per_thread = [
+        samples_of(&raw, "btp-alloc-0"),
+        samples_of(&raw, "btp-alloc-1"),
+    ];
+    eprintln!("{stats:?}\nallocating threads: {per_thread:?} samples, {allocations} allocations");
+    assert!(
+        allocations > 100_000,
+        "the workload barely allocated: {allocations}"
+    );
+    for (i, n) in per_thread.iter().enumerate() {
+        assert!(
+            *n > 1000,
+            "btp-alloc-{i} got only {n} samples in 3 s at 1000 Hz ({stats:?})"
+        );
+    }
+    assert!(
+        stats.failed_samples <= 10 + stats.samples / 100,
+        "{} of {} samples failed",
+        stats.failed_samples,
+        stats.samples
+    );
+    assert_nothing_pending(signal, "after stop");
+    assert_eq!(disposition(signal).handler, libc::SIG_DFL);
+}
+
+/// Allocates and frees blocks of varying sizes (small, medium, above the
+/// mmap threshold) in several shapes until `stop`.
+#[inline(never)]
+fn allocate_until(stop: &AtomicBool, count: &AtomicU64, seed: u64) {
+    let mut rng = Rng(seed);
+    let mut live: Vec<Option<Box<dyn std::any::Any + Send>>> = (0..64).map(|_| None).collect();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let size = match rng.below(100) {
+            0 => 128 * 1024 + rng.below(256 * 1024) as usize,
+            1..=10 => 1024 + rng.below(16 * 1024) as usize,
+            _ => 1 + rng.below(256) as usize,
+        };
+        let block: Box<dyn std::any::Any + Send> = match rng.below(3) {
+            0 => Box::new(vec![n as u8; size]),
+            1 => Box::new("x".repeat(size)),
+            _ => Box::new(Box::new([n; 4])),
+        };
+        // Frees a random older block, so frees interleave with allocations.
+        live[rng.below(64) as usize] = Some(block);
+        n += 1;
+        if n % 1024 == 0 {
+            count.fetch_add(1024, Ordering::Relaxed);
+        }
+    }
+    std::hint::black_box(&live);
+}
+
+// ---------------------------------------------------------------------------
+// 2. Thread churn
+// ---------------------------------------------------------------------------
+
+/// Spawns short-lived threads for `duration` (some exit at once, others
+/// spin 0.5-3 ms), a few alive at a time; returns how many it spawned.
+fn churn_threads(duration: Duration) -> u64 {
+    let deadline = Instant::now() + duration;
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut live = VecDeque::new();
+    let mut spawned = 0u64;
+    while Instant::now() < deadline {
+        let spin = match rng.below(4) {
+            0 => None,
+            _ => Some(Duration::from_micros(500 + rng.below(2500))),
+        };
+        live.push_back(
+            thread::Builder::new()
+                .name("btp-short".into())
+                .spawn(move || spin.map_or(0, spin_for))
+                .expect("spawn short-lived thread"),
+        );
+        spawned += 1;
+        if live.len() >= 6 {
+            live.pop_front()
+                .unwrap()
+                .join()
+                .expect("short-lived thread panicked");
+        }
+    }
+    for t in live {
+        t.join().expect("short-lived thread panicked");
+    }
+    spawned
+}
+
+/// Threads that are created and exit while being listed, signalled and
+/// walked (signals to dead tids, names that vanish, stacks not yet in the
+/// region snapshot) break nothing: in both modes, stop returns a profile,
+/// samples were recorded (some on the short-lived threads themselves) and
+/// no thread panicked.
+#[test]
+fn threads_starting_and_exiting_during_sampling() {
+    let _guard = lock();
+    let signal = default_signal();
+    for mode in [Mode::Wall, Mode::Cpu] {
+        let (raw, spawned) = with_watchdog(
+            "sampling under thread churn",
+            Duration::from_secs(30),
+            move || {
+                let sampler = Sampler::start(config(1000, mode)).expect("start");
+                let spawned = thread::Builder::new()
+                    .name("btp-spawner".into())
+                    .spawn(|| churn_threads(Duration::from_secs(2)))
+                    .expect("spawn spawner")
+                    .join()
+                    .expect("spawner panicked");
+                let raw = sampler.stop().expect("stop under thread churn");
+                (raw, spawned)
+            },
+        );
+        let short = samples_of(&raw, "btp-short");
+        eprintln!(
+            "{mode}: {spawned} threads spawned, {short} samples on them; {:?}",
+            raw.stats
+        );
+        assert!(
+            spawned >= 200,
+            "{mode}: only {spawned} threads spawned in 2 s"
+        );
+        assert!(
+            raw.stats.samples > 0 && raw.table.samples() == raw.stats.samples,
+            "{mode}: {:?}",
+            raw.stats
+        );
+        assert!(
+            short > 0,
+            "{mode}: no sample of any of {spawned} short-lived threads"
+        );
+        assert!(
+            raw.stats.threads_seen >= 20,
+            "{mode}: only {} threads seen",
+            raw.stats.threads_seen
+        );
+        assert_nothing_pending(signal, "after stop under thread churn");
+        assert_eq!(disposition(signal).handler, libc::SIG_DFL);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 3. Start/stop cycles
+// ---------------------------------------------------------------------------
+
+/// Runs `cycles` start -> ~`sample_for` of 1000 Hz sampling -> stop cycles
+/// with a busy thread present, so signals are in flight when each stop
+/// comes; returns the samples recorded in all of them.
+fn start_stop_cycles(cycles: u32, sample_for: Duration) -> u64 {
+    with_watchdog("start/stop cycles", Duration::from_secs(30), move || {
+        let (stop, busy) = busy_thread("btp-cycle-busy");
+        let mut samples = 0;
+        for cycle in 0..cycles {
+            let sampler = Sampler::start(config(1000, Mode::Cpu))
+                .unwrap_or_else(|e| panic!("cycle {cycle}: start: {e}"));
+            thread::sleep(sample_for);
+            let raw = sampler
+                .stop()
+                .unwrap_or_else(|e| panic!("cycle {cycle}: stop: {e}"));
+            samples += raw.stats.samples;
+        }
+        stop.store(true, Ordering::Relaxed);
+        busy.join().expect("busy thread panicked");
+        samples
+    })
+}
+
+/// A hundred start/stop cycles with signals in flight leave no trace: the
+/// same file descriptors are open, the profiling signal is back to exactly
+/// its previous disposition (`SIG_DFL`), and no instance of it is pending
+/// on any thread or on the process, where it would kill the process.
+#[test]
+fn hundred_start_stop_cycles_leak_nothing() {
+    let _guard = lock();
+    let signal = default_signal();
+    let before = disposition(signal);
+    assert_eq!(
+        before.handler,
+        libc::SIG_DFL,
+        "test precondition: signal {signal} starts at SIG_DFL"
+    );
+    assert_nothing_pending(signal, "before the cycles");
+    let fds_before = open_fds();
+
+    let samples = start_stop_cycles(100, Duration::from_millis(5));
+
+    let fds_after = open_fds();
+    eprintln!(
+        "100 cycles: {samples} samples; {} fds open",
+        fds_after.len()
+    );
+    assert_eq!(
+        fds_before, fds_after,
+        "file descriptors leaked over 100 cycles"
+    );
+    assert_eq!(disposition(signal), before, "disposition not restored");
+    assert_nothing_pending(signal, "after 100 cycles");
+    // The cycles really did send signals to the busy thread.
+    assert!(samples >= 100, "only {samples} samples in 100 cycles");
+}
+
+/// A previous `SIG_IGN` disposition is accepted and put back on stop, not
+/// replaced by `SIG_DFL`.
+#[test]
+fn ignored_signal_is_restored_to_ignored() {
+    let _guard = lock();
+    let signal = default_signal();
+    set_handler(signal, libc::SIG_IGN, 0);
+    let before = disposition(signal);
+    let samples = start_stop_cycles(10, Duration::from_millis(5));
+    let after = disposition(signal);
+    assert_nothing_pending(signal, "after cycles over SIG_IGN");
+    set_handler(signal, libc::SIG_DFL, 0);
+    assert_eq!(after, before, "SIG_IGN disposition not restored");
+    assert_eq!(after.handler, libc::SIG_IGN);
+    assert!(samples >= 10, "only {samples} samples in 10 cycles");
+}
+
+// ---------------------------------------------------------------------------
+// 4. Refusals
+// ---------------------------------------------------------------------------
+
+static FOREIGN_HITS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn foreign_handler(_: libc::c_int) {
+    FOREIGN_HITS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A real-time signal someone else already handles is refused with
+/// `SignalInUse`, their handler is left in place and still works, and the
+/// refusal does not leave the sampler marked as running.
+#[test]
+fn refuses_a_signal_with_a_foreign_handler() {
+    let _guard = lock();
+    let signal = libc::SIGRTMAX() - 6;
+    assert_ne!(signal, default_signal());
+    let previous = disposition(signal);
+    set_handler(
+        signal,
+        foreign_handler as *const () as usize,
+        libc::SA_RESTART,
+    );
+    let ours = disposition(signal);
+
+    let result = Sampler::start(SamplerConfig {
+        signal: Some(signal),
+        ..config(1000, Mode::Cpu)
+    });
+    let refused = matches!(result, Err(Error::SignalInUse(s)) if s == signal);
+    let description = result
+        .as_ref()
+        .map(|_| "Ok(sampler)")
+        .map_err(|e| e.to_string());
+    drop(result);
+    let after = disposition(signal);
+    // SAFETY: raising a signal with a handler installed, on this thread.
+    let rc = unsafe { libc::raise(signal) };
+    let hits = FOREIGN_HITS.load(Ordering::Relaxed);
+    set_handler(signal, previous.handler, previous.flags);
+
+    assert!(
+        refused,
+        "expected Err(SignalInUse({signal})), got {description:?}"
+    );
+    assert_eq!(after, ours, "the foreign handler was replaced");
+    assert_eq!(rc, 0);
+    assert_eq!(hits, 1, "the foreign handler no longer runs");
+    // The refusal released the one-sampler-per-process guard.
+    let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start after a refusal");
+    sampler.stop().expect("stop");
+}
+
+/// While one sampler runs, a second is refused with `AlreadyRunning` (on
+/// the same signal or another), without disturbing the first; once the
+/// first stops, a new one starts.
+#[test]
+fn second_sampler_is_refused() {
+    let _guard = lock();
+    with_watchdog("second sampler", Duration::from_secs(20), || {
+        let (stop, busy) = busy_thread("btp-second");
+        let first = Sampler::start(config(1000, Mode::Cpu)).expect("first start");
+        for signal in [None, Some(libc::SIGRTMAX() - 7)] {
+            match Sampler::start(SamplerConfig {
+                signal,
+                ..config(1000, Mode::Cpu)
+            }) {
+                Err(Error::AlreadyRunning) => {}
+                Err(e) => panic!("second start with {signal:?}: expected AlreadyRunning, got {e}"),
+                Ok(_) => panic!("second start with {signal:?}: a second sampler started"),
+            }
+        }
+        thread::sleep(Duration::from_millis(200));
+        let raw = first.stop().expect("first stop");
+        assert!(
+            samples_of(&raw, "btp-second") > 50,
+            "the first sampler was disturbed: {:?}",
+            raw.stats
+        );
+        let again = Sampler::start(config(1000, Mode::Cpu)).expect("start after the first stopped");
+        thread::sleep(Duration::from_millis(100));
+        let raw = again.stop().expect("stop again");
+        assert!(samples_of(&raw, "btp-second") > 0, "{:?}", raw.stats);
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+    });
+}
+
+// ---------------------------------------------------------------------------
+// 5. A thread that blocks the signal
+// ---------------------------------------------------------------------------
+
+/// A busy thread with the profiling signal blocked never takes its samples:
+/// they time out and are counted as failed, stop still returns promptly,
+/// and the signals queued on that thread are discarded by stop, so
+/// unblocking afterwards (under `SIG_DFL`, which would terminate the
+/// process) is harmless.
+#[test]
+fn signal_blocked_thread_is_counted_not_hung() {
+    let _guard = lock();
+    let signal = default_signal();
+    with_watchdog(
+        "sampling a thread that blocks the signal",
+        Duration::from_secs(30),
+        move || {
+            let stop = Arc::new(AtomicBool::new(false));
+            let (tid_tx, tid_rx) = mpsc::channel();
+            let (unblock_tx, unblock_rx) = mpsc::channel::<()>();
+            let stop2 = stop.clone();
+            let blocked = thread::Builder::new()
+                .name("btp-blocked".into())
+                .spawn(move || {
+                    mask_signal(libc::SIG_BLOCK, signal);
+                    // SAFETY: gettid has no preconditions.
+                    tid_tx.send(unsafe { libc::gettid() }).unwrap();
+                    spin_until(&stop2);
+                    unblock_rx.recv().unwrap();
+                    let pending = pending_here(signal);
+                    mask_signal(libc::SIG_UNBLOCK, signal);
+                    pending
+                })
+                .expect("spawn blocked thread");
+            let tid: i32 = tid_rx.recv().unwrap();
+
+            let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start");
+            thread::sleep(Duration::from_secs(1));
+            // The test really makes signals queue up on the blocked thread.
+            let pending_while_sampling = pending_on_thread(tid, signal);
+            let stopping = Instant::now();
+            let raw = sampler.stop().expect("stop");
+            let stop_took = stopping.elapsed();
+            stop.store(true, Ordering::Relaxed);
+
+            let pending_after_stop = pending_on_thread(tid, signal);
+            unblock_tx.send(()).unwrap();
+            let pending_seen_by_thread = blocked.join().expect("blocked thread panicked");
+
+            eprintln!("stop took {stop_took:?}; {:?}", raw.stats);
+            assert!(
+                pending_while_sampling,
+                "no signal was pending on the blocked thread while sampling"
+            );
+            assert!(
+                stop_took < Duration::from_secs(2),
+                "stop took {stop_took:?}"
+            );
+            assert!(
+                raw.stats.failed_samples > 0,
+                "timed-out samples not counted: {:?}",
+                raw.stats
+            );
+            assert_eq!(
+                samples_of(&raw, "btp-blocked"),
+                0,
+                "a thread with the signal blocked was sampled"
+            );
+            assert!(
+                !pending_after_stop,
+                "signal {signal} still pending on thread {tid} after stop"
+            );
+            assert!(
+                !pending_seen_by_thread,
+                "the blocked thread saw signal {signal} pending after stop"
+            );
+        },
+    );
+    assert_nothing_pending(signal, "after unblocking");
+    assert_eq!(disposition(signal).handler, libc::SIG_DFL);
+}
+
+// ---------------------------------------------------------------------------
+// 6. The sampler's own thread
+// ---------------------------------------------------------------------------
+
+/// The sampler never samples itself: in wall mode, where every other
+/// thread (busy or idle) is sampled, no sample belongs to the
+/// `btprof-sampler` thread, by name or by tid.
+#[test]
+fn no_samples_of_the_sampler_thread() {
+    let _guard = lock();
+    let raw_and_tid = with_watchdog("wall-mode sampling", Duration::from_secs(20), || {
+        let sampler = Sampler::start(config(1000, Mode::Wall)).expect("start");
+        thread::sleep(Duration::from_millis(300));
+        let sampler_tid = tids().into_iter().find(|tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+                .is_ok_and(|n| n.trim_end() == "btprof-sampler")
+        });
+        (sampler.stop().expect("stop"), sampler_tid)
+    });
+    let (raw, sampler_tid) = raw_and_tid;
+    let sampler_tid = sampler_tid.expect("no thread named btprof-sampler while sampling") as u64;
+    eprintln!("sampler tid {sampler_tid}; threads {:?}", raw.threads);
+    // Idle threads were sampled, so the sampler would have been too.
+    assert!(
+        raw.threads.len() >= 2 && raw.stats.samples > 100,
+        "{:?} {:?}",
+        raw.threads,
+        raw.stats
+    );
+    for (i, t) in raw.threads.iter().enumerate() {
+        assert!(
+            t.name != "btprof-sampler" && t.tid != sampler_tid,
+            "the sampler thread appears in the profile: {t:?}, {} samples",
+            raw.table
+                .iter()
+                .filter(|(k, _)| k.thread == i as u32)
+                .map(|(_, c)| c)
+                .sum::<u64>()
+        );
+    }
+}
