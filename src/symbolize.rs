@@ -76,6 +76,81 @@ mod tests {
         }
     }
 
+    #[inline(never)]
+    fn leaf_fn() -> u64 {
+        std::hint::black_box(1)
+    }
+    #[inline(never)]
+    fn caller_fn() -> u64 {
+        std::hint::black_box(leaf_fn() + 1)
+    }
+    #[inline(never)]
+    fn outer_fn() -> u64 {
+        std::hint::black_box(caller_fn() + 1)
+    }
+
+    fn names(arch: Arch, frames: &[u64], lr: u64) -> Vec<String> {
+        let mut resolver = Resolver::for_current_process().unwrap();
+        let key = StackKey {
+            thread: 0,
+            frames,
+            lr,
+            end: btprof_sampler::walker::WalkEnd::Complete,
+        };
+        let mut out = Vec::new();
+        resolve_stack(arch, &key, &mut resolver, &mut out);
+        out.iter()
+            .map(|n| n.rsplit("::").next().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn pc_is_exact_and_return_addresses_are_looked_up_minus_one() {
+        let leaf = leaf_fn as *const () as u64;
+        let caller = caller_fn as *const () as u64;
+        let outer = outer_fn as *const () as u64;
+        // A return address equal to the start of the *next* function must
+        // still be attributed to the function that made the call: pretend
+        // `caller_fn` ends right before `outer_fn` by using outer's start.
+        let resolved = names(Arch::X86_64, &[leaf, caller + 1, outer], 0);
+        assert_eq!(resolved[..2], ["leaf_fn", "caller_fn"]);
+        assert_ne!(resolved[2], "outer_fn");
+        assert_eq!(resolved[2], names(Arch::X86_64, &[outer - 1], 0)[0]);
+        // The pc itself is never adjusted: a pc at a function's first byte
+        // belongs to that function.
+        assert_eq!(names(Arch::X86_64, &[caller], 0), vec!["caller_fn"]);
+    }
+
+    #[test]
+    fn aarch64_link_register_rule_on_real_symbols() {
+        let arm = Arch::Aarch64 {
+            code_mask: u64::MAX,
+        };
+        let leaf = leaf_fn as *const () as u64;
+        let caller = caller_fn as *const () as u64 + 8;
+        let outer = outer_fn as *const () as u64 + 8;
+        // Frameless leaf: lr points into the caller, the chain starts above.
+        assert_eq!(
+            names(arm, &[leaf + 4, outer], caller),
+            vec!["leaf_fn", "caller_fn", "outer_fn"]
+        );
+        // Leaf pushed its record: lr equals the first saved return address.
+        assert_eq!(
+            names(arm, &[leaf + 4, caller, outer], caller),
+            vec!["leaf_fn", "caller_fn", "outer_fn"]
+        );
+        // lr points back into the leaf itself: dropped.
+        assert_eq!(
+            names(arm, &[leaf + 4, caller, outer], leaf + 8),
+            vec!["leaf_fn", "caller_fn", "outer_fn"]
+        );
+        // x86_64 has no link register, whatever the key says.
+        assert_eq!(
+            names(Arch::X86_64, &[leaf, outer], caller),
+            vec!["leaf_fn", "outer_fn"]
+        );
+    }
+
     #[test]
     fn lr_equal_to_first_return_is_dropped() {
         let leaf = sym("leaf", Some(0x100));

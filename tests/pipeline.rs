@@ -1,0 +1,138 @@
+//! The whole pipeline in one process: sample, symbolise, fold, render.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use btprof::{Error, FoldOptions, Mode, Profile, Profiler, Stats};
+
+/// One profiler per process: tests in this file take turns.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+#[inline(never)]
+fn pipeline_leaf(stop: &AtomicBool) -> u64 {
+    let mut x = 7u64;
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..10_000 {
+            x = std::hint::black_box(x.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(i));
+        }
+    }
+    x
+}
+
+#[inline(never)]
+fn pipeline_caller(stop: &AtomicBool) -> u64 {
+    std::hint::black_box(pipeline_leaf(stop)) + 1
+}
+
+/// Profiles a thread named `name` spinning in `pipeline_caller ->
+/// pipeline_leaf` for `time`.
+fn profile_spinner(name: &str, mode: Mode, time: Duration) -> Profile {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let worker = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || pipeline_caller(&stop2))
+        .unwrap();
+    let profiler = Profiler::builder().hz(1000).mode(mode).start().unwrap();
+    std::thread::sleep(time);
+    let profile = profiler.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    profile
+}
+
+#[test]
+fn folded_lines_name_the_thread_caller_and_leaf() {
+    let profile = profile_spinner("pipe-spin", Mode::Cpu, Duration::from_millis(700));
+    let lines = profile.folded_lines(FoldOptions::default());
+    let spinner: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("pipe-spin;"))
+        .collect();
+    let samples: u64 = spinner
+        .iter()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(
+        samples > 300,
+        "only {samples} samples of the spinning thread"
+    );
+    // Nearly every sample of the spinner ends in the leaf under its caller:
+    // the interrupted function is the leaf. (This package is optimised in
+    // dev builds too, see Cargo.toml, so the leaf calls no helpers.)
+    let with_leaf: u64 = spinner
+        .iter()
+        .filter(|l| {
+            let stack = l.rsplit_once(' ').unwrap().0;
+            stack.ends_with("pipeline::pipeline_caller;pipeline::pipeline_leaf")
+        })
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(
+        with_leaf * 100 >= samples * 95,
+        "{with_leaf} of {samples}:\n{spinner:#?}"
+    );
+    // Lines are sorted and unique.
+    let mut sorted = lines.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, lines);
+    let stats = profile.stats();
+    assert_eq!(stats.samples, profile.total_samples());
+    assert!(stats.ticks > 0 && stats.duration > Duration::ZERO);
+}
+
+#[test]
+fn merged_threads_and_svg() {
+    let profile = profile_spinner("pipe-svg", Mode::Wall, Duration::from_millis(300));
+    let merged = profile.folded_lines(FoldOptions {
+        merge_threads: true,
+    });
+    assert!(merged.iter().all(|l| !l.starts_with("pipe-svg;")));
+    assert!(merged.iter().any(|l| l.contains("pipeline::pipeline_leaf")));
+    // Wall mode also samples threads that are blocked (this test's own
+    // thread sleeps while profiling).
+    assert!(profile.threads().len() >= 2);
+    let mut svg = Vec::new();
+    profile.write_flamegraph(&mut svg).unwrap();
+    let svg = String::from_utf8(svg).unwrap();
+    assert!(svg.contains("<svg"));
+    assert!(svg.contains("pipeline_leaf"));
+    assert!(
+        svg.contains("samples over"),
+        "title names samples and duration"
+    );
+}
+
+#[test]
+fn an_empty_profile_is_a_clear_error() {
+    let profile = Profile::from_stacks(Vec::new(), Vec::new(), Stats::new(&Default::default()));
+    assert!(profile.is_empty());
+    let err = profile.write_flamegraph(Vec::new()).unwrap_err();
+    assert!(matches!(err, Error::EmptyProfile));
+    assert!(err.to_string().contains("no samples"));
+    let mut folded = Vec::new();
+    profile.write_folded(&mut folded).unwrap();
+    assert!(folded.is_empty());
+}
+
+#[test]
+fn flamegraph_colours_are_stable_across_runs() {
+    let a = profile_spinner("pipe-colour", Mode::Cpu, Duration::from_millis(200));
+    let b = profile_spinner("pipe-colour", Mode::Cpu, Duration::from_millis(200));
+    let fill_of = |p: &Profile| {
+        let mut svg = Vec::new();
+        p.write_flamegraph(&mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        // The <g> of a frame holds its <title> and then its rect's fill.
+        let at = svg
+            .find("pipeline::pipeline_leaf (")
+            .expect("leaf frame in svg");
+        let fill = &svg[at..];
+        let fill = &fill[fill.find("fill=\"").unwrap() + 6..];
+        fill[..fill.find('"').unwrap()].to_owned()
+    };
+    assert_eq!(fill_of(&a), fill_of(&b));
+}
