@@ -234,7 +234,96 @@ impl fmt::Display for SelfCheck {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use btprof::{Profile, Stack, Stats};
+
     use super::*;
+
+    /// A 1 s profile of both workers whose leaves are split as `leaves`
+    /// (samples per function, `FUNCTIONS` order), all under the thread root
+    /// unless `truncated`.
+    fn profile(leaves: [u64; 5], truncated: bool) -> Profile {
+        let mut stacks = Vec::new();
+        for (i, &count) in leaves.iter().enumerate() {
+            let mut frames: Vec<std::sync::Arc<str>> =
+                vec!["btprof_cli::workload::worker_main".into()];
+            if i >= 2 {
+                frames.push("btprof_cli::workload::chain_outer".into());
+            }
+            if i >= 3 {
+                frames.push("btprof_cli::workload::chain_middle".into());
+            }
+            if i != 2 && i != 3 {
+                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]).into());
+            }
+            stacks.push(Stack {
+                thread: format!("{THREAD_PREFIX}{}", usize::from(i >= 2)).into(),
+                frames,
+                truncated,
+                count,
+            });
+        }
+        let mut stats = Stats::new(&Default::default());
+        stats.duration = Duration::from_secs(1);
+        Profile::from_stacks(stacks, Vec::new(), stats)
+    }
+
+    /// Timings with exactly the split of the faithful profile below.
+    fn truth() -> Truth {
+        Truth::from_ns([400, 600, 100, 100, 800], 2000)
+    }
+
+    #[test]
+    fn a_faithful_profile_passes() {
+        let check = SelfCheck::evaluate(
+            &profile([400, 600, 100, 100, 800], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(check.passed(), "{:?}\n{check}", check.failures());
+        assert!((check.min_thread_hz - 1000.0).abs() < 1e-6);
+        assert_eq!(check.complete, 1.0);
+        assert_eq!(check.chain_intact, 1.0);
+    }
+
+    #[test]
+    fn a_share_off_by_more_than_the_threshold_fails() {
+        // alpha sampled 5 points too often, beta 5 too rarely.
+        let check = SelfCheck::evaluate(
+            &profile([500, 500, 100, 100, 800], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        let failures = check.failures();
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        assert!(failures[0].starts_with("alpha measured 25.00% but ran 20.00%"));
+    }
+
+    #[test]
+    fn truncated_stacks_and_a_low_rate_fail() {
+        let check = SelfCheck::evaluate(
+            &profile([400, 600, 100, 100, 800], true),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(check
+            .failures()
+            .iter()
+            .any(|f| f.contains("reach worker_main")));
+        let slow = SelfCheck::evaluate(
+            &profile([200, 300, 50, 50, 400], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(slow.failures().iter().any(|f| f.starts_with("rate 500.0")));
+    }
+
+    #[test]
+    fn no_worker_samples_fails_plainly() {
+        let check = SelfCheck::evaluate(&profile([0; 5], false), &truth(), Thresholds::default());
+        assert_eq!(check.failures(), vec!["no samples of the workload threads"]);
+    }
 
     #[test]
     fn matches_workload_functions_by_path_suffix() {
