@@ -152,6 +152,10 @@ struct ThreadState {
     last_cpu_ns: Option<u64>,
     /// A signal is in flight: don't send another.
     pending: bool,
+    /// The published stack regions include this thread's stack. A thread
+    /// is not signalled before that: a stale snapshot could bound its walk
+    /// by a mapping that no longer exists.
+    regions_ready: bool,
     /// The tick the thread was last listed on, to forget exited threads.
     seen_tick: u64,
     /// When to re-read the name: threads often name themselves right after
@@ -259,7 +263,7 @@ impl SamplerLoop {
                 continue;
             };
             state.seen_tick = self.tick;
-            if state.pending {
+            if state.pending || !state.regions_ready {
                 self.stats.skipped_samples += 1;
                 continue;
             }
@@ -332,6 +336,7 @@ impl SamplerLoop {
                         key: u32::MAX,
                         last_cpu_ns: None,
                         pending: false,
+                        regions_ready: false,
                         seen_tick: tick,
                         name_check_tick: tick,
                         name_check_interval: 1,
@@ -371,6 +376,9 @@ impl SamplerLoop {
         }
         if self.regions_stale && stack_regions::refresh(&mut self.regions_scratch) {
             self.regions_stale = false;
+            for state in self.threads.values_mut() {
+                state.regions_ready = true;
+            }
         }
     }
 
@@ -400,9 +408,16 @@ impl SamplerLoop {
                 Poll::Collected => true,
                 Poll::Busy => false,
                 Poll::Pending => {
+                    // A thread that exited with its signal pending never
+                    // takes it: that is an exit, not a failure.
+                    let exited = threads::thread_cpu_ns(slot_use.tid).is_none();
                     let expired = cancel_all || slot_use.armed_at.elapsed() > SAMPLE_TIMEOUT;
-                    if expired && self.slots.cancel(slot) {
-                        self.stats.failed_samples += 1;
+                    if (exited || expired) && self.slots.cancel(slot) {
+                        if exited {
+                            self.stats.exited_threads += 1;
+                        } else {
+                            self.stats.failed_samples += 1;
+                        }
                         true
                     } else {
                         false
