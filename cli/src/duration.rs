@@ -20,7 +20,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         other => {
             return Err(format!(
-                "`{text}` has an unknown unit `{other}`: use ms, s, m or h"
+                "`{text}` has an unknown unit `{other}`: expected a number with an optional unit \
+                 (us, ms, s, m or h), like 5, 5s, 500ms or 2m"
             ))
         }
     };

@@ -118,7 +118,8 @@ pub struct SamplerStats {
     /// Samples not attempted on a tick because the thread's previous one
     /// was still in flight or all slots were busy.
     pub skipped_samples: u64,
-    /// Threads that exited between being listed and being interrupted.
+    /// Samples not taken because the thread had exited after it was
+    /// listed (the list is re-read every few milliseconds).
     pub exited_threads: u64,
     /// Distinct (thread, name) pairs seen.
     pub threads_seen: u64,

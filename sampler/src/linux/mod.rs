@@ -39,10 +39,14 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// sample counted as failed (the thread has the signal blocked, or is
 /// stuck in the kernel).
 const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
-/// CPU time a thread may gain after its sample's walk and still count as
-/// idle in `cpu` mode: returning from the handler and restarting an
-/// interrupted system call costs a few microseconds.
-const IDLE_SLACK_NS: u64 = 20_000;
+/// CPU time a thread may gain since its last sample and still count as idle
+/// in `cpu` mode (at most half a period): being sampled costs a thread a few
+/// microseconds (up to ~10 in a VM), which must not make it look busy.
+const IDLE_SLACK_NS: u64 = 50_000;
+/// How often the thread list is re-read: listing `/proc/self/task` costs
+/// about 7 µs, too much for every tick at 1000 Hz. A new thread is sampled
+/// at most this much later; an exited one fails its send with `ESRCH`.
+const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -190,10 +194,14 @@ struct SamplerLoop {
     regions_stale: bool,
     missing_regions_seen: u64,
     tick: u64,
+    /// When the thread list was last read.
+    listed_at: Option<Instant>,
+    idle_slack_ns: u64,
 }
 
 impl SamplerLoop {
     fn new(config: SamplerConfig, signal: i32, progress: Arc<Progress>) -> Result<Self, Error> {
+        let idle_slack_ns = IDLE_SLACK_NS.min(TickSchedule::period_for_hz(config.hz) / 2);
         Ok(SamplerLoop {
             stats: SamplerStats::new(&config),
             config,
@@ -212,6 +220,8 @@ impl SamplerLoop {
             regions_stale: false,
             missing_regions_seen: slots::MISSING_REGIONS.load(Ordering::Relaxed),
             tick: 0,
+            listed_at: None,
+            idle_slack_ns,
         })
     }
 
@@ -250,8 +260,14 @@ impl SamplerLoop {
     fn tick(&mut self) -> Result<(), Error> {
         self.tick += 1;
         self.collect(false);
-        self.tasks.read(&mut self.tids).map_err(Error::Io)?;
-        self.discover_threads();
+        if self
+            .listed_at
+            .is_none_or(|at| at.elapsed() >= RELIST_INTERVAL)
+        {
+            self.listed_at = Some(Instant::now());
+            self.tasks.read(&mut self.tids).map_err(Error::Io)?;
+            self.discover_threads();
+        }
         self.refresh_regions_if_stale();
 
         for i in 0..self.tids.len() {
@@ -272,14 +288,13 @@ impl SamplerLoop {
                     self.stats.exited_threads += 1;
                     continue;
                 };
-                // Progress is measured from the end of the thread's last
-                // walk, so the cost of taking that sample (signal delivery,
-                // the walk, returning into a blocking call) does not make an
-                // idle thread look busy forever. A small slack absorbs what
-                // is left after the handler's clock read.
+                // Progress is measured from the thread's last sample and
+                // must exceed what taking that sample cost the thread
+                // (signal delivery, the walk, restarting a blocking call),
+                // or an idle thread would look busy after every sample.
                 let idle = state
                     .last_cpu_ns
-                    .is_some_and(|last| cpu <= last + IDLE_SLACK_NS);
+                    .is_some_and(|last| cpu < last + self.idle_slack_ns);
                 if idle {
                     continue;
                 }
@@ -390,9 +405,7 @@ impl SamplerLoop {
                 continue;
             };
             let (table, stats) = (&mut self.table, &mut self.stats);
-            let mut sampled_cpu = None;
             let finished = match self.slots.poll(slot, |walk| {
-                sampled_cpu = Some(walk.cpu_ns);
                 table.add(
                     StackKey {
                         thread: slot_use.key,
@@ -428,9 +441,6 @@ impl SamplerLoop {
                 self.slot_uses[slot] = None;
                 if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                     state.pending = false;
-                    if sampled_cpu.is_some() {
-                        state.last_cpu_ns = sampled_cpu;
-                    }
                 }
             }
         }

@@ -52,9 +52,6 @@ struct Slot {
     depth: AtomicU32,
     end: AtomicU32,
     lr: AtomicU64,
-    /// The thread's CPU clock when its walk finished, so `cpu` mode can
-    /// tell the thread's own progress from the cost of being sampled.
-    cpu_ns: AtomicU64,
     frames: FrameBuf,
 }
 
@@ -66,7 +63,6 @@ impl Slot {
             depth: AtomicU32::new(0),
             end: AtomicU32::new(0),
             lr: AtomicU64::new(0),
-            cpu_ns: AtomicU64::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
         }
     }
@@ -103,8 +99,6 @@ pub(crate) struct Collected<'a> {
     pub frames: &'a [u64],
     pub lr: u64,
     pub end: WalkEnd,
-    /// The sampled thread's CPU clock at the end of its walk.
-    pub cpu_ns: u64,
 }
 
 /// The sampler side of the slots. Only the sampler thread holds one, and it
@@ -204,14 +198,12 @@ impl SlotOwner {
         self.scratch.extend_from_slice(frames);
         let lr = s.lr.load(Relaxed);
         let end = WalkEnd::from_u8(s.end.load(Relaxed) as u8);
-        let cpu_ns = s.cpu_ns.load(Relaxed);
         s.state.store(IDLE, Relaxed);
         self.armed[slot] = None;
         collect(Collected {
             frames: &self.scratch,
             lr,
             end,
-            cpu_ns,
         });
         Poll::Collected
     }
@@ -295,19 +287,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);
-    slot.cpu_ns.store(own_cpu_ns(), Relaxed);
     slot.state.store(state(generation, DONE), Release);
-}
-
-/// This thread's CPU clock; `clock_gettime` is async-signal-safe.
-fn own_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,535 @@
+//! End-to-end tests of the `btprof` binary: exit codes, output files,
+//! the self-check, Ctrl-C and usage errors.
+//!
+//! Runs that really profile are serialised with [`PROFILING`]: the machine
+//! has two cores and the self-check compares sampled shares with measured
+//! CPU time, so several profiling runs at once would only test contention.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_btprof");
+const WORKER_PREFIX: &str = "btprof-work-";
+const FUNCTIONS: [&str; 5] = [
+    "alpha",
+    "beta",
+    "chain_outer",
+    "chain_middle",
+    "chain_inner",
+];
+/// Longest a run that was not interrupted may take before it counts as hung.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+static PROFILING: Mutex<()> = Mutex::new(());
+
+/// Holds the profiling lock; a test that panicked while holding it does not
+/// block the others.
+fn profiling_lock() -> MutexGuard<'static, ()> {
+    PROFILING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A scratch directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> TempDir {
+        let path =
+            std::env::temp_dir().join(format!("btprof-cli-test-{}-{test}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A finished run of the binary.
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Starts `btprof args...` with stdout and stderr going to files in `dir`
+/// (no pipe can fill up and stall the child).
+fn spawn(dir: &TempDir, args: &[&str]) -> Child {
+    let stdout = File::create(dir.path("stdout")).expect("create stdout file");
+    let stderr = File::create(dir.path("stderr")).expect("create stderr file");
+    Command::new(BIN)
+        .args(args)
+        .current_dir(&dir.0)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn btprof")
+}
+
+/// Polls `child` until it exits or `timeout` passes; kills it on timeout.
+fn wait_until(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        sleep(Duration::from_millis(20));
+    }
+}
+
+fn collect(dir: &TempDir, status: ExitStatus) -> Run {
+    Run {
+        status,
+        stdout: fs::read_to_string(dir.path("stdout")).unwrap_or_default(),
+        stderr: fs::read_to_string(dir.path("stderr")).unwrap_or_default(),
+    }
+}
+
+/// Runs `btprof args...` to completion in `dir`.
+fn run(dir: &TempDir, args: &[&str]) -> Run {
+    let mut child = spawn(dir, args);
+    match wait_until(&mut child, RUN_TIMEOUT) {
+        Some(status) => collect(dir, status),
+        None => panic!(
+            "btprof {args:?} still running after {RUN_TIMEOUT:?}; stderr so far:\n{}",
+            fs::read_to_string(dir.path("stderr")).unwrap_or_default()
+        ),
+    }
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("temp path is UTF-8")
+}
+
+/// The folded file's lines, each checked for the `frames count` shape.
+/// Returns `(stack, count)` pairs in file order.
+fn read_folded(path: &Path) -> Vec<(String, u64)> {
+    let text = fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read folded file {}: {e}", path.display()));
+    text.lines()
+        .map(|line| {
+            let (stack, count) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("folded line without a count: {line:?}"));
+            assert!(
+                !stack.is_empty()
+                    && !stack.starts_with(' ')
+                    && !stack.ends_with(' ')
+                    && !stack.contains("  ")
+                    && !stack.contains(['\t', '\r']),
+                "folded line is not `frames count`: {line:?}"
+            );
+            assert!(
+                !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()),
+                "folded line does not end with a count: {line:?}"
+            );
+            let count: u64 = count.parse().expect("count fits in u64");
+            assert!(count > 0, "folded line with a zero count: {line:?}");
+            assert!(
+                stack.split(';').all(|frame| !frame.is_empty()),
+                "folded line with an empty frame: {line:?}"
+            );
+            (stack.to_owned(), count)
+        })
+        .collect()
+}
+
+/// Samples per thread (the first frame of each line).
+fn samples_per_thread(lines: &[(String, u64)]) -> Vec<(String, u64)> {
+    let mut threads: Vec<(String, u64)> = Vec::new();
+    for (stack, count) in lines {
+        let thread = stack.split(';').next().unwrap_or_default();
+        match threads.iter_mut().find(|(t, _)| t == thread) {
+            Some((_, n)) => *n += count,
+            None => threads.push((thread.to_owned(), *count)),
+        }
+    }
+    threads
+}
+
+/// `(function, points)` from the self-check's share table, e.g.
+/// `  alpha             37.08%    37.97%    -0.89  ok`.
+fn share_table(stdout: &str) -> Vec<(String, f64)> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [name, measured, truth, points, verdict] = fields[..] else {
+                return None;
+            };
+            if !FUNCTIONS.contains(&name)
+                || !measured.ends_with('%')
+                || !truth.ends_with('%')
+                || !matches!(verdict, "ok" | "FAIL")
+            {
+                return None;
+            }
+            let points: f64 = points
+                .parse()
+                .unwrap_or_else(|_| panic!("bad points in share line {line:?}"));
+            Some((name.to_owned(), points))
+        })
+        .collect()
+}
+
+#[test]
+fn pid_self_passes_and_writes_outputs() {
+    let dir = TempDir::new("pid_self_passes_and_writes_outputs");
+    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
+    let result = {
+        let _lock = profiling_lock();
+        run(
+            &dir,
+            &[
+                "--pid-self",
+                "--hz",
+                "1000",
+                "--duration",
+                "2s",
+                "--output",
+                path_str(&svg),
+                "--folded",
+                path_str(&folded),
+            ],
+        )
+    };
+    let report = result.describe();
+    assert_eq!(result.status.code(), Some(0), "{report}");
+    assert!(result.stdout.contains("self-check: PASS"), "{report}");
+
+    // Folded stacks: shape, thread roots, the call chain, sorted order.
+    let lines = read_folded(&folded);
+    assert!(!lines.is_empty(), "empty folded file\n{report}");
+    let dump = lines
+        .iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for worker in ["btprof-work-0;", "btprof-work-1;"] {
+        assert!(
+            lines.iter().any(|(s, _)| s.starts_with(worker)),
+            "no stack rooted at thread {worker}\n{dump}"
+        );
+    }
+    let chain = lines.iter().any(|(stack, _)| {
+        let Some(outer) = stack.find("workload::chain_outer;") else {
+            return false;
+        };
+        let rest = &stack[outer..];
+        let Some(middle) = rest.find("workload::chain_middle;") else {
+            return false;
+        };
+        rest[middle..].contains("workload::chain_inner")
+    });
+    assert!(
+        chain,
+        "no stack with chain_outer -> chain_middle -> chain_inner\n{dump}"
+    );
+    for pair in lines.windows(2) {
+        assert!(
+            pair[0].0 < pair[1].0,
+            "folded lines not sorted (or not merged):\n{} {}\n{} {}",
+            pair[0].0,
+            pair[0].1,
+            pair[1].0,
+            pair[1].1
+        );
+    }
+
+    // The SVG.
+    let svg_text = fs::read_to_string(&svg).expect("read SVG");
+    assert!(
+        svg_text.starts_with("<?xml") || svg_text.contains("<svg"),
+        "not an SVG: {}",
+        &svg_text[..svg_text.len().min(200)]
+    );
+    assert!(
+        svg_text.contains("workload::alpha"),
+        "SVG lacks workload::alpha"
+    );
+    let titled = svg_text
+        .split("<title>")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("</title>"))
+        .any(|(title, _)| title.contains("samples"));
+    let heading = svg_text
+        .split_once("id=\"title\"")
+        .is_some_and(|(_, rest)| {
+            rest.split("</text>")
+                .next()
+                .unwrap_or("")
+                .contains("samples")
+        });
+    assert!(
+        titled || heading,
+        "SVG has no title mentioning samples\n{report}"
+    );
+
+    // The share table: every function listed, each within 3 points.
+    let shares = share_table(&result.stdout);
+    for f in FUNCTIONS {
+        assert_eq!(
+            shares.iter().filter(|(name, _)| name == f).count(),
+            1,
+            "share of {f} not reported exactly once\n{report}"
+        );
+    }
+    for (name, points) in &shares {
+        assert!(
+            points.abs() <= 3.0,
+            "{name} is {points:+.2} points off\n{report}"
+        );
+    }
+}
+
+#[test]
+fn merge_threads_drops_thread_roots() {
+    let dir = TempDir::new("merge_threads_drops_thread_roots");
+    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
+    let result = {
+        let _lock = profiling_lock();
+        run(
+            &dir,
+            &[
+                "--pid-self",
+                "--duration",
+                "1s",
+                "--merge-threads",
+                "--output",
+                path_str(&svg),
+                "--folded",
+                path_str(&folded),
+            ],
+        )
+    };
+    let report = result.describe();
+    assert!(
+        matches!(result.status.code(), Some(0 | 1)),
+        "unexpected status\n{report}"
+    );
+    let lines = read_folded(&folded);
+    assert!(
+        lines.iter().any(|(s, _)| s.contains("workload::alpha")),
+        "no samples of workload::alpha\n{report}"
+    );
+    for (stack, count) in &lines {
+        assert!(
+            !stack.starts_with(WORKER_PREFIX),
+            "thread root kept with --merge-threads: {stack} {count}"
+        );
+    }
+    // beta runs on both workers; merged, its stack appears once.
+    let beta: Vec<_> = lines
+        .iter()
+        .filter(|(s, _)| s.ends_with("workload::worker_main;btprof_cli::workload::beta"))
+        .collect();
+    assert!(
+        beta.len() <= 1,
+        "beta's stack not merged across threads: {beta:?}"
+    );
+}
+
+#[test]
+fn ctrl_c_still_writes_everything() {
+    let dir = TempDir::new("ctrl_c_still_writes_everything");
+    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
+    let _lock = profiling_lock();
+    let mut child = spawn(
+        &dir,
+        &[
+            "--pid-self",
+            "--duration",
+            "30s",
+            "--output",
+            path_str(&svg),
+            "--folded",
+            path_str(&folded),
+        ],
+    );
+    sleep(Duration::from_millis(1500));
+    if let Some(status) = child.try_wait().expect("try_wait") {
+        panic!(
+            "btprof exited before Ctrl-C\n{}",
+            collect(&dir, status).describe()
+        );
+    }
+    let pid = i32::try_from(child.id()).expect("pid fits in pid_t");
+    // SAFETY: plain kill(2) on our own child, which has not been reaped.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(rc, 0, "kill(SIGINT) failed");
+    let interrupted = Instant::now();
+    let Some(status) = wait_until(&mut child, Duration::from_secs(10)) else {
+        panic!(
+            "btprof still running 10 s after SIGINT (killed); stderr:\n{}",
+            fs::read_to_string(dir.path("stderr")).unwrap_or_default()
+        );
+    };
+    let waited = interrupted.elapsed();
+    let result = collect(&dir, status);
+    let report = result.describe();
+    assert!(
+        matches!(result.status.code(), Some(0 | 1)),
+        "SIGINT did not lead to a normal exit (after {waited:?})\n{report}"
+    );
+    assert!(result.stderr.contains("interrupted"), "{report}");
+    assert!(svg.is_file(), "no SVG written after Ctrl-C\n{report}");
+    assert!(
+        fs::metadata(&svg).map(|m| m.len()).unwrap_or(0) > 0,
+        "empty SVG after Ctrl-C\n{report}"
+    );
+    let lines = read_folded(&folded);
+    assert!(
+        !lines.is_empty(),
+        "empty folded file after Ctrl-C\n{report}"
+    );
+}
+
+#[test]
+fn bad_duration_is_a_usage_error() {
+    let dir = TempDir::new("bad_duration_is_a_usage_error");
+    let result = run(&dir, &["--pid-self", "--duration", "5parsecs"]);
+    let report = result.describe();
+    assert_eq!(result.status.code(), Some(2), "{report}");
+    assert!(result.stderr.contains("5parsecs"), "{report}");
+    assert!(
+        result.stderr.contains("500ms"),
+        "the error should show the accepted forms (e.g. 500ms)\n{report}"
+    );
+    assert!(!dir.path("btprof.folded").exists(), "profiled anyway");
+}
+
+#[test]
+fn missing_target_says_what_to_do() {
+    let dir = TempDir::new("missing_target_says_what_to_do");
+    let result = run(&dir, &["--duration", "1s"]);
+    let report = result.describe();
+    assert_eq!(result.status.code(), Some(2), "{report}");
+    assert!(result.stderr.contains("--pid-self"), "{report}");
+    assert!(!dir.path("btprof.folded").exists(), "profiled anyway");
+}
+
+#[test]
+fn unwritable_output_is_reported() {
+    let dir = TempDir::new("unwritable_output_is_reported");
+    let folded = dir.path("out.folded");
+    let bad = "/nonexistent-dir/x.svg";
+    assert!(!Path::new("/nonexistent-dir").exists());
+    let result = {
+        let _lock = profiling_lock();
+        run(
+            &dir,
+            &[
+                "--pid-self",
+                "--duration",
+                "1s",
+                "--output",
+                bad,
+                "--folded",
+                path_str(&folded),
+            ],
+        )
+    };
+    let report = result.describe();
+    assert_eq!(result.status.code(), Some(2), "{report}");
+    assert!(result.stderr.contains(bad), "{report}");
+    assert!(
+        !result.stdout.contains("self-check: PASS"),
+        "reported a pass although an output was not written\n{report}"
+    );
+}
+
+#[test]
+fn help_teaches() {
+    let dir = TempDir::new("help_teaches");
+    let result = run(&dir, &["--help"]);
+    let report = result.describe();
+    assert_eq!(result.status.code(), Some(0), "{report}");
+    for needle in ["--pid-self", "--hz", "--duration", "--mode", "Ctrl-C"] {
+        assert!(
+            result.stdout.contains(needle),
+            "help lacks {needle}\n{report}"
+        );
+    }
+    assert!(
+        result
+            .stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("btprof --pid-self")),
+        "help has no example command line\n{report}"
+    );
+}
+
+#[test]
+fn wall_mode_runs() {
+    let dir = TempDir::new("wall_mode_runs");
+    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
+    let result = {
+        let _lock = profiling_lock();
+        run(
+            &dir,
+            &[
+                "--pid-self",
+                "--hz",
+                "1000",
+                "--mode",
+                "wall",
+                "--duration",
+                "1s",
+                "--output",
+                path_str(&svg),
+                "--folded",
+                path_str(&folded),
+            ],
+        )
+    };
+    let report = result.describe();
+    assert!(
+        matches!(result.status.code(), Some(0 | 1)),
+        "unexpected status\n{report}"
+    );
+    let lines = read_folded(&folded);
+    let threads = samples_per_thread(&lines);
+    let blocked: u64 = threads
+        .iter()
+        .filter(|(t, _)| !t.starts_with(WORKER_PREFIX))
+        .map(|(_, n)| n)
+        .sum();
+    let main = threads
+        .iter()
+        .find(|(t, _)| t == "btprof")
+        .map_or(0, |(_, n)| *n);
+    // The main thread sleeps in 20 ms steps for the whole second: in cpu
+    // mode it is almost never running, in wall mode it is sampled at about
+    // the full rate. A quarter of 1000 Hz x 1 s tells the two apart.
+    assert!(
+        blocked > 0 && main >= 250,
+        "wall mode barely sampled the sleeping main thread: {threads:?}\n{report}"
+    );
+}
