@@ -1,4 +1,5 @@
-//! The Linux sampler against real threads of this test process.
+//! The Linux sampler against a real busy thread of this test process: the
+//! rate, the leaf and complete walks.
 #![cfg(target_os = "linux")]
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +21,7 @@ fn spin(stop: &AtomicBool) -> u64 {
 }
 
 #[test]
-fn samples_a_busy_thread_at_the_requested_rate() {
+fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let worker = std::thread::Builder::new()
@@ -37,30 +38,26 @@ fn samples_a_busy_thread_at_the_requested_rate() {
     let raw = sampler.stop().unwrap();
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
-    let busy: Vec<_> = raw
-        .threads
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.name == "busy")
-        .map(|(i, _)| i as u32)
+
+    let busy: Vec<u32> = (0..raw.threads.len() as u32)
+        .filter(|&i| raw.threads[i as usize].name == "busy")
         .collect();
-    let busy_samples: u64 = raw
+    let stacks: Vec<_> = raw
         .table
         .iter()
         .filter(|(k, _)| busy.contains(&k.thread))
+        .collect();
+    let samples: u64 = stacks.iter().map(|(_, c)| c).sum();
+    // Generous floor for a loaded machine; the CLI self-check gates the rate.
+    assert!(samples > 300, "{samples} samples: {:?}", raw.stats);
+    // The pc (frame 0) lies in `spin` in almost every sample, and those
+    // walks reach the end of the chain.
+    let spin_start = spin as *const () as u64;
+    let in_spin: u64 = stacks
+        .iter()
+        .filter(|(k, _)| (spin_start..spin_start + 4096).contains(&k.frames[0]))
+        .filter(|(k, _)| k.end == WalkEnd::Complete && k.frames.len() > 3)
         .map(|(_, c)| c)
         .sum();
-    let spin_addr = spin as *const () as u64;
-    eprintln!("{:?}", raw.stats);
-    for (k, c) in raw
-        .table
-        .iter()
-        .filter(|(k, _)| busy.contains(&k.thread))
-        .take(5)
-    {
-        eprintln!("{c} {:?} {:x?}", k.end, k.frames);
-    }
-    eprintln!("spin at {spin_addr:x}, busy samples {busy_samples}");
-    assert!(busy_samples > 900, "{busy_samples}");
-    assert!(raw.stats.walk_ends[WalkEnd::Complete as usize] > 0);
+    assert!(in_spin * 100 >= samples * 95, "{in_spin} of {samples}");
 }

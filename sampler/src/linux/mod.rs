@@ -471,13 +471,7 @@ impl SamplerLoop {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    threads::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
 /// Sleeps until an absolute `CLOCK_MONOTONIC` time, through interruptions.

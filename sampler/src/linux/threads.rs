@@ -95,12 +95,9 @@ pub(crate) fn gettid() -> i32 {
     unsafe { libc::gettid() }
 }
 
-/// CPU time consumed by thread `tid` of this process, in nanoseconds, or
-/// `None` if the thread is gone.
-pub(crate) fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    // The per-thread scheduler CPU clock, as glibc's pthread_getcpuclockid
-    // builds it from a tid: ((~tid) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED.
-    let clock = (!tid << 3) | 4 | 2;
+/// Reads `clock` in nanoseconds, or `None` if it does not exist (a thread
+/// CPU clock of a thread that exited). Async-signal-safe.
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -112,15 +109,17 @@ pub(crate) fn thread_cpu_ns(tid: i32) -> Option<u64> {
     Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// CPU time consumed by thread `tid` of this process, in nanoseconds, or
+/// `None` if the thread is gone.
+pub(crate) fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    // The per-thread scheduler CPU clock, as glibc's pthread_getcpuclockid
+    // builds it from a tid: ((~tid) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED.
+    clock_ns((!tid << 3) | 4 | 2)
+}
+
 /// The calling thread's CPU time in nanoseconds.
 pub(crate) fn own_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
 }
 
 /// The thread's name (`comm`), or `None` if it exited.
