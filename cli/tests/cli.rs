@@ -124,6 +124,20 @@ fn run(dir: &TempDir, args: &[&str]) -> Run {
     }
 }
 
+/// Runs a profiling invocation of the binary with `args` plus output paths
+/// in `dir`, holding the profiling lock; returns the run and the SVG and
+/// folded paths.
+fn profile(dir: &TempDir, args: &[&str]) -> (Run, PathBuf, PathBuf) {
+    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
+    let mut all = args.to_vec();
+    all.extend(["--output", path_str(&svg), "--folded", path_str(&folded)]);
+    let result = {
+        let _lock = profiling_lock();
+        run(dir, &all)
+    };
+    (result, svg, folded)
+}
+
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("temp path is UTF-8")
 }
@@ -202,24 +216,7 @@ fn share_table(stdout: &str) -> Vec<(String, f64)> {
 #[test]
 fn pid_self_passes_and_writes_outputs() {
     let dir = TempDir::new("pid_self_passes_and_writes_outputs");
-    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
-    let result = {
-        let _lock = profiling_lock();
-        run(
-            &dir,
-            &[
-                "--pid-self",
-                "--hz",
-                "1000",
-                "--duration",
-                "2s",
-                "--output",
-                path_str(&svg),
-                "--folded",
-                path_str(&folded),
-            ],
-        )
-    };
+    let (result, svg, folded) = profile(&dir, &["--pid-self", "--hz", "1000", "--duration", "2s"]);
     let report = result.describe();
     assert_eq!(result.status.code(), Some(0), "{report}");
     assert!(result.stdout.contains("self-check: PASS"), "{report}");
@@ -312,23 +309,8 @@ fn pid_self_passes_and_writes_outputs() {
 #[test]
 fn merge_threads_drops_thread_roots() {
     let dir = TempDir::new("merge_threads_drops_thread_roots");
-    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
-    let result = {
-        let _lock = profiling_lock();
-        run(
-            &dir,
-            &[
-                "--pid-self",
-                "--duration",
-                "1s",
-                "--merge-threads",
-                "--output",
-                path_str(&svg),
-                "--folded",
-                path_str(&folded),
-            ],
-        )
-    };
+    let (result, _svg, folded) =
+        profile(&dir, &["--pid-self", "--duration", "1s", "--merge-threads"]);
     let report = result.describe();
     assert!(
         matches!(result.status.code(), Some(0 | 1)),
@@ -489,26 +471,18 @@ fn help_teaches() {
 #[test]
 fn wall_mode_runs() {
     let dir = TempDir::new("wall_mode_runs");
-    let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
-    let result = {
-        let _lock = profiling_lock();
-        run(
-            &dir,
-            &[
-                "--pid-self",
-                "--hz",
-                "1000",
-                "--mode",
-                "wall",
-                "--duration",
-                "1s",
-                "--output",
-                path_str(&svg),
-                "--folded",
-                path_str(&folded),
-            ],
-        )
-    };
+    let (result, _svg, folded) = profile(
+        &dir,
+        &[
+            "--pid-self",
+            "--hz",
+            "1000",
+            "--mode",
+            "wall",
+            "--duration",
+            "1s",
+        ],
+    );
     let report = result.describe();
     assert!(
         matches!(result.status.code(), Some(0 | 1)),
