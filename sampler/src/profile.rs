@@ -168,25 +168,6 @@ impl SamplerStats {
             .map(|&e| self.walk_ends[e as usize])
             .sum()
     }
-
-    /// Adds another window's counters (durations add up; the earlier start
-    /// time is kept).
-    pub fn absorb(&mut self, other: &SamplerStats) {
-        self.start_time = self.start_time.min(other.start_time);
-        self.duration += other.duration;
-        self.ticks += other.ticks;
-        self.missed_ticks += other.missed_ticks;
-        self.samples += other.samples;
-        for (a, b) in self.walk_ends.iter_mut().zip(other.walk_ends) {
-            *a += b;
-        }
-        self.failed_samples += other.failed_samples;
-        self.skipped_samples += other.skipped_samples;
-        self.exited_threads += other.exited_threads;
-        self.threads_seen = self.threads_seen.max(other.threads_seen);
-        self.sampler_cpu += other.sampler_cpu;
-        self.stray_signals += other.stray_signals;
-    }
 }
 
 /// Live counters of a running sampler, updated every tick.

@@ -140,11 +140,6 @@ impl StackTable {
             )
         })
     }
-
-    /// Bytes held by the table (arena and hash table), for memory reports.
-    pub fn heap_bytes(&self) -> usize {
-        self.arena.capacity() * 8 + self.entries.capacity() * core::mem::size_of::<(u64, Entry)>()
-    }
 }
 
 #[cfg(test)]

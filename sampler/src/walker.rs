@@ -163,19 +163,6 @@ impl WalkEnd {
             _ => WalkEnd::Unreadable,
         }
     }
-
-    /// A short lower-case label for reports.
-    pub const fn label(self) -> &'static str {
-        match self {
-            WalkEnd::Complete => "complete",
-            WalkEnd::DepthCap => "depth cap",
-            WalkEnd::NotIncreasing => "frame pointer not increasing",
-            WalkEnd::Misaligned => "misaligned frame pointer",
-            WalkEnd::OutOfBounds => "frame pointer outside stack",
-            WalkEnd::Unreadable => "unreadable memory",
-            WalkEnd::NoBounds => "stack bounds unknown",
-        }
-    }
 }
 
 /// The result of one walk; the addresses themselves are in the buffer.
