@@ -16,8 +16,19 @@
 //!    kernel's signal delivery) plus the sampler thread's CPU time, less the
 //!    baseline workers' CPU for the same work, divided by the samples taken.
 //!
+//! 3. Against the floor: the same job as 2 with the kernel interrupting
+//!    each worker 1000 times per CPU-second and nothing else, then with an
+//!    empty signal handler on each interrupt ([`floor`]), then with btprof.
+//!    btprof's cost is reported as a ratio to the floor measured in the
+//!    same rounds, because in a VM the floor alone can exceed the absolute
+//!    targets.
+//!
 //! `cargo bench --bench overhead`. Always exits 0: it reports, it does not
 //! gate.
+
+#[cfg(target_os = "linux")]
+#[path = "support/floor.rs"]
+mod floor;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -111,11 +122,23 @@ fn thread_id() -> u64 {
 struct WorkerOut {
     tid: u64,
     cpu: Duration,
+    expiries: u64,
+}
+
+/// What interrupts a job's workers besides a profiler: nothing, or one of
+/// the [`floor`] timers each worker starts on itself.
+#[derive(Clone, Copy)]
+enum Interrupts {
+    None,
+    #[cfg(target_os = "linux")]
+    Floor(floor::Floor),
 }
 
 struct JobOut {
     wall: Duration,
     workers: Vec<WorkerOut>,
+    /// Floor timer expiries, summed over the workers (0 without a floor).
+    expiries: u64,
 }
 
 impl JobOut {
@@ -131,6 +154,11 @@ impl JobOut {
 /// Runs [`WORKERS`] threads of `iters` iterations each, optionally at the
 /// bottom of a `chain`-deep call chain, and times spawn to join.
 fn run_job(iters: u64, chain: Option<u32>) -> JobOut {
+    run_job_with(iters, chain, Interrupts::None)
+}
+
+/// [`run_job`], with each worker interrupted as `interrupts` says.
+fn run_job_with(iters: u64, chain: Option<u32>, interrupts: Interrupts) -> JobOut {
     let start = Instant::now();
     let handles: Vec<_> = (0..WORKERS)
         .map(|i| {
@@ -138,6 +166,11 @@ fn run_job(iters: u64, chain: Option<u32>) -> JobOut {
                 .name(format!("ovh-worker-{i}"))
                 .spawn(move || {
                     let tid = thread_id();
+                    #[cfg(target_os = "linux")]
+                    let timer = match interrupts {
+                        Interrupts::Floor(f) => Some(floor::Timer::start(f).expect("floor timer")),
+                        Interrupts::None => None,
+                    };
                     let cpu0 = thread_cpu();
                     let seed = black_box(0x9e37_79b9 + i as u64);
                     let v = match chain {
@@ -145,20 +178,26 @@ fn run_job(iters: u64, chain: Option<u32>) -> JobOut {
                         None => spin(iters, seed),
                     };
                     black_box(v);
-                    WorkerOut {
-                        tid,
-                        cpu: thread_cpu() - cpu0,
-                    }
+                    let cpu = thread_cpu() - cpu0;
+                    #[cfg(target_os = "linux")]
+                    let expiries = timer.map_or(0, |t| t.expiries());
+                    #[cfg(not(target_os = "linux"))]
+                    let expiries = {
+                        let _ = interrupts;
+                        0
+                    };
+                    WorkerOut { tid, cpu, expiries }
                 })
                 .expect("spawn worker")
         })
         .collect();
-    let workers = handles
+    let workers: Vec<WorkerOut> = handles
         .into_iter()
         .map(|h| h.join().expect("worker panicked"))
         .collect();
     JobOut {
         wall: start.elapsed(),
+        expiries: workers.iter().map(|w| w.expiries).sum(),
         workers,
     }
 }
@@ -564,6 +603,102 @@ fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
     }
 }
 
+/// Medians of measurement 3, or why it did not run.
+struct FloorResult {
+    /// Wall-time overhead (%) of: the bare interrupt, interrupt + empty
+    /// handler, btprof.
+    wall_pct: [f64; 3],
+    /// CPU per interrupt or sample (us), same order.
+    cost_us: [f64; 3],
+}
+
+#[cfg(target_os = "linux")]
+fn measure_floor(runs: usize, iters: u64) -> Result<FloorResult, String> {
+    use floor::Floor;
+
+    // Probe once on this thread: a refused perf_event_open skips the
+    // measurement with the reason instead of failing inside a worker.
+    floor::Timer::start(Floor::Interrupt).map_err(|e| {
+        format!("perf_event_open refused ({e}); see /proc/sys/kernel/perf_event_paranoid")
+    })?;
+    let _handler = floor::Handler::install();
+    let config = SamplerConfig {
+        hz: HZ,
+        mode: Mode::Cpu,
+        ..SamplerConfig::default()
+    };
+    let chain = Some(CHAIN_DEPTH);
+    // Per variant: (wall overhead %, CPU per event us) of each round.
+    let mut wall: [Vec<f64>; 3] = Default::default();
+    let mut cost: [Vec<f64>; 3] = Default::default();
+    let mut events: [Vec<f64>; 3] = Default::default();
+
+    for round in 0..runs {
+        let base = run_job(iters, chain);
+        // Rotate the variants' order so drift hits each alike.
+        for k in 0..3 {
+            let variant = (round + k) % 3;
+            let (job, extra_cpu, n) = match variant {
+                0 => {
+                    let job = run_job_with(iters, chain, Interrupts::Floor(Floor::Interrupt));
+                    let n = job.expiries;
+                    (job, 0.0, n)
+                }
+                1 => {
+                    let before = floor::Handler::count();
+                    let job = run_job_with(iters, chain, Interrupts::Floor(Floor::Signal));
+                    let n = floor::Handler::count() - before;
+                    (job, 0.0, n)
+                }
+                _ => {
+                    let sampler = Sampler::start(config.clone()).expect("start sampler");
+                    let job = run_job(iters, chain);
+                    let raw = sampler.stop().expect("stop sampler");
+                    (job, raw.stats.sampler_cpu.as_secs_f64(), raw.stats.samples)
+                }
+            };
+            let wall_pct = (job.wall.as_secs_f64() / base.wall.as_secs_f64() - 1.0) * 100.0;
+            let extra =
+                job.worker_cpu().as_secs_f64() - base.worker_cpu().as_secs_f64() + extra_cpu;
+            wall[variant].push(wall_pct);
+            cost[variant].push(extra / n.max(1) as f64 * 1e6);
+            events[variant].push(n as f64);
+        }
+        eprintln!(
+            "  [floor] round {}/{runs}: wall overhead interrupt {:+.2}%, +signal {:+.2}%, btprof {:+.2}%",
+            round + 1,
+            wall[0][round],
+            wall[1][round],
+            wall[2][round]
+        );
+    }
+
+    header(&format!(
+        "[3] against the floor: job 2 with each worker interrupted at {HZ} Hz of its CPU time (perf task-clock)"
+    ));
+    println!("  per-event cost = (worker CPU [+ sampler_cpu] - this round's baseline worker CPU) / events");
+    let names = [
+        "bare interrupt",
+        "interrupt + empty handler",
+        "btprof sampler",
+    ];
+    let mut result = FloorResult {
+        wall_pct: [0.0; 3],
+        cost_us: [0.0; 3],
+    };
+    for (i, name) in names.iter().enumerate() {
+        row(&format!("{name}: events per run"), &events[i], 0);
+        result.wall_pct[i] = row(&format!("{name}: wall overhead (%)"), &wall[i], 2).median;
+        result.cost_us[i] = row(&format!("{name}: CPU per event (us)"), &cost[i], 2).median;
+    }
+    Ok(result)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn measure_floor(_: usize, _: u64) -> Result<FloorResult, String> {
+    Err("the floor uses Linux perf events; not measured on this platform".into())
+}
+
 fn main() {
     let runs = std::env::var("BTPROF_BENCH_RUNS")
         .ok()
@@ -595,6 +730,7 @@ fn main() {
 
     let wall = measure_wall(runs, wall_iters);
     let cpu = measure_cpu(runs, cpu_iters);
+    let floor = measure_floor(runs, cpu_iters);
 
     println!();
     println!("SUMMARY (targets are reported, not enforced; exit status is always 0)");
@@ -643,4 +779,20 @@ fn main() {
         DEPTH_RANGE.end(),
         if depth_ok { "PASS" } else { "OUT OF RANGE" }
     );
+    match floor {
+        Ok(f) => {
+            println!(
+                "  floor on this machine: a bare {HZ} Hz interrupt costs {:.2} us and {:+.2}% wall; with an empty signal handler {:.2} us and {:+.2}%",
+                f.cost_us[0], f.wall_pct[0], f.cost_us[1], f.wall_pct[1]
+            );
+            println!(
+                "  btprof vs the empty-handler floor, same rounds: {:.2} us = {:.2}x per sample, {:+.2}% wall = {:.2}x",
+                f.cost_us[2],
+                f.cost_us[2] / f.cost_us[1],
+                f.wall_pct[2],
+                f.wall_pct[2] / f.wall_pct[1]
+            );
+        }
+        Err(why) => println!("  floor: not measured: {why}"),
+    }
 }
