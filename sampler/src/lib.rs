@@ -11,9 +11,40 @@ pub mod clock;
 pub mod stack_table;
 pub mod walker;
 
+mod exclusions;
 mod profile;
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+mod window;
 
-pub use profile::{Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo};
+pub use exclusions::{exclude_current_thread, Excluded};
+pub use profile::{
+    Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo, DEFAULT_MAX_STACKS,
+};
+pub use stack_table::Limit;
+
+/// The calling thread's id as samplers report it in [`ThreadInfo::tid`]:
+/// the kernel thread id on Linux.
+#[cfg(target_os = "linux")]
+pub fn current_thread_id() -> u64 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() as u64 }
+}
+
+/// The calling thread's id as samplers report it in [`ThreadInfo::tid`]:
+/// the 64-bit thread id on Apple platforms (stable, unlike port names).
+#[cfg(target_vendor = "apple")]
+pub fn current_thread_id() -> u64 {
+    let mut id = 0u64;
+    // SAFETY: a null thread means the calling thread; `id` is writable.
+    unsafe { libc::pthread_threadid_np(0 as libc::pthread_t, &mut id) };
+    id
+}
+
+/// No sampler backend here, so no thread id either.
+#[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+pub fn current_thread_id() -> u64 {
+    0
+}
 
 #[cfg(target_os = "linux")]
 mod linux;

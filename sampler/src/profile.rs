@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
-use crate::stack_table::StackTable;
+use crate::stack_table::{Limit, StackTable};
 use crate::walker::{Arch, WalkEnd};
 
 /// Which threads a tick interrupts.
@@ -47,7 +47,15 @@ pub struct SamplerConfig {
     /// The Linux profiling signal (a real-time signal); `None` picks
     /// [`crate::default_signal`]. Ignored on macOS.
     pub signal: Option<i32>,
+    /// How many distinct stacks (and frames) one window keeps; samples of
+    /// new stacks beyond it are counted as overflow, not stored.
+    pub limit: Limit,
 }
+
+/// Distinct stacks a window keeps by default: far more than a real
+/// program's hot stacks, and a memory ceiling of about 18 MB
+/// ([`Limit::max_bytes`]).
+pub const DEFAULT_MAX_STACKS: usize = 32_768;
 
 impl Default for SamplerConfig {
     fn default() -> Self {
@@ -56,6 +64,7 @@ impl Default for SamplerConfig {
             mode: Mode::Cpu,
             max_depth: 256,
             signal: None,
+            limit: Limit::stacks(DEFAULT_MAX_STACKS),
         }
     }
 }
@@ -70,6 +79,12 @@ impl SamplerConfig {
             return Err(Error::InvalidConfig(format!(
                 "rate {} Hz is outside 1..={MAX_HZ}",
                 self.hz
+            )));
+        }
+        if self.limit.stacks == 0 || self.limit.frames < self.max_depth {
+            return Err(Error::InvalidConfig(format!(
+                "a stack table limit of {} stacks and {} frames cannot hold one {}-frame stack",
+                self.limit.stacks, self.limit.frames, self.max_depth
             )));
         }
         if self.max_depth < 2 {
@@ -160,6 +175,32 @@ impl SamplerStats {
         }
     }
 
+    /// The counters accumulated since `earlier`, a copy of these stats
+    /// taken before: what one window of a longer run saw. `start_time`,
+    /// `duration` and `threads_seen` are the caller's to set.
+    pub fn since(&self, earlier: &SamplerStats) -> SamplerStats {
+        let mut walk_ends = self.walk_ends;
+        for (now, then) in walk_ends.iter_mut().zip(earlier.walk_ends) {
+            *now = now.saturating_sub(then);
+        }
+        SamplerStats {
+            requested_hz: self.requested_hz,
+            mode: self.mode,
+            start_time: self.start_time,
+            duration: self.duration.saturating_sub(earlier.duration),
+            ticks: self.ticks.saturating_sub(earlier.ticks),
+            missed_ticks: self.missed_ticks.saturating_sub(earlier.missed_ticks),
+            samples: self.samples.saturating_sub(earlier.samples),
+            walk_ends,
+            failed_samples: self.failed_samples.saturating_sub(earlier.failed_samples),
+            skipped_samples: self.skipped_samples.saturating_sub(earlier.skipped_samples),
+            exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
+            threads_seen: self.threads_seen,
+            sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
+            stray_signals: self.stray_signals.saturating_sub(earlier.stray_signals),
+        }
+    }
+
     /// Recorded stacks whose walk did not reach the end of the chain.
     pub fn truncated(&self) -> u64 {
         WalkEnd::ALL
@@ -208,6 +249,9 @@ pub enum Error {
     SignalInUse(i32),
     /// The sampler thread panicked (a bug; its samples are lost).
     SamplerPanicked,
+    /// The sampler thread did not answer a request for the stacks so far
+    /// in time.
+    Timeout,
     /// This platform has no sampler backend.
     Unsupported,
     /// An operating-system call failed.
@@ -227,6 +271,7 @@ impl fmt::Display for Error {
                 "signal {sig} already has a handler installed by someone else; choose another real-time signal"
             ),
             Error::SamplerPanicked => f.write_str("the sampler thread panicked"),
+            Error::Timeout => f.write_str("the sampler thread did not hand over its stacks in time"),
             Error::Unsupported => f.write_str("sampling is not supported on this platform"),
             Error::Io(e) => write!(f, "system call failed: {e}"),
         }

@@ -5,6 +5,12 @@
 //! of all stacks live in one arena `Vec<u64>`; the hash table holds only
 //! offsets into it. Counting a stack that was seen before hashes it, finds
 //! the entry and bumps a counter: no allocation.
+//!
+//! A profiler that stays on must not grow without bound when a program
+//! produces endless distinct stacks (deep recursion of random depth, JIT
+//! code), so a table can be given a [`Limit`]. Once it is reached, samples
+//! of new stacks are counted per thread as overflow instead of being
+//! stored; they are reported, never dropped.
 
 use core::hash::{BuildHasher, Hash, Hasher};
 
@@ -49,6 +55,48 @@ struct Entry {
     count: u64,
 }
 
+/// How much a [`StackTable`] may hold. Both bounds apply: distinct stacks,
+/// and frames over all of them (a few very deep stacks fill memory as fast
+/// as many shallow ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    /// Distinct stacks kept.
+    pub stacks: usize,
+    /// Frames kept over all distinct stacks.
+    pub frames: usize,
+}
+
+impl Limit {
+    /// No bound.
+    pub const NONE: Limit = Limit {
+        stacks: usize::MAX,
+        frames: usize::MAX,
+    };
+
+    /// `stacks` distinct stacks with, on average, up to 64 frames each.
+    pub const fn stacks(stacks: usize) -> Limit {
+        Limit {
+            stacks,
+            frames: stacks.saturating_mul(64),
+        }
+    }
+
+    /// Upper bound on the table's memory in bytes once full: the frame
+    /// arena, and the hash table's entries with hashbrown's load factor.
+    pub fn max_bytes(&self) -> usize {
+        let entries = self.stacks.saturating_mul(8) / 7 + 1;
+        self.frames
+            .saturating_mul(8)
+            .saturating_add(entries.saturating_mul(core::mem::size_of::<Entry>() + 1))
+    }
+}
+
+impl Default for Limit {
+    fn default() -> Self {
+        Limit::NONE
+    }
+}
+
 /// Distinct stacks with their sample counts.
 #[derive(Clone, Default)]
 pub struct StackTable {
@@ -56,6 +104,10 @@ pub struct StackTable {
     arena: Vec<u64>,
     hasher: DefaultHashBuilder,
     samples: u64,
+    limit: Limit,
+    /// Samples of stacks not stored because the limit was reached, per
+    /// thread index: `(thread, count)`, one entry per thread.
+    overflow: Vec<(u32, u64)>,
 }
 
 impl core::fmt::Debug for StackTable {
@@ -68,13 +120,36 @@ impl core::fmt::Debug for StackTable {
 }
 
 impl StackTable {
-    /// An empty table.
+    /// An empty table without a limit.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// An empty table that stores at most `limit`.
+    pub fn with_limit(limit: Limit) -> Self {
+        StackTable {
+            limit,
+            ..Self::default()
+        }
+    }
+
+    /// The limit this table was created with.
+    pub fn limit(&self) -> Limit {
+        self.limit
+    }
+
+    /// An empty table with the same limit (and hasher), for the next
+    /// window.
+    pub fn empty_like(&self) -> Self {
+        StackTable {
+            hasher: self.hasher.clone(),
+            ..Self::with_limit(self.limit)
+        }
+    }
+
     /// Adds `count` samples of `key`. Allocates only for a stack not seen
-    /// before (arena growth and, rarely, a table resize).
+    /// before (arena growth and, rarely, a table resize). A new stack that
+    /// would exceed the limit is counted as overflow of its thread.
     pub fn add(&mut self, key: StackKey<'_>, count: u64) {
         let hash = self.hasher.hash_one(key);
         let arena = &self.arena;
@@ -87,6 +162,11 @@ impl StackTable {
         });
         if let Some(e) = found {
             e.count += count;
+        } else if self.entries.len() >= self.limit.stacks
+            || self.arena.len().saturating_add(key.frames.len()) > self.limit.frames
+        {
+            self.add_overflow(key.thread, count);
+            return;
         } else {
             let start = self.arena.len();
             self.arena.extend_from_slice(key.frames);
@@ -104,11 +184,35 @@ impl StackTable {
         self.samples += count;
     }
 
-    /// Adds every stack of `other`, e.g. to combine windows.
+    fn add_overflow(&mut self, thread: u32, count: u64) {
+        match self.overflow.iter_mut().find(|(t, _)| *t == thread) {
+            Some((_, c)) => *c += count,
+            None => self.overflow.push((thread, count)),
+        }
+        self.samples += count;
+    }
+
+    /// Adds every stack of `other`, e.g. to combine windows; the other's
+    /// overflow stays overflow, and stacks beyond this table's limit become
+    /// overflow.
     pub fn merge(&mut self, other: &StackTable) {
         for (key, count) in other.iter() {
             self.add(key, count);
         }
+        for &(thread, count) in &other.overflow {
+            self.add_overflow(thread, count);
+        }
+    }
+
+    /// Samples not stored because the table was full, per thread index, in
+    /// the order threads first overflowed.
+    pub fn overflow(&self) -> &[(u32, u64)] {
+        &self.overflow
+    }
+
+    /// Total samples counted as overflow.
+    pub fn overflow_samples(&self) -> u64 {
+        self.overflow.iter().map(|&(_, c)| c).sum()
     }
 
     /// Number of distinct stacks.
@@ -121,12 +225,13 @@ impl StackTable {
         self.entries.is_empty()
     }
 
-    /// Total samples over all stacks.
+    /// Total samples over all stacks, overflow included.
     pub fn samples(&self) -> u64 {
         self.samples
     }
 
-    /// The distinct stacks with their counts, in no particular order.
+    /// The distinct stacks with their counts, in no particular order
+    /// (overflow is not a stack: see [`StackTable::overflow`]).
     pub fn iter(&self) -> impl Iterator<Item = (StackKey<'_>, u64)> + '_ {
         self.entries.iter().map(|e| {
             (
@@ -214,5 +319,57 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.len(), 2);
         assert_eq!(a.samples(), 6);
+    }
+
+    #[test]
+    fn a_full_table_counts_new_stacks_as_overflow_per_thread() {
+        let mut t = StackTable::with_limit(Limit {
+            stacks: 2,
+            frames: 100,
+        });
+        t.add(key(0, &[1]), 1);
+        t.add(key(0, &[2]), 1);
+        t.add(key(0, &[3]), 4); // a third stack: overflow
+        t.add(key(1, &[3]), 1); // same, other thread
+        t.add(key(0, &[1]), 5); // known stacks still count
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.overflow(), &[(0, 4), (1, 1)]);
+        assert_eq!(t.samples(), 12);
+        let stored: u64 = t.iter().map(|(_, c)| c).sum();
+        assert_eq!(stored + t.overflow_samples(), t.samples());
+    }
+
+    #[test]
+    fn the_frame_budget_bounds_the_arena() {
+        let mut t = StackTable::with_limit(Limit {
+            stacks: 1000,
+            frames: 10,
+        });
+        t.add(key(0, &[1; 8]), 1);
+        t.add(key(0, &[2; 8]), 1); // 16 frames > 10
+        t.add(key(0, &[3; 2]), 1); // fits: 10
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.overflow_samples(), 1);
+        assert!(t.arena.len() <= 10);
+    }
+
+    #[test]
+    fn merge_keeps_overflow_and_applies_the_limit() {
+        let mut a = StackTable::with_limit(Limit {
+            stacks: 1,
+            frames: 100,
+        });
+        a.add(key(0, &[1]), 1);
+        let mut b = StackTable::with_limit(Limit {
+            stacks: 1,
+            frames: 100,
+        });
+        b.add(key(0, &[2]), 2);
+        b.add(key(1, &[3]), 3); // overflow in b
+        a.merge(&b);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.overflow(), &[(0, 2), (1, 3)]);
+        assert_eq!(a.samples(), 6);
+        assert_eq!(a.empty_like().limit(), a.limit());
     }
 }

@@ -1,13 +1,16 @@
-//! The Linux sampler against a real busy thread of this test process: the
-//! rate, the leaf and complete walks.
+//! The Linux sampler against real busy threads of this test process: the
+//! rate, the leaf and complete walks, windows, excluded threads.
 #![cfg(target_os = "linux")]
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use btprof_sampler::walker::WalkEnd;
-use btprof_sampler::{Mode, Sampler, SamplerConfig};
+use btprof_sampler::{exclude_current_thread, Mode, RawProfile, Sampler, SamplerConfig};
+
+/// One sampler per process: the tests here take turns.
+static SAMPLER: Mutex<()> = Mutex::new(());
 
 #[inline(never)]
 fn spin(stop: &AtomicBool) -> u64 {
@@ -22,6 +25,7 @@ fn spin(stop: &AtomicBool) -> u64 {
 
 #[test]
 fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let worker = std::thread::Builder::new()
@@ -60,4 +64,72 @@ fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
         .map(|(_, c)| c)
         .sum();
     assert!(in_spin * 100 >= samples * 95, "{in_spin} of {samples}");
+}
+
+/// Samples taken on threads named `name`.
+fn samples_named(raw: &RawProfile, name: &str) -> u64 {
+    raw.table
+        .iter()
+        .filter(|(k, _)| raw.threads[k.thread as usize].name == name)
+        .map(|(_, c)| c)
+        .sum()
+}
+
+#[test]
+fn windows_add_up_and_an_excluded_thread_is_never_sampled() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = Arc::new(AtomicBool::new(false));
+    let spawn = |name: &str, exclude: bool| {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _excluded = exclude.then(|| exclude_current_thread().expect("a free entry"));
+                spin(&stop)
+            })
+            .unwrap()
+    };
+    let workers = [spawn("counted", false), spawn("excluded", true)];
+    let sampler = Sampler::start(SamplerConfig::default()).unwrap();
+    let mut windows = Vec::new();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(300));
+        windows.push(sampler.collect(true).unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let snapshot = sampler.collect(false).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let ticks = sampler.progress().ticks.load(Ordering::Relaxed);
+    let last = sampler.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    windows.push(last);
+
+    for (i, w) in windows.iter().enumerate() {
+        assert_eq!(
+            w.stats.samples,
+            w.table.samples(),
+            "window {i}: {:?}",
+            w.stats
+        );
+        assert!(
+            samples_named(w, "counted") > 50,
+            "window {i}: {:?}",
+            w.stats
+        );
+        assert_eq!(samples_named(w, "excluded"), 0, "window {i}");
+        assert!(w.stats.duration >= Duration::from_millis(150), "window {i}");
+    }
+    // The snapshot copied the last window without ending it.
+    let last = windows.last().unwrap();
+    assert!(snapshot.table.samples() <= last.table.samples());
+    assert!(samples_named(&snapshot, "counted") > 0);
+    // No tick is lost or counted twice between windows.
+    let window_ticks: u64 = windows.iter().map(|w| w.stats.ticks).sum();
+    assert!(
+        window_ticks >= ticks,
+        "{window_ticks} ticks in windows, {ticks} seen while running"
+    );
 }

@@ -16,7 +16,7 @@ mod stack_regions;
 mod threads;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,7 +25,10 @@ use hashbrown::HashMap;
 use crate::clock::TickSchedule;
 use crate::stack_table::{StackKey, StackTable};
 use crate::walker::Arch;
-use crate::{Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo};
+use crate::window::{self, Window};
+use crate::{
+    exclusions, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo,
+};
 
 pub use slots::MAX_DEPTH;
 
@@ -62,6 +65,7 @@ pub struct Sampler {
     progress: Arc<Progress>,
     thread: Option<JoinHandle<Result<RawProfile, Error>>>,
     handler: Option<InstalledHandler>,
+    window: window::Client,
 }
 
 impl Sampler {
@@ -98,12 +102,13 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Progress::default());
         let (stop2, progress2) = (stop.clone(), progress.clone());
+        let (window, requests) = window::channel(config.hz);
         let thread = std::thread::Builder::new()
             .name("btprof-sampler".into())
             .spawn(move || {
                 signal::block_in_this_thread(signal);
                 scheduling::request_short_slice();
-                SamplerLoop::new(config, signal, progress2)?.run(&stop2)
+                SamplerLoop::new(config, signal, progress2, requests)?.run(&stop2)
             })
             .map_err(Error::Io)?;
         Ok(Sampler {
@@ -111,6 +116,7 @@ impl Sampler {
             progress,
             thread: Some(thread),
             handler: Some(handler),
+            window,
         })
     }
 
@@ -119,7 +125,19 @@ impl Sampler {
         &self.progress
     }
 
-    /// Stops sampling and returns everything collected. The previous signal
+    /// The stacks collected so far, while sampling goes on. With `reset`,
+    /// the next window starts: the sampler continues with an empty table
+    /// and later calls (and [`Sampler::stop`]) return only what came
+    /// after. The counters in the result cover the window alone.
+    ///
+    /// The sampler answers between two ticks, so this waits up to a
+    /// period; [`Error::Timeout`] if it does not answer within a few.
+    pub fn collect(&self, reset: bool) -> Result<RawProfile, Error> {
+        self.window.collect(reset)
+    }
+
+    /// Stops sampling and returns everything collected since the start or
+    /// the last [`Sampler::collect`] with `reset`. The previous signal
     /// disposition is back in place, with no signal left pending, when this
     /// returns.
     pub fn stop(mut self) -> Result<RawProfile, Error> {
@@ -189,6 +207,9 @@ struct SamplerLoop {
     slot_uses: [Option<SlotUse>; SLOTS],
     table: StackTable,
     stats: SamplerStats,
+    window: Window,
+    requests: mpsc::Receiver<window::Request>,
+    stray_at_start: u64,
     progress: Arc<Progress>,
     regions_scratch: Vec<(u64, u64)>,
     regions_stale: bool,
@@ -200,10 +221,20 @@ struct SamplerLoop {
 }
 
 impl SamplerLoop {
-    fn new(config: SamplerConfig, signal: i32, progress: Arc<Progress>) -> Result<Self, Error> {
+    fn new(
+        config: SamplerConfig,
+        signal: i32,
+        progress: Arc<Progress>,
+        requests: mpsc::Receiver<window::Request>,
+    ) -> Result<Self, Error> {
         let idle_slack_ns = IDLE_SLACK_NS.min(TickSchedule::period_for_hz(config.hz) / 2);
+        let stats = SamplerStats::new(&config);
         Ok(SamplerLoop {
-            stats: SamplerStats::new(&config),
+            window: Window::new(&stats),
+            requests,
+            stray_at_start: slots::STRAY_SIGNALS.load(Ordering::Relaxed),
+            table: StackTable::with_limit(config.limit),
+            stats,
             config,
             sender: SignalSender::new(signal),
             own_tid: threads::gettid(),
@@ -214,7 +245,6 @@ impl SamplerLoop {
             thread_keys: HashMap::new(),
             slots: SlotOwner::new(),
             slot_uses: [None; SLOTS],
-            table: StackTable::new(),
             progress,
             regions_scratch: Vec::new(),
             regions_stale: false,
@@ -226,9 +256,8 @@ impl SamplerLoop {
     }
 
     fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
-        let stray_before = slots::STRAY_SIGNALS.load(Ordering::Relaxed);
-        let started = Instant::now();
         self.stats.start_time = SystemTime::now();
+        self.window = Window::new(&self.stats);
         let mut schedule =
             TickSchedule::new(monotonic_ns(), TickSchedule::period_for_hz(self.config.hz));
         loop {
@@ -243,18 +272,31 @@ impl SamplerLoop {
             self.progress
                 .ticks
                 .store(schedule.ticks(), Ordering::Relaxed);
+            while let Ok(request) = self.requests.try_recv() {
+                let stats = self.live_stats();
+                let (table, threads) = (&mut self.table, &self.thread_infos);
+                self.window
+                    .serve(request, table, threads, &stats, Arch::host());
+            }
         }
         self.drain();
-        self.stats.duration = started.elapsed();
-        self.stats.sampler_cpu = Duration::from_nanos(threads::own_cpu_ns());
-        self.stats.stray_signals = slots::STRAY_SIGNALS.load(Ordering::Relaxed) - stray_before;
-        self.stats.threads_seen = self.thread_infos.len() as u64;
-        Ok(RawProfile {
-            table: self.table,
-            threads: self.thread_infos,
-            stats: self.stats,
-            arch: Arch::host(),
-        })
+        let stats = self.live_stats();
+        Ok(self.window.cut(
+            true,
+            &mut self.table,
+            &self.thread_infos,
+            &stats,
+            Arch::host(),
+        ))
+    }
+
+    /// The run's counters up to now, the ones kept elsewhere included.
+    fn live_stats(&self) -> SamplerStats {
+        let mut stats = self.stats.clone();
+        stats.sampler_cpu = Duration::from_nanos(threads::own_cpu_ns());
+        stats.stray_signals = slots::STRAY_SIGNALS.load(Ordering::Relaxed) - self.stray_at_start;
+        stats.threads_seen = self.thread_infos.len() as u64;
+        stats
     }
 
     fn tick(&mut self) -> Result<(), Error> {
@@ -272,7 +314,7 @@ impl SamplerLoop {
 
         for i in 0..self.tids.len() {
             let tid = self.tids[i];
-            if tid == self.own_tid {
+            if tid == self.own_tid || exclusions::is_excluded(tid as u64) {
                 continue;
             }
             let Some(state) = self.threads.get_mut(&tid) else {
@@ -338,7 +380,7 @@ impl SamplerLoop {
     fn discover_threads(&mut self) {
         for i in 0..self.tids.len() {
             let tid = self.tids[i];
-            if tid == self.own_tid {
+            if tid == self.own_tid || exclusions::is_excluded(tid as u64) {
                 continue;
             }
             let tick = self.tick;
