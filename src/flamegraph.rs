@@ -48,18 +48,12 @@ pub fn write_flamegraph<W: Write>(
             merge_threads: options.merge_threads,
         },
     );
-    let stats = profile.stats();
     let mut opts = Options::default();
     opts.title = options
         .title
         .clone()
         .unwrap_or_else(|| default_title(profile));
-    opts.subtitle = Some(format!(
-        "{} missed ticks, {} truncated walks, {} failed samples",
-        stats.missed_ticks,
-        stats.truncated(),
-        stats.failed_samples
-    ));
+    opts.subtitle = Some(profile.run_info().summary());
     opts.hash = true;
     opts.deterministic = true;
     opts.count_name = "samples".into();

@@ -12,6 +12,10 @@ use crate::profile::Stack;
 /// so partial stacks are visible instead of posing as complete ones.
 pub const TRUNCATED_FRAME: &str = "[btprof: truncated]";
 
+/// The only frame of the samples a full stack table could not store (see
+/// `btprof_sampler::Limit`): counted under the thread, never dropped.
+pub const TABLE_FULL_FRAME: &str = "[btprof: stack table full]";
+
 /// How to fold stacks into lines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FoldOptions {

@@ -8,7 +8,8 @@ use btprof_sampler::{RawProfile, ThreadInfo};
 use btprof_symbols::Resolver;
 
 use crate::flamegraph::{write_flamegraph, FlamegraphOptions};
-use crate::folded::{fold_lines, write_folded, FoldOptions};
+use crate::folded::{fold_lines, write_folded, FoldOptions, TABLE_FULL_FRAME};
+use crate::run_info::RunInfo;
 use crate::symbolize::resolve_stack;
 use crate::{Error, Stats};
 
@@ -46,6 +47,12 @@ impl Profile {
             frames.reverse();
             *merged
                 .entry((key.thread, key.end.is_truncated(), frames.clone()))
+                .or_default() += count;
+        }
+        let table_full: Arc<str> = Arc::from(TABLE_FULL_FRAME);
+        for &(thread, count) in raw.table.overflow() {
+            *merged
+                .entry((thread, false, vec![table_full.clone()]))
                 .or_default() += count;
         }
         let stacks = merged
@@ -95,6 +102,21 @@ impl Profile {
     /// Total samples over all stacks.
     pub fn total_samples(&self) -> u64 {
         self.stacks.iter().map(|s| s.count).sum()
+    }
+
+    /// Samples a full stack table counted under [`TABLE_FULL_FRAME`].
+    pub fn overflow_samples(&self) -> u64 {
+        self.stacks
+            .iter()
+            .filter(|s| s.frames.len() == 1 && &*s.frames[0] == TABLE_FULL_FRAME)
+            .map(|s| s.count)
+            .sum()
+    }
+
+    /// How, where and when the profile was taken, for the JSON sidecar and
+    /// the flamegraph subtitle.
+    pub fn run_info(&self) -> RunInfo {
+        RunInfo::of_this_process(&self.stats, self.overflow_samples())
     }
 
     /// Whether nothing was sampled.

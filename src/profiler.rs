@@ -1,15 +1,24 @@
 //! Starting and stopping a profiler of the current process.
 
-use btprof_sampler::{Progress, Sampler, SamplerConfig};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use btprof_sampler::{Limit, Progress, Sampler, SamplerConfig};
 use btprof_symbols::Resolver;
 
+use crate::dump::{DumpConfig, DumpStats, Dumper, MIN_INTERVAL};
+use crate::dump_signal::DumpSignal;
 use crate::{Error, Mode, Profile};
 
-/// Configures a [`Profiler`]. Defaults: 1000 Hz, [`Mode::Cpu`], 256 frames.
+/// Configures a [`Profiler`]. Defaults: 1000 Hz, [`Mode::Cpu`], 256
+/// frames, 32768 distinct stacks, no dumps.
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct ProfilerBuilder {
     config: SamplerConfig,
+    dump: Option<DumpConfig>,
+    dump_signal: Option<i32>,
 }
 
 impl ProfilerBuilder {
@@ -37,18 +46,108 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Starts sampling every other thread of this process.
+    /// The most distinct stacks kept (per dump window, and in the total);
+    /// samples of further stacks are counted under a
+    /// `[btprof: stack table full]` frame. Bounds memory when a program
+    /// produces endless distinct stacks.
+    pub fn max_stacks(mut self, stacks: usize) -> Self {
+        self.config.limit = Limit::stacks(stacks);
+        self
+    }
+
+    /// Writes a dump every `interval` (at least 100 ms): the window's
+    /// folded stacks and a JSON metadata sidecar, in [`Self::dump_dir`].
+    pub fn dump_every(mut self, interval: Duration) -> Self {
+        self.dump_config().every = Some(interval);
+        self
+    }
+
+    /// Where dumps go (default `btprof-dumps`); created if missing.
+    pub fn dump_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dump_config().dir = dir.into();
+        self
+    }
+
+    /// Keeps only the newest `windows` dumps (their files), deleting
+    /// older ones this profiler wrote.
+    pub fn keep(mut self, windows: usize) -> Self {
+        self.dump_config().keep = Some(windows);
+        self
+    }
+
+    /// Also writes an SVG flamegraph per dump.
+    pub fn dump_svg(mut self, svg: bool) -> Self {
+        self.dump_config().svg = svg;
+        self
+    }
+
+    /// The dump files' name prefix (default `btprof`).
+    pub fn dump_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.dump_config().prefix = prefix.into();
+        self
+    }
+
+    /// Writes a dump whenever this Unix signal arrives (e.g.
+    /// `libc::SIGUSR2`), besides any interval. Off by default; refused if
+    /// the application already handles that signal.
+    pub fn dump_on_signal(mut self, signal: i32) -> Self {
+        self.dump_config();
+        self.dump_signal = Some(signal);
+        self
+    }
+
+    fn dump_config(&mut self) -> &mut DumpConfig {
+        self.dump.get_or_insert_with(DumpConfig::default)
+    }
+
+    /// Starts sampling every other thread of this process (the profiler's
+    /// own threads excepted).
     pub fn start(self) -> Result<Profiler, Error> {
+        if let Some(dump) = &self.dump {
+            validate_dump(dump)?;
+        }
+        let signal = self.dump_signal.map(DumpSignal::install).transpose()?;
+        let sampler = Arc::new(Sampler::start(self.config)?);
+        let dumper = match self.dump {
+            Some(config) => Some(Dumper::start(sampler.clone(), config, signal.is_some())?),
+            None => None,
+        };
         Ok(Profiler {
-            sampler: Sampler::start(self.config)?,
+            sampler,
+            dumper,
+            _signal: signal,
         })
     }
+}
+
+fn validate_dump(dump: &DumpConfig) -> Result<(), Error> {
+    let invalid = |msg: String| Err(Error::Sampler(btprof_sampler::Error::InvalidConfig(msg)));
+    if dump.every.is_some_and(|e| e < MIN_INTERVAL) {
+        return invalid(format!(
+            "a dump interval of {:?} is too short; use at least {MIN_INTERVAL:?}",
+            dump.every.unwrap_or_default()
+        ));
+    }
+    if dump.keep == Some(0) {
+        return invalid("keeping 0 dumps would delete every dump; keep at least 1".into());
+    }
+    if dump.prefix.is_empty() || dump.prefix.contains(std::path::is_separator) {
+        return invalid(format!(
+            "dump prefix {:?} must be a non-empty file name",
+            dump.prefix
+        ));
+    }
+    Ok(())
 }
 
 /// A running profiler of the current process. Dropping it stops sampling
 /// and discards the profile; call [`Profiler::stop`] to keep it.
 pub struct Profiler {
-    sampler: Sampler,
+    sampler: Arc<Sampler>,
+    dumper: Option<Dumper>,
+    /// Restores the dump signal's previous disposition on drop, after the
+    /// dump thread is gone.
+    _signal: Option<DumpSignal>,
 }
 
 impl Profiler {
@@ -62,10 +161,68 @@ impl Profiler {
         self.sampler.progress()
     }
 
-    /// Stops sampling and symbolises what was collected.
+    /// The profile so far, symbolised, while sampling goes on.
+    pub fn snapshot(&self) -> Result<Profile, Error> {
+        match &self.dumper {
+            Some(dumper) => {
+                let mut state = dumper.lock();
+                // Under the lock, so no window is cut between the two.
+                let current = self.sampler.collect(false)?;
+                state.snapshot(current)
+            }
+            None => {
+                let raw = self.sampler.collect(false)?;
+                let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
+                Ok(Profile::from_raw(&raw, &mut resolver))
+            }
+        }
+    }
+
+    /// Asks for a dump now, besides the interval. Does nothing without
+    /// dumps configured.
+    pub fn request_dump(&self) {
+        if let Some(dumper) = &self.dumper {
+            dumper.request();
+        }
+    }
+
+    /// What the dumps did so far (all zero without dumps).
+    pub fn dump_stats(&self) -> DumpStats {
+        self.dumper.as_ref().map(Dumper::stats).unwrap_or_default()
+    }
+
+    /// Stops sampling and symbolises what was collected: the whole run.
+    /// With dumps, the last window is written first.
     pub fn stop(self) -> Result<Profile, Error> {
-        let raw = self.sampler.stop()?;
-        let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
-        Ok(Profile::from_raw(&raw, &mut resolver))
+        self.stop_with_dump_stats().map(|(profile, _)| profile)
+    }
+
+    /// [`Profiler::stop`], and what the dumps did, the last one included.
+    pub fn stop_with_dump_stats(mut self) -> Result<(Profile, DumpStats), Error> {
+        let mut dumper = self.dumper.take();
+        if let Some(dumper) = &mut dumper {
+            dumper.stop_thread();
+        }
+        // The dump thread, the only other owner, is joined: this cannot
+        // fail, but an error beats a panic in a library.
+        let sampler = Arc::try_unwrap(self.sampler)
+            .map_err(|_| Error::Sampler(btprof_sampler::Error::AlreadyRunning))?;
+        let last = sampler.stop()?;
+        match dumper {
+            Some(dumper) => {
+                let mut state = dumper.lock().take();
+                state.dump_window(last);
+                let stats = state.stats().clone();
+                let profile = state.into_total()?.ok_or(Error::EmptyProfile)?;
+                Ok((profile, stats))
+            }
+            None => {
+                let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
+                Ok((
+                    Profile::from_raw(&last, &mut resolver),
+                    DumpStats::default(),
+                ))
+            }
+        }
     }
 }
