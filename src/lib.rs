@@ -18,7 +18,7 @@ pub mod run_info;
 pub mod scope;
 mod symbolize;
 
-pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo};
+pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo, DEFAULT_MAX_STACKS};
 pub use dump::DumpStats;
 pub use error::Error;
 pub use flamegraph::FlamegraphOptions;

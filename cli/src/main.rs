@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use btprof::{FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
+use btprof::{run_info, DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
 use btprof_cli::duration::parse_duration;
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
 use btprof_cli::workload::Workload;
@@ -26,13 +26,18 @@ use clap::{Parser, ValueEnum};
 /// exits 0 when the check passes and 1 when it fails, so a test suite can
 /// run it to prove that sampling, stack walking and symbols work on a host.
 ///
+/// With --dump-every, btprof also writes a folded file (with a JSON
+/// metadata sidecar) per window, as an application embedding the library
+/// with periodic dumps would.
+///
 /// Ctrl-C stops early and still writes everything collected.
 #[derive(Parser, Debug)]
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]
 #[command(after_help = "Examples:
   btprof --pid-self                       5 s at 1000 Hz, writes btprof.svg and btprof.folded
   btprof --pid-self --hz 1000 --duration 500ms --output /tmp/p.svg
-  btprof --pid-self --mode wall --merge-threads")]
+  btprof --pid-self --mode wall --merge-threads
+  btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5")]
 struct Args {
     /// Profile this btprof process running its built-in workload (the only
     /// target supported yet).
@@ -55,9 +60,32 @@ struct Args {
     #[arg(long, short, default_value = "btprof.svg")]
     output: PathBuf,
 
-    /// Where to write folded stacks (`thread;root;...;leaf count`).
+    /// Where to write folded stacks (`thread;root;...;leaf count`); the run
+    /// metadata goes beside it as JSON (btprof.folded -> btprof.json).
     #[arg(long, default_value = "btprof.folded")]
     folded: PathBuf,
+
+    /// Also write each window of this length as its own folded file (and
+    /// metadata sidecar) in --dump-dir: 1s, 500ms.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    dump_every: Option<Duration>,
+
+    /// Directory for --dump-every files (created if missing).
+    #[arg(long, default_value = "btprof-dumps", value_name = "DIR")]
+    dump_dir: PathBuf,
+
+    /// Keep only the newest N windows' files.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    keep: Option<u64>,
+
+    /// Also write an SVG flamegraph per window.
+    #[arg(long)]
+    dump_svg: bool,
+
+    /// Most distinct stacks kept; samples of further stacks are counted
+    /// under a "[btprof: stack table full]" frame, so memory stays bounded.
+    #[arg(long, default_value_t = btprof::DEFAULT_MAX_STACKS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_stacks: u64,
 
     /// Merge identical stacks of different threads (no thread-name root).
     #[arg(long)]
@@ -72,7 +100,7 @@ struct Args {
     #[arg(long, default_value_t = 3.0)]
     max_error: f64,
 
-    /// No progress line.
+    /// No status line.
     #[arg(long, short)]
     quiet: bool,
 }
@@ -110,41 +138,28 @@ fn run(args: &Args) -> Result<bool, String> {
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
         .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
 
+    // Open the outputs first: a typo in a path should cost nothing, not a
+    // whole profiling run.
+    let outputs = Outputs::create(args)?;
     let workload = Workload::start().map_err(|e| format!("cannot start the workload: {e}"))?;
-    let mode = match args.mode {
-        ModeArg::Cpu => Mode::Cpu,
-        ModeArg::Wall => Mode::Wall,
-    };
-    let profiler = Profiler::builder()
-        .hz(args.hz)
-        .mode(mode)
-        .max_depth(args.max_depth as usize)
-        .start()
-        .map_err(|e| e.to_string())?;
+    let profiler = builder(args).start().map_err(|e| e.to_string())?;
     workload.set_recording(true);
 
     let started = Instant::now();
-    let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    let mut last_progress = Instant::now();
+    let show_status = !args.quiet && std::io::stderr().is_terminal();
+    let mut last_status = Instant::now();
     while started.elapsed() < args.duration && !interrupted.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20).min(args.duration));
-        if show_progress && last_progress.elapsed() >= Duration::from_millis(250) {
-            last_progress = Instant::now();
-            let p = profiler.progress();
-            eprint!(
-                "\r  {:>6.2} s / {:.2} s   {} samples   {} threads ",
-                started.elapsed().as_secs_f64(),
-                args.duration.as_secs_f64(),
-                p.samples.load(Ordering::Relaxed),
-                p.threads.load(Ordering::Relaxed),
-            );
+        if show_status && last_status.elapsed() >= Duration::from_millis(250) {
+            last_status = Instant::now();
+            print_status(&profiler, started.elapsed(), args);
         }
     }
-    if show_progress {
+    if show_status {
         eprint!("\r\x1b[K");
     }
     workload.set_recording(false);
-    let profile = profiler.stop().map_err(|e| e.to_string())?;
+    let (profile, dumps) = profiler.stop_with_dump_stats().map_err(|e| e.to_string())?;
     let truth = workload.stop();
     if interrupted.load(Ordering::SeqCst) {
         eprintln!(
@@ -153,8 +168,12 @@ fn run(args: &Args) -> Result<bool, String> {
         );
     }
 
-    write_outputs(&profile, args)?;
+    outputs.write(&profile, args)?;
+    if args.dump_every.is_some() {
+        print_dumps(&dumps, args);
+    }
     print_summary(&profile);
+    warn_if_truncated(&profile);
     let check = SelfCheck::evaluate(
         &profile,
         &truth,
@@ -176,37 +195,142 @@ fn run(args: &Args) -> Result<bool, String> {
     Ok(check.passed())
 }
 
-fn write_outputs(profile: &Profile, args: &Args) -> Result<(), String> {
-    let create = |path: &PathBuf| {
-        File::create(path)
-            .map(BufWriter::new)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))
+/// The profiler the arguments describe.
+fn builder(args: &Args) -> btprof::ProfilerBuilder {
+    let mode = match args.mode {
+        ModeArg::Cpu => Mode::Cpu,
+        ModeArg::Wall => Mode::Wall,
     };
-    let folded = FoldOptions {
-        merge_threads: args.merge_threads,
-    };
-    let mut out = create(&args.folded)?;
-    profile
-        .write_folded_with(folded, &mut out)
-        .and_then(|()| out.flush().map_err(btprof::Error::Io))
-        .map_err(|e| format!("{}: {e}", args.folded.display()))?;
-    println!("wrote {}", args.folded.display());
-
-    if profile.is_empty() {
-        eprintln!("btprof: no samples, so no flamegraph was written");
-        return Ok(());
+    let mut builder = Profiler::builder()
+        .hz(args.hz)
+        .mode(mode)
+        .max_depth(args.max_depth as usize)
+        .max_stacks(usize::try_from(args.max_stacks).unwrap_or(usize::MAX));
+    if let Some(every) = args.dump_every {
+        builder = builder
+            .dump_every(every)
+            .dump_dir(&args.dump_dir)
+            .dump_svg(args.dump_svg);
+        if let Some(keep) = args.keep {
+            builder = builder.keep(usize::try_from(keep).unwrap_or(usize::MAX));
+        }
     }
-    let mut svg = create(&args.output)?;
-    let options = FlamegraphOptions {
-        merge_threads: args.merge_threads,
-        ..FlamegraphOptions::default()
-    };
-    profile
-        .write_flamegraph_with(&options, &mut svg)
-        .and_then(|()| svg.flush().map_err(btprof::Error::Io))
-        .map_err(|e| format!("{}: {e}", args.output.display()))?;
-    println!("wrote {}", args.output.display());
-    Ok(())
+    builder
+}
+
+/// The status line: elapsed, samples, achieved rate, threads, dumps.
+fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
+    let p = profiler.progress();
+    let secs = elapsed.as_secs_f64();
+    let ticks = p.ticks.load(Ordering::Relaxed);
+    let mut line = format!(
+        "\r  {secs:>6.2} s / {:.2} s   {} samples   {:.0} Hz (of {})   {} threads",
+        args.duration.as_secs_f64(),
+        p.samples.load(Ordering::Relaxed),
+        if secs > 0.0 { ticks as f64 / secs } else { 0.0 },
+        args.hz,
+        p.threads.load(Ordering::Relaxed),
+    );
+    if args.dump_every.is_some() {
+        let d = profiler.dump_stats();
+        line += &format!("   {} dumps", d.written);
+        if d.failed > 0 {
+            line += &format!(" ({} failed)", d.failed);
+        }
+    }
+    eprint!("{line} ");
+}
+
+/// The output files, created before profiling starts.
+struct Outputs {
+    folded: BufWriter<File>,
+    svg: BufWriter<File>,
+}
+
+impl Outputs {
+    fn create(args: &Args) -> Result<Outputs, String> {
+        let create = |path: &PathBuf| {
+            File::create(path)
+                .map(BufWriter::new)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))
+        };
+        Ok(Outputs {
+            folded: create(&args.folded)?,
+            svg: create(&args.output)?,
+        })
+    }
+
+    fn write(mut self, profile: &Profile, args: &Args) -> Result<(), String> {
+        let folded = FoldOptions {
+            merge_threads: args.merge_threads,
+        };
+        profile
+            .write_folded_with(folded, &mut self.folded)
+            .and_then(|()| self.folded.flush().map_err(btprof::Error::Io))
+            .map_err(|e| format!("{}: {e}", args.folded.display()))?;
+        println!("wrote {}", args.folded.display());
+        let sidecar = profile
+            .run_info()
+            .write_sidecar(&args.folded)
+            .map_err(|e| format!("{}: {e}", run_info::sidecar_path(&args.folded).display()))?;
+        println!("wrote {}", sidecar.display());
+
+        if profile.is_empty() {
+            drop(self.svg);
+            let _ = std::fs::remove_file(&args.output);
+            eprintln!("btprof: no samples, so no flamegraph was written");
+            return Ok(());
+        }
+        let options = FlamegraphOptions {
+            merge_threads: args.merge_threads,
+            ..FlamegraphOptions::default()
+        };
+        profile
+            .write_flamegraph_with(&options, &mut self.svg)
+            .and_then(|()| self.svg.flush().map_err(btprof::Error::Io))
+            .map_err(|e| format!("{}: {e}", args.output.display()))?;
+        println!("wrote {}", args.output.display());
+        Ok(())
+    }
+}
+
+/// What --dump-every wrote.
+fn print_dumps(dumps: &DumpStats, args: &Args) {
+    let kept = dumps.written - dumps.removed;
+    println!(
+        "wrote {} window files to {} ({} kept{}{})",
+        dumps.written,
+        args.dump_dir.display(),
+        kept,
+        if dumps.empty > 0 {
+            format!(", {} empty windows skipped", dumps.empty)
+        } else {
+            String::new()
+        },
+        if dumps.failed > 0 {
+            format!(", {} failed", dumps.failed)
+        } else {
+            String::new()
+        },
+    );
+    if let Some(e) = &dumps.last_error {
+        eprintln!("btprof: a dump failed: {e}");
+    }
+}
+
+/// Most stacks truncated means the code lacks frame pointers: say how to
+/// fix it rather than draw a misleading flamegraph.
+fn warn_if_truncated(profile: &Profile) {
+    let s = profile.stats();
+    if s.samples >= 10 && s.truncated() * 2 > s.samples {
+        eprintln!(
+            "btprof: warning: {} of {} stacks were truncated: the profiled code probably lacks frame pointers. \
+             Build it with RUSTFLAGS=\"-C force-frame-pointers=yes\" (or [build] rustflags in .cargo/config.toml); \
+             for C and C++, -fno-omit-frame-pointer",
+            s.truncated(),
+            s.samples
+        );
+    }
 }
 
 fn print_summary(profile: &Profile) {

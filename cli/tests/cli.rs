@@ -445,6 +445,54 @@ fn unwritable_output_is_reported() {
         !result.stdout.contains("self-check: PASS"),
         "reported a pass although an output was not written\n{report}"
     );
+    assert!(
+        !result.stdout.contains("sampled"),
+        "a bad output path must fail before profiling, not after\n{report}"
+    );
+}
+
+#[test]
+fn dump_every_writes_windows_that_add_up() {
+    let dir = TempDir::new("dump_every_writes_windows_that_add_up");
+    let dumps = dir.path("windows");
+    let (result, _, folded) = profile(
+        &dir,
+        &[
+            "--pid-self",
+            "--duration",
+            "1500ms",
+            "--dump-every",
+            "300ms",
+            "--dump-dir",
+            path_str(&dumps),
+            "--keep",
+            "3",
+        ],
+    );
+    let report = result.describe();
+    assert!(result.stdout.contains("window files to"), "{report}");
+    let mut windows: Vec<PathBuf> = std::fs::read_dir(&dumps)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "folded"))
+        .collect();
+    windows.sort();
+    assert_eq!(windows.len(), 3, "--keep 3\n{report}");
+    for w in &windows {
+        assert!(
+            w.with_extension("json").exists(),
+            "sidecar of {}",
+            w.display()
+        );
+        assert!(!read_folded(w).is_empty());
+    }
+    // The whole run's folded file has its sidecar too, with the run's total.
+    let total: u64 = read_folded(&folded).iter().map(|(_, c)| c).sum();
+    let sidecar = std::fs::read_to_string(folded.with_extension("json")).unwrap();
+    assert!(
+        sidecar.contains(&format!("\"samples\": {total}")),
+        "{sidecar}"
+    );
 }
 
 #[test]
