@@ -201,6 +201,24 @@ impl SamplerStats {
         }
     }
 
+    /// Adds the counters of `later`, the next window of the same run, so
+    /// these stats cover both. The start time stays the earlier one.
+    pub fn absorb(&mut self, later: &SamplerStats) {
+        self.duration += later.duration;
+        self.ticks += later.ticks;
+        self.missed_ticks += later.missed_ticks;
+        self.samples += later.samples;
+        for (sum, add) in self.walk_ends.iter_mut().zip(later.walk_ends) {
+            *sum += add;
+        }
+        self.failed_samples += later.failed_samples;
+        self.skipped_samples += later.skipped_samples;
+        self.exited_threads += later.exited_threads;
+        self.threads_seen = self.threads_seen.max(later.threads_seen);
+        self.sampler_cpu += later.sampler_cpu;
+        self.stray_signals += later.stray_signals;
+    }
+
     /// Recorded stacks whose walk did not reach the end of the chain.
     pub fn truncated(&self) -> u64 {
         WalkEnd::ALL
@@ -234,6 +252,19 @@ pub struct RawProfile {
     /// The architecture of the addresses (for the aarch64 link-register
     /// rule).
     pub arch: Arch,
+}
+
+impl RawProfile {
+    /// Adds `later`, the next window of the same run: its stacks (under
+    /// this table's limit) and counters. Thread indices stay valid because
+    /// a sampler's thread list only grows; the later, longer list is kept.
+    pub fn absorb(&mut self, later: &RawProfile) {
+        self.table.merge(&later.table);
+        self.stats.absorb(&later.stats);
+        if later.threads.len() > self.threads.len() {
+            self.threads.clone_from(&later.threads);
+        }
+    }
 }
 
 /// Why sampling could not start or finish.
