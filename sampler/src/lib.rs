@@ -1,13 +1,16 @@
 //! Thread sampling for btprof.
 //!
-//! The platform layer ([`Sampler`]) lists threads, interrupts them at a
+//! The platform layer (`Sampler`) lists threads, interrupts them at a
 //! fixed rate and captures registers; everything it hands on is shared,
 //! platform-independent code: the frame-pointer [`walker`], the interned
-//! [`stack_table`] and the [`clock`] that schedules ticks. A stopped
-//! profile comes back as a [`RawProfile`] of addresses; symbolising and
-//! folding happen elsewhere, after every thread runs again.
+//! [`stack_table`] and the [`clock`] that schedules ticks. Backends that
+//! stop threads from outside (macOS) run the shared [`control`] loop over a
+//! thin platform trait. A stopped profile comes back as a [`RawProfile`] of
+//! addresses; symbolising and folding happen elsewhere, after every thread
+//! runs again.
 
 pub mod clock;
+pub mod control;
 pub mod stack_table;
 pub mod walker;
 
