@@ -8,6 +8,11 @@
 //! thin platform trait. A stopped profile comes back as a [`RawProfile`] of
 //! addresses; symbolising and folding happen elsewhere, after every thread
 //! runs again.
+//!
+//! `Sampler` exists on Linux (a real-time signal per sample) and macOS
+//! (Mach thread suspension); both have the same API: `Sampler::start`,
+//! `progress`, `stop`, and the `MAX_DEPTH` cap. Only Linux has
+//! `default_signal`: macOS sends no signal.
 
 pub mod clock;
 pub mod control;
@@ -22,3 +27,8 @@ pub use profile::{Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{default_signal, Sampler, MAX_DEPTH};
+
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+pub use macos::{Sampler, MAX_DEPTH};
