@@ -13,6 +13,12 @@
 //!   image are far apart and `__LINKEDIT` is shared by all images, so only this formula
 //!   works.
 //!
+//! Mach-O symbols carry no size, and shared-cache images keep only their exported symbols in
+//! memory (local ones are in a separate, unmapped file), so the symbol before an address is
+//! not necessarily its function. `LC_FUNCTION_STARTS`, which lists every function, named or
+//! not, bounds each symbol at the next function start; an address in an unnamed function
+//! then resolves to `image+0xoffset` instead of to the named function before it.
+//!
 //! This module is platform-independent: it reads through [`ImageMemory`], which the macOS
 //! backend implements over the process's own memory and tests implement over a buffer in
 //! which a fixture is laid out the way dyld maps it ([`MappedBuffer`]). Structures are
@@ -23,7 +29,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use object::macho::{
-    MachHeader64, Nlist64, N_SECT, S_ATTR_PURE_INSTRUCTIONS, S_ATTR_SOME_INSTRUCTIONS, VM_PROT_READ,
+    LinkeditDataCommand, MachHeader64, Nlist64, LC_FUNCTION_STARTS, N_SECT,
+    S_ATTR_PURE_INSTRUCTIONS, S_ATTR_SOME_INSTRUCTIONS, VM_PROT_READ,
 };
 use object::read::macho::{MachHeader, Nlist, Section, Segment};
 use object::Endianness;
@@ -116,6 +123,13 @@ struct SectionInfo {
     code: bool,
 }
 
+/// A `LinkeditDataCommand`: file offset and size of its data in `__LINKEDIT`.
+#[derive(Clone, Copy, Debug)]
+struct LinkeditData {
+    offset: u64,
+    size: u64,
+}
+
 /// The `LC_SYMTAB` command: file offsets and sizes.
 #[derive(Clone, Copy, Debug)]
 struct SymtabInfo {
@@ -137,6 +151,7 @@ pub struct MachImage {
     segments: Vec<SegmentInfo>,
     sections: Vec<SectionInfo>,
     symtab: Option<SymtabInfo>,
+    function_starts: Option<LinkeditData>,
 }
 
 /// Size of `mach_header_64`.
@@ -173,6 +188,7 @@ impl MachImage {
             segments: Vec::new(),
             sections: Vec::new(),
             symtab: None,
+            function_starts: None,
         };
         while let Some(command) = commands
             .next()
@@ -187,6 +203,14 @@ impl MachImage {
                     nsyms: symtab.nsyms.get(endian).into(),
                     stroff: symtab.stroff.get(endian).into(),
                     strsize: symtab.strsize.get(endian).into(),
+                });
+            } else if command.cmd() == LC_FUNCTION_STARTS {
+                let starts = command
+                    .data::<LinkeditDataCommand<Endianness>>()
+                    .map_err(malformed)?;
+                image.function_starts = Some(LinkeditData {
+                    offset: starts.dataoff.get(endian).into(),
+                    size: starts.datasize.get(endian).into(),
                 });
             }
         }
@@ -264,7 +288,8 @@ impl MachImage {
     /// Keeps defined symbols (`N_SECT`, no debug `N_STAB` entries) in code sections whose
     /// address lies inside their section; that also drops `__mh_execute_header`, which
     /// claims the first section but points at the header. Mach-O records no sizes, so a
-    /// function ends where the next one in its section starts, or at the section end. The
+    /// function ends at the next function start (a symbol, or an entry of
+    /// `LC_FUNCTION_STARTS`, which also lists unnamed functions), or at its section's end. The
     /// leading underscore Mach-O adds to every C-level name is removed (`_main` → `main`,
     /// `__ZN…E` → `_ZN…E`), so names demangle as on Linux.
     ///
@@ -286,21 +311,18 @@ impl MachImage {
         let nlists = object::pod::slice_from_all_bytes::<Nlist64<Endianness>>(symbols)
             .map_err(|_| MachOError::Malformed("symbol table size"))?;
 
-        let mut functions: Vec<Function<'_>> = nlists
+        let functions: Vec<Function<'_>> = nlists
             .iter()
             .filter_map(|nlist| self.function(nlist, strings))
             .collect();
-        functions.sort_unstable_by_key(|f| f.start);
-        let entries = (0..functions.len())
-            .map(|i| {
-                let f = &functions[i];
-                // The next symbol that starts later (aliases share a start), if it is in the
-                // same section; otherwise the function runs to the end of its section.
-                let next = functions[i + 1..]
-                    .iter()
-                    .map(|g| g.start)
-                    .find(|&start| start > f.start);
-                let end = next.map_or(f.section_end, |n| n.min(f.section_end));
+        let mut starts = self.function_starts(memory, linkedit);
+        starts.extend(functions.iter().map(|f| f.start));
+        starts.sort_unstable();
+        starts.dedup();
+        let entries = functions
+            .iter()
+            .map(|f| {
+                let end = function_end(f.start, f.section_end, &starts);
                 (
                     f.start.wrapping_add(self.slide),
                     end - f.start,
@@ -309,6 +331,22 @@ impl MachImage {
             })
             .collect();
         Ok(SymbolTable::from_entries(entries))
+    }
+
+    /// Link-time addresses from `LC_FUNCTION_STARTS`, ascending; empty when the image has
+    /// none or they cannot be read. They only narrow symbols, so a problem with them is no
+    /// reason to lose the symbols.
+    fn function_starts(&self, memory: &impl ImageMemory, linkedit: &SegmentInfo) -> Vec<u64> {
+        let (Some(data), Some(text)) = (
+            self.function_starts,
+            self.segments.iter().find(|s| s.is_named("__TEXT")),
+        ) else {
+            return Vec::new();
+        };
+        match read_linkedit(memory, linkedit, self.slide, data.offset, data.size) {
+            Ok(bytes) => decode_function_starts(bytes, text.vmaddr),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// The function a symbol-table entry defines, if it defines one.
@@ -346,6 +384,34 @@ struct Function<'s> {
     start: u64,
     section_end: u64,
     name: &'s str,
+}
+
+/// Where the function starting at `start` ends: at the first of `starts` (every known
+/// function start, sorted) after it, but no later than its section's end.
+fn function_end(start: u64, section_end: u64, starts: &[u64]) -> u64 {
+    let next = starts.partition_point(|&s| s <= start);
+    starts
+        .get(next)
+        .map_or(section_end, |&n| n.min(section_end))
+}
+
+/// Decodes `LC_FUNCTION_STARTS` data: ULEB128 deltas, the first from the start of `__TEXT`
+/// (`text_vmaddr`), ended by a zero delta or the end of the data. Stops at the first
+/// malformed delta, keeping what came before.
+fn decode_function_starts(data: &[u8], text_vmaddr: u64) -> Vec<u64> {
+    let mut bytes = object::Bytes(data);
+    let mut addr = text_vmaddr;
+    let mut starts = Vec::new();
+    while let Ok(delta) = bytes.read_uleb128() {
+        match addr.checked_add(delta) {
+            Some(next) if delta != 0 => {
+                addr = next;
+                starts.push(addr);
+            }
+            _ => break,
+        }
+    }
+    starts
 }
 
 /// Reads `len` bytes at file offset `offset` of `__LINKEDIT`, which is mapped at
@@ -412,6 +478,32 @@ mod tests {
                 len: HEADER_SIZE
             }
         );
+    }
+
+    #[test]
+    fn function_starts_decode_as_deltas_from_text() {
+        // 0x1000 from __TEXT, then +0x20, then +0x200 (two ULEB128 bytes), then the end.
+        let data = [0x80, 0x20, 0x20, 0x80, 0x04, 0x00, 0x7f];
+        assert_eq!(
+            decode_function_starts(&data, 0x1_0000_0000),
+            [0x1_0000_1000, 0x1_0000_1020, 0x1_0000_1220]
+        );
+        // Without the terminating zero the data simply ends; a truncated ULEB128 ends it too.
+        assert_eq!(decode_function_starts(&[0x10, 0x10], 0), [0x10, 0x20]);
+        assert_eq!(decode_function_starts(&[0x10, 0x80], 0), [0x10]);
+        assert!(decode_function_starts(&[], 0).is_empty());
+    }
+
+    #[test]
+    fn a_function_ends_at_the_next_start_or_its_section_end() {
+        let starts = [0x100, 0x140, 0x180];
+        assert_eq!(function_end(0x100, 0x200, &starts), 0x140);
+        // An unnamed function at 0x140 ends the named one before it.
+        assert_eq!(function_end(0x120, 0x200, &starts), 0x140);
+        assert_eq!(function_end(0x180, 0x200, &starts), 0x200);
+        // The next start lies in a later section.
+        assert_eq!(function_end(0x100, 0x130, &starts), 0x130);
+        assert_eq!(function_end(0x100, 0x200, &[]), 0x200);
     }
 
     #[test]
