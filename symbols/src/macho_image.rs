@@ -269,13 +269,14 @@ impl MachImage {
             .collect()
     }
 
-    /// Runtime range of `__LINKEDIT`, the only memory [`MachImage::symbol_table`] reads.
-    /// The macOS backend trusts exactly this range, because dyld mapped it to load the image.
+    /// Runtime range of `__LINKEDIT`'s content (its file part, as far as it is mapped), the
+    /// only memory [`MachImage::symbol_table`] reads. The macOS backend trusts exactly this
+    /// range, because dyld mapped it to load the image.
     #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
     pub(crate) fn linkedit_range(&self) -> Option<Range<u64>> {
         let linkedit = self.linkedit()?;
         let start = linkedit.vmaddr.wrapping_add(self.slide);
-        Some(start..start.checked_add(linkedit.vmsize)?)
+        Some(start..start.checked_add(linkedit.filesize.min(linkedit.vmsize))?)
     }
 
     fn linkedit(&self) -> Option<&SegmentInfo> {
