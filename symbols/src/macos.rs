@@ -157,8 +157,9 @@ pub(crate) fn symbol_table(header: u64, slide: u64) -> SymbolTable {
         return SymbolTable::default();
     };
     // SAFETY: dyld mapped the `__LINKEDIT` segment of every loaded image at
-    // `vmaddr + slide` with its `vmsize` (for shared-cache images, the cache's shared
-    // `__LINKEDIT`); it is mapped read-only and never written after loading.
+    // `vmaddr + slide` (for shared-cache images, the cache's shared `__LINKEDIT`), with
+    // its file content, the range `linkedit_range` gives, mapped read-only and never
+    // written after loading.
     let memory = unsafe { OwnMemory::trusting(linkedit) };
     image.symbol_table(&memory).unwrap_or_default()
 }

@@ -233,10 +233,11 @@ impl Resolver {
     /// A resolver over Mach-O images mapped in `memory` the way dyld maps them (each image
     /// given by a name and its [`MachImage`], parsed from the same memory).
     ///
-    /// Symbol tables are read here, while `memory` is borrowed. An address in an image
-    /// without function symbols resolves to `name+0xoffset`, counted from the image's load
-    /// address. [`Resolver::refresh`] keeps these images. This is the platform-independent
-    /// path the macOS backend takes per image; tests use it with fixtures on any platform.
+    /// Modules are built as the macOS backend builds them from dyld's images, except that
+    /// symbol tables are read here, while `memory` is borrowed, rather than on first lookup.
+    /// An address in an image without function symbols resolves to `name+0xoffset`, counted
+    /// from the image's load address. [`Resolver::refresh`] keeps these images. Tests use
+    /// this with fixtures on any platform.
     pub fn from_macho_images<'a>(
         memory: &impl ImageMemory,
         images: impl IntoIterator<Item = (&'a str, &'a MachImage)>,
