@@ -37,7 +37,8 @@ pub fn holding_a_thread_stopped() -> bool {
 /// could drop a hook someone else installed after it); outside a stopped
 /// window it only forwards. A program that replaces the panic hook after
 /// the profiler started loses the abort, but not the resume: the
-/// [`Stopped`] guard still resumes the thread while unwinding.
+/// guard around each stopped window still resumes the thread while
+/// unwinding.
 pub fn install_abort_on_panic_hook() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
