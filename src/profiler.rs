@@ -40,7 +40,8 @@ impl ProfilerBuilder {
         self
     }
 
-    /// The real-time signal used on Linux, if the default is taken.
+    /// The real-time signal used on Linux, if the default is taken. macOS
+    /// samples without a signal, and starting fails if one is set.
     pub fn signal(mut self, signal: i32) -> Self {
         self.config.signal = Some(signal);
         self

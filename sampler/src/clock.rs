@@ -5,7 +5,52 @@
 //! jumps to the next deadline still in the future instead of firing the
 //! missed ones back to back (no burst catch-up). Missed deadlines are
 //! counted so the achieved rate can be reported honestly. The platform
-//! supplies the clock and the absolute sleep.
+//! supplies the clock and the absolute sleep through [`Clock`]; a platform
+//! whose clock counts in ticks of its own (Mach's `mach_absolute_time`)
+//! converts them with a [`Timebase`].
+
+/// A monotonic clock with an absolute-deadline sleep, in nanoseconds.
+///
+/// The shared sampling loop ([`crate::control`]) runs its
+/// [`TickSchedule`] on one of these, so tests can drive it with a fake
+/// clock and each platform plugs in its own (`mach_absolute_time` and
+/// `mach_wait_until` on macOS).
+pub trait Clock {
+    /// Nanoseconds since some fixed, unspecified start.
+    fn now_ns(&self) -> u64;
+    /// Sleeps until [`Clock::now_ns`] reaches `deadline_ns` (returns at once
+    /// if it already has). Sleeping to an absolute time, rather than for a
+    /// duration, is what keeps the schedule free of drift.
+    fn sleep_until(&self, deadline_ns: u64);
+}
+
+/// The ratio between a tick-counting clock and nanoseconds:
+/// `ns = ticks * numer / denom` (`mach_timebase_info`: 1/1 on Intel Macs,
+/// 125/3 on Apple silicon, where a tick is 41.67 ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timebase {
+    /// Multiplier from ticks to nanoseconds.
+    pub numer: u32,
+    /// Divisor from ticks to nanoseconds.
+    pub denom: u32,
+}
+
+impl Timebase {
+    /// Ticks to nanoseconds, rounded down. Computed in 128 bits, so no
+    /// tick count a 64-bit clock can hold overflows on the way.
+    pub fn ticks_to_ns(self, ticks: u64) -> u64 {
+        let ns = u128::from(ticks) * u128::from(self.numer) / u128::from(self.denom.max(1));
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    /// Nanoseconds to ticks, rounded up: a sleep to the converted deadline
+    /// never wakes before `ns`.
+    pub fn ns_to_ticks_ceil(self, ns: u64) -> u64 {
+        let numer = u128::from(self.numer.max(1));
+        let ticks = (u128::from(ns) * u128::from(self.denom)).div_ceil(numer);
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+}
 
 /// Absolute deadlines on a fixed period, in nanoseconds of some monotonic
 /// clock.
@@ -116,6 +161,35 @@ mod tests {
         // Every deadline up to the last one is either a tick or a miss.
         assert_eq!(s.ticks() + s.missed(), s.deadline() / 1_000_000 - 1);
         assert!(now < s.deadline());
+    }
+
+    #[test]
+    fn timebase_converts_both_ways_without_waking_early() {
+        let intel = Timebase { numer: 1, denom: 1 };
+        assert_eq!(intel.ticks_to_ns(1_234), 1_234);
+        assert_eq!(intel.ns_to_ticks_ceil(1_234), 1_234);
+
+        // Apple silicon: 24 MHz, 125/3 ns per tick.
+        let arm = Timebase {
+            numer: 125,
+            denom: 3,
+        };
+        assert_eq!(arm.ticks_to_ns(24_000_000), 1_000_000_000);
+        assert_eq!(arm.ns_to_ticks_ceil(1_000_000_000), 24_000_000);
+        // 1 ms is 24_000 ticks exactly; 1 ns more needs one more tick.
+        assert_eq!(arm.ns_to_ticks_ceil(1_000_001), 24_001);
+        for ns in [0, 1, 41, 42, 999_999, 1_000_000, 123_456_789_012] {
+            let ticks = arm.ns_to_ticks_ceil(ns);
+            assert!(arm.ticks_to_ns(ticks) >= ns, "{ns} ns woke early");
+            assert!(
+                ticks == 0 || arm.ticks_to_ns(ticks - 1) < ns,
+                "{ns} ns overshot"
+            );
+        }
+        // Years of uptime in ticks do not overflow the conversion.
+        let year_ticks = 24_000_000 * 3600 * 24 * 365;
+        assert_eq!(arm.ticks_to_ns(year_ticks), 31_536_000 * 1_000_000_000);
+        assert_eq!(arm.ticks_to_ns(u64::MAX), u64::MAX);
     }
 
     #[test]

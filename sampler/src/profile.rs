@@ -45,7 +45,7 @@ pub struct SamplerConfig {
     /// truncated.
     pub max_depth: usize,
     /// The Linux profiling signal (a real-time signal); `None` picks
-    /// [`crate::default_signal`]. Ignored on macOS.
+    /// `default_signal()`. macOS sends no signal and rejects `Some`.
     pub signal: Option<i32>,
     /// How many distinct stacks (and frames) one window keeps; samples of
     /// new stacks beyond it are counted as overflow, not stored.

@@ -95,8 +95,9 @@ pub trait StackMemory {
 
 /// Reads frame records straight from this process's memory.
 ///
-/// Used by backends whose stack bounds come from the live mapping that
-/// contains the thread's stack pointer, so every checked address is mapped.
+/// Used by backends whose stack bounds cover only memory known to be
+/// mapped: the live mapping that contains the thread's stack pointer
+/// (Linux), or `[sp, top)` of the thread's own pthread stack (macOS).
 pub struct DirectMemory;
 
 impl StackMemory for DirectMemory {

@@ -8,7 +8,7 @@
 //! of a window are the run's counters minus those at the window's start.
 
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use crate::stack_table::StackTable;
 use crate::walker::Arch;
@@ -52,10 +52,10 @@ impl Client {
     }
 }
 
-/// The sampler thread's side: where the current window started.
+/// The sampler thread's side: the run's counters when the current window
+/// started.
 pub(crate) struct Window {
     base: SamplerStats,
-    started: Instant,
     start_time: SystemTime,
 }
 
@@ -64,13 +64,12 @@ impl Window {
     pub(crate) fn new(stats: &SamplerStats) -> Window {
         Window {
             base: stats.clone(),
-            started: Instant::now(),
             start_time: SystemTime::now(),
         }
     }
 
     /// Answers `request` from the sampler's table and the run's counters
-    /// so far (`stats`, complete up to this moment).
+    /// so far (`stats`, complete up to this moment, `duration` included).
     pub(crate) fn serve(
         &mut self,
         request: Request,
@@ -97,12 +96,10 @@ impl Window {
     ) -> RawProfile {
         let mut window_stats = stats.since(&self.base);
         window_stats.start_time = self.start_time;
-        window_stats.duration = self.started.elapsed();
         window_stats.threads_seen = threads.len() as u64;
         let table = if reset {
             let fresh = table.empty_like();
             self.base = stats.clone();
-            self.started = Instant::now();
             self.start_time = SystemTime::now();
             std::mem::replace(table, fresh)
         } else {

@@ -1,6 +1,8 @@
-//! The Linux sampler against real busy threads of this test process: the
-//! rate, the leaf and complete walks, windows, excluded threads.
-#![cfg(target_os = "linux")]
+//! The sampler against real busy threads of this test process: the rate,
+//! the leaf and complete walks, windows, excluded threads.
+//! Platform-neutral: on Linux it tests the signal backend, on macOS the
+//! Mach one (built and linked by `scripts/check-macos`, run only on a Mac).
+#![cfg(any(target_os = "linux", target_os = "macos"))]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -7,6 +7,11 @@
 //! file on parallel threads, so every test takes [`LOCK`] first. Bodies that
 //! could hang run under a watchdog that aborts the process with a message
 //! instead of letting the test run forever.
+//!
+//! Linux only: every test here checks signal dispositions, pending signals
+//! or `/proc/self`, which the Mach sampler (no signals) and macOS (no
+//! `/proc`) do not have. The rules of the macOS loop are tested on every
+//! host by `control_loop.rs`.
 #![cfg(target_os = "linux")]
 
 use std::collections::VecDeque;

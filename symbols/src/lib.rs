@@ -4,27 +4,36 @@
 //!
 //! - [`demangle()`]: Rust-aware demangling (without the per-build hash).
 //! - [`SymbolTable`]: a format-independent sorted array of function symbols of one module,
-//!   built from an `object::File` (ELF now, Mach-O later) and searched by binary search.
-//! - [`Resolver`]: the modules of the current process (on Linux from `dl_iterate_phdr`),
-//!   their symbol tables loaded lazily on first use, and a per-address cache.
+//!   built from an `object::File` (ELF files) or from plain entries, searched by binary
+//!   search.
+//! - [`MachImage`]: a 64-bit Mach-O image read where dyld mapped it, through an
+//!   [`ImageMemory`]; platform-independent, so it is tested on Linux with fixtures laid out
+//!   in a [`MappedBuffer`].
+//! - [`Resolver`]: the modules of the current process (on Linux from `dl_iterate_phdr`, on
+//!   macOS from dyld's image list), their symbol tables loaded lazily on first use, and a
+//!   per-address cache.
 //!
 //! Nothing here is meant to run while a sampled thread is stopped: resolving allocates,
 //! reads files and takes the dynamic loader's lock. Samplers record raw addresses and
 //! resolve them afterwards.
 
-// Until a module source exists for other platforms, the resolver's constructors are only
-// reachable on Linux; the format-independent parts still build (and are tested) everywhere.
-#![cfg_attr(not(target_os = "linux"), allow(dead_code))]
+// On other platforms the process-module sources (ELF files, the vDSO, dyld images) are
+// never constructed; the format-independent parts still build (and are tested) everywhere.
+#![cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
 
 use std::sync::Arc;
 
 mod demangle;
 #[cfg(target_os = "linux")]
 mod linux;
+mod macho_image;
+#[cfg(target_os = "macos")]
+mod macos;
 mod resolver;
 mod table;
 
 pub use demangle::demangle;
+pub use macho_image::{ImageMemory, MachImage, MachOError, MappedBuffer};
 pub use resolver::Resolver;
 pub use table::SymbolTable;
 

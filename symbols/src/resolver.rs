@@ -1,8 +1,8 @@
 //! The cached address-to-symbol resolver and its module bookkeeping.
 //!
 //! This part is platform-neutral: it works on a list of [`Module`]s (load bias, mapped
-//! address ranges, where to read symbols from). Platform code (`linux.rs`) only produces
-//! that list and reads in-memory images.
+//! address ranges, where to read symbols from). Platform code (`linux.rs`, `macos.rs`) only
+//! produces that list and reads in-memory images.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -10,17 +10,27 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
+use crate::macho_image::{ImageMemory, MachImage, MachOError};
 use crate::{demangle, Symbol, SymbolTable};
 
 /// Where a module's symbols come from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Source {
     /// An object file on disk (for the main executable: `/proc/self/exe`, which stays valid
-    /// even if the file was replaced or deleted after start).
+    /// even if the file was replaced or deleted after start). Only Linux discovers file
+    /// modules (on macOS images are read in memory), but the variant stays on every platform
+    /// because the platform-independent tests use it for a file that cannot be read.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     File(PathBuf),
     /// An image that exists only in this process's memory (the Linux vDSO), as an address
     /// and length of a mapping that stays mapped for the life of the process.
+    #[cfg(target_os = "linux")]
     Memory { start: u64, len: u64 },
+    /// A Mach-O image that dyld mapped in this process (macOS), read in place because system
+    /// libraries live only in the dyld shared cache. `header` is its load address; the
+    /// module's bias is its slide.
+    #[cfg(target_os = "macos")]
+    MachImage { header: u64 },
     /// No known source: the module is resolved as `module+0xoffset` only.
     None,
 }
@@ -31,8 +41,12 @@ pub(crate) struct Module {
     /// File name shown in `module+0xoffset` and in [`Symbol::module`].
     pub(crate) name: Arc<str>,
     pub(crate) source: Source,
-    /// Load bias: runtime address = link-time address + bias.
+    /// Load bias: runtime address = link-time address + bias (the slide, on macOS).
     pub(crate) bias: u64,
+    /// Where `module+0xoffset` offsets count from. The bias on Linux, where offsets are
+    /// link-time addresses as in `nm` output; the load address (header) on macOS, as in
+    /// Apple's crash reports, where an executable's link-time addresses start at 4 GiB.
+    offset_base: u64,
     /// Runtime address ranges of the module's loadable segments, used to map an address to
     /// its module.
     pub(crate) ranges: Vec<Range<u64>>,
@@ -50,20 +64,33 @@ impl Module {
             name,
             source,
             bias,
+            offset_base: bias,
             ranges,
             table: None,
             names: HashMap::new(),
         }
     }
 
+    /// Counts `module+0xoffset` offsets from `base` instead of from the bias.
+    pub(crate) fn with_offset_base(self, base: u64) -> Self {
+        Module {
+            offset_base: base,
+            ..self
+        }
+    }
+
     /// Two snapshots describe the same module when it was loaded from the same source at the
     /// same place; only then may its cached table be reused.
     fn same_as(&self, other: &Module) -> bool {
-        self.source == other.source && self.bias == other.bias && self.ranges == other.ranges
+        self.source == other.source
+            && self.bias == other.bias
+            && self.offset_base == other.offset_base
+            && self.ranges == other.ranges
     }
 
-    /// The module's table, loading it if needed (tests inspect real tables through this).
-    #[cfg(test)]
+    /// The module's table, loading it if needed (tests of the Linux process inspect real
+    /// tables through this).
+    #[cfg(all(test, target_os = "linux"))]
     fn table(&mut self) -> &SymbolTable {
         let (source, bias) = (&self.source, self.bias);
         self.table.get_or_insert_with(|| load_table(source, bias))
@@ -89,7 +116,7 @@ impl Module {
                 }
             }
             None => Symbol {
-                name: format!("{}+{:#x}", self.name, addr.wrapping_sub(bias)).into(),
+                name: format!("{}+{:#x}", self.name, addr.wrapping_sub(self.offset_base)).into(),
                 function_start: None,
                 module,
             },
@@ -109,8 +136,8 @@ fn load_table(source: &Source, bias: u64) -> SymbolTable {
         Source::Memory { start, len } => {
             crate::linux::with_memory_image(*start, *len, |data| table_from_image(data, bias))
         }
-        #[cfg(not(target_os = "linux"))]
-        Source::Memory { .. } => SymbolTable::default(),
+        #[cfg(target_os = "macos")]
+        Source::MachImage { header } => crate::macos::symbol_table(*header, bias),
         Source::None => SymbolTable::default(),
     }
 }
@@ -128,6 +155,10 @@ pub(crate) fn table_from_image(data: &[u8], bias: u64) -> SymbolTable {
 /// Holds a snapshot of the loaded modules; call [`Resolver::refresh`] after libraries may
 /// have been loaded or unloaded. Not thread-safe by design (`&mut self`): it is used by the
 /// one thread that turns recorded samples into names.
+///
+/// Nothing here may run while a sampled thread is stopped: building, refreshing and
+/// resolving allocate, and on macOS call into dyld, whose lock the stopped thread may hold.
+/// Samplers resolve after every thread has been resumed.
 #[derive(Debug)]
 pub struct Resolver {
     modules: Vec<Module>,
@@ -136,6 +167,9 @@ pub struct Resolver {
     ranges: Vec<(u64, u64, usize)>,
     /// Every address resolved so far. Stacks repeat heavily, so most lookups end here.
     cache: HashMap<u64, Symbol>,
+    /// Whether the modules are this process's (so [`Resolver::refresh`] re-reads them) or
+    /// were given by the caller (so it keeps them).
+    of_current_process: bool,
 }
 
 impl Resolver {
@@ -145,9 +179,24 @@ impl Resolver {
             modules,
             ranges: Vec::new(),
             cache: HashMap::new(),
+            of_current_process: false,
         };
         resolver.rebuild_ranges();
         resolver
+    }
+
+    /// A resolver over this process's modules, which [`Resolver::refresh`] keeps current.
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    fn for_process_modules(modules: Vec<Module>) -> std::io::Result<Resolver> {
+        if modules.is_empty() {
+            return Err(std::io::Error::other(
+                "the dynamic loader reported no modules",
+            ));
+        }
+        Ok(Resolver {
+            of_current_process: true,
+            ..Resolver::from_modules(modules)
+        })
     }
 
     /// Snapshot of the modules loaded in this process, via `dl_iterate_phdr`.
@@ -158,15 +207,22 @@ impl Resolver {
     /// deduplicated).
     #[cfg(target_os = "linux")]
     pub fn for_current_process() -> std::io::Result<Resolver> {
-        let modules = crate::linux::current_modules();
-        if modules.is_empty() {
-            return Err(std::io::Error::other("dl_iterate_phdr reported no modules"));
-        }
-        Ok(Resolver::from_modules(modules))
+        Resolver::for_process_modules(crate::linux::current_modules())
     }
 
-    /// Module discovery is only implemented for Linux so far.
-    #[cfg(not(target_os = "linux"))]
+    /// Snapshot of the images dyld has loaded in this process (`_dyld_image_count` and
+    /// friends).
+    ///
+    /// Symbol tables are read lazily per image on first lookup, from the image's mapping in
+    /// memory (`LC_SYMTAB` through `__LINKEDIT`), which also covers system libraries that
+    /// exist only in the dyld shared cache.
+    #[cfg(target_os = "macos")]
+    pub fn for_current_process() -> std::io::Result<Resolver> {
+        Resolver::for_process_modules(crate::macos::current_modules())
+    }
+
+    /// Module discovery is implemented for Linux and macOS only.
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     pub fn for_current_process() -> std::io::Result<Resolver> {
         Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
@@ -174,17 +230,56 @@ impl Resolver {
         ))
     }
 
-    /// Re-reads the module list if it changed (dlopen/dlclose), keeping the cached tables of
-    /// modules that are still present. The address cache is dropped on any change because an
-    /// address may now belong to a different module.
-    #[cfg(target_os = "linux")]
-    pub fn refresh(&mut self) {
-        let fresh = crate::linux::current_modules();
-        self.replace_modules(fresh);
+    /// A resolver over Mach-O images mapped in `memory` the way dyld maps them (each image
+    /// given by a name and its [`MachImage`], parsed from the same memory).
+    ///
+    /// Modules are built as the macOS backend builds them from dyld's images, except that
+    /// symbol tables are read here, while `memory` is borrowed, rather than on first lookup.
+    /// An address in an image without function symbols resolves to `name+0xoffset`, counted
+    /// from the image's load address. [`Resolver::refresh`] keeps these images. Tests use
+    /// this with fixtures on any platform.
+    pub fn from_macho_images<'a>(
+        memory: &impl ImageMemory,
+        images: impl IntoIterator<Item = (&'a str, &'a MachImage)>,
+    ) -> Result<Resolver, MachOError> {
+        let modules = images
+            .into_iter()
+            .map(|(name, image)| {
+                let mut module = image.module(Arc::from(name), Source::None);
+                module.table = Some(image.symbol_table(memory)?);
+                Ok(module)
+            })
+            .collect::<Result<Vec<_>, MachOError>>()?;
+        Ok(Resolver::from_modules(modules))
     }
 
-    /// Module discovery is only implemented for Linux so far; nothing to refresh.
-    #[cfg(not(target_os = "linux"))]
+    /// Re-reads the module list if it changed (dlopen/dlclose), keeping the cached tables of
+    /// modules that are still present. The address cache is dropped on any change because an
+    /// address may now belong to a different module. Does nothing for a resolver built from
+    /// given modules.
+    #[cfg(target_os = "linux")]
+    pub fn refresh(&mut self) {
+        if self.of_current_process {
+            let fresh = crate::linux::current_modules();
+            self.replace_modules(fresh);
+        }
+    }
+
+    /// Re-reads the image list if it changed (dlopen/dlclose), keeping the cached tables of
+    /// images that are still loaded at the same place. The check compares each image's load
+    /// address and slide with the snapshot, so an unchanged list costs two dyld calls per
+    /// image and reads no load commands. Does nothing for a resolver built from given
+    /// modules.
+    #[cfg(target_os = "macos")]
+    pub fn refresh(&mut self) {
+        if self.of_current_process && !crate::macos::same_images(&self.modules) {
+            let fresh = crate::macos::current_modules();
+            self.replace_modules(fresh);
+        }
+    }
+
+    /// Module discovery is implemented for Linux and macOS only; nothing to refresh.
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     pub fn refresh(&mut self) {}
 
     /// Installs a new module snapshot, reusing tables of unchanged modules.

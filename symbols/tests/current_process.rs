@@ -1,5 +1,9 @@
 //! Resolving addresses of the test process itself through the public API.
-#![cfg(target_os = "linux")]
+//!
+//! Module discovery exists for Linux and macOS. The macOS tests (dyld's image list, symbols
+//! read from the shared cache) have never run on this project's Linux machines: they are
+//! compiled and linked by the macOS build check and run on a Mac with `cargo test`.
+#![cfg(any(target_os = "linux", target_os = "macos"))]
 
 use btprof_symbols::Resolver;
 
@@ -20,7 +24,8 @@ fn probe_addr() -> u64 {
 }
 
 /// Runtime address of libc's `getpid` (in a PIE this is the real function in libc, taken
-/// from the GOT, not a PLT stub in the executable).
+/// from the GOT, not a PLT stub in the executable; on macOS the function in
+/// `libsystem_kernel.dylib`, likewise through the GOT).
 fn getpid_addr() -> u64 {
     let f: unsafe extern "C" fn() -> libc::pid_t = libc::getpid;
     f as usize as u64
@@ -60,6 +65,20 @@ fn resolves_libc_function() {
     assert!(s.name.contains("getpid"), "got {s:?}");
     assert!(
         s.module.as_deref().is_some_and(|m| m.contains("libc")),
+        "got {s:?}"
+    );
+}
+
+/// `getpid` lives in `libsystem_kernel.dylib`, which exists only in the dyld shared cache:
+/// its symbols can only have come from the image's `__LINKEDIT` in memory.
+#[cfg(target_os = "macos")]
+#[test]
+fn resolves_shared_cache_function() {
+    let s = resolver().resolve(getpid_addr());
+    assert!(s.name.contains("getpid"), "got {s:?}");
+    assert_eq!(
+        s.module.as_deref(),
+        Some("libsystem_kernel.dylib"),
         "got {s:?}"
     );
 }
@@ -113,6 +132,29 @@ fn refresh_sees_dlopened_library() {
     assert!(s.name.contains("frexp"), "got {s:?}");
     assert!(
         s.module.as_deref().is_some_and(|m| m.starts_with("libm")),
+        "got {s:?}"
+    );
+}
+
+#[cfg(target_os = "macos")]
+#[test]
+fn refresh_sees_dlopened_library() {
+    let mut r = resolver();
+    // SAFETY: libz runs no initialisers that affect the test; the handle is intentionally
+    // leaked so the library stays loaded for the rest of the test process.
+    let handle = unsafe { libc::dlopen(c"/usr/lib/libz.1.dylib".as_ptr(), libc::RTLD_NOW) };
+    assert!(
+        !handle.is_null(),
+        "every macOS has libz in its shared cache"
+    );
+    // SAFETY: `handle` is a valid handle returned by `dlopen` above.
+    let deflate = unsafe { libc::dlsym(handle, c"deflate".as_ptr()) };
+    assert!(!deflate.is_null());
+    r.refresh();
+    let s = r.resolve(deflate as u64);
+    assert!(s.name.contains("deflate"), "got {s:?}");
+    assert!(
+        s.module.as_deref().is_some_and(|m| m.starts_with("libz")),
         "got {s:?}"
     );
 }

@@ -210,6 +210,8 @@ struct SamplerLoop {
     window: Window,
     requests: mpsc::Receiver<window::Request>,
     stray_at_start: u64,
+    /// When `run` started: the run's duration is measured from here.
+    started: Instant,
     progress: Arc<Progress>,
     regions_scratch: Vec<(u64, u64)>,
     regions_stale: bool,
@@ -233,6 +235,7 @@ impl SamplerLoop {
             window: Window::new(&stats),
             requests,
             stray_at_start: slots::STRAY_SIGNALS.load(Ordering::Relaxed),
+            started: Instant::now(),
             table: StackTable::with_limit(config.limit),
             stats,
             config,
@@ -257,6 +260,7 @@ impl SamplerLoop {
 
     fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
         self.stats.start_time = SystemTime::now();
+        self.started = Instant::now();
         self.window = Window::new(&self.stats);
         let mut schedule =
             TickSchedule::new(monotonic_ns(), TickSchedule::period_for_hz(self.config.hz));
@@ -293,6 +297,7 @@ impl SamplerLoop {
     /// The run's counters up to now, the ones kept elsewhere included.
     fn live_stats(&self) -> SamplerStats {
         let mut stats = self.stats.clone();
+        stats.duration = self.started.elapsed();
         stats.sampler_cpu = Duration::from_nanos(threads::own_cpu_ns());
         stats.stray_signals = slots::STRAY_SIGNALS.load(Ordering::Relaxed) - self.stray_at_start;
         stats.threads_seen = self.thread_infos.len() as u64;

@@ -1,0 +1,349 @@
+//! The tick: which threads to stop, the stopped window, interning and
+//! releasing, and the fixed-rate loop around it.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, SystemTime};
+
+use hashbrown::HashMap;
+
+use super::stopped::{install_abort_on_panic_hook, Stopped};
+use super::{StackRange, ThreadControl, ThreadError, MAX_DEPTH};
+use crate::clock::{Clock, TickSchedule};
+use crate::stack_table::{StackKey, StackTable};
+use crate::walker::{self, Arch, Walk};
+use crate::window::{Request, Window};
+use crate::{
+    exclusions, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo,
+};
+
+/// Re-reading a thread's name is backed off to this many ticks at most.
+/// Threads usually name themselves right after they start, so a name read
+/// on the first tick a thread is seen is often the process's; it is read
+/// again after 1, 2, 4, ... ticks.
+const MAX_NAME_CHECK_INTERVAL: u64 = 1024;
+
+/// What the loop knows about one thread between ticks, by 64-bit id.
+struct ThreadState {
+    /// Index into [`RawProfile::threads`] for the thread's current name.
+    key: u32,
+    /// Read once before the thread is first stopped (and again at name
+    /// checks while unknown): reading it may take the pthread list lock.
+    stack: Option<StackRange>,
+    /// CPU time seen on the previous tick, for [`Mode::Cpu`].
+    last_cpu_ns: Option<u64>,
+    /// The last tick the thread was listed on, to forget exited threads.
+    seen_tick: u64,
+    name_check_tick: u64,
+    name_check_interval: u64,
+}
+
+/// The sampling loop over a [`ThreadControl`]: one [`tick`](Self::tick)
+/// samples every thread once, [`run`](Self::run) ticks at the configured
+/// rate until told to stop, and [`finish`](Self::finish) hands back the
+/// profile.
+pub struct SamplingLoop<C: ThreadControl> {
+    control: C,
+    mode: Mode,
+    hz: u32,
+    arch: Arch,
+    /// The walk buffer, allocated once: the stopped window writes here.
+    frames: Box<[u64]>,
+    threads: HashMap<u64, ThreadState>,
+    thread_infos: Vec<ThreadInfo>,
+    thread_keys: HashMap<(u64, String), u32>,
+    table: StackTable,
+    stats: SamplerStats,
+    /// Where the current window started, and the requests for windows
+    /// (snapshots, periodic dumps) answered between ticks.
+    window: Window,
+    requests: Option<mpsc::Receiver<Request>>,
+    progress: Arc<Progress>,
+    tick: u64,
+}
+
+impl<C: ThreadControl> SamplingLoop<C> {
+    /// A loop sampling through `control` with `config` (already
+    /// validated), recording addresses of architecture `arch`. Installs the
+    /// abort-on-panic hook (once per process).
+    pub fn new(control: C, config: &SamplerConfig, arch: Arch, progress: Arc<Progress>) -> Self {
+        install_abort_on_panic_hook();
+        let stats = SamplerStats::new(config);
+        SamplingLoop {
+            control,
+            mode: config.mode,
+            hz: config.hz,
+            arch,
+            frames: vec![0; config.max_depth.clamp(1, MAX_DEPTH)].into_boxed_slice(),
+            threads: HashMap::new(),
+            thread_infos: Vec::new(),
+            thread_keys: HashMap::new(),
+            table: StackTable::with_limit(config.limit),
+            window: Window::new(&stats),
+            stats,
+            requests: None,
+            progress,
+            tick: 0,
+        }
+    }
+
+    /// Answers window requests from `requests` between ticks (see
+    /// `Sampler::collect`). Only the Mach sampler runs this loop for real;
+    /// on Linux it is built for the fake-backed tests.
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+    pub(crate) fn with_requests(mut self, requests: mpsc::Receiver<Request>) -> Self {
+        self.requests = Some(requests);
+        self
+    }
+
+    /// The platform control, e.g. for a test to inspect its fake.
+    pub fn control(&self) -> &C {
+        &self.control
+    }
+
+    /// The platform control, mutably (a test changing its fake's threads).
+    pub fn control_mut(&mut self) -> &mut C {
+        &mut self.control
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> &SamplerStats {
+        &self.stats
+    }
+
+    /// Ticks at the configured rate on `clock`'s absolute deadlines until
+    /// `stop` is set, then records the measured duration. Fails only if the
+    /// threads cannot be listed.
+    pub fn run(&mut self, clock: &impl Clock, stop: &AtomicBool) -> Result<(), Error> {
+        self.stats.start_time = SystemTime::now();
+        self.window = Window::new(&self.stats);
+        let started = clock.now_ns();
+        let mut schedule = TickSchedule::new(started, TickSchedule::period_for_hz(self.hz));
+        let result = loop {
+            clock.sleep_until(schedule.deadline());
+            if stop.load(Ordering::Acquire) {
+                break Ok(());
+            }
+            if let Err(e) = self.tick() {
+                break Err(e);
+            }
+            schedule.complete_tick(clock.now_ns());
+            self.stats.missed_ticks = schedule.missed();
+            self.stats.duration = Duration::from_nanos(clock.now_ns().saturating_sub(started));
+            self.serve_requests();
+        };
+        self.stats.duration = Duration::from_nanos(clock.now_ns().saturating_sub(started));
+        result
+    }
+
+    /// Answers every pending window request with the stacks so far.
+    fn serve_requests(&mut self) {
+        let Some(requests) = &self.requests else {
+            return;
+        };
+        while let Ok(request) = requests.try_recv() {
+            let stats = live_stats(&mut self.control, &self.stats, &self.thread_infos);
+            self.window.serve(
+                request,
+                &mut self.table,
+                &self.thread_infos,
+                &stats,
+                self.arch,
+            );
+        }
+    }
+
+    /// Samples every thread but the sampler's own once, then releases the
+    /// listing. Fails only if the threads cannot be listed; a failure about
+    /// one thread is counted and the others are still sampled.
+    pub fn tick(&mut self) -> Result<(), Error> {
+        self.tick += 1;
+        self.stats.ticks += 1;
+        let list = self.control.list_threads().map_err(|e| {
+            Error::Io(io::Error::other(format!(
+                "could not list the threads of this process: {e:?}"
+            )))
+        })?;
+        let current = self.control.current_thread();
+        for &thread in list.as_ref() {
+            if thread != current {
+                self.sample(thread);
+            }
+        }
+        // Every thread runs again by now: release each handle, then the
+        // list that held them.
+        for &thread in list.as_ref() {
+            self.control.release_thread(thread);
+        }
+        self.control.release_list(list);
+
+        let tick = self.tick;
+        self.threads.retain(|_, s| s.seen_tick == tick);
+        self.progress
+            .ticks
+            .store(self.stats.ticks, Ordering::Relaxed);
+        self.progress
+            .samples
+            .store(self.stats.samples, Ordering::Relaxed);
+        self.progress
+            .threads
+            .store(self.threads.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The profile since the start or the last window handed out with a
+    /// reset, with the sampler thread's own CPU time.
+    pub fn finish(mut self) -> RawProfile {
+        let stats = live_stats(&mut self.control, &self.stats, &self.thread_infos);
+        self.window
+            .cut(true, &mut self.table, &self.thread_infos, &stats, self.arch)
+    }
+
+    /// Samples one thread: reads what it needs first, stops it only for the
+    /// registers and the walk, and interns the stack once it runs again.
+    fn sample(&mut self, thread: C::Thread) {
+        let id = match self.control.thread_id(thread) {
+            Ok(id) => id,
+            Err(e) => return count_failure(&mut self.stats, e),
+        };
+        // The profiler's own threads (a dump thread) are never stopped.
+        if exclusions::is_excluded(id) {
+            return;
+        }
+        if !self.know_thread(thread, id) {
+            return;
+        }
+        let Some(state) = self.threads.get_mut(&id) else {
+            return;
+        };
+        state.seen_tick = self.tick;
+        if self.mode == Mode::Cpu {
+            let cpu = match self.control.cpu_time_ns(thread) {
+                Ok(cpu) => cpu,
+                Err(e) => return count_failure(&mut self.stats, e),
+            };
+            let advanced = state.last_cpu_ns.is_none_or(|last| cpu > last);
+            state.last_cpu_ns = Some(cpu);
+            if !advanced {
+                return;
+            }
+        }
+        let (key, stack) = (state.key, state.stack);
+
+        let walked = stopped_walk(
+            &mut self.control,
+            thread,
+            self.arch,
+            stack,
+            &mut self.frames,
+        );
+
+        match walked {
+            Ok(walk) => {
+                self.table.add(
+                    StackKey {
+                        thread: key,
+                        frames: &self.frames[..walk.depth],
+                        lr: walk.lr,
+                        end: walk.end,
+                    },
+                    1,
+                );
+                self.stats.samples += 1;
+                self.stats.walk_ends[walk.end as usize] += 1;
+            }
+            Err(e) => count_failure(&mut self.stats, e),
+        }
+    }
+
+    /// Registers a thread seen for the first time and re-reads its name
+    /// when due. Returns false (having counted why) if the thread could not
+    /// be described, e.g. it exited a moment ago.
+    fn know_thread(&mut self, thread: C::Thread, id: u64) -> bool {
+        let tick = self.tick;
+        if self
+            .threads
+            .get(&id)
+            .is_some_and(|s| s.name_check_tick > tick)
+        {
+            return true;
+        }
+        let name = match self.control.name(thread) {
+            Ok(name) => name,
+            Err(e) => {
+                count_failure(&mut self.stats, e);
+                return false;
+            }
+        };
+        let next_key = self.thread_infos.len() as u32;
+        let infos = &mut self.thread_infos;
+        let key = *self
+            .thread_keys
+            .entry((id, name))
+            .or_insert_with_key(|(tid, name)| {
+                infos.push(ThreadInfo {
+                    tid: *tid,
+                    name: name.clone(),
+                });
+                next_key
+            });
+        let control = &mut self.control;
+        let state = self.threads.entry(id).or_insert_with(|| ThreadState {
+            key,
+            stack: None,
+            last_cpu_ns: None,
+            seen_tick: tick,
+            name_check_tick: tick,
+            name_check_interval: 1,
+        });
+        state.key = key;
+        if state.stack.is_none() {
+            state.stack = control.stack_range(thread);
+        }
+        state.name_check_tick = tick + state.name_check_interval;
+        state.name_check_interval = (state.name_check_interval * 2).min(MAX_NAME_CHECK_INTERVAL);
+        true
+    }
+}
+
+/// The stopped window: stop, read registers, walk into `frames`, resume.
+///
+/// Nothing here allocates, locks or panics (the rules of the stopped
+/// window); the guard resumes the thread when it goes out of scope, on the
+/// error path as on the normal one. A thread that could not be stopped is
+/// not resumed.
+fn stopped_walk<C: ThreadControl>(
+    control: &mut C,
+    thread: C::Thread,
+    arch: Arch,
+    stack: Option<StackRange>,
+    frames: &mut [u64],
+) -> Result<Walk, ThreadError> {
+    let mut stopped = Stopped::stop(control, thread)?;
+    let regs = stopped.registers()?;
+    let bounds = stack.and_then(|s| s.live_from(regs.sp));
+    Ok(walker::walk(arch, &regs, bounds, stopped.memory(), frames))
+}
+
+/// The run's counters up to now, with the ones kept elsewhere: the
+/// sampler thread's CPU time and the threads seen.
+fn live_stats<C: ThreadControl>(
+    control: &mut C,
+    stats: &SamplerStats,
+    threads: &[ThreadInfo],
+) -> SamplerStats {
+    let mut live = stats.clone();
+    let current = control.current_thread();
+    live.sampler_cpu = Duration::from_nanos(control.cpu_time_ns(current).unwrap_or(0));
+    live.threads_seen = threads.len() as u64;
+    live
+}
+
+/// Counts a failed call about one thread: an exit is not a failure.
+fn count_failure(stats: &mut SamplerStats, e: ThreadError) {
+    match e {
+        ThreadError::Exited => stats.exited_threads += 1,
+        ThreadError::Failed(_) => stats.failed_samples += 1,
+    }
+}

@@ -1,0 +1,76 @@
+//! A panic while the sampler holds a thread stopped aborts the process
+//! instead of unwinding (unwinding could deadlock on a lock the stopped
+//! thread holds), and any other panic goes on to the previous hook.
+//!
+//! The expected outcome is the death of the process, so this test binary
+//! has no libtest harness: it runs itself again as a child process, which
+//! drives the shared sampling loop over a fake thread that panics inside
+//! `thread_get_state`, and checks how the child died.
+
+mod fake_control;
+
+use std::os::unix::process::ExitStatusExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::Command;
+use std::sync::Arc;
+
+use btprof_sampler::control::SamplingLoop;
+use btprof_sampler::walker::Arch;
+use btprof_sampler::{Mode, Progress, SamplerConfig};
+
+use fake_control::{FakeControl, FakeThread, Fault};
+
+const CHILD_ENV: &str = "BTPROF_ABORT_ON_PANIC_CHILD";
+const UNWOUND: &str = "child: an ordinary panic unwound";
+const SURVIVED: &str = "child: survived a panic while a thread was stopped";
+
+fn main() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        child();
+    } else {
+        parent();
+    }
+}
+
+fn child() {
+    let config = SamplerConfig {
+        mode: Mode::Wall,
+        ..SamplerConfig::default()
+    };
+    let fake = FakeControl::new(
+        1,
+        vec![FakeThread::new(10, "panics").with_fault(Fault::PanicsWhileStopped)],
+    );
+    // Installs the hook.
+    let mut sampling =
+        SamplingLoop::new(fake, &config, Arch::X86_64, Arc::new(Progress::default()));
+
+    // Outside a stopped window a panic unwinds as usual.
+    assert!(catch_unwind(|| panic!("an ordinary panic")).is_err());
+    eprintln!("{UNWOUND}");
+
+    let _ = catch_unwind(AssertUnwindSafe(|| sampling.tick()));
+    eprintln!("{SURVIVED}");
+    std::process::exit(0);
+}
+
+fn parent() {
+    let exe = std::env::current_exe().expect("own path");
+    let out = Command::new(exe)
+        .env(CHILD_ENV, "1")
+        .output()
+        .expect("run the child");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report = format!("child {:?}, stderr:\n{stderr}", out.status);
+    assert!(stderr.contains(UNWOUND), "{report}");
+    assert!(!stderr.contains(SURVIVED), "{report}");
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{report}");
+    assert!(
+        stderr.contains("aborting, because unwinding could deadlock"),
+        "{report}"
+    );
+    println!(
+        "abort_on_panic: a panic while a thread was stopped aborted the child process (SIGABRT)"
+    );
+    println!("abort_on_panic: 1 passed, 0 failed");
+}

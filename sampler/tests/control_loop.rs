@@ -1,0 +1,452 @@
+//! The shared sampling loop (the one the Mach sampler runs) driven by a
+//! recording fake on any host: it never stops itself, resumes every
+//! stopped thread exactly once on every path, releases every port and
+//! listing every tick, counts threads that exit under it, allocates
+//! nothing while a thread is stopped, and ticks on absolute deadlines.
+
+mod fake_control;
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use btprof_sampler::clock::Clock;
+use btprof_sampler::control::{holding_a_thread_stopped, SamplingLoop, StackRange};
+use btprof_sampler::walker::{Arch, StackBounds, WalkEnd};
+use btprof_sampler::{Error, Mode, Progress, RawProfile, SamplerConfig};
+
+use fake_control::counting_alloc::allocator_calls_on_this_thread;
+use fake_control::{check_protocol, Call, FakeControl, FakeThread, Fault, Port};
+
+/// The sampler thread's own port in every fake.
+const OWN: Port = 1;
+
+fn sampling(fake: FakeControl, mode: Mode) -> SamplingLoop<FakeControl> {
+    let config = SamplerConfig {
+        hz: 1000,
+        mode,
+        max_depth: 64,
+        ..SamplerConfig::default()
+    };
+    SamplingLoop::new(fake, &config, Arch::X86_64, Arc::new(Progress::default()))
+}
+
+fn ticks(lp: &mut SamplingLoop<FakeControl>, n: usize) {
+    for _ in 0..n {
+        lp.tick().expect("tick");
+    }
+}
+
+/// Checks the call log and the fake's state, with the log's tail on failure.
+fn assert_followed_the_rules(lp: &SamplingLoop<FakeControl>) {
+    let calls = lp.control().calls();
+    if let Err(e) = check_protocol(calls, OWN) {
+        let tail = &calls[calls.len().saturating_sub(12)..];
+        panic!("{e}\nlast calls: {tail:#?}");
+    }
+    lp.control().assert_clean();
+}
+
+/// Samples recorded on the thread named `name`, by stack.
+fn stacks_of(raw: &RawProfile, name: &str) -> Vec<(Vec<u64>, WalkEnd, u64)> {
+    let keys: Vec<u32> = (0..raw.threads.len() as u32)
+        .filter(|&k| raw.threads[k as usize].name == name)
+        .collect();
+    let mut stacks: Vec<_> = raw
+        .table
+        .iter()
+        .filter(|(k, _)| keys.contains(&k.thread))
+        .map(|(k, c)| (k.frames.to_vec(), k.end, c))
+        .collect();
+    stacks.sort();
+    stacks
+}
+
+fn count_of(lp: &SamplingLoop<FakeControl>, want: Call) -> usize {
+    lp.control().count(|c| *c == want)
+}
+
+#[test]
+fn a_tick_stops_walks_and_resumes_every_other_thread_once() {
+    let threads = vec![
+        FakeThread::new(10, "alpha"),
+        FakeThread::new(11, "beta"),
+        FakeThread::new(12, "gamma"),
+    ];
+    let expected: Vec<_> = threads
+        .iter()
+        .map(|t| (t.name.clone(), t.expected_frames()))
+        .collect();
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Cpu);
+    ticks(&mut lp, 1);
+    assert_followed_the_rules(&lp);
+    for port in [10, 11, 12] {
+        assert_eq!(count_of(&lp, Call::Stop { port, ok: true }), 1);
+        assert_eq!(count_of(&lp, Call::Registers(port)), 1);
+        assert_eq!(count_of(&lp, Call::Resume(port)), 1);
+        assert_eq!(count_of(&lp, Call::ReleaseThread(port)), 1);
+    }
+    assert_eq!(count_of(&lp, Call::ReleaseThread(OWN)), 1);
+    assert_eq!(count_of(&lp, Call::ReleaseList(0)), 1);
+
+    let raw = lp.finish();
+    assert_eq!(raw.stats.samples, 3);
+    assert_eq!(raw.stats.walk_ends[WalkEnd::Complete as usize], 3);
+    assert_eq!((raw.stats.failed_samples, raw.stats.exited_threads), (0, 0));
+    for (name, frames) in expected {
+        assert_eq!(stacks_of(&raw, &name), vec![(frames, WalkEnd::Complete, 1)]);
+    }
+    let mut tids: Vec<u64> = raw.threads.iter().map(|t| t.tid).collect();
+    tids.sort();
+    assert_eq!(tids, vec![1010, 1011, 1012]);
+}
+
+#[test]
+fn the_sampler_never_stops_its_own_thread_wherever_it_is_listed() {
+    // The fake lists its own thread at a different position each tick.
+    let threads = (10..15).map(|p| FakeThread::new(p, "w")).collect();
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    ticks(&mut lp, 60);
+    assert_followed_the_rules(&lp);
+    assert_eq!(lp.control().own_stops(), 0);
+    // Only released, once per tick: never asked about, never stopped.
+    let about_own = lp.control().count(|c| c.port() == Some(OWN));
+    assert_eq!(about_own, 60);
+    assert_eq!(count_of(&lp, Call::ReleaseThread(OWN)), 60);
+    assert_eq!(lp.stats().samples, 5 * 60);
+}
+
+#[test]
+fn a_failing_thread_get_state_still_resumes_the_thread_once() {
+    let threads = vec![
+        FakeThread::new(10, "fails").with_fault(Fault::RegistersFail),
+        FakeThread::new(11, "exits-while-stopped").with_fault(Fault::ExitsWhileStopped),
+        FakeThread::new(12, "fine"),
+    ];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Cpu);
+    ticks(&mut lp, 5);
+    assert_followed_the_rules(&lp);
+    for port in [10, 11, 12] {
+        assert_eq!(count_of(&lp, Call::Stop { port, ok: true }), 5);
+        assert_eq!(count_of(&lp, Call::Resume(port)), 5, "port {port}");
+    }
+    let stats = lp.stats();
+    assert_eq!(stats.failed_samples, 5, "{stats:?}");
+    assert_eq!(stats.exited_threads, 5, "{stats:?}");
+    assert_eq!(stats.samples, 5, "{stats:?}");
+}
+
+#[test]
+fn a_walk_into_unreadable_memory_resumes_the_thread_and_is_marked_truncated() {
+    let bad = FakeThread::new(10, "bad-stack").with_fault(Fault::UnreadableStack);
+    let pc = bad.pc();
+    let mut lp = sampling(FakeControl::new(OWN, vec![bad]), Mode::Cpu);
+    ticks(&mut lp, 3);
+    assert_followed_the_rules(&lp);
+    assert_eq!(count_of(&lp, Call::Resume(10)), 3);
+    let raw = lp.finish();
+    assert_eq!(raw.stats.truncated(), 3);
+    assert_eq!(raw.stats.walk_ends[WalkEnd::Unreadable as usize], 3);
+    assert_eq!(
+        stacks_of(&raw, "bad-stack"),
+        vec![(vec![pc], WalkEnd::Unreadable, 3)]
+    );
+}
+
+#[test]
+fn a_thread_that_exits_between_listing_and_stopping_is_skipped_counted_and_released() {
+    let threads = vec![
+        FakeThread::new(10, "exits-before-stop").with_fault(Fault::ExitsBeforeStop),
+        FakeThread::new(11, "exits-before-info").with_fault(Fault::ExitsBeforeInfo),
+        FakeThread::new(12, "stop-fails").with_fault(Fault::StopFails),
+        FakeThread::new(13, "fine"),
+    ];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    ticks(&mut lp, 4);
+    assert_followed_the_rules(&lp);
+    // A failed stop is never resumed: that would undo someone else's
+    // suspension of a live thread.
+    for port in [10, 12] {
+        assert_eq!(count_of(&lp, Call::Stop { port, ok: false }), 4);
+        assert_eq!(count_of(&lp, Call::Registers(port)), 0);
+        assert_eq!(count_of(&lp, Call::Resume(port)), 0);
+    }
+    // Gone before its id could be read: never stopped at all.
+    assert_eq!(
+        lp.control()
+            .count(|c| matches!(c, Call::Stop { port: 11, .. })),
+        0
+    );
+    for port in [10, 11, 12, 13] {
+        assert_eq!(count_of(&lp, Call::ReleaseThread(port)), 4, "port {port}");
+    }
+    let stats = lp.stats();
+    assert_eq!(stats.exited_threads, 8, "{stats:?}");
+    assert_eq!(stats.failed_samples, 4, "{stats:?}");
+    assert_eq!(stats.samples, 4, "{stats:?}");
+}
+
+#[test]
+fn many_ticks_release_every_port_and_listing_and_match_every_stop_with_one_resume() {
+    let threads = vec![
+        FakeThread::new(10, "steady"),
+        FakeThread::new(11, "regs-fail").with_fault(Fault::RegistersFail),
+        FakeThread::new(12, "bad-stack").with_fault(Fault::UnreadableStack),
+        FakeThread::new(13, "exits").with_fault(Fault::ExitsBeforeStop),
+        FakeThread::new(14, "idle").idle(),
+    ];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Cpu);
+    let mut next_id = 5000;
+    for round in 0..30 {
+        ticks(&mut lp, 10);
+        // Between ticks a short-lived thread exits and a new one takes its
+        // port name, as Mach may reuse a released name for another thread.
+        let fake = lp.control_mut();
+        if round > 0 {
+            fake.remove_thread(20);
+        }
+        next_id += 1;
+        fake.add_thread(FakeThread::new(20, "short-lived").with_id(next_id));
+    }
+    assert_followed_the_rules(&lp);
+    let fake = lp.control();
+    assert_eq!(fake.count(|c| matches!(c, Call::List { .. })), 300);
+    assert_eq!(fake.count(|c| matches!(c, Call::ReleaseList(_))), 300);
+    let stops = fake.count(|c| matches!(c, Call::Stop { ok: true, .. }));
+    let resumes = fake.count(|c| matches!(c, Call::Resume(_)));
+    assert_eq!(stops, resumes);
+    assert_eq!(stops as u64, fake.windows);
+    let raw = lp.finish();
+    // Each short-lived thread is its own thread in the profile, by id,
+    // though all of them had port 20.
+    let short: Vec<u64> = raw
+        .threads
+        .iter()
+        .filter(|t| t.name == "short-lived")
+        .map(|t| t.tid)
+        .collect();
+    assert_eq!(short.len(), 29, "{short:?}");
+}
+
+#[test]
+fn nothing_allocates_between_stop_and_resume() {
+    // Renames and new threads make the loop allocate around the windows
+    // (names, thread keys, new stacks interned), so the counter is live.
+    let threads = (10..16).map(|p| FakeThread::new(p, "w")).collect();
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    let before = allocator_calls_on_this_thread();
+    for round in 0..20u32 {
+        ticks(&mut lp, 10);
+        let fake = lp.control_mut();
+        fake.rename(10 + round % 6, &format!("w{round}"));
+        if round % 2 == 0 {
+            fake.add_thread(FakeThread::new(30, "new"));
+        } else {
+            fake.remove_thread(30);
+        }
+    }
+    let around = allocator_calls_on_this_thread() - before;
+    assert_followed_the_rules(&lp);
+    let fake = lp.control();
+    assert!(fake.windows >= 200 * 6, "{} windows", fake.windows);
+    assert!(around > 0, "the counter saw no allocation at all");
+    assert_eq!(
+        fake.allocator_calls_in_windows, 0,
+        "the loop called the allocator while a thread was stopped"
+    );
+}
+
+#[test]
+fn the_allocation_counter_catches_an_allocation_while_stopped() {
+    // The zero above means something only if an allocation in the window
+    // would be seen: here the fake itself allocates there.
+    let threads = vec![FakeThread::new(10, "allocates").with_fault(Fault::AllocatesWhileStopped)];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    ticks(&mut lp, 3);
+    assert!(lp.control().allocator_calls_in_windows >= 3);
+}
+
+#[test]
+fn the_stopped_window_is_marked_for_the_abort_on_panic_hook() {
+    let threads = vec![
+        FakeThread::new(10, "a"),
+        FakeThread::new(11, "b").with_fault(Fault::RegistersFail),
+    ];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    assert!(!holding_a_thread_stopped());
+    ticks(&mut lp, 5);
+    assert_eq!(lp.control().unmarked_windows, 0);
+    assert!(!holding_a_thread_stopped(), "still marked after the tick");
+    // A failed stop leaves nothing marked either.
+    let threads = vec![FakeThread::new(10, "x").with_fault(Fault::StopFails)];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    ticks(&mut lp, 1);
+    assert!(!holding_a_thread_stopped());
+}
+
+#[test]
+fn cpu_mode_stops_only_threads_whose_cpu_time_advanced() {
+    let threads = || {
+        vec![
+            FakeThread::new(10, "busy"),
+            FakeThread::new(11, "idle").idle(),
+        ]
+    };
+    let mut cpu = sampling(FakeControl::new(OWN, threads()), Mode::Cpu);
+    ticks(&mut cpu, 10);
+    assert_followed_the_rules(&cpu);
+    assert_eq!(count_of(&cpu, Call::Stop { port: 10, ok: true }), 10);
+    // Sampled when first seen (nothing to compare with), then left alone.
+    assert_eq!(count_of(&cpu, Call::Stop { port: 11, ok: true }), 1);
+
+    let mut wall = sampling(FakeControl::new(OWN, threads()), Mode::Wall);
+    ticks(&mut wall, 10);
+    assert_eq!(count_of(&wall, Call::Stop { port: 11, ok: true }), 10);
+    // Wall mode has no use for CPU times.
+    assert_eq!(wall.control().count(|c| matches!(c, Call::CpuTime(_))), 0);
+}
+
+#[test]
+fn names_and_stack_bounds_are_read_before_stopping_and_not_every_tick() {
+    let mut lp = sampling(
+        FakeControl::new(OWN, vec![FakeThread::new(10, "starting")]),
+        Mode::Wall,
+    );
+    ticks(&mut lp, 1);
+    lp.control_mut().rename(10, "named-later");
+    ticks(&mut lp, 99);
+    assert_followed_the_rules(&lp);
+    let fake = lp.control();
+    // The stack range is cached per thread id.
+    assert_eq!(count_of(&lp, Call::StackRange(10)), 1);
+    // Names are re-read at ticks 1, 2, 4, 8, ..., 64: seven reads in 100.
+    assert_eq!(count_of(&lp, Call::Name(10)), 7);
+    // Both reads come before the thread's first stop.
+    let first_stop = fake
+        .calls()
+        .iter()
+        .position(|c| matches!(c, Call::Stop { port: 10, .. }))
+        .unwrap();
+    let first_range = fake
+        .calls()
+        .iter()
+        .position(|c| *c == Call::StackRange(10))
+        .unwrap();
+    assert!(first_range < first_stop);
+    let raw = lp.finish();
+    let names: Vec<(&str, u64)> = raw
+        .threads
+        .iter()
+        .map(|t| (t.name.as_str(), t.tid))
+        .collect();
+    assert_eq!(names, vec![("starting", 1010), ("named-later", 1010)]);
+    assert_eq!(stacks_of(&raw, "starting")[0].2, 1);
+    assert_eq!(stacks_of(&raw, "named-later")[0].2, 99);
+}
+
+#[test]
+fn a_listing_failure_ends_the_tick_with_an_error_and_holds_nothing() {
+    let mut lp = sampling(
+        FakeControl::new(OWN, vec![FakeThread::new(10, "a")]),
+        Mode::Wall,
+    );
+    ticks(&mut lp, 2);
+    lp.control_mut().list_fails = true;
+    let err = lp.tick().expect_err("a failed listing must fail the tick");
+    assert!(matches!(err, Error::Io(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("could not list the threads"),
+        "{err}"
+    );
+    assert_followed_the_rules(&lp);
+}
+
+#[test]
+fn the_live_part_of_a_stack_is_from_sp_to_its_top() {
+    let range = StackRange::below_top(0x7000_0010_0000, 0x8_0000).unwrap();
+    assert_eq!(range.low, 0x7000_0008_0000);
+    assert_eq!(
+        range.live_from(0x7000_000f_0000),
+        Some(StackBounds {
+            low: 0x7000_000f_0000,
+            high: 0x7000_0010_0000
+        })
+    );
+    // A stack pointer off this stack (a signal stack, a coroutine): unknown.
+    assert_eq!(range.live_from(0x7000_0010_0000), None);
+    assert_eq!(range.live_from(0x7000_0007_fff0), None);
+    // libpthread's ESRCH-as-address, zero sizes and wrap-arounds are no stack.
+    assert_eq!(StackRange::below_top(3, 0x8_0000), None);
+    assert_eq!(StackRange::below_top(0x7000_0000_0000, 0), None);
+    assert_eq!(StackRange::below_top(0x2_0000, 0x3_0000), None);
+}
+
+/// A clock that jumps to each deadline (plus a little), wakes very late
+/// once, and sets the stop flag after a number of sleeps.
+struct FakeClock<'a> {
+    now: Cell<u64>,
+    deadlines: RefCell<Vec<u64>>,
+    late_on_sleep: usize,
+    late_by: u64,
+    stop_after_sleeps: usize,
+    stop: &'a AtomicBool,
+}
+
+impl Clock for FakeClock<'_> {
+    fn now_ns(&self) -> u64 {
+        self.now.get()
+    }
+
+    fn sleep_until(&self, deadline_ns: u64) {
+        let mut deadlines = self.deadlines.borrow_mut();
+        deadlines.push(deadline_ns);
+        let n = deadlines.len();
+        let lateness = if n == self.late_on_sleep {
+            self.late_by
+        } else {
+            20_000
+        };
+        self.now.set(deadline_ns.max(self.now.get()) + lateness);
+        if n > self.stop_after_sleeps {
+            self.stop.store(true, Ordering::Release);
+        }
+    }
+}
+
+#[test]
+fn run_ticks_on_absolute_deadlines_skips_missed_ones_and_measures_time() {
+    const START: u64 = 7_000_000_000;
+    const PERIOD: u64 = 1_000_000; // 1000 Hz
+    let stop = AtomicBool::new(false);
+    let clock = FakeClock {
+        now: Cell::new(START),
+        deadlines: RefCell::new(Vec::new()),
+        late_on_sleep: 10,
+        late_by: 3_500_000,
+        stop_after_sleeps: 100,
+        stop: &stop,
+    };
+    let mut lp = sampling(
+        FakeControl::new(OWN, vec![FakeThread::new(10, "w")]),
+        Mode::Wall,
+    );
+    lp.run(&clock, &stop).expect("run");
+    assert_followed_the_rules(&lp);
+    let stats = lp.stats().clone();
+    assert_eq!(stats.ticks, 100);
+    // Woke 3.5 periods late once: three deadlines skipped, not made up.
+    assert_eq!(stats.missed_ticks, 3);
+    assert_eq!(stats.samples, 100);
+    // Deadlines are start + k periods: no drift from the 20 µs lateness.
+    let deadlines = clock.deadlines.borrow();
+    for (i, &d) in deadlines.iter().enumerate() {
+        assert_eq!((d - START) % PERIOD, 0, "deadline {i} drifted: {d}");
+    }
+    assert!(deadlines.windows(2).all(|w| w[1] > w[0]));
+    assert_eq!(*deadlines.last().unwrap(), START + PERIOD * 104);
+    // Time comes from the clock, not from ticks times the period.
+    assert_eq!(stats.duration.as_nanos() as u64, clock.now_ns() - START);
+    let raw = lp.finish();
+    assert_eq!(raw.stats.sampler_cpu.as_nanos(), 42_000);
+    assert_eq!(raw.stats.threads_seen, 1);
+}
