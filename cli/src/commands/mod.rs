@@ -1,0 +1,89 @@
+//! The `btprof` commands, one module each; `main.rs` only parses and
+//! dispatches.
+//!
+//! Exit codes are shared: 0 success (no regression), 1 a failed check (a
+//! regression, a failed self-check), 2 bad input or usage.
+
+pub mod diff;
+pub mod flamegraph;
+pub mod pid_self;
+pub mod report;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+use btprof::render::Format;
+use btprof::FoldedProfile;
+use clap::{Subcommand, ValueEnum};
+
+/// The commands besides profiling.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    Diff(diff::DiffArgs),
+    Report(report::ReportArgs),
+    Flamegraph(flamegraph::FlamegraphArgs),
+}
+
+impl Command {
+    /// Runs the command and says how to exit.
+    pub fn run(&self) -> ExitCode {
+        match self {
+            Command::Diff(args) => diff::run(args),
+            Command::Report(args) => report::run(args),
+            Command::Flamegraph(args) => flamegraph::run(args),
+        }
+    }
+}
+
+/// The exit code for bad input or usage, as clap uses for usage errors.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Prints `btprof: message` and returns the bad-input exit code.
+pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("btprof: {message}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum FormatArg {
+    /// Aligned columns for a terminal.
+    #[default]
+    Text,
+    /// One JSON document with every function.
+    Json,
+    /// GitHub-flavoured Markdown, for CI summaries and pull-request comments.
+    Markdown,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Format {
+        match f {
+            FormatArg::Text => Format::Text,
+            FormatArg::Json => Format::Json,
+            FormatArg::Markdown => Format::Markdown,
+        }
+    }
+}
+
+/// Reads a folded file; the error names the file and what is wrong.
+pub(crate) fn read_profile(path: &Path) -> Result<FoldedProfile, String> {
+    // A run's rate and mode are not in a folded file. When a metadata
+    // file beside it records them, load it here and attach it with
+    // `FoldedProfile::with_run_info`; the diff's warnings already use it.
+    FoldedProfile::open(path).map_err(|e| e.to_string())
+}
+
+/// Creates `path` and writes it with `write`; errors name the file.
+pub(crate) fn write_file(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<(), btprof::Error>,
+) -> Result<(), String> {
+    let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let mut out = BufWriter::new(file);
+    write(&mut out)
+        .and_then(|()| out.flush().map_err(btprof::Error::Io))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
