@@ -10,14 +10,6 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
-/// The workload's functions, as the self-check's share table names them.
-const WORKLOAD_FUNCTIONS: [&str; 5] = [
-    "alpha",
-    "beta",
-    "chain_outer",
-    "chain_middle",
-    "chain_inner",
-];
 
 /// Real profiling runs take turns: the machine has two cores, and two runs
 /// at once would profile contention, not the workload.
@@ -405,9 +397,20 @@ fn flamegraph_rerenders_a_folded_file() {
     assert!(refused.stderr.contains("-o"), "{}", refused.describe());
 }
 
-/// Profiles the built-in workload for 2 s, writing `name`; returns the run
-/// and the folded path.
-fn profile(dir: &TempDir, name: &str, extra: &[&str]) -> (Run, String) {
+/// Attempts at a faithful profile before a real-run test gives up.
+const PROFILE_ATTEMPTS: usize = 3;
+
+/// Profiles the built-in workload for 2 s into `name` until its self-check
+/// passes (at most [`PROFILE_ATTEMPTS`] runs); returns the passing run
+/// and the folded path, or fails with the last run's self-check.
+///
+/// The diff can only be judged on profiles that are faithful: on a machine
+/// busy with other work a run's samples can miss the workload's true
+/// split by several points (the self-check then fails, as the CLI tests'
+/// own self-check test would), and two such profiles differ for real. A
+/// profile that passes is one whose every share is within the
+/// self-check's tolerance of the measured truth.
+fn faithful_profile(dir: &TempDir, name: &str, extra: &[&str]) -> (Run, String) {
     let folded = path_str(&dir.path(name)).to_owned();
     let svg = format!("{folded}.svg");
     let mut args = vec![
@@ -423,53 +426,34 @@ fn profile(dir: &TempDir, name: &str, extra: &[&str]) -> (Run, String) {
         &svg,
     ];
     args.extend(extra);
-    let _turn = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
-    (btprof(dir, &args), folded)
+    let mut failures = Vec::new();
+    for _ in 0..PROFILE_ATTEMPTS {
+        let run = {
+            let _turn = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
+            btprof(dir, &args)
+        };
+        if run.code == Some(0) {
+            return (run, folded);
+        }
+        failures.push(run.describe());
+    }
+    panic!(
+        "btprof {args:?}: no faithful profile in {PROFILE_ATTEMPTS} attempts \
+         (is the machine busy?)\n{}",
+        failures.join("\n\n")
+    );
 }
 
 #[test]
 fn real_runs_find_a_slowed_function_and_no_change_between_equal_runs() {
     let dir = TempDir::new("real_runs");
-    let (first, base) = profile(&dir, "base.folded", &[]);
-    let (second, again) = profile(&dir, "again.folded", &[]);
+    let (first, base) = faithful_profile(&dir, "base.folded", &[]);
+    let (second, again) = faithful_profile(&dir, "again.folded", &[]);
     // `beta` runs on both worker threads, so doubling its work raises its
     // share by about 15 points however the scheduler splits the CPU
-    // between the two threads.
-    let (slowed, slow) = profile(&dir, "slow.folded", &["--slow", "beta"]);
-    for (what, run) in [
-        ("first run", &first),
-        ("second run", &second),
-        ("slowed run", &slowed),
-    ] {
-        // The self-check measures the truth, so every function's share
-        // matches it in the slowed workload too. (Its rate check can fail
-        // on a machine busy with other work; that does not change what
-        // the profile says, so only the shares are required here.)
-        assert!(
-            matches!(run.code, Some(0 | 1)),
-            "{what} did not finish\n{}",
-            run.describe()
-        );
-        let shares: Vec<&str> = run
-            .stdout
-            .lines()
-            .filter(|l| {
-                let first = l.split_whitespace().next().unwrap_or_default();
-                WORKLOAD_FUNCTIONS.contains(&first) && l.contains('%')
-            })
-            .collect();
-        assert_eq!(
-            shares.len(),
-            WORKLOAD_FUNCTIONS.len(),
-            "{what}: no share table\n{}",
-            run.describe()
-        );
-        assert!(
-            shares.iter().all(|l| l.ends_with(" ok")),
-            "{what}: a share is off from the measured truth\n{}",
-            run.describe()
-        );
-    }
+    // between the two threads. The self-check measures the truth, so it
+    // passes for the slowed workload too.
+    let (_slowed, slow) = faithful_profile(&dir, "slow.folded", &["--slow", "beta"]);
 
     let found = btprof(&dir, &["diff", &base, &slow]);
     let report = format!("{}\n\nbase run:\n{}", found.describe(), first.stdout);

@@ -2,7 +2,7 @@
 //! a [`Profile`] in memory, for comparing, reporting and re-rendering.
 //!
 //! Reading is streaming: a file is read one line at a time through a
-//! buffer and identical stacks are merged as they arrive (see [`intern`]),
+//! buffer and identical stacks are merged as they arrive (see `intern.rs`),
 //! so a 100 MB file of repeated stacks takes memory for its distinct stacks
 //! only.
 
