@@ -295,7 +295,8 @@ pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffRepo
 /// Compares two folded profiles (read from files with
 /// [`FoldedProfile::open`], or made from `Profile`s).
 ///
-/// Settings that fail [`DiffOptions::validate`] flag nothing.
+/// Settings that fail [`DiffOptions::validate`] judge nothing: every
+/// verdict is [`Verdict::Unchanged`] and a warning says why.
 pub fn compare_folded(
     base: &FoldedProfile,
     new: &FoldedProfile,
@@ -306,8 +307,10 @@ pub fn compare_folded(
     let pairs = join_by_name(base_table.functions(), new_table.functions());
     let tests = pairs.len().max(1);
     let per_test_alpha = options.alpha / tests as f64;
+    let invalid = options.validate().err();
     let gate = Gate {
         options,
+        judge: invalid.is_none(),
         per_test_alpha,
         base_samples: base_table.total_samples(),
         new_samples: new_table.total_samples(),
@@ -341,6 +344,9 @@ pub fn compare_folded(
         run_info: p.run_info().cloned(),
     };
     let mut warnings = RunInfo::differences(base.run_info(), new.run_info());
+    if let Some(why) = invalid {
+        warnings.push(format!("nothing was judged: {why}"));
+    }
     for (side, p) in [("base", base), ("new", new)] {
         if p.is_empty() {
             warnings.push(format!(
@@ -369,6 +375,8 @@ pub fn compare_folded(
 /// The regression rule with everything it needs besides one function.
 struct Gate<'a> {
     options: &'a DiffOptions,
+    /// False for settings that fail validation: report, judge nothing.
+    judge: bool,
     per_test_alpha: f64,
     base_samples: u64,
     new_samples: u64,
@@ -382,7 +390,9 @@ impl Gate<'_> {
         let z = two_proportion_z(a, self.base_samples, b, self.new_samples);
         let p_value = normal_upper_tail(z);
         let change = (new.share(metric) - base.share(metric)) * 100.0;
-        let verdict = if change > options.threshold_points
+        let verdict = if !self.judge {
+            Verdict::Unchanged
+        } else if change > options.threshold_points
             && b >= options.min_samples
             && p_value < self.per_test_alpha
         {
@@ -579,6 +589,24 @@ mod tests {
         );
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
         assert!(r.warnings[0].contains("no function in common"));
+    }
+
+    #[test]
+    fn invalid_settings_judge_nothing_and_say_so() {
+        let base = folded("m;f 100\nm;g 900\n", "b");
+        let new = folded("m;f 900\nm;g 100\n", "n");
+        let bad = DiffOptions {
+            alpha: 5.0,
+            ..DiffOptions::default()
+        };
+        let r = compare_folded(&base, &new, &bad);
+        assert!(r.functions.iter().all(|f| f.verdict == Verdict::Unchanged));
+        assert!(
+            r.warnings.iter().any(|w| w.contains("alpha")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(compare_folded(&base, &new, &DiffOptions::default()).regressed());
     }
 
     #[test]
