@@ -11,9 +11,10 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 
-/// Real profiling runs take turns: the machine has two cores, and two runs
-/// at once would profile contention, not the workload.
-static PROFILING: Mutex<()> = Mutex::new(());
+/// Every run of the binary takes its turn. The machine has two cores:
+/// another `btprof` running beside a profiling run would be profiled as
+/// contention (and the real-run test judges how alike two profiles are).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A scratch directory, removed on drop.
 struct TempDir(PathBuf);
@@ -66,6 +67,7 @@ impl Run {
 }
 
 fn btprof(dir: &TempDir, args: &[&str]) -> Run {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Output {
         status,
         stdout,
@@ -428,10 +430,7 @@ fn faithful_profile(dir: &TempDir, name: &str, extra: &[&str]) -> (Run, String) 
     args.extend(extra);
     let mut failures = Vec::new();
     for _ in 0..PROFILE_ATTEMPTS {
-        let run = {
-            let _turn = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
-            btprof(dir, &args)
-        };
+        let run = btprof(dir, &args);
         if run.code == Some(0) {
             return (run, folded);
         }

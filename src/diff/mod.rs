@@ -13,7 +13,7 @@
 //! ([`Metric`], self by default):
 //!
 //! 1. the share grew by more than [`DiffOptions::threshold_points`]
-//!    percentage points (default 1.0);
+//!    percentage points (default 2.0);
 //! 2. it has at least [`DiffOptions::min_samples`] samples in the new run
 //!    (default 20);
 //! 3. a one-sided pooled two-proportion z-test says the growth is unlikely
@@ -27,8 +27,13 @@
 //! are not quite (one long call spans several ticks, phases vary from run
 //! to run), which makes the test overconfident on big profiles; the
 //! threshold in points is what keeps such small real-but-irrelevant shifts
-//! from failing a build. A function whose share fell by the mirror rule is
-//! reported as **improved**; that never fails the gate.
+//! from failing a build. It is 2 points rather than 1 because real runs
+//! move by more than sampling noise: between pairs of faithful 2 s runs
+//! of btprof's own workload on a shared 2-core VM, the self share of a
+//! system-call leaf (`clock_gettime`) rose by up to 1.9 points, so a
+//! 1-point threshold failed 3 of 47 pairs of identical runs. A function
+//! whose share fell by the mirror rule is reported as **improved**; that
+//! never fails the gate.
 
 mod significance;
 
@@ -82,7 +87,7 @@ impl Default for DiffOptions {
     fn default() -> Self {
         DiffOptions {
             metric: Metric::SelfShare,
-            threshold_points: 1.0,
+            threshold_points: 2.0,
             min_samples: 20,
             alpha: 0.001,
             skip_root: false,
@@ -310,7 +315,7 @@ pub fn compare_folded(
     let invalid = options.validate().err();
     let gate = Gate {
         options,
-        judge: invalid.is_none(),
+        valid: invalid.is_none(),
         per_test_alpha,
         base_samples: base_table.total_samples(),
         new_samples: new_table.total_samples(),
@@ -376,7 +381,7 @@ pub fn compare_folded(
 struct Gate<'a> {
     options: &'a DiffOptions,
     /// False for settings that fail validation: report, judge nothing.
-    judge: bool,
+    valid: bool,
     per_test_alpha: f64,
     base_samples: u64,
     new_samples: u64,
@@ -390,7 +395,7 @@ impl Gate<'_> {
         let z = two_proportion_z(a, self.base_samples, b, self.new_samples);
         let p_value = normal_upper_tail(z);
         let change = (new.share(metric) - base.share(metric)) * 100.0;
-        let verdict = if !self.judge {
+        let verdict = if !self.valid {
             Verdict::Unchanged
         } else if change > options.threshold_points
             && b >= options.min_samples

@@ -29,8 +29,9 @@ use super::{fail, read_profile, write_file, FormatArg};
 ///      that noise alone flags any function in the whole diff is at most
 ///      --alpha).
 ///
-/// The test assumes independent samples; real samples are somewhat
-/// clustered, which the threshold guards against. A share that fell by the
+/// The test assumes independent samples; real runs differ by more than
+/// that (clustered samples, system calls whose share moves with machine
+/// load), which the threshold guards against. A share that fell by the
 /// mirror rule is reported as improved and never fails the gate.
 ///
 /// Exit status: 0 no regression, 1 regression, 2 bad input or usage.
@@ -40,7 +41,7 @@ use super::{fail, read_profile, write_file, FormatArg};
   btprof diff base.folded new.folded
   btprof diff base.folded new.folded -o diff.svg --negated-output diff-negated.svg
   btprof diff base.folded new.folded --format markdown >> \"$GITHUB_STEP_SUMMARY\"
-  btprof diff base.folded new.folded --share total --skip-root --threshold 2")]
+  btprof diff base.folded new.folded --share total --skip-root --threshold 5")]
 pub struct DiffArgs {
     /// The base (before) profile: a folded file from btprof,
     /// inferno-collapse-* or FlameGraph's stackcollapse*.
@@ -51,16 +52,16 @@ pub struct DiffArgs {
 
     /// Smallest growth, in percentage points of all samples, that can be a
     /// regression.
-    #[arg(long, value_name = "POINTS", default_value_t = 1.0, value_parser = parse_threshold)]
+    #[arg(long, value_name = "POINTS", default_value_t = DiffOptions::default().threshold_points, value_parser = parse_threshold)]
     pub threshold: f64,
 
     /// Fewest samples of the function in the new run for a regression.
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = DiffOptions::default().min_samples)]
     pub min_samples: u64,
 
     /// Accepted chance that sampling noise alone flags any function in the
     /// diff (divided by the number of functions for each test).
-    #[arg(long, value_name = "P", default_value_t = 0.001, value_parser = parse_alpha)]
+    #[arg(long, value_name = "P", default_value_t = DiffOptions::default().alpha, value_parser = parse_alpha)]
     pub alpha: f64,
 
     /// The share the gate looks at: self (the function's own code) or
