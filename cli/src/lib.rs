@@ -1,7 +1,7 @@
 //! The `btprof` command line's building blocks: the built-in workload
 //! that `--pid-self` profiles, the self-check that judges the result,
-//! argument parsing helpers, and the commands (profiling, `diff`,
-//! `report`, `flamegraph`). `main.rs` parses and dispatches.
+//! argument parsing helpers, and the commands that read folded files
+//! (`diff`, `report`, `flamegraph`). `main.rs` wires them to `clap`.
 
 pub mod commands;
 pub mod duration;

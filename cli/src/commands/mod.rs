@@ -1,12 +1,12 @@
-//! The `btprof` commands, one module each; `main.rs` only parses and
-//! dispatches.
+//! The `btprof` commands that read folded files, one module each;
+//! `main.rs` parses the command line and dispatches here (the profiling
+//! run itself, `btprof --pid-self`, is still in `main.rs`).
 //!
-//! Exit codes are shared: 0 success (no regression), 1 a failed check (a
-//! regression, a failed self-check), 2 bad input or usage.
+//! Exit codes are shared with profiling: 0 success (no regression), 1 a
+//! failed check (a regression, a failed self-check), 2 bad input or usage.
 
 pub mod diff;
 pub mod flamegraph;
-pub mod pid_self;
 pub mod report;
 
 use std::fs::File;
