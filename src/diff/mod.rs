@@ -31,7 +31,8 @@
 //! move by more than sampling noise: between pairs of faithful 2 s runs
 //! of btprof's own workload on a shared 2-core VM, the self share of a
 //! system-call leaf (`clock_gettime`) rose by up to 1.9 points, so a
-//! 1-point threshold failed 3 of 47 pairs of identical runs. A function
+//! 1-point threshold failed 3 of 47 pairs of identical runs (2 points:
+//! none of 81). A function
 //! whose share fell by the mirror rule is reported as **improved**; that
 //! never fails the gate.
 
