@@ -102,29 +102,31 @@ impl RunInfo {
         })
     }
 
-    /// Reasons two runs' shares should not be compared at face value;
-    /// empty when they are comparable.
-    pub fn incomparable(&self, other: &RunInfo) -> Vec<String> {
-        let mut why = Vec::new();
-        if self.mode != other.mode {
-            why.push(format!(
-                "the runs used different modes ({} and {}): cpu mode counts running time, wall mode waiting too",
-                self.mode, other.mode
+    /// Reasons two runs may not compare like for like, one sentence each;
+    /// empty when nothing known differs (or either run's metadata is
+    /// unknown, as for folded files from other tools).
+    pub fn differences(base: Option<&RunInfo>, new: Option<&RunInfo>) -> Vec<String> {
+        let (Some(base), Some(new)) = (base, new) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if base.requested_hz != new.requested_hz {
+            out.push(format!(
+                "the profiles were sampled at different rates (base {} Hz, new {} Hz): \
+                 shares still compare, but the run with fewer samples limits which \
+                 changes can be told from noise",
+                base.requested_hz, new.requested_hz
             ));
         }
-        if self.requested_hz != other.requested_hz {
-            why.push(format!(
-                "the runs were sampled at different rates ({} Hz and {} Hz)",
-                self.requested_hz, other.requested_hz
+        if base.mode != new.mode {
+            out.push(format!(
+                "the profiles were taken in different modes (base {}, new {}): \
+                 a cpu profile counts running threads only and a wall profile blocked \
+                 ones too, so their shares do not measure the same thing",
+                base.mode, new.mode
             ));
         }
-        if self.program != other.program {
-            why.push(format!(
-                "the runs profiled different programs ({} and {})",
-                self.program, other.program
-            ));
-        }
-        why
+        out
     }
 
     /// One line for a flamegraph subtitle.
@@ -247,14 +249,17 @@ mod tests {
         let err = RunInfo::read_sidecar(&dir.join("bad.folded")).unwrap_err();
         assert!(err.to_string().contains("bad.json"), "{err}");
 
-        assert!(info.incomparable(&info).is_empty());
+        assert!(RunInfo::differences(Some(&info), Some(&info)).is_empty());
         let other = RunInfo {
             mode: "wall".into(),
             requested_hz: 99,
             ..info.clone()
         };
-        let why = info.incomparable(&other);
+        let why = RunInfo::differences(Some(&info), Some(&other));
         assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].contains("base 1000 Hz, new 99 Hz"), "{why:?}");
+        assert!(why[1].contains("base cpu, new wall"), "{why:?}");
+        assert!(RunInfo::differences(Some(&info), None).is_empty());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

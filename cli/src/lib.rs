@@ -1,7 +1,9 @@
 //! The `btprof` command line's building blocks: the built-in workload
-//! that `--pid-self` profiles, the self-check that judges the result, and
-//! argument parsing helpers. `main.rs` wires them to `clap`.
+//! that `--pid-self` profiles, the self-check that judges the result,
+//! argument parsing helpers, and the commands that read folded files
+//! (`diff`, `report`, `flamegraph`). `main.rs` wires them to `clap`.
 
+pub mod commands;
 pub mod duration;
 pub mod selfcheck;
 pub mod workload;

@@ -1,5 +1,6 @@
 //! `btprof`: profile this process on a known workload, write a flamegraph
-//! and folded stacks, and check the result.
+//! and folded stacks, and check the result. The commands that read folded
+//! files (`diff`, `report`, `flamegraph`) live in `btprof_cli::commands`.
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -10,9 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use btprof::{run_info, DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
+use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
-use btprof_cli::workload::Workload;
+use btprof_cli::workload::{Work, Workload, FUNCTIONS};
+use clap::builder::PossibleValuesParser;
 use clap::{Parser, ValueEnum};
 
 /// A sampling profiler that writes flamegraphs.
@@ -31,14 +34,29 @@ use clap::{Parser, ValueEnum};
 /// with periodic dumps would.
 ///
 /// Ctrl-C stops early and still writes everything collected.
+///
+/// The commands read folded files (btprof's, or any folded file from
+/// inferno-collapse-* or FlameGraph's stackcollapse* scripts):
+/// `btprof diff` compares two runs and exits 1 on a regression, `btprof
+/// report` lists the top functions, `btprof flamegraph` re-renders one.
+/// `btprof help COMMAND` explains each.
 #[derive(Parser, Debug)]
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]
+#[command(args_conflicts_with_subcommands = true)]
 #[command(after_help = "Examples:
   btprof --pid-self                       5 s at 1000 Hz, writes btprof.svg and btprof.folded
   btprof --pid-self --hz 1000 --duration 500ms --output /tmp/p.svg
   btprof --pid-self --mode wall --merge-threads
-  btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5")]
+  btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5
+  btprof --pid-self --slow beta --folded slow.folded
+  btprof diff btprof.folded slow.folded -o diff.svg     exit 1: beta regressed
+  btprof report --top 10 btprof.folded
+  btprof flamegraph btprof.folded -o btprof.svg --inverted")]
 struct Args {
+    // A command that reads folded files; none for a profiling run.
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// Profile this btprof process running its built-in workload (the only
     /// target supported yet).
     #[arg(long)]
@@ -100,6 +118,12 @@ struct Args {
     #[arg(long, default_value_t = 3.0)]
     max_error: f64,
 
+    /// Make FUNCTION of the workload do twice the work per call (repeat to
+    /// slow several, or one again): a known regression for `btprof diff`
+    /// to find. The self-check still compares with measured CPU time.
+    #[arg(long, value_name = "FUNCTION", value_parser = PossibleValuesParser::new(FUNCTIONS))]
+    slow: Vec<String>,
+
     /// No status line.
     #[arg(long, short)]
     quiet: bool,
@@ -113,10 +137,14 @@ enum ModeArg {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(command) = &args.command {
+        return command.run();
+    }
     if !args.pid_self {
         eprintln!(
             "btprof: nothing to profile: pass --pid-self to profile btprof's own workload \
-             (other targets are not supported yet); see btprof --help"
+             (other targets are not supported yet), or use a command (diff, report, \
+             flamegraph); see btprof --help"
         );
         return ExitCode::from(2);
     }
@@ -141,7 +169,12 @@ fn run(args: &Args) -> Result<bool, String> {
     // Open the outputs first: a typo in a path should cost nothing, not a
     // whole profiling run.
     let outputs = Outputs::create(args)?;
-    let workload = Workload::start().map_err(|e| format!("cannot start the workload: {e}"))?;
+    let mut work = Work::default();
+    for function in &args.slow {
+        work = work.slow(function)?;
+    }
+    let workload =
+        Workload::start_with(work).map_err(|e| format!("cannot start the workload: {e}"))?;
     let profiler = builder(args).start().map_err(|e| e.to_string())?;
     workload.set_recording(true);
 

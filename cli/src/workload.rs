@@ -9,6 +9,11 @@
 //! Thread `btprof-work-0` runs `alpha` and `beta`; thread
 //! `btprof-work-1` runs `beta` and the three-deep chain
 //! `chain_outer` → `chain_middle` → `chain_inner`.
+//!
+//! [`Work::slow`] makes one function do twice the work per call: a known
+//! regression for `btprof diff` to find. The truth is measured either way,
+//! so the self-check of a slowed run checks the profile against the
+//! slowed split.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +45,43 @@ const INNER: usize = 4;
 /// Loop iterations per call, about 1.3 ns each: calls of 0.25-1.5 ms, long
 /// next to the clock reads that time them.
 const ITERATIONS: [u64; 5] = [1_200_000, 400_000, 200_000, 200_000, 800_000];
+
+/// How much work each function does per call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Work {
+    iterations: [u64; 5],
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work {
+            iterations: ITERATIONS,
+        }
+    }
+}
+
+impl Work {
+    /// The same work with `function` (a name from [`FUNCTIONS`]) doing
+    /// twice as much per call, so it takes twice as long.
+    pub fn slow(mut self, function: &str) -> Result<Work, String> {
+        let index = FUNCTIONS
+            .iter()
+            .position(|&f| f == function)
+            .ok_or_else(|| {
+                format!(
+                    "`{function}` is not a workload function: expected one of {}",
+                    FUNCTIONS.join(", ")
+                )
+            })?;
+        self.iterations[index] *= 2;
+        Ok(self)
+    }
+
+    /// Loop iterations per call, in [`FUNCTIONS`] order.
+    pub fn iterations(&self) -> [u64; 5] {
+        self.iterations
+    }
+}
 
 /// CPU time measured inside each function while recording.
 #[derive(Debug, Default)]
@@ -86,8 +128,14 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Starts the worker threads (not yet recording).
+    /// Starts the worker threads with the default work (not yet
+    /// recording).
     pub fn start() -> std::io::Result<Workload> {
+        Workload::start_with(Work::default())
+    }
+
+    /// Starts the worker threads doing `work` (not yet recording).
+    pub fn start_with(work: Work) -> std::io::Result<Workload> {
         let stop = Arc::new(AtomicBool::new(false));
         let recording = Arc::new(AtomicBool::new(false));
         let truth = Arc::new(Truth::default());
@@ -97,7 +145,7 @@ impl Workload {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("{THREAD_PREFIX}{index}"))
-                    .spawn(move || worker_main(index, &stop, &recording, &truth))?,
+                    .spawn(move || worker_main(index, &work, &stop, &recording, &truth))?,
             );
         }
         Ok(Workload {
@@ -129,17 +177,26 @@ impl Workload {
 }
 
 /// Per-iteration timings, added to the shared truth only if the whole
-/// iteration ran while recording.
-#[derive(Default)]
+/// iteration ran while recording, and the work per call.
 struct Local {
     ns: [u64; 5],
+    iterations: [u64; 5],
 }
 
 #[inline(never)]
-fn worker_main(index: usize, stop: &AtomicBool, recording: &AtomicBool, truth: &Truth) {
+fn worker_main(
+    index: usize,
+    work: &Work,
+    stop: &AtomicBool,
+    recording: &AtomicBool,
+    truth: &Truth,
+) {
     while !stop.load(Ordering::Relaxed) {
         let was_recording = recording.load(Ordering::Relaxed);
-        let mut local = Local::default();
+        let mut local = Local {
+            ns: [0; 5],
+            iterations: work.iterations,
+        };
         let start = thread_cpu_ns();
         if index == 0 {
             alpha(&mut local);
@@ -158,14 +215,14 @@ fn worker_main(index: usize, stop: &AtomicBool, recording: &AtomicBool, truth: &
     }
 }
 
-/// Runs `iterations` of a multiply-add chain the optimiser cannot remove
+/// Runs the slot's iterations of a multiply-add chain the optimiser cannot remove
 /// and times it into `slot`. Always inlined, so its samples belong to the
 /// calling workload function.
 #[inline(always)]
 fn timed_spin(local: &mut Local, slot: usize) {
     let start = thread_cpu_ns();
     let mut x = black_box(slot as u64 + 1);
-    for i in 0..ITERATIONS[slot] {
+    for i in 0..local.iterations[slot] {
         x = black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
     }
     black_box(x);
@@ -212,4 +269,28 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: valid clock id and out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_doubles_one_function_each_time() {
+        let work = Work::default().slow("chain_inner").unwrap();
+        let mut want = ITERATIONS;
+        want[INNER] *= 2;
+        assert_eq!(work.iterations(), want);
+        want[INNER] *= 2;
+        assert_eq!(work.slow("chain_inner").unwrap().iterations(), want);
+    }
+
+    #[test]
+    fn slow_names_the_choices_for_an_unknown_function() {
+        let err = Work::default().slow("gamma").unwrap_err();
+        assert!(
+            err.contains("`gamma`") && err.contains("alpha, beta"),
+            "{err}"
+        );
+    }
 }

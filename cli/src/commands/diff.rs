@@ -1,0 +1,171 @@
+//! `btprof diff BASE NEW`: compare two folded profiles and gate on
+//! regressions.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use btprof::diff::{compare_folded, DiffOptions, Metric};
+use btprof::folded_flamegraph::{write_differential, FlamegraphStyle};
+use btprof::render;
+use clap::{Args, ValueEnum};
+
+use super::{fail, read_profile, write_file, FormatArg};
+
+/// Compare two folded profiles; exit 1 if a function regressed
+///
+/// Both profiles are normalised by their own total samples, so runs of
+/// different length compare. For every function (a frame name, summed
+/// over threads) the report shows its self share (samples where it is the
+/// leaf) and total share (samples whose stack contains it) in each run and
+/// the change in percentage points, largest increase first, then the
+/// functions that are new or vanished.
+///
+/// A function REGRESSED when its share (self, or total with --share total)
+///   1. grew by more than --threshold percentage points,
+///   2. has at least --min-samples samples in the new run, and
+///   3. grew beyond sampling noise: a one-sided pooled
+///      two-proportion z-test gives p < alpha / m, where m is the number
+///      of functions compared (a Bonferroni correction, so the chance
+///      that noise alone flags any function in the whole diff is at most
+///      --alpha).
+///
+/// The test assumes independent samples; real runs differ by more than
+/// that (clustered samples, system calls whose share moves with machine
+/// load), which the threshold guards against. A share that fell by the
+/// mirror rule is reported as improved and never fails the gate.
+///
+/// Exit status: 0 no regression, 1 regression, 2 bad input or usage.
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+#[command(after_help = "Examples:
+  btprof diff base.folded new.folded
+  btprof diff base.folded new.folded -o diff.svg --negated-output diff-negated.svg
+  btprof diff base.folded new.folded --format markdown >> \"$GITHUB_STEP_SUMMARY\"
+  btprof diff base.folded new.folded --share total --skip-root --threshold 5")]
+pub struct DiffArgs {
+    /// The base (before) profile: a folded file from btprof,
+    /// inferno-collapse-* or FlameGraph's stackcollapse*.
+    pub base: PathBuf,
+
+    /// The new (after) profile, in the same format.
+    pub new: PathBuf,
+
+    /// Smallest growth, in percentage points of all samples, that can be a
+    /// regression.
+    #[arg(long, value_name = "POINTS", default_value_t = DiffOptions::default().threshold_points, value_parser = parse_threshold)]
+    pub threshold: f64,
+
+    /// Fewest samples of the function in the new run for a regression.
+    #[arg(long, value_name = "N", default_value_t = DiffOptions::default().min_samples)]
+    pub min_samples: u64,
+
+    /// Accepted chance that sampling noise alone flags any function in the
+    /// diff (divided by the number of functions for each test).
+    #[arg(long, value_name = "P", default_value_t = DiffOptions::default().alpha, value_parser = parse_alpha)]
+    pub alpha: f64,
+
+    /// The share the gate looks at: self (the function's own code) or
+    /// total (it and everything it calls).
+    #[arg(long, value_enum, default_value_t = ShareArg::SelfShare)]
+    pub share: ShareArg,
+
+    /// Treat each stack's first frame as a thread or process label, not a
+    /// function: btprof's files start every stack with the thread name,
+    /// so thread names then stay out of the table (use it with --share
+    /// total when thread names differ between runs).
+    #[arg(long)]
+    pub skip_root: bool,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: FormatArg,
+
+    /// Functions listed in text and Markdown output (regressions always
+    /// are); 0 lists all. JSON always has all.
+    #[arg(long, value_name = "N", default_value_t = 25)]
+    pub top: usize,
+
+    /// Write the differential flamegraph (SVG) here: the new run's stacks,
+    /// red where samples grew, blue where they shrank.
+    #[arg(long, short, value_name = "SVG")]
+    pub output: Option<PathBuf>,
+
+    /// Also write the negated companion (SVG) here: the base run's stacks,
+    /// so code that vanished is visible; red still means grew.
+    #[arg(long, value_name = "SVG")]
+    pub negated_output: Option<PathBuf>,
+
+    /// Title of the flamegraphs.
+    #[arg(long)]
+    pub title: Option<String>,
+}
+
+/// `--share`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ShareArg {
+    /// Samples where the function is the leaf.
+    #[value(name = "self")]
+    SelfShare,
+    /// Samples whose stack contains the function.
+    #[value(name = "total")]
+    TotalShare,
+}
+
+fn parse_threshold(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if (0.0..=100.0).contains(&t) => Ok(t),
+        _ => Err(format!(
+            "`{text}` is not a threshold: expected percentage points from 0 to 100, like 1 or 2.5"
+        )),
+    }
+}
+
+fn parse_alpha(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(a) if a > 0.0 && a < 1.0 => Ok(a),
+        _ => Err(format!(
+            "`{text}` is not a probability: expected a number between 0 and 1, like 0.001"
+        )),
+    }
+}
+
+/// Compares, prints the report and writes the flamegraphs asked for.
+pub fn run(args: &DiffArgs) -> ExitCode {
+    let options = DiffOptions {
+        metric: match args.share {
+            ShareArg::SelfShare => Metric::SelfShare,
+            ShareArg::TotalShare => Metric::TotalShare,
+        },
+        threshold_points: args.threshold,
+        min_samples: args.min_samples,
+        alpha: args.alpha,
+        skip_root: args.skip_root,
+    };
+    if let Err(message) = options.validate() {
+        return fail(message);
+    }
+    let (base, new) = match (read_profile(&args.base), read_profile(&args.new)) {
+        (Ok(base), Ok(new)) => (base, new),
+        (Err(message), _) | (_, Err(message)) => return fail(message),
+    };
+    let report = compare_folded(&base, &new, &options);
+    let rows = (args.top != 0).then_some(args.top);
+    print!("{}", render::diff_report(&report, args.format.into(), rows));
+
+    let style = FlamegraphStyle {
+        title: args.title.clone(),
+        ..FlamegraphStyle::default()
+    };
+    let outputs = [(&args.output, false), (&args.negated_output, true)];
+    for (path, negated) in outputs {
+        let Some(path) = path else { continue };
+        let written = write_file(path, |w| {
+            write_differential(&base, &new, &style, negated, w)
+        });
+        match written {
+            Ok(()) => eprintln!("btprof: wrote {}", path.display()),
+            Err(message) => return fail(message),
+        }
+    }
+    ExitCode::from(u8::from(report.regressed()))
+}

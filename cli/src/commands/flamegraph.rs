@@ -1,0 +1,85 @@
+//! `btprof flamegraph FILE -o out.svg`: re-render a folded file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use btprof::folded_flamegraph::{write_flamegraph, FlamegraphStyle};
+use clap::Args;
+
+use super::{fail, read_profile, write_file};
+
+/// Draw a folded file as an SVG flamegraph.
+///
+/// Any folded file works: btprof's own, or the output of inferno-collapse-*
+/// or FlameGraph's stackcollapse* scripts. Colours are a hash of each
+/// function's name, so a function looks the same in every graph.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  btprof flamegraph btprof.folded                 writes btprof.svg
+  btprof flamegraph run.folded -o run.svg --title 'nightly run' --inverted")]
+pub struct FlamegraphArgs {
+    /// The folded file to draw.
+    pub file: PathBuf,
+
+    /// Where to write the SVG [default: FILE with the extension .svg].
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+
+    /// The title [default: the file's name, samples and stacks].
+    #[arg(long)]
+    pub title: Option<String>,
+
+    /// Draw an icicle graph: roots at the top, stacks growing down.
+    #[arg(long, visible_alias = "icicle")]
+    pub inverted: bool,
+
+    /// Leave out frames narrower than this many pixels.
+    #[arg(long, default_value_t = 0.1, value_parser = parse_min_width)]
+    pub min_width: f64,
+
+    /// Image width in pixels.
+    #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(u32).range(100..=100_000))]
+    pub width: u32,
+}
+
+fn parse_min_width(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(w) if w.is_finite() && w >= 0.0 => Ok(w),
+        _ => Err(format!(
+            "`{text}` is not a width: expected a number of pixels, 0 or more (like 0.1)"
+        )),
+    }
+}
+
+/// Writes the flamegraph: exit 0, or 2 on bad input or an unwritable
+/// output.
+pub fn run(args: &FlamegraphArgs) -> ExitCode {
+    let output = match &args.output {
+        Some(path) => path.clone(),
+        None => {
+            let derived = args.file.with_extension("svg");
+            if derived == args.file {
+                return fail(format!(
+                    "{} already ends in .svg: give the output with -o",
+                    args.file.display()
+                ));
+            }
+            derived
+        }
+    };
+    let profile = match read_profile(&args.file) {
+        Ok(p) => p,
+        Err(message) => return fail(message),
+    };
+    let style = FlamegraphStyle {
+        title: args.title.clone(),
+        inverted: args.inverted,
+        min_width: args.min_width,
+        image_width: Some(args.width as usize),
+    };
+    if let Err(message) = write_file(&output, |w| write_flamegraph(&profile, &style, w)) {
+        return fail(message);
+    }
+    println!("wrote {}", output.display());
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,525 @@
+//! End-to-end tests of `btprof diff`, `btprof report` and `btprof
+//! flamegraph`: exit codes, the three output formats, flamegraph files,
+//! bad input, and a real regression made with `--slow`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_btprof");
+
+/// Every run of the binary takes its turn. The machine has two cores:
+/// another `btprof` running beside a profiling run would be profiled as
+/// contention (and the real-run test judges how alike two profiles are).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A scratch directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> TempDir {
+        let path =
+            std::env::temp_dir().join(format!("btprof-compare-test-{}-{test}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// Writes `text` to `name` and returns its path as a string.
+    fn file(&self, name: &str, text: &str) -> String {
+        let path = self.path(name);
+        fs::write(&path, text).expect("write test file");
+        path_str(&path).to_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("temp path is UTF-8")
+}
+
+/// A finished run of the binary.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "exit code: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+fn btprof(dir: &TempDir, args: &[&str]) -> Run {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(BIN)
+        .args(args)
+        .current_dir(&dir.0)
+        .output()
+        .expect("run btprof");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// Folded text for a program whose `hot` function has `hot` of 10,000
+/// samples and the rest spread over other functions.
+fn program(hot: u64) -> String {
+    let rest = 10_000 - hot;
+    format!(
+        "main-thread;main;app::run;app::hot {hot}\n\
+         main-thread;main;app::run;app::parse {}\n\
+         main-thread;main;app::run;app::render;app::draw {}\n\
+         worker;start;app::io {}\n",
+        rest * 4 / 10,
+        rest * 4 / 10,
+        rest - 2 * (rest * 4 / 10),
+    )
+}
+
+fn json(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{}", run.describe()))
+}
+
+#[test]
+fn a_function_going_from_10_to_20_percent_is_a_regression() {
+    let dir = TempDir::new("ten_to_twenty");
+    let base = dir.file("base.folded", &program(1000));
+    let new = dir.file("new.folded", &program(2000));
+
+    let text = btprof(&dir, &["diff", &base, &new]);
+    let report = text.describe();
+    assert_eq!(text.code, Some(1), "{report}");
+    let first_row = text
+        .stdout
+        .lines()
+        .find(|l| l.contains('%'))
+        .expect("a table row");
+    assert!(
+        first_row.contains("REGRESSED") && first_row.ends_with("app::hot"),
+        "the regression is not the first row: {first_row}\n{report}"
+    );
+    assert!(first_row.contains("+10.00"), "{report}");
+    assert!(text.stdout.contains("result: REGRESSION"), "{report}");
+    assert!(
+        text.stdout.contains("two-proportion z-test"),
+        "the report should say which test it applied\n{report}"
+    );
+
+    let as_json = btprof(&dir, &["diff", &base, &new, "--format", "json"]);
+    assert_eq!(as_json.code, Some(1), "{}", as_json.describe());
+    let v = json(&as_json);
+    assert_eq!(v["regressed"], true);
+    assert_eq!(v["regressions"], serde_json::json!(["app::hot"]));
+    let hot = &v["functions"][0];
+    assert_eq!(hot["name"], "app::hot");
+    let change = hot["self_change_points"].as_f64().expect("a number");
+    assert!((change - 10.0).abs() < 1e-9, "{change}");
+    assert_eq!(hot["base"]["self_samples"], 1000);
+    assert_eq!(hot["new"]["self_samples"], 2000);
+
+    let md = btprof(&dir, &["diff", &base, &new, "--format", "markdown"]);
+    assert_eq!(md.code, Some(1), "{}", md.describe());
+    assert!(
+        md.stdout.starts_with("### btprof diff: regression"),
+        "{}",
+        md.describe()
+    );
+    assert!(
+        md.stdout.contains("| REGRESSED | `app::hot` |"),
+        "{}",
+        md.describe()
+    );
+}
+
+#[test]
+fn identical_and_rescaled_profiles_do_not_regress() {
+    let dir = TempDir::new("identical");
+    let base = dir.file("base.folded", &program(1000));
+    // The same shares in a run three times as long.
+    let tripled: String = program(1000)
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap();
+            format!("{stack} {}\n", n.parse::<u64>().unwrap() * 3)
+        })
+        .collect();
+    let new = dir.file("new.folded", &tripled);
+    let run = btprof(&dir, &["diff", &base, &new]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert!(
+        run.stdout.contains("result: no regression"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn gate_options_change_the_verdict() {
+    let dir = TempDir::new("gate_options");
+    let base = dir.file("base.folded", &program(1000));
+    let new = dir.file("new.folded", &program(2000));
+    let high = btprof(&dir, &["diff", &base, &new, "--threshold", "15"]);
+    assert_eq!(high.code, Some(0), "{}", high.describe());
+    let few = btprof(&dir, &["diff", &base, &new, "--min-samples", "5000"]);
+    assert_eq!(few.code, Some(0), "{}", few.describe());
+    // `app::run`'s total share falls as `hot`'s rises; `hot` is a leaf, so
+    // gating on total share still finds it.
+    let total = btprof(
+        &dir,
+        &["diff", &base, &new, "--share", "total", "--skip-root"],
+    );
+    assert_eq!(total.code, Some(1), "{}", total.describe());
+    assert!(
+        !total.stdout.contains("main-thread"),
+        "--skip-root should keep thread names out\n{}",
+        total.describe()
+    );
+}
+
+#[test]
+fn differential_flamegraphs_are_written() {
+    let dir = TempDir::new("flamegraphs");
+    let base = dir.file("base.folded", "t;main;old 400\nt;main;keep 600\n");
+    let new = dir.file("new.folded", "t;main;fresh 400\nt;main;keep 600\n");
+    let (svg, negated) = (dir.path("diff.svg"), dir.path("negated.svg"));
+    let run = btprof(
+        &dir,
+        &[
+            "diff",
+            &base,
+            &new,
+            "-o",
+            path_str(&svg),
+            "--negated-output",
+            path_str(&negated),
+        ],
+    );
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert!(run.stdout.contains("fresh [new]") && run.stdout.contains("old [vanished]"));
+    assert!(
+        run.stdout.contains("new functions (1): fresh"),
+        "{}",
+        run.describe()
+    );
+    let diff_svg = fs::read_to_string(&svg).expect("diff.svg written");
+    let negated_svg = fs::read_to_string(&negated).expect("negated.svg written");
+    assert!(diff_svg.contains("<svg") && negated_svg.contains("<svg"));
+    assert!(diff_svg.contains("fresh (400 samples") && !diff_svg.contains("old ("));
+    assert!(
+        negated_svg.contains("old (400 samples"),
+        "vanished code shows"
+    );
+}
+
+#[test]
+fn bad_input_is_named_and_exits_2() {
+    let dir = TempDir::new("bad_input");
+    let good = dir.file("good.folded", "t;main;a 10\n");
+    let malformed = dir.file("bad.folded", "t;main;a 10\n\nt;main;b ten\n");
+    let empty = dir.file("empty.folded", "");
+    let blank = dir.file("blank.folded", "\n\n");
+    let missing = path_str(&dir.path("missing.folded")).to_owned();
+
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            &malformed,
+            &[
+                "bad.folded:3:",
+                "`ten` is not a sample count",
+                "t;main;b ten",
+            ],
+        ),
+        (&empty, &["empty.folded is empty"]),
+        (&blank, &["blank.folded holds no folded stacks", "blank"]),
+        (&missing, &["cannot read", "missing.folded", "No such file"]),
+        (&good, &[]),
+    ];
+    for (file, needles) in cases {
+        if needles.is_empty() {
+            continue;
+        }
+        for args in [
+            vec!["diff", good.as_str(), file],
+            vec!["diff", file, good.as_str()],
+            vec!["report", file],
+            vec!["flamegraph", file, "-o", "out.svg"],
+        ] {
+            let run = btprof(&dir, &args);
+            let report = format!("btprof {args:?}\n{}", run.describe());
+            assert_eq!(run.code, Some(2), "{report}");
+            for needle in needles {
+                assert!(
+                    run.stderr.contains(needle),
+                    "stderr lacks {needle:?}\n{report}"
+                );
+            }
+            assert!(!run.stderr.contains("panicked"), "{report}");
+            assert!(run.stdout.is_empty(), "printed a report anyway\n{report}");
+        }
+    }
+    assert!(!dir.path("out.svg").exists(), "wrote an SVG from bad input");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = TempDir::new("usage");
+    let good = dir.file("good.folded", "t;main;a 10\n");
+    for args in [
+        vec!["diff", good.as_str()],
+        vec!["diff", &good, &good, "--alpha", "2"],
+        vec!["diff", &good, &good, "--threshold", "-1"],
+        vec!["diff", &good, &good, "--share", "leaf"],
+        vec!["report"],
+        vec!["--pid-self", "diff", &good, &good],
+    ] {
+        let run = btprof(&dir, &args);
+        assert_eq!(run.code, Some(2), "btprof {args:?}\n{}", run.describe());
+    }
+    let alpha = btprof(&dir, &["diff", &good, &good, "--alpha", "2"]);
+    assert!(
+        alpha.stderr.contains("between 0 and 1"),
+        "{}",
+        alpha.describe()
+    );
+    let out = dir.path("unwritable-dir/x.svg");
+    let unwritable = btprof(&dir, &["diff", &good, &good, "-o", path_str(&out)]);
+    assert_eq!(unwritable.code, Some(2), "{}", unwritable.describe());
+    assert!(
+        unwritable.stderr.contains("x.svg"),
+        "{}",
+        unwritable.describe()
+    );
+}
+
+#[test]
+fn help_teaches_the_commands_and_the_gate() {
+    let dir = TempDir::new("help");
+    let top = btprof(&dir, &["--help"]);
+    assert_eq!(top.code, Some(0));
+    for needle in ["diff", "report", "flamegraph", "--slow", "btprof diff "] {
+        assert!(
+            top.stdout.contains(needle),
+            "top help lacks {needle}\n{}",
+            top.describe()
+        );
+    }
+    let diff = btprof(&dir, &["diff", "--help"]);
+    for needle in [
+        "two-proportion z-test",
+        "Bonferroni",
+        "--threshold",
+        "--min-samples",
+        "--negated-output",
+        "0 no regression, 1 regression, 2 bad input",
+    ] {
+        assert!(
+            diff.stdout.contains(needle),
+            "diff help lacks {needle}\n{}",
+            diff.describe()
+        );
+    }
+}
+
+#[test]
+fn report_lists_top_functions_by_self_and_total() {
+    let dir = TempDir::new("report");
+    let file = dir.file("p.folded", &program(3000));
+    let run = btprof(&dir, &["report", &file, "--top", "2", "--skip-root"]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    let rows: Vec<&str> = run.stdout.lines().filter(|l| l.contains('%')).collect();
+    assert_eq!(rows.len(), 4, "{}", run.describe());
+    assert!(
+        rows[0].starts_with("  30.00%") && rows[0].ends_with("app::hot"),
+        "{rows:?}"
+    );
+    assert!(
+        rows[2].contains("86.00%") && rows[2].ends_with("app::run"),
+        "{rows:?}"
+    );
+    assert!(!run.stdout.contains("main-thread"), "{}", run.describe());
+
+    let as_json = btprof(&dir, &["report", &file, "--format", "json"]);
+    let v = json(&as_json);
+    assert_eq!(v["samples"], 10_000);
+    assert_eq!(v["top_by_self"][0]["name"], "app::hot");
+}
+
+#[test]
+fn flamegraph_rerenders_a_folded_file() {
+    let dir = TempDir::new("flamegraph");
+    let file = dir.file("run.folded", &program(1000));
+    let run = btprof(
+        &dir,
+        &[
+            "flamegraph",
+            &file,
+            "--title",
+            "Nightly",
+            "--inverted",
+            "--width",
+            "900",
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    let svg = fs::read_to_string(dir.path("run.svg")).expect("run.svg written beside the input");
+    assert!(
+        svg.contains("Nightly") && svg.contains("width=\"900\""),
+        "{}",
+        &svg[..svg.len().min(600)]
+    );
+    assert!(svg.contains("app::hot (1,000 samples") || svg.contains("app::hot (1000 samples"));
+
+    let svg_input = dir.file("x.svg", "t;a 1\n");
+    let refused = btprof(&dir, &["flamegraph", &svg_input]);
+    assert_eq!(refused.code, Some(2), "{}", refused.describe());
+    assert!(refused.stderr.contains("-o"), "{}", refused.describe());
+}
+
+/// Attempts at a faithful profile before a real-run test gives up.
+const PROFILE_ATTEMPTS: usize = 3;
+
+/// Profiles the built-in workload for 2 s into `name` until its self-check
+/// passes (at most [`PROFILE_ATTEMPTS`] runs); returns the passing run
+/// and the folded path, or fails with the last run's self-check.
+///
+/// The diff can only be judged on profiles that are faithful: on a machine
+/// busy with other work a run's samples can miss the workload's true
+/// split by several points (the self-check then fails, as the CLI tests'
+/// own self-check test would), and two such profiles differ for real. A
+/// profile that passes is one whose every share is within the
+/// self-check's tolerance of the measured truth.
+fn faithful_profile(dir: &TempDir, name: &str, extra: &[&str]) -> (Run, String) {
+    let folded = path_str(&dir.path(name)).to_owned();
+    let svg = format!("{folded}.svg");
+    let mut args = vec![
+        "--pid-self",
+        "--hz",
+        "1000",
+        "--duration",
+        "2s",
+        "--quiet",
+        "--folded",
+        &folded,
+        "--output",
+        &svg,
+    ];
+    args.extend(extra);
+    let mut failures = Vec::new();
+    for _ in 0..PROFILE_ATTEMPTS {
+        let run = btprof(dir, &args);
+        if run.code == Some(0) {
+            return (run, folded);
+        }
+        failures.push(run.describe());
+    }
+    panic!(
+        "btprof {args:?}: no faithful profile in {PROFILE_ATTEMPTS} attempts \
+         (is the machine busy?)\n{}",
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn real_runs_find_a_slowed_function_and_no_change_between_equal_runs() {
+    let dir = TempDir::new("real_runs");
+    let (first, base) = faithful_profile(&dir, "base.folded", &[]);
+    let (second, again) = faithful_profile(&dir, "again.folded", &[]);
+    // `beta` runs on both worker threads, so doubling its work raises its
+    // share by about 15 points however the scheduler splits the CPU
+    // between the two threads. The self-check measures the truth, so it
+    // passes for the slowed workload too.
+    let (_slowed, slow) = faithful_profile(&dir, "slow.folded", &["--slow", "beta"]);
+
+    let found = btprof(&dir, &["diff", &base, &slow]);
+    let report = format!("{}\n\nbase run:\n{}", found.describe(), first.stdout);
+    assert_eq!(found.code, Some(1), "{report}");
+    let first_row = found
+        .stdout
+        .lines()
+        .find(|l| l.contains('%'))
+        .expect("a table row");
+    assert!(
+        first_row.contains("REGRESSED") && first_row.ends_with("workload::beta"),
+        "beta is not named first: {first_row}\n{report}"
+    );
+
+    let same = btprof(&dir, &["diff", &base, &again]);
+    assert_eq!(
+        same.code,
+        Some(0),
+        "two runs of the same workload were called a regression\n{}\n\nfirst run:\n{}\nsecond run:\n{}",
+        same.describe(),
+        first.stdout,
+        second.stdout
+    );
+}
+
+/// A run metadata sidecar as btprof writes it beside `run.folded`.
+fn sidecar(hz: u32, mode: &str) -> String {
+    format!(
+        r#"{{
+  "btprof_version": "0.1.0", "program": "app", "host": "ci",
+  "start_time": "2026-11-21T00:00:00.000Z", "start_unix_secs": 1795219200.0,
+  "duration_secs": 10.0, "mode": "{mode}", "requested_hz": {hz},
+  "achieved_hz": {hz}.0, "samples": 10000, "missed_ticks": 0,
+  "truncated_walks": 0, "failed_samples": 0, "overflow_samples": 0, "threads": 2
+}}"#
+    )
+}
+
+#[test]
+fn run_metadata_beside_the_files_warns_when_runs_do_not_compare() {
+    let dir = TempDir::new("sidecars");
+    let base = dir.file("base.folded", &program(1000));
+    let new = dir.file("new.folded", &program(1000));
+    dir.file("base.json", &sidecar(1000, "cpu"));
+    dir.file("new.json", &sidecar(99, "wall"));
+    let run = btprof(&dir, &["diff", &base, &new]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert!(
+        run.stdout
+            .contains("different rates (base 1000 Hz, new 99 Hz)"),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        run.stdout.contains("different modes (base cpu, new wall)"),
+        "{}",
+        run.describe()
+    );
+
+    // Metadata that cannot be read is warned about; the stacks still compare.
+    dir.file("new.json", "{ not json");
+    let run = btprof(&dir, &["diff", &base, &new]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert!(run.stderr.contains("new.json"), "{}", run.describe());
+    assert!(
+        !run.stdout.contains("different modes"),
+        "{}",
+        run.describe()
+    );
+}

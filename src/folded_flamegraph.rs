@@ -1,0 +1,216 @@
+//! SVG flamegraphs of folded profiles, through `inferno`: one profile
+//! re-rendered, or the differential flamegraph of two.
+//!
+//! A differential flamegraph is drawn with the *new* run's stacks and
+//! widths, each frame coloured by how its samples changed: red grew, blue
+//! shrank (the base run is first scaled to the new run's total, so a
+//! longer run does not paint everything red). Code that vanished has no
+//! width in the new run and cannot be seen there; the *negated* companion
+//! swaps the runs, so it has the base run's shape, and flips the hues, so
+//! red still means "grew".
+
+use std::io::Write;
+
+use inferno::differential;
+use inferno::flamegraph::{self, Direction, Options};
+
+use crate::folded_profile::FoldedProfile;
+use crate::Error;
+
+/// How to draw a flamegraph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlamegraphStyle {
+    /// The title; `None` for one that names the input and its samples.
+    pub title: Option<String>,
+    /// Draw an icicle graph: roots at the top, growing down.
+    pub inverted: bool,
+    /// Frames narrower than this many pixels are left out (inferno's
+    /// default is 0.1).
+    pub min_width: f64,
+    /// Image width in pixels; `None` for inferno's default (1200).
+    pub image_width: Option<usize>,
+}
+
+impl Default for FlamegraphStyle {
+    fn default() -> Self {
+        FlamegraphStyle {
+            title: None,
+            inverted: false,
+            min_width: 0.1,
+            image_width: None,
+        }
+    }
+}
+
+impl FlamegraphStyle {
+    /// `inferno`'s options for this style, with stable per-name colours.
+    fn options(&self, default_title: impl FnOnce() -> String) -> Options<'static> {
+        let mut opts = Options::default();
+        opts.title = self.title.clone().unwrap_or_else(default_title);
+        if self.inverted {
+            opts.direction = Direction::Inverted;
+        }
+        opts.min_width = self.min_width;
+        opts.image_width = self.image_width;
+        opts.hash = true;
+        opts.deterministic = true;
+        opts.count_name = "samples".into();
+        opts
+    }
+}
+
+/// Renders `profile` as an SVG flamegraph into `w`.
+pub fn write_flamegraph<W: Write>(
+    profile: &FoldedProfile,
+    style: &FlamegraphStyle,
+    w: W,
+) -> Result<(), Error> {
+    if profile.is_empty() {
+        return Err(Error::EmptyProfile);
+    }
+    let text = folded_text(profile)?;
+    let mut opts = style.options(|| {
+        format!(
+            "{}: {} samples, {} distinct stacks",
+            profile.source(),
+            profile.total_samples(),
+            profile.distinct_stacks()
+        )
+    });
+    flamegraph::from_lines(&mut opts, text.lines(), w).map_err(|e| Error::Render(e.to_string()))
+}
+
+/// Renders the differential flamegraph of `base` against `new` into `w`:
+/// the new run's shape, coloured by change. With `negated`, the
+/// companion: the base run's shape, so vanished code shows, hues flipped
+/// so red still means "grew".
+pub fn write_differential<W: Write>(
+    base: &FoldedProfile,
+    new: &FoldedProfile,
+    style: &FlamegraphStyle,
+    negated: bool,
+    w: W,
+) -> Result<(), Error> {
+    if base.is_empty() || new.is_empty() {
+        return Err(Error::EmptyProfile);
+    }
+    let (before, after) = if negated { (new, base) } else { (base, new) };
+    let mut lines = Vec::new();
+    differential::from_readers(
+        differential::Options {
+            normalize: true,
+            strip_hex: false,
+        },
+        folded_text(before)?.as_bytes(),
+        folded_text(after)?.as_bytes(),
+        &mut lines,
+    )
+    .map_err(|e| Error::Render(e.to_string()))?;
+    let lines = String::from_utf8(lines).map_err(|e| Error::Render(e.to_string()))?;
+
+    let mut opts = style.options(|| {
+        format!(
+            "btprof diff: {} \u{2192} {}{}",
+            base.source(),
+            new.source(),
+            if negated { " (negated)" } else { "" }
+        )
+    });
+    opts.subtitle = Some(if negated {
+        "widths: the base run, so vanished code shows; red grew, blue shrank".to_owned()
+    } else {
+        "widths: the new run; red grew, blue shrank (base scaled to the new run's samples)"
+            .to_owned()
+    });
+    opts.negate_differentials = negated;
+    flamegraph::from_lines(&mut opts, lines.lines(), w).map_err(|e| Error::Render(e.to_string()))
+}
+
+/// The profile's folded lines as one string. Both profiles of a diff are
+/// needed this way by `inferno`; its size follows the distinct stacks.
+fn folded_text(profile: &FoldedProfile) -> Result<String, Error> {
+    let mut text = Vec::new();
+    profile.write_folded(&mut text).map_err(Error::Io)?;
+    // Every frame name came from a `str`, so this cannot fail; an error
+    // would only mean a bug here, reported rather than unwrapped.
+    String::from_utf8(text).map_err(|e| Error::Render(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folded(text: &str, source: &str) -> FoldedProfile {
+        FoldedProfile::from_reader(text.as_bytes(), source).unwrap()
+    }
+
+    fn svg(render: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> String {
+        let mut out = Vec::new();
+        render(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn renders_a_titled_flamegraph_with_every_frame() {
+        let p = folded("main;parse 30\nmain;render 70\n", "run.folded");
+        let style = FlamegraphStyle {
+            image_width: Some(800),
+            ..FlamegraphStyle::default()
+        };
+        let text = svg(|w| write_flamegraph(&p, &style, w));
+        assert!(text.contains("<svg"), "not an SVG");
+        assert!(text.contains("run.folded: 100 samples, 2 distinct stacks"));
+        assert!(text.contains("render (70 samples, 70.00%)"), "{text}");
+        assert!(text.contains("width=\"800\""));
+    }
+
+    #[test]
+    fn inverted_and_titled_differ_from_default() {
+        let p = folded("main;a 1\n", "x");
+        let plain = svg(|w| write_flamegraph(&p, &FlamegraphStyle::default(), w));
+        let icicle = svg(|w| {
+            write_flamegraph(
+                &p,
+                &FlamegraphStyle {
+                    inverted: true,
+                    title: Some("Icicle".into()),
+                    ..FlamegraphStyle::default()
+                },
+                w,
+            )
+        });
+        assert!(icicle.contains("Icicle") && !plain.contains("Icicle"));
+        assert_ne!(
+            plain.replace("Flame Graph", ""),
+            icicle.replace("Icicle", "")
+        );
+    }
+
+    #[test]
+    fn differential_shows_growth_and_the_negated_view_shows_vanished_code() {
+        let base = folded("main;old 50\nmain;keep 50\n", "base");
+        let new = folded("main;fresh 50\nmain;keep 50\n", "new");
+        let style = FlamegraphStyle::default();
+        let diff = svg(|w| write_differential(&base, &new, &style, false, w));
+        assert!(diff.contains("fresh (50 samples"), "new code drawn");
+        assert!(!diff.contains("old ("), "vanished code has no width here");
+        assert!(diff.contains("btprof diff: base \u{2192} new"));
+        let negated = svg(|w| write_differential(&base, &new, &style, true, w));
+        assert!(negated.contains("old (50 samples"), "vanished code drawn");
+        assert!(negated.contains("(negated)"));
+    }
+
+    #[test]
+    fn empty_profiles_are_a_clear_error() {
+        let empty = FoldedProfile::from_profile(&crate::Profile::from_stacks(
+            Vec::new(),
+            Vec::new(),
+            crate::Stats::new(&Default::default()),
+        ));
+        let mut out = Vec::new();
+        assert!(matches!(
+            write_flamegraph(&empty, &FlamegraphStyle::default(), &mut out),
+            Err(Error::EmptyProfile)
+        ));
+    }
+}

@@ -1,0 +1,180 @@
+//! The regression gate on seeded synthetic profiles: no false alarms from
+//! sampling noise at the default settings, real changes found with the
+//! right size, and the library comparing two `Profile`s in code.
+
+#[path = "support/synthetic.rs"]
+mod synthetic;
+
+use std::sync::Arc;
+
+use btprof::diff::{compare, compare_folded, DiffOptions, Metric, Verdict};
+use btprof::{FoldedProfile, Mode, Profile, Stack, Stats};
+use synthetic::{Program, SplitMix64};
+
+const TRIALS: u64 = 100;
+
+fn folded(text: &str, source: &str) -> FoldedProfile {
+    FoldedProfile::from_reader(text.as_bytes(), source).expect("synthetic profile parses")
+}
+
+/// Diffs two independent draws of `program` per trial (5,000 to 10,000
+/// samples each, sizes differing) and returns the trials that flagged a
+/// regression, with what they flagged.
+fn false_alarms(program: &Program, options: &DiffOptions, seed: u64) -> Vec<(u64, Vec<String>)> {
+    let mut rng = SplitMix64::new(seed);
+    let mut alarms = Vec::new();
+    for trial in 0..TRIALS {
+        let n_base = 5_000 + rng.below(5_001);
+        let n_new = 5_000 + rng.below(5_001);
+        let base = folded(&program.sample(n_base, &mut rng), "base");
+        let new = folded(&program.sample(n_new, &mut rng), "new");
+        let report = compare_folded(&base, &new, options);
+        if report.regressed() {
+            alarms.push((
+                trial,
+                report
+                    .regressions()
+                    .map(|f| format!("{} {:+.2}", f.name, f.change_points(options.metric)))
+                    .collect(),
+            ));
+        }
+    }
+    alarms
+}
+
+#[test]
+fn same_distribution_gives_no_regression_in_at_least_99_of_100_trials() {
+    let program = Program::typical(30);
+    for metric in [Metric::SelfShare, Metric::TotalShare] {
+        let options = DiffOptions {
+            metric,
+            ..DiffOptions::default()
+        };
+        let alarms = false_alarms(&program, &options, 0x5eed_0001);
+        assert!(
+            alarms.len() <= 1,
+            "{metric:?}: {} of {TRIALS} noise-only diffs flagged a regression: {alarms:?}",
+            alarms.len()
+        );
+    }
+}
+
+#[test]
+fn without_the_correction_and_threshold_noise_would_alarm() {
+    // The same trials judged per function at a two-sided 0.05 (one-sided
+    // 0.025) with no threshold: the draws are noisy enough that an
+    // uncorrected gate cries wolf, so the test above passes because of the
+    // gate's design, not tame data.
+    let program = Program::typical(30);
+    let functions = 30 + 5 + 2 + 2; // leaves, callers, threads, main and run
+    let naive = DiffOptions {
+        threshold_points: 0.0,
+        min_samples: 1,
+        alpha: 0.05 * functions as f64 / 2.0,
+        ..DiffOptions::default()
+    };
+    let alarms = false_alarms(&program, &naive, 0x5eed_0001);
+    assert!(
+        alarms.len() >= 30,
+        "only {} of {TRIALS} uncorrected noise-only diffs alarmed",
+        alarms.len()
+    );
+}
+
+#[test]
+fn an_injected_change_from_10_to_20_percent_is_found_with_its_size() {
+    let base_program = Program::typical(30);
+    // Leaf 2 has 10% of the samples; the new run gives it 20%.
+    let new_program = base_program.with_share(2, 0.20);
+    let mut rng = SplitMix64::new(0x1_0000_0002);
+    for trial in 0..20 {
+        let base = folded(&base_program.sample(10_000, &mut rng), "base");
+        let new = folded(&new_program.sample(10_000, &mut rng), "new");
+        let report = compare_folded(&base, &new, &DiffOptions::default());
+        let first = &report.functions[0];
+        assert_eq!(
+            first.name, "app::leaf_2",
+            "trial {trial}: {:?}",
+            report.functions[0]
+        );
+        assert_eq!(first.verdict, Verdict::Regressed, "trial {trial}");
+        // Each share is estimated from 10,000 samples: the change has a
+        // standard deviation of 0.5 points, so 1.5 points is 3 of them.
+        let change = first.self_change_points();
+        assert!(
+            (change - 10.0).abs() < 1.5,
+            "trial {trial}: change {change:.2} points, expected about 10"
+        );
+        assert!((first.base.self_share - 0.10).abs() < 0.015, "{first:?}");
+        assert!((first.new.self_share - 0.20).abs() < 0.015, "{first:?}");
+        let regressed: Vec<&str> = report.regressions().map(|f| f.name.as_str()).collect();
+        // Its callers' total shares grew too, but the default gate is on
+        // self share: only the function whose own code grew is named.
+        assert_eq!(regressed, ["app::leaf_2"], "trial {trial}");
+    }
+}
+
+fn profile(hz: u32, mode: Mode, stacks: &[(&str, &[&str], u64)]) -> Profile {
+    let mut stats = Stats::new(&Default::default());
+    stats.requested_hz = hz;
+    stats.mode = mode;
+    let stacks = stacks
+        .iter()
+        .map(|&(thread, frames, count)| Stack {
+            thread: thread.into(),
+            frames: frames.iter().map(|&f| Arc::from(f)).collect(),
+            truncated: false,
+            count,
+        })
+        .collect();
+    Profile::from_stacks(stacks, Vec::new(), stats)
+}
+
+#[test]
+fn two_profiles_compare_in_code_and_warn_about_different_rates_and_modes() {
+    let base = profile(
+        1000,
+        Mode::Cpu,
+        &[
+            ("w", &["main", "parse"], 900),
+            ("w", &["main", "render"], 100),
+        ],
+    );
+    let new = profile(
+        99,
+        Mode::Wall,
+        &[
+            ("w", &["main", "parse"], 600),
+            ("w", &["main", "render"], 400),
+        ],
+    );
+    let report = compare(&base, &new, &DiffOptions::default());
+    assert!(report.regressed());
+    let regressed: Vec<&str> = report.regressions().map(|f| f.name.as_str()).collect();
+    assert_eq!(regressed, ["render"]);
+    assert_eq!(report.base.source, "base");
+    let warned = |a: &str, b: &str| {
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains(a) && w.contains(b))
+    };
+    assert_eq!(report.warnings.len(), 2, "{:?}", report.warnings);
+    assert!(warned("1000 Hz", "99 Hz"), "{:?}", report.warnings);
+    assert!(warned("cpu", "wall"), "{:?}", report.warnings);
+
+    // Same rate and mode, same shares: no warning, no regression.
+    let again = profile(
+        1000,
+        Mode::Cpu,
+        &[
+            ("w", &["main", "parse"], 1800),
+            ("w", &["main", "render"], 200),
+        ],
+    );
+    let report = compare(&base, &again, &DiffOptions::default());
+    assert!(
+        !report.regressed() && report.warnings.is_empty(),
+        "{report:?}"
+    );
+}
