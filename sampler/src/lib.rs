@@ -21,6 +21,8 @@ pub mod walker;
 
 mod exclusions;
 mod profile;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod sampler_thread;
 #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
 mod window;
 

@@ -17,12 +17,12 @@ mod threads;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use hashbrown::HashMap;
 
 use crate::clock::TickSchedule;
+use crate::sampler_thread::{Claim, SamplerThread};
 use crate::stack_table::{StackKey, StackTable};
 use crate::walker::Arch;
 use crate::window::{self, Window};
@@ -34,9 +34,6 @@ pub use slots::MAX_DEPTH;
 
 use signal::{InstalledHandler, SignalSender};
 use slots::{Poll, SlotOwner, SLOTS};
-
-/// Only one sampler per process: the signal handler and slots are global.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// A slot not taken by its thread within this time is cancelled and the
 /// sample counted as failed (the thread has the signal blocked, or is
@@ -61,11 +58,12 @@ pub fn default_signal() -> i32 {
 
 /// A running sampler of the current process.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    progress: Arc<Progress>,
-    thread: Option<JoinHandle<Result<RawProfile, Error>>>,
+    thread: SamplerThread,
+    /// Dropped after the thread is joined: flushes pending signals and
+    /// restores the previous action.
     handler: Option<InstalledHandler>,
-    window: window::Client,
+    /// Released last: only then may another sampler start.
+    _claim: Claim,
 }
 
 impl Sampler {
@@ -80,49 +78,27 @@ impl Sampler {
                 libc::SIGRTMAX()
             )));
         }
-        if ACTIVE
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(Error::AlreadyRunning);
-        }
-        let started = Self::start_active(config, signal);
-        if started.is_err() {
-            ACTIVE.store(false, Ordering::Release);
-        }
-        started
-    }
-
-    fn start_active(config: SamplerConfig, signal: i32) -> Result<Sampler, Error> {
+        let claim = Claim::take()?;
         // SAFETY: getpid has no preconditions.
         slots::OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         let mut scratch = Vec::new();
         stack_regions::refresh(&mut scratch);
         let handler = InstalledHandler::install(signal)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let progress = Arc::new(Progress::default());
-        let (stop2, progress2) = (stop.clone(), progress.clone());
-        let (window, requests) = window::channel(config.hz);
-        let thread = std::thread::Builder::new()
-            .name("btprof-sampler".into())
-            .spawn(move || {
-                signal::block_in_this_thread(signal);
-                scheduling::request_short_slice();
-                SamplerLoop::new(config, signal, progress2, requests)?.run(&stop2)
-            })
-            .map_err(Error::Io)?;
+        let thread = SamplerThread::spawn(config.hz, move |cx| {
+            signal::block_in_this_thread(signal);
+            scheduling::request_short_slice();
+            SamplerLoop::new(config, signal, cx.progress, cx.requests)?.run(&cx.stop)
+        })?;
         Ok(Sampler {
-            stop,
-            progress,
-            thread: Some(thread),
+            thread,
             handler: Some(handler),
-            window,
+            _claim: claim,
         })
     }
 
     /// Live counters, for progress displays.
     pub fn progress(&self) -> &Progress {
-        &self.progress
+        self.thread.progress()
     }
 
     /// The stacks collected so far, while sampling goes on. With `reset`,
@@ -133,7 +109,7 @@ impl Sampler {
     /// The sampler answers between two ticks, so this waits up to a
     /// period; [`Error::Timeout`] if it does not answer within a few.
     pub fn collect(&self, reset: bool) -> Result<RawProfile, Error> {
-        self.window.collect(reset)
+        self.thread.collect(reset)
     }
 
     /// Stops sampling and returns everything collected since the start or
@@ -145,23 +121,15 @@ impl Sampler {
     }
 
     fn shutdown(&mut self) -> Result<RawProfile, Error> {
-        self.stop.store(true, Ordering::Release);
-        let result = match self.thread.take() {
-            Some(t) => t.join().unwrap_or_else(|_| Err(Error::SamplerPanicked)),
-            None => Err(Error::AlreadyStopped),
-        };
-        // Dropping the handler flushes pending signals and restores the
-        // previous action; only then may another sampler start.
-        if self.handler.take().is_some() {
-            ACTIVE.store(false, Ordering::Release);
-        }
+        let result = self.thread.join();
+        self.handler.take();
         result
     }
 }
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        if self.thread.is_some() {
+        if self.thread.is_running() {
             let _ = self.shutdown();
         }
     }

@@ -21,13 +21,9 @@ mod mach_clock;
 mod mach_threads;
 mod thread_state;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-
 use crate::control::SamplingLoop;
+use crate::sampler_thread::{Claim, SamplerThread};
 use crate::walker::Arch;
-use crate::window;
 use crate::{Error, Progress, RawProfile, SamplerConfig};
 
 pub use crate::control::MAX_DEPTH;
@@ -35,16 +31,12 @@ pub use crate::control::MAX_DEPTH;
 use mach_clock::MachClock;
 use mach_threads::MachThreads;
 
-/// One sampler per process, as on Linux: two would stop each other's
-/// threads, and the profile of each would include the other's work.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-
 /// A running sampler of the current process.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    progress: Arc<Progress>,
-    thread: Option<JoinHandle<Result<RawProfile, Error>>>,
-    window: window::Client,
+    thread: SamplerThread,
+    /// Released after the thread is joined: only then may another sampler
+    /// start.
+    _claim: Claim,
 }
 
 impl Sampler {
@@ -61,77 +53,46 @@ impl Sampler {
                  on macOS btprof suspends threads with thread_suspend and sends no signal"
             )));
         }
-        if ACTIVE
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(Error::AlreadyRunning);
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let progress = Arc::new(Progress::default());
-        let (stop2, progress2) = (stop.clone(), progress.clone());
-        let (window, requests) = window::channel(config.hz);
-        let spawned = std::thread::Builder::new()
-            .name("btprof-sampler".into())
-            .spawn(move || {
-                // Built on the sampler thread: `MachThreads` records the
-                // calling thread as the one never to stop.
-                let control = MachThreads::for_calling_thread();
-                let mut sampling = SamplingLoop::new(control, &config, Arch::host(), progress2)
-                    .with_requests(requests);
-                sampling.run(&MachClock::new(), &stop2)?;
-                Ok(sampling.finish())
-            });
-        match spawned {
-            Ok(thread) => Ok(Sampler {
-                stop,
-                progress,
-                thread: Some(thread),
-                window,
-            }),
-            Err(e) => {
-                ACTIVE.store(false, Ordering::Release);
-                Err(Error::Io(e))
-            }
-        }
+        let claim = Claim::take()?;
+        let thread = SamplerThread::spawn(config.hz, move |cx| {
+            // Built on the sampler thread: `MachThreads` records the
+            // calling thread as the one never to stop.
+            let control = MachThreads::for_calling_thread();
+            let mut sampling = SamplingLoop::new(control, &config, Arch::host(), cx.progress)
+                .with_requests(cx.requests);
+            sampling.run(&MachClock::new(), &cx.stop)?;
+            Ok(sampling.finish())
+        })?;
+        Ok(Sampler {
+            thread,
+            _claim: claim,
+        })
     }
 
     /// Live counters, for progress displays.
     pub fn progress(&self) -> &Progress {
-        &self.progress
+        self.thread.progress()
     }
 
     /// The stacks collected so far, while sampling goes on; with `reset`,
     /// the next window starts (see the Linux `Sampler::collect`, the same
     /// contract).
     pub fn collect(&self, reset: bool) -> Result<RawProfile, Error> {
-        self.window.collect(reset)
+        self.thread.collect(reset)
     }
 
     /// Stops sampling and returns everything collected since the start or
     /// the last [`Sampler::collect`] with `reset`. Every thread the sampler
     /// suspended runs again when this returns.
     pub fn stop(mut self) -> Result<RawProfile, Error> {
-        self.shutdown()
-    }
-
-    fn shutdown(&mut self) -> Result<RawProfile, Error> {
-        self.stop.store(true, Ordering::Release);
-        let Some(thread) = self.thread.take() else {
-            return Err(Error::AlreadyStopped);
-        };
-        let result = thread
-            .join()
-            .unwrap_or_else(|_| Err(Error::SamplerPanicked));
-        ACTIVE.store(false, Ordering::Release);
-        result
+        self.thread.join()
     }
 }
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            let _ = self.shutdown();
+        if self.thread.is_running() {
+            let _ = self.thread.join();
         }
     }
 }
