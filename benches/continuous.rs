@@ -20,10 +20,15 @@
 //! `cargo bench --bench continuous`.
 //! Always exits 0: it reports, it does not gate.
 
+#[path = "support/measure.rs"]
+mod measure;
+
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use measure::{fields, median, peak_rss_kib};
 
 const HZ: u32 = 1000;
 const MAX_RECURSION: u64 = 120;
@@ -69,16 +74,6 @@ fn worker(stop: &AtomicBool) {
         rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         std::hint::black_box(step((rng >> 33) % MAX_RECURSION, rng));
     }
-}
-
-fn peak_rss_kib() -> u64 {
-    // SAFETY: getrusage writes into the zeroed struct we own.
-    let usage = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u
-    };
-    usage.ru_maxrss as u64
 }
 
 /// The child: runs one variant and prints one result line.
@@ -157,9 +152,7 @@ fn run_child(variant: &str, secs: u64) -> Result {
             )
         });
     let mut r = Result::default();
-    for field in line["RESULT ".len()..].split(' ') {
-        let (k, v) = field.split_once('=').expect("key=value");
-        let v: f64 = v.parse().expect("number");
+    for (k, v) in fields(&line["RESULT ".len()..]) {
         match k {
             "rss_kib" => r.rss_kib = v,
             "stacks" => r.stacks = v,
@@ -170,16 +163,6 @@ fn run_child(variant: &str, secs: u64) -> Result {
         }
     }
     r
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn main() {

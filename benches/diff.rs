@@ -21,6 +21,8 @@
 //! reused while their size matches. Always exits 0 unless a step fails: it
 //! reports, it does not gate.
 
+#[path = "support/measure.rs"]
+mod measure;
 #[path = "../tests/support/synthetic.rs"]
 #[allow(dead_code)]
 mod synthetic;
@@ -35,6 +37,7 @@ use btprof::diff::{compare_folded, DiffOptions};
 use btprof::folded_flamegraph::{write_differential, FlamegraphStyle};
 use btprof::render::{self, Format};
 use btprof::FoldedProfile;
+use measure::median;
 use synthetic::SplitMix64;
 
 /// Set in a child process: the base and new files to measure, and whether
@@ -50,13 +53,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// Peak resident set of this process, in MiB.
 fn peak_rss_mib() -> f64 {
-    // SAFETY: `rusage` is plain data, zeroed is a valid value, and
-    // getrusage only writes to the pointer it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid out-pointer.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    assert_eq!(rc, 0, "getrusage failed");
-    usage.ru_maxrss as f64 / 1024.0 // kilobytes on Linux
+    measure::peak_rss_kib() as f64 / 1024.0
 }
 
 // ---------------------------------------------------------------------------
@@ -224,9 +221,7 @@ fn run_child(base: &Path, new: &Path, flamegraph: bool) -> Measured {
         line: line.clone(),
         ..Measured::default()
     };
-    for field in line.split_whitespace() {
-        let (key, value) = field.split_once('=').expect("key=value");
-        let value: f64 = value.parse().expect("a number");
+    for (key, value) in measure::fields(&line) {
         match key {
             "read" => m.read = value,
             "compare" => m.compare = value,
@@ -237,11 +232,6 @@ fn run_child(base: &Path, new: &Path, flamegraph: bool) -> Measured {
         }
     }
     m
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 fn main() {
