@@ -279,7 +279,7 @@ impl State {
 
     /// The whole run, once the last window is in (`None`: no window was
     /// ever cut).
-    pub(crate) fn into_total(mut self) -> Result<Option<Profile>, Error> {
+    pub(crate) fn take_total(&mut self) -> Result<Option<Profile>, Error> {
         let Some(total) = self.total.take() else {
             return Ok(None);
         };
@@ -288,19 +288,6 @@ impl State {
 
     pub(crate) fn stats(&self) -> &DumpStats {
         &self.stats
-    }
-
-    /// Takes the state out from behind the lock (the thread is gone).
-    pub(crate) fn take(&mut self) -> State {
-        State {
-            config: self.config.clone(),
-            stop: true,
-            total: self.total.take(),
-            resolver: self.resolver.take(),
-            seq: self.seq,
-            kept: std::mem::take(&mut self.kept),
-            stats: self.stats.clone(),
-        }
     }
 
     fn resolver(&mut self) -> Result<&mut Resolver, Error> {

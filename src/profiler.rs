@@ -211,10 +211,10 @@ impl Profiler {
         let last = sampler.stop()?;
         match dumper {
             Some(dumper) => {
-                let mut state = dumper.lock().take();
+                let mut state = dumper.lock();
                 state.dump_window(last);
                 let stats = state.stats().clone();
-                let profile = state.into_total()?.ok_or(Error::EmptyProfile)?;
+                let profile = state.take_total()?.ok_or(Error::EmptyProfile)?;
                 Ok((profile, stats))
             }
             None => {
