@@ -29,7 +29,9 @@ pub mod run_info;
 pub mod scope;
 mod symbolize;
 
-pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo, DEFAULT_MAX_STACKS};
+pub use btprof_sampler::{
+    Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, ThreadInfo, DEFAULT_MAX_STACKS,
+};
 pub use diff::{DiffOptions, DiffReport};
 pub use dump::DumpStats;
 pub use error::Error;

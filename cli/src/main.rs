@@ -127,6 +127,14 @@ struct Args {
     /// No status line.
     #[arg(long, short)]
     quiet: bool,
+
+    /// Pace cpu-mode samples from the sampler thread, by the CPU time each
+    /// thread used, instead of each thread's own CPU-time timer (Linux
+    /// perf events). This is what btprof falls back to where perf events
+    /// are refused (perf_event_paranoid 3 and up, seccomp); the summary
+    /// says which clock ran. Same as BTPROF_FORCE_SAMPLER_THREAD=1.
+    #[arg(long)]
+    no_thread_timers: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -238,7 +246,8 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
         .hz(args.hz)
         .mode(mode)
         .max_depth(args.max_depth as usize)
-        .max_stacks(usize::try_from(args.max_stacks).unwrap_or(usize::MAX));
+        .max_stacks(usize::try_from(args.max_stacks).unwrap_or(usize::MAX))
+        .force_sampler_thread(args.no_thread_timers);
     if let Some(every) = args.dump_every {
         builder = builder
             .dump_every(every)
@@ -251,18 +260,34 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
     builder
 }
 
-/// The status line: elapsed, samples, achieved rate, threads, dumps.
+/// The status line: elapsed, samples, achieved rate, threads, which clock
+/// paces the samples, dumps.
 fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
     let p = profiler.progress();
     let secs = elapsed.as_secs_f64();
-    let ticks = p.ticks.load(Ordering::Relaxed);
+    let samples = p.samples.load(Ordering::Relaxed);
+    let rate = match args.mode {
+        ModeArg::Cpu => {
+            let cpu = p.sampled_cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
+            let rate = if cpu > 0.0 { samples as f64 / cpu } else { 0.0 };
+            format!("{rate:.0}/CPU-s (of {})", args.hz)
+        }
+        ModeArg::Wall => {
+            let ticks = p.ticks.load(Ordering::Relaxed);
+            let rate = if secs > 0.0 { ticks as f64 / secs } else { 0.0 };
+            format!("{rate:.0} ticks/s (of {})", args.hz)
+        }
+    };
+    let clock = if p.thread_timers.load(Ordering::Relaxed) {
+        btprof::SampleClock::ThreadTimers
+    } else {
+        btprof::SampleClock::SamplerThread
+    };
     let mut line = format!(
-        "\r  {secs:>6.2} s / {:.2} s   {} samples   {:.0} Hz (of {})   {} threads",
+        "\r  {secs:>6.2} s / {:.2} s   {samples} samples   {rate}   {} threads   {}",
         args.duration.as_secs_f64(),
-        p.samples.load(Ordering::Relaxed),
-        if secs > 0.0 { ticks as f64 / secs } else { 0.0 },
-        args.hz,
         p.threads.load(Ordering::Relaxed),
+        clock.describe(),
     );
     if args.dump_every.is_some() {
         let d = profiler.dump_stats();
@@ -369,12 +394,16 @@ fn warn_if_truncated(profile: &Profile) {
 fn print_summary(profile: &Profile) {
     let s = profile.stats();
     println!(
-        "sampled {} stacks over {:.2} s: {:.1} ticks/s (requested {} Hz, {} mode), {} missed ticks",
+        "sampled {} stacks over {:.2} s ({} mode, {}): {:.1} samples per CPU-second of the sampled threads \
+         ({:.3} CPU-s; requested {} Hz); sampler thread {:.1} ticks/s, {} missed ticks",
         s.samples,
         s.duration.as_secs_f64(),
-        s.achieved_hz(),
-        s.requested_hz,
         s.mode,
+        s.clock.describe(),
+        s.samples_per_cpu_second(),
+        s.sampled_cpu().as_secs_f64(),
+        s.requested_hz,
+        s.ticks_per_second(),
         s.missed_ticks,
     );
     println!(
