@@ -276,11 +276,18 @@ mod tests {
         // Metadata written before those fields existed still reads.
         let old: serde_json::Value = serde_json::from_str(&json).unwrap();
         let mut old = old.as_object().unwrap().clone();
-        for field in ["clock", "samples_per_cpu_second", "ticks_per_second", "sampled_cpu_secs"] {
+        for field in [
+            "clock",
+            "samples_per_cpu_second",
+            "ticks_per_second",
+            "sampled_cpu_secs",
+        ] {
             old.remove(field);
         }
         fs::write(dir.join("old.json"), serde_json::to_string(&old).unwrap()).unwrap();
-        let old = RunInfo::read_sidecar(&dir.join("old.folded")).unwrap().unwrap();
+        let old = RunInfo::read_sidecar(&dir.join("old.folded"))
+            .unwrap()
+            .unwrap();
         assert_eq!(old.clock, "");
         assert_eq!(
             RunInfo::read_sidecar(&dir.join("none.folded")).unwrap(),

@@ -407,10 +407,11 @@ fn print_summary(profile: &Profile) {
         s.missed_ticks,
     );
     println!(
-        "truncated walks: {}, failed samples: {}, skipped samples: {}, sampler CPU: {:.1} ms",
+        "truncated walks: {}, failed samples: {}, skipped samples: {}, late signals retried: {}, sampler CPU: {:.1} ms",
         s.truncated(),
         s.failed_samples,
         s.skipped_samples,
+        s.late_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );
 }

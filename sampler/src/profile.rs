@@ -207,6 +207,11 @@ pub struct SamplerStats {
     /// Samples not attempted on a tick because the thread's previous one
     /// was still in flight or all slots were busy.
     pub skipped_samples: u64,
+    /// Sampler-thread path: signals a thread took too late (it was waiting
+    /// for a CPU, so the sample would have landed where it was preempted,
+    /// not where its CPU time went). Nothing was recorded; the thread was
+    /// sampled again on a later tick, for the same CPU time.
+    pub late_samples: u64,
     /// Samples not taken because the thread had exited after it was
     /// listed (the list is re-read every few milliseconds).
     pub exited_threads: u64,
@@ -235,6 +240,7 @@ impl SamplerStats {
             walk_ends: [0; 7],
             failed_samples: 0,
             skipped_samples: 0,
+            late_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
             sampler_cpu: Duration::ZERO,
@@ -331,6 +337,7 @@ impl SamplerStats {
             walk_ends,
             failed_samples: self.failed_samples.saturating_sub(earlier.failed_samples),
             skipped_samples: self.skipped_samples.saturating_sub(earlier.skipped_samples),
+            late_samples: self.late_samples.saturating_sub(earlier.late_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
             sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
@@ -351,6 +358,7 @@ impl SamplerStats {
         }
         self.failed_samples += later.failed_samples;
         self.skipped_samples += later.skipped_samples;
+        self.late_samples += later.late_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);
         self.sampler_cpu += later.sampler_cpu;

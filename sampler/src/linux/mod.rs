@@ -516,6 +516,7 @@ impl SamplerLoop {
                 self.stats.skipped_samples += 1;
                 continue;
             };
+            self.slots.mark_sent(armed.slot, monotonic_ns());
             match self.sender.send(tid, armed.signal_value()) {
                 Ok(()) => {
                     state.pending = true;
@@ -770,6 +771,17 @@ impl SamplerLoop {
                 finished_walk = Some(OwnedWalk::of(&walk));
             }) {
                 Poll::Collected => true,
+                Poll::Late => {
+                    // Owed again: the thread is sampled on a later tick,
+                    // when it is running, for the same CPU time.
+                    self.stats.late_samples += 1;
+                    if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                        if self.config.mode == Mode::Cpu {
+                            state.owed_ns += slot_use.weight * self.period_ns;
+                        }
+                    }
+                    true
+                }
                 Poll::Busy => false,
                 Poll::Pending => {
                     // A thread that exited with its signal pending never

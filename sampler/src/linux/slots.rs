@@ -64,6 +64,12 @@ struct Slot {
     lr: AtomicU64,
     /// The thread that wrote the walk (timer samples).
     tid: AtomicI32,
+    /// Armed slots: when the sampler sent the signal (`CLOCK_MONOTONIC`
+    /// ns); the handler gives up a sample that arrives later than
+    /// [`LATE_NS`] after it.
+    sent_ns: AtomicU64,
+    /// The handler found the signal late and walked nothing.
+    late: AtomicU32,
     frames: FrameBuf,
 }
 
@@ -76,6 +82,8 @@ impl Slot {
             end: AtomicU32::new(0),
             lr: AtomicU64::new(0),
             tid: AtomicI32::new(0),
+            sent_ns: AtomicU64::new(0),
+            late: AtomicU32::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
         }
     }
@@ -100,6 +108,15 @@ pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 /// Where a timer handler starts looking for a free slot, so handlers on
 /// different threads do not all contend for slot 0.
 static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
+
+/// How long after it was sent a signal may arrive and still be sampled. A
+/// signal to a thread running on another CPU arrives within microseconds;
+/// one to a thread waiting for a CPU arrives when the thread is scheduled
+/// again, and its sample would land where the thread was preempted (on a
+/// loaded machine, disproportionately at the return from a system call),
+/// not where its CPU time went. Such a sample is given up and the thread
+/// sampled on a later tick.
+pub(crate) const LATE_NS: u64 = 200_000;
 
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
@@ -137,6 +154,9 @@ pub(crate) enum Poll {
     Busy,
     /// The walk is done and was handed to the callback; the slot is free.
     Collected,
+    /// The signal arrived too late ([`LATE_NS`]) and nothing was walked;
+    /// the slot is free.
+    Late,
 }
 
 impl SlotOwner {
@@ -209,6 +229,11 @@ impl SlotOwner {
         if now != state(armed.generation, DONE) {
             return Poll::Busy;
         }
+        if s.late.load(Relaxed) != 0 {
+            s.state.store(IDLE, Release);
+            self.armed[slot] = None;
+            return Poll::Late;
+        }
         let depth = (s.depth.load(Relaxed) as usize).min(MAX_DEPTH);
         // Copy out so the slot can be reused at once.
         self.scratch.clear();
@@ -227,6 +252,11 @@ impl SlotOwner {
             end,
         });
         Poll::Collected
+    }
+
+    /// Records when the signal for armed `slot` is sent, just before it is.
+    pub fn mark_sent(&mut self, slot: usize, now_ns: u64) {
+        SLOT_TABLE[slot].sent_ns.store(now_ns, Relaxed);
     }
 
     /// Whether `slot` is armed by us (pending, busy or done).
@@ -311,6 +341,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         // SAFETY: si_pid and si_value are valid for SI_QUEUE signals.
         let (pid, value) = unsafe { (info.si_pid(), info.si_value().sival_ptr as usize) };
         if pid != OWN_PID.load(Relaxed) {
+            STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         } else {
             claim_armed(value)
@@ -321,13 +352,14 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         if super::thread_timers::is_ours(fd) {
             claim_free()
         } else {
+            STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         }
     } else {
+        STRAY_SIGNALS.fetch_add(1, Relaxed);
         None
     };
     let Some((slot, generation, max_depth)) = claimed else {
-        STRAY_SIGNALS.fetch_add(1, Relaxed);
         return;
     };
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
@@ -335,20 +367,47 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     unsafe { walk_into(slot, generation, max_depth, context) };
 }
 
-/// The slot a queued signal's `si_value` names, claimed `Armed -> Writing`.
+/// The slot a queued signal's `si_value` names, claimed `Armed -> Writing`
+/// (counted as stray if there is none). A late signal publishes the slot
+/// `Done` and marked late at once, and returns `None`.
 fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
     let generation = (value >> 8) as u64;
-    let slot = SLOT_TABLE.get(value & 0xff)?;
-    slot.state
-        .compare_exchange(
-            state(generation, ARMED),
-            state(generation, WRITING),
-            Acquire,
-            Relaxed,
-        )
-        .ok()?;
+    let claimed = SLOT_TABLE.get(value & 0xff).filter(|slot| {
+        slot.state
+            .compare_exchange(
+                state(generation, ARMED),
+                state(generation, WRITING),
+                Acquire,
+                Relaxed,
+            )
+            .is_ok()
+    });
+    let Some(slot) = claimed else {
+        STRAY_SIGNALS.fetch_add(1, Relaxed);
+        return None;
+    };
     let max_depth = (slot.max_depth.load(Relaxed) as usize).min(MAX_DEPTH);
+    let sent = slot.sent_ns.load(Relaxed);
+    let late = sent != 0 && monotonic_ns().saturating_sub(sent) > LATE_NS;
+    slot.late.store(u32::from(late), Relaxed);
+    if late {
+        slot.state.store(state(generation, DONE), Release);
+        return None;
+    }
     Some((slot, generation, max_depth))
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the vDSO: async-signal-safe, no
+/// system call).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer; clock_gettime is
+    // async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Any `Idle` slot, claimed `Idle -> Writing` with a fresh generation, for
@@ -369,6 +428,7 @@ fn claim_free() -> Option<(&'static Slot, u64, usize)> {
         {
             // SAFETY: gettid has no preconditions and is async-signal-safe.
             slot.tid.store(unsafe { libc::gettid() }, Relaxed);
+            slot.late.store(0, Relaxed);
             let max_depth = (TIMER_MAX_DEPTH.load(Relaxed) as usize).min(MAX_DEPTH);
             return Some((slot, generation, max_depth));
         }
