@@ -822,3 +822,72 @@ fn no_samples_of_the_sampler_thread() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// 7. Thread names in time
+// ---------------------------------------------------------------------------
+
+/// Threads that name themselves half a millisecond after they start are
+/// never sampled under their first name: a young thread's name is read
+/// again whenever one of its samples is interned. On either clock.
+#[test]
+fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
+    let _guard = lock();
+    for force in [false, true] {
+        let raw = with_watchdog(
+            "threads naming themselves",
+            Duration::from_secs(60),
+            move || {
+                let sampler = Sampler::start(SamplerConfig {
+                    force_sampler_thread: force,
+                    ..config(1000, Mode::Cpu)
+                })
+                .expect("start");
+                for _ in 0..10 {
+                    let batch: Vec<_> = (0..5)
+                        .map(|_| {
+                            thread::Builder::new()
+                                .name("btp-unnamed".into())
+                                .spawn(|| {
+                                    let start = thread_cpu_ns();
+                                    while thread_cpu_ns() < start + 500_000 {}
+                                    // SAFETY: PR_SET_NAME with a NUL-terminated
+                                    // name of at most 16 bytes names this thread.
+                                    unsafe {
+                                        libc::prctl(libc::PR_SET_NAME, c"btp-named".as_ptr())
+                                    };
+                                    let named = thread_cpu_ns();
+                                    let mut x = 1u64;
+                                    while thread_cpu_ns() < named + 30_000_000 {
+                                        for _ in 0..100_000 {
+                                            x = std::hint::black_box(
+                                                x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                                            );
+                                        }
+                                    }
+                                    x
+                                })
+                                .expect("spawn")
+                        })
+                        .collect();
+                    for t in batch {
+                        t.join().expect("naming thread panicked");
+                    }
+                }
+                sampler.stop().expect("stop")
+            },
+        );
+        let old = samples_of(&raw, "btp-unnamed");
+        let new = samples_of(&raw, "btp-named");
+        eprintln!("force_sampler_thread {force}: {old} samples under the old name, {new} under the new; {:?}", raw.stats);
+        assert!(
+            new > 100,
+            "{new} samples of the named threads ({:?})",
+            raw.stats
+        );
+        assert_eq!(
+            old, 0,
+            "samples carried a name the thread dropped 0.5 ms after it started"
+        );
+    }
+}
