@@ -135,6 +135,14 @@ struct Args {
     /// says which clock ran. Same as BTPROF_FORCE_SAMPLER_THREAD=1.
     #[arg(long)]
     no_thread_timers: bool,
+
+    /// Run the built-in workload for --duration without profiling it, and
+    /// print the CPU split it measured (each function's share, each
+    /// worker's CPU time): the truth to hold another profiler's output
+    /// against, e.g. `perf record -e cpu-clock -F 1000 --call-graph fp --
+    /// btprof --workload-only`.
+    #[arg(long)]
+    workload_only: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -147,6 +155,15 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(command) = &args.command {
         return command.run();
+    }
+    if args.workload_only {
+        return match run_workload_only(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("btprof: {message}");
+                ExitCode::from(2)
+            }
+        };
     }
     if !args.pid_self {
         eprintln!(
@@ -234,6 +251,36 @@ fn run(args: &Args) -> Result<bool, String> {
         }
     }
     Ok(check.passed())
+}
+
+/// Runs the workload unprofiled and prints what it measured.
+fn run_workload_only(args: &Args) -> Result<(), String> {
+    let mut work = Work::default();
+    for function in &args.slow {
+        work = work.slow(function)?;
+    }
+    let workload =
+        Workload::start_with(work).map_err(|e| format!("cannot start the workload: {e}"))?;
+    workload.set_recording(true);
+    std::thread::sleep(args.duration);
+    workload.set_recording(false);
+    let truth = workload.stop();
+    println!(
+        "workload ran {:.2} s unprofiled: {:.3} CPU-s in its workers",
+        args.duration.as_secs_f64(),
+        truth.total_seconds()
+    );
+    for i in 0..btprof_cli::workload::THREADS {
+        println!(
+            "  thread {}{i}: {:.3} CPU-s",
+            btprof_cli::workload::THREAD_PREFIX,
+            truth.thread_seconds(i)
+        );
+    }
+    for (name, share) in FUNCTIONS.iter().zip(truth.shares()) {
+        println!("  truth {name} {:.4}%", share * 100.0);
+    }
+    Ok(())
 }
 
 /// The profiler the arguments describe.
