@@ -491,11 +491,15 @@ impl SamplerLoop {
                 continue;
             };
             let mut weight = 1;
+            // The thread's CPU clock and when it was read: for the handler
+            // to tell whether the thread waited for a CPU meanwhile.
+            let mut read_at = (0, 0);
             if self.config.mode == Mode::Cpu {
                 let Some(cpu) = threads::thread_cpu_ns(tid) else {
                     // Exited since listed: counted when the list is re-read.
                     continue;
                 };
+                read_at = (monotonic_ns(), cpu);
                 // The CPU time used since the last tick is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
@@ -516,7 +520,7 @@ impl SamplerLoop {
                 self.stats.skipped_samples += 1;
                 continue;
             };
-            self.slots.mark_sent(armed.slot, monotonic_ns());
+            self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             match self.sender.send(tid, armed.signal_value()) {
                 Ok(()) => {
                     state.pending = true;
