@@ -57,6 +57,12 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 /// about 7 µs, too much for every tick at 1000 Hz. A new thread is sampled
 /// at most this much later; an exited one fails its send with `ESRCH`.
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
+/// Sampler-thread path: the most periods one sample may stand for. A
+/// thread owed more (the sampler ran late, or its signals kept arriving
+/// while it waited for a CPU) has the excess counted as skipped: one
+/// heavy sample would otherwise put a long stretch of CPU time on one
+/// stack.
+const MAX_WEIGHT: u64 = 5;
 /// How long a thread counts as young: its name is re-read whenever one of
 /// its samples is interned, because threads often name themselves right
 /// after they start.
@@ -506,6 +512,11 @@ impl SamplerLoop {
                     state.owed_ns += cpu.saturating_sub(last);
                 }
                 state.last_cpu_ns = Some(cpu);
+                let most = MAX_WEIGHT * self.period_ns;
+                if state.owed_ns > most {
+                    self.stats.skipped_samples += (state.owed_ns - most) / self.period_ns;
+                    state.owed_ns = most + (state.owed_ns - most) % self.period_ns;
+                }
                 if state.owed_ns < self.period_ns {
                     continue;
                 }
@@ -571,9 +582,16 @@ impl SamplerLoop {
                 }
                 None => {
                     self.regions_stale = true;
-                    self.threads
-                        .entry(tid)
-                        .or_insert(ThreadState::new(now, listing))
+                    let mut state = ThreadState::new(now, listing);
+                    if listing > 1 && self.clock == SampleClock::SamplerThread {
+                        // Born while sampling: all its CPU time so far was
+                        // used during the run, so it is owed (and counted)
+                        // from zero, and a short-lived thread is sampled as
+                        // soon as it used a period.
+                        state.last_cpu_ns = Some(0);
+                        state.accounted_ns = Some(0);
+                    }
+                    self.threads.entry(tid).or_insert(state)
                 }
             };
             state.name_check_listing = listing + state.name_check_interval;
