@@ -21,6 +21,7 @@ pub mod stack_table;
 pub mod walker;
 
 mod exclusions;
+mod own_threads;
 mod profile;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod sampler_thread;
@@ -28,6 +29,7 @@ mod sampler_thread;
 mod window;
 
 pub use exclusions::{exclude_current_thread, Excluded};
+pub use own_threads::spawn_with_signals_blocked;
 pub use profile::{
     Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo, DEFAULT_MAX_STACKS,
 };
