@@ -101,6 +101,9 @@ pub enum Fault {
     /// Someone else resumed it while the sampler held it: `thread_resume`
     /// fails with `KERN_FAILURE` (suspend count already zero).
     ResumedBySomeoneElse,
+    /// `thread_resume` fails with a code that says nothing about the
+    /// thread being gone (`KERN_INVALID_RIGHT`): it may still be frozen.
+    ResumeFails,
     /// Its frame chain leads into memory that cannot be read.
     UnreadableStack,
     /// The fake allocates inside `registers` (to prove the counter works).
@@ -596,6 +599,7 @@ impl ThreadControl for FakeControl {
                 kern_return::resume(KERN_INVALID_ARGUMENT)
             }
             Fault::ResumedBySomeoneElse => kern_return::resume(KERN_FAILURE),
+            Fault::ResumeFails => kern_return::resume(17),
             _ => Resumed::Running,
         }
     }
