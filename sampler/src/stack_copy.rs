@@ -7,8 +7,9 @@
 //! checked the stack bounds). So the walker reads the stack through a
 //! copy: one kernel copy (`mach_vm_read_overwrite`: no malloc, no user
 //! lock, so it is allowed while a thread is stopped) of
-//! `[sp, min(top, sp + window))` into a buffer allocated before sampling
-//! starts, and frame records are read from that buffer. A copy that fails
+//! `[sp, min(top, sp + window))` (8 KiB by default) into a buffer
+//! allocated before sampling starts, and frame records are read from that
+//! buffer. A copy that fails
 //! (`KERN_INVALID_ADDRESS`: the stack is gone) ends the walk as unreadable.
 //! A frame record beyond the window is read with another bounded copy
 //! starting at it; after [`StackCopy::MAX_COPIES`] copies the walk ends as
@@ -41,10 +42,14 @@ pub struct StackCopy {
 }
 
 impl StackCopy {
-    /// The default window: 16 KiB covers the live stack of most threads
-    /// with one copy, and costs little more than a page copy when the
-    /// live part is smaller (only `[sp, top)` is ever copied).
-    pub const DEFAULT_WINDOW_BYTES: usize = 16 * 1024;
+    /// The default window: 8 KiB covers the live stack of most threads
+    /// with one copy (only `[sp, top)` is ever copied, often much less).
+    /// xnu copies a request of at most two pages (`msg_ool_size_small`:
+    /// 8 KiB with x86_64's 4 KiB pages, 32 KiB on arm64) through a kernel
+    /// buffer; larger ones go through a copy-on-write mapping of whole
+    /// pages, with page-table work on each call. 8 KiB stays on the buffer
+    /// path on both.
+    pub const DEFAULT_WINDOW_BYTES: usize = 8 * 1024;
 
     /// Copies one walk may make before it ends as unreadable (so a walk
     /// through a deep stack costs a bounded number of kernel calls).
