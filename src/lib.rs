@@ -13,20 +13,34 @@
 //! regression gate, [`render`] prints reports and [`folded_flamegraph`]
 //! draws re-rendered and differential flamegraphs.
 
+#[path = "analysis/diff.rs"]
 pub mod diff;
+#[path = "record/dump.rs"]
 mod dump;
+#[path = "record/dump_signal.rs"]
 mod dump_signal;
 mod error;
+#[path = "record/recorded_flamegraph.rs"]
 pub mod flamegraph;
+#[path = "formats/folded/write.rs"]
 pub mod folded;
+#[path = "formats/flamegraph.rs"]
 pub mod folded_flamegraph;
+#[path = "profile/mod.rs"]
 pub mod folded_profile;
+#[path = "analysis/functions.rs"]
 pub mod functions;
+#[path = "record/recorded_profile.rs"]
 mod profile;
+#[path = "record/profiler.rs"]
 mod profiler;
+#[path = "analysis/report/mod.rs"]
 pub mod render;
+#[path = "profile/run_info.rs"]
 pub mod run_info;
+#[path = "record/scope.rs"]
 pub mod scope;
+#[path = "record/symbolize.rs"]
 mod symbolize;
 
 pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo, DEFAULT_MAX_STACKS};

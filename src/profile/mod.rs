@@ -6,8 +6,10 @@
 //! so a 100 MB file of repeated stacks takes memory for its distinct stacks
 //! only.
 
+#[path = "../formats/folded/read_error.rs"]
 mod error;
 mod intern;
+#[path = "../formats/folded/line.rs"]
 mod parse;
 
 use std::borrow::Cow;

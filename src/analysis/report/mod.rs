@@ -2,7 +2,9 @@
 //! or a profile's top functions as a plain-text table, Markdown (CI logs,
 //! pull-request comments) or JSON.
 
+#[path = "diff_report.rs"]
 pub mod diff;
+#[path = "function_report.rs"]
 pub mod functions;
 mod table;
 
