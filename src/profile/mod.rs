@@ -1,63 +1,118 @@
-//! Folded profiles read back: from a file of any folded-stack tool, or from
-//! a [`Profile`] in memory, for comparing, reporting and re-rendering.
+//! The profile model: what recording produces, what reading a folded file
+//! produces, and what every output and analysis takes.
 //!
-//! Reading is streaming: a file is read one line at a time through a
-//! buffer and identical stacks are merged as they arrive (see `intern.rs`),
-//! so a 100 MB file of repeated stacks takes memory for its distinct stacks
-//! only.
+//! A [`Profile`] is interned (see `intern.rs`): a name table, a frame table
+//! (name, and where known module, address, source file and line, and
+//! whether the frame was inlined), a thread table, and the distinct stacks
+//! as sequences of frame ids, root first, each with its thread, whether
+//! its walk was truncated, and its sample count. Beside them: how the
+//! profile was taken ([`RunInfo`], and for a recording of this process the
+//! sampler's [`Stats`]).
+//!
+//! Names are stored ready for the folded format ([`sanitize_frame`]), so
+//! every output writes them as they are.
 
-#[path = "../formats/folded/read_error.rs"]
-mod error;
+mod builder;
 mod intern;
-#[path = "../formats/folded/line.rs"]
-mod parse;
+pub mod run_info;
 
 use std::borrow::Cow;
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::Path;
 
-pub use error::{LineProblem, ReadError};
-pub use intern::FrameId;
+pub use builder::{Builder, Overflow};
+pub use intern::{FrameId, NameId, ThreadId};
+pub use run_info::RunInfo;
 
-use crate::folded::{sanitize_frame, TRUNCATED_FRAME};
-use crate::{Profile, RunInfo};
-use intern::{FrameTable, StackTable};
+use crate::Stats;
+use intern::{Frame, FrameTable, NameTable, StackHead, StackTable};
 
-/// The longest line accepted, in bytes. A 512-frame stack of 1 KiB names
-/// is half of this; anything longer is a binary or corrupt file, and the
-/// cap keeps one such "line" from taking memory in proportion to the file.
-pub const MAX_LINE_BYTES: usize = 16 << 20;
+/// The frame put under the thread root of a stack whose walk ended early,
+/// so partial stacks are visible instead of posing as complete ones.
+pub const TRUNCATED_FRAME: &str = "[btprof: truncated]";
 
-/// Read buffer size: big sequential reads without a big footprint.
-const READ_BUFFER_BYTES: usize = 256 << 10;
+/// The only frame of the samples a full stack table could not store (see
+/// `btprof_sampler::Limit`): counted under the thread, never dropped.
+pub const TABLE_FULL_FRAME: &str = "[btprof: stack table full]";
 
-/// Distinct stacks with sample counts, frames interned.
-#[derive(Clone, Debug)]
-pub struct FoldedProfile {
-    source: String,
-    frames: FrameTable,
-    stacks: StackTable,
-    total: u64,
-    run_info: Option<RunInfo>,
+/// Makes a name safe for the folded format.
+///
+/// `;` separates frames and a line ends at a newline, so both are replaced
+/// (`[u8; 8]` becomes `[u8, 8]`); an empty name becomes `[unknown]`.
+pub fn sanitize_frame(name: &str) -> Cow<'_, str> {
+    if name.is_empty() {
+        return Cow::Borrowed("[unknown]");
+    }
+    if !name.contains([';', '\n', '\r']) {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(
+        name.chars()
+            .map(|c| match c {
+                ';' => ',',
+                '\n' | '\r' => ' ',
+                c => c,
+            })
+            .collect(),
+    )
 }
 
-/// One distinct stack of a [`FoldedProfile`].
+/// Distinct stacks with sample counts, interned, and how they were taken.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// The file it was read from, if any.
+    source: Option<String>,
+    names: NameTable,
+    frames: FrameTable,
+    /// Each thread's name.
+    threads: Vec<ThreadEntry>,
+    stacks: StackTable,
+    /// The name id of [`TRUNCATED_FRAME`], once a stack is truncated.
+    truncated_name: Option<NameId>,
+    total: u64,
+    run_info: Option<RunInfo>,
+    stats: Option<Stats>,
+}
+
+/// One thread of the thread table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ThreadEntry {
+    name: NameId,
+    tid: Option<u64>,
+}
+
+/// One distinct stack of a [`Profile`].
 #[derive(Clone, Copy, Debug)]
-pub struct FoldedStack<'a> {
-    frames: &'a FrameTable,
+pub struct Stack<'a> {
+    profile: &'a Profile,
+    head: StackHead,
     ids: &'a [FrameId],
     count: u64,
 }
 
-impl<'a> FoldedStack<'a> {
-    /// Frame names, root first.
-    pub fn frames(&self) -> impl DoubleEndedIterator<Item = &'a str> + ExactSizeIterator + 'a {
-        let table = self.frames;
-        self.ids.iter().map(move |&id| table.name(id))
+impl<'a> Stack<'a> {
+    /// The name of the thread it was sampled on, if known (a folded file
+    /// read back has its thread name, if any, as the first frame).
+    pub fn thread(&self) -> Option<&'a str> {
+        let profile = self.profile;
+        self.head.thread.map(|t| profile.thread_name(t))
     }
 
-    /// Frame ids, root first; [`FoldedProfile::frame_name`] names them.
+    /// The id of its thread in [`Profile::threads`], if known.
+    pub fn thread_id(&self) -> Option<ThreadId> {
+        self.head.thread
+    }
+
+    /// Whether the walk ended before the root of the thread's stack.
+    pub fn truncated(&self) -> bool {
+        self.head.truncated
+    }
+
+    /// Frame names, root first, leaf (the interrupted function) last.
+    pub fn frames(&self) -> impl DoubleEndedIterator<Item = &'a str> + ExactSizeIterator + 'a {
+        let profile = self.profile;
+        self.ids.iter().map(move |&id| profile.frame_name(id))
+    }
+
+    /// Frame ids, root first; [`Profile::frame`] describes them.
     pub fn frame_ids(&self) -> &'a [FrameId] {
         self.ids
     }
@@ -66,164 +121,83 @@ impl<'a> FoldedStack<'a> {
     pub fn count(&self) -> u64 {
         self.count
     }
-}
 
-/// Collects stacks and counts while a profile is built.
-#[derive(Default)]
-struct Builder {
-    frames: FrameTable,
-    stacks: StackTable,
-    total: u64,
-    ids: Vec<FrameId>,
-}
-
-impl Builder {
-    /// Adds `count` samples of the stack `frames` (root first).
-    fn add<'s>(
-        &mut self,
-        frames: impl IntoIterator<Item = &'s str>,
-        count: u64,
-    ) -> Result<(), LineProblem> {
-        self.total = self
-            .total
-            .checked_add(count)
-            .ok_or(LineProblem::TotalOverflow)?;
-        self.ids.clear();
-        for frame in frames {
-            // More than 4 billion distinct names would not fit in memory
-            // long before the ids run out; say so rather than wrap.
-            let id = self
-                .frames
-                .intern(frame)
-                .ok_or(LineProblem::TotalOverflow)?;
-            self.ids.push(id);
-        }
-        // The stack's count is at most the total, which did not overflow.
-        self.stacks
-            .add(&self.ids, count)
-            .map_err(|_| LineProblem::TotalOverflow)
+    /// The names of this stack's folded line, as ids: the thread name
+    /// (unless `merge_threads`), [`TRUNCATED_FRAME`] for a truncated walk,
+    /// then the frames' names.
+    pub fn folded_name_ids(
+        &self,
+        merge_threads: bool,
+    ) -> impl Iterator<Item = NameId> + Clone + 'a {
+        let profile = self.profile;
+        let thread = self
+            .head
+            .thread
+            .filter(|_| !merge_threads)
+            .map(|t| profile.threads[t as usize].name);
+        let truncated = if self.head.truncated {
+            profile.truncated_name
+        } else {
+            None
+        };
+        thread
+            .into_iter()
+            .chain(truncated)
+            .chain(self.ids.iter().map(move |&id| profile.frames.get(id).name))
     }
 
-    fn finish(self, source: String, run_info: Option<RunInfo>) -> FoldedProfile {
-        FoldedProfile {
-            source,
-            frames: self.frames,
-            stacks: self.stacks,
-            total: self.total,
-            run_info,
-        }
+    /// The names of this stack's folded line (see
+    /// [`Stack::folded_name_ids`]).
+    pub fn folded_names(&self, merge_threads: bool) -> impl Iterator<Item = &'a str> + Clone + 'a {
+        let profile = self.profile;
+        self.folded_name_ids(merge_threads)
+            .map(move |id| profile.names.get(id))
     }
 }
 
-impl FoldedProfile {
-    /// Reads the folded file at `path`; errors name it as given.
-    pub fn open(path: impl AsRef<Path>) -> Result<FoldedProfile, ReadError> {
-        let path = path.as_ref();
-        let source = path.display().to_string();
-        match File::open(path) {
-            Ok(file) => {
-                Self::from_reader(BufReader::with_capacity(READ_BUFFER_BYTES, file), source)
-            }
-            Err(error) => Err(ReadError::Io {
-                source,
-                line: None,
-                error,
-            }),
-        }
+/// What is known about one frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameInfo<'a> {
+    /// The function's name.
+    pub name: &'a str,
+    /// The module (executable or library) holding its code, if known.
+    pub module: Option<&'a str>,
+    /// Its address, if known.
+    pub address: Option<u64>,
+    /// The source file, if known.
+    pub file: Option<&'a str>,
+    /// The source line, if known.
+    pub line: Option<u32>,
+    /// Whether it was inlined into the frame below it (its caller).
+    pub inlined: bool,
+}
+
+/// One thread of a profile's thread table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thread<'a> {
+    /// Its name when sampled.
+    pub name: &'a str,
+    /// The OS thread id, if known.
+    pub tid: Option<u64>,
+}
+
+impl Profile {
+    /// The name this profile goes by: the file it was read from, or
+    /// `profile` for one recorded in this process.
+    pub fn source(&self) -> &str {
+        self.source.as_deref().unwrap_or("profile")
     }
 
-    /// Reads folded lines from `reader`, naming it `source` in errors.
-    ///
-    /// Blank lines are skipped. A line that is not `frames COUNT`, a file
-    /// with no stacks and a file whose counts are all 0 are errors: a
-    /// comparison against nothing would only mislead. Invalid UTF-8 is
-    /// replaced (U+FFFD) rather than rejected, as `inferno` does.
-    pub fn from_reader<R: BufRead>(
-        mut reader: R,
-        source: impl Into<String>,
-    ) -> Result<FoldedProfile, ReadError> {
-        let source = source.into();
-        let mut builder = Builder::default();
-        let mut buf = Vec::with_capacity(1024);
-        let (mut line_no, mut had_stacks) = (0u64, false);
-        loop {
-            buf.clear();
-            let read = (&mut reader)
-                .take(MAX_LINE_BYTES as u64 + 1)
-                .read_until(b'\n', &mut buf);
-            match read {
-                Ok(0) => break,
-                Ok(_) => line_no += 1,
-                // `read_until` itself retries on `Interrupted`.
-                Err(error) => {
-                    return Err(ReadError::Io {
-                        source,
-                        line: Some(line_no + 1),
-                        error,
-                    })
-                }
-            }
-            let text = match std::str::from_utf8(&buf) {
-                Ok(text) => Cow::Borrowed(text),
-                Err(_) => String::from_utf8_lossy(&buf),
-            };
-            let bad = |problem| ReadError::malformed(&source, line_no, &text, problem);
-            if buf.len() > MAX_LINE_BYTES {
-                return Err(bad(LineProblem::TooLong {
-                    limit: MAX_LINE_BYTES,
-                }));
-            }
-            let Some(line) = parse::parse_line(&text).map_err(bad)? else {
-                continue;
-            };
-            had_stacks = true;
-            builder
-                .add(line.stack.split(';'), line.count)
-                .map_err(bad)?;
-        }
-        if builder.total == 0 {
-            return Err(ReadError::Empty {
-                source,
-                lines: line_no,
-                had_stacks,
-            });
-        }
-        Ok(builder.finish(source, None))
-    }
-
-    /// The stacks of `profile` as its folded file would hold them: the
-    /// thread name as root frame, then [`TRUNCATED_FRAME`] for a walk that
-    /// ended early, then the frames; names sanitised the same way. So
-    /// comparing two `Profile`s gives what `btprof diff` gives on the files
-    /// they write. The run's rate and mode come along as [`RunInfo`].
-    ///
-    /// Unlike a file, an empty profile is allowed here.
-    pub fn from_profile(profile: &Profile) -> FoldedProfile {
-        let mut builder = Builder::default();
-        for stack in profile.stacks() {
-            let thread = sanitize_frame(&stack.thread);
-            let truncated = stack.truncated.then_some(TRUNCATED_FRAME);
-            let frames = stack.frames.iter().map(|f| sanitize_frame(f));
-            let names: Vec<Cow<'_, str>> = std::iter::once(thread)
-                .chain(truncated.map(Cow::Borrowed))
-                .chain(frames)
-                .collect();
-            // Only fails past u64::MAX samples, which the sampler's own
-            // u64 sample counter rules out.
-            if builder
-                .add(names.iter().map(|n| n.as_ref()), stack.count)
-                .is_err()
-            {
-                break;
-            }
-        }
-        builder.finish("profile".to_owned(), Some(profile.run_info()))
+    /// The file it was read from (or the name given with
+    /// [`Profile::with_source`]); `None` for a recording.
+    pub fn source_name(&self) -> Option<&str> {
+        self.source.as_deref()
     }
 
     /// The same profile under another name (used in reports and errors).
     #[must_use]
     pub fn with_source(mut self, source: impl Into<String>) -> Self {
-        self.source = source.into();
+        self.source = Some(source.into());
         self
     }
 
@@ -234,14 +208,16 @@ impl FoldedProfile {
         self
     }
 
-    /// The name this profile goes by: a path, or `profile`.
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
-    /// How the profile was taken, if known.
+    /// How, where and when the profile was taken: always known for a
+    /// recording, and for a file when its JSON sidecar was read.
     pub fn run_info(&self) -> Option<&RunInfo> {
         self.run_info.as_ref()
+    }
+
+    /// How a recording was taken: rates, samples, missed ticks, truncated
+    /// and failed walks. `None` for a profile read from a file.
+    pub fn stats(&self) -> Option<&Stats> {
+        self.stats.as_ref()
     }
 
     /// Samples over all stacks.
@@ -259,195 +235,93 @@ impl FoldedProfile {
         self.stacks.len()
     }
 
-    /// Distinct frame names.
+    /// Distinct frames.
     pub fn distinct_frames(&self) -> usize {
         self.frames.len()
     }
 
-    /// The name of a frame id from [`FoldedStack::frame_ids`].
-    ///
-    /// # Panics
-    ///
-    /// If `id` is not from this profile.
-    pub fn frame_name(&self, id: FrameId) -> &str {
-        self.frames.name(id)
+    /// Distinct names (of frames and threads), the range of [`NameId`]s.
+    pub fn distinct_names(&self) -> usize {
+        self.names.len()
     }
 
-    /// The distinct stacks, in the order first read.
-    pub fn stacks(&self) -> impl ExactSizeIterator<Item = FoldedStack<'_>> + '_ {
-        self.stacks.iter().map(|(ids, count)| FoldedStack {
-            frames: &self.frames,
+    /// The distinct stacks: a recording's sorted by their folded line, a
+    /// file's in the order first read.
+    pub fn stacks(&self) -> impl ExactSizeIterator<Item = Stack<'_>> + '_ {
+        self.stacks.iter().map(|(head, ids, count)| Stack {
+            profile: self,
+            head,
             ids,
             count,
         })
     }
 
-    /// Writes `frame;...;frame COUNT` lines, one per distinct stack, in the
-    /// order first read.
-    pub fn write_folded<W: Write>(&self, mut w: W) -> io::Result<()> {
-        for stack in self.stacks() {
-            for (i, frame) in stack.frames().enumerate() {
-                if i > 0 {
-                    w.write_all(b";")?;
-                }
-                w.write_all(frame.as_bytes())?;
-            }
-            writeln!(w, " {}", stack.count())?;
-        }
-        w.flush()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::{Mode, Stack, Stats};
-
-    fn read(text: &str) -> Result<FoldedProfile, ReadError> {
-        FoldedProfile::from_reader(text.as_bytes(), "t.folded")
+    /// The thread table.
+    pub fn threads(&self) -> impl ExactSizeIterator<Item = Thread<'_>> + '_ {
+        self.threads.iter().map(|t| Thread {
+            name: self.names.get(t.name),
+            tid: t.tid,
+        })
     }
 
-    fn lines(p: &FoldedProfile) -> Vec<String> {
-        let mut out = Vec::new();
-        p.write_folded(&mut out).unwrap();
-        String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
+    /// The name of thread `id`.
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not from this profile.
+    pub fn thread_name(&self, id: ThreadId) -> &str {
+        self.names.get(self.threads[id as usize].name)
     }
 
-    #[test]
-    fn repeated_stacks_merge_and_totals_add_up() {
-        let p = read("main;a;b 3\nmain;a 2\n\nmain;a;b 4\r\nmain;c 0\n").unwrap();
-        assert_eq!(p.total_samples(), 9);
-        assert_eq!(p.distinct_stacks(), 3);
-        assert_eq!(p.distinct_frames(), 4);
-        assert_eq!(lines(&p), ["main;a;b 7", "main;a 2", "main;c 0"]);
-        let first = p.stacks().next().unwrap();
-        assert_eq!(first.frames().collect::<Vec<_>>(), ["main", "a", "b"]);
-        assert_eq!(p.frame_name(first.frame_ids()[2]), "b");
+    /// The name of a frame id from [`Stack::frame_ids`].
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not from this profile.
+    pub fn frame_name(&self, id: FrameId) -> &str {
+        self.names.get(self.frames.get(id).name)
     }
 
-    #[test]
-    fn a_bad_line_names_file_line_and_text() {
-        let err = read("main;a 1\n\nmain;b lots\n").unwrap_err();
-        match &err {
-            ReadError::Malformed {
-                source,
-                line,
-                text,
-                problem,
-            } => {
-                assert_eq!(source, "t.folded");
-                assert_eq!(*line, 3);
-                assert_eq!(text, "main;b lots");
-                assert_eq!(*problem, LineProblem::BadCount("lots".into()));
-            }
-            other => panic!("wrong error: {other:?}"),
-        }
-        assert!(err.to_string().starts_with("t.folded:3: `lots`"), "{err}");
-    }
-
-    #[test]
-    fn empty_blank_and_all_zero_files_are_errors() {
-        for (text, lines, had_stacks) in [("", 0, false), ("\n \n", 2, false), ("a 0\n", 1, true)] {
-            match read(text) {
-                Err(ReadError::Empty {
-                    lines: l,
-                    had_stacks: h,
-                    ..
-                }) => assert_eq!((l, h), (lines, had_stacks), "{text:?}"),
-                other => panic!("{text:?}: {other:?}"),
-            }
+    /// Everything known about frame `id`.
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not from this profile.
+    pub fn frame(&self, id: FrameId) -> FrameInfo<'_> {
+        let f: &Frame = self.frames.get(id);
+        FrameInfo {
+            name: self.names.get(f.name),
+            module: f.module.map(|m| self.names.get(m)),
+            address: f.address,
+            file: f.file.map(|m| self.names.get(m)),
+            line: f.line,
+            inlined: f.inlined,
         }
     }
 
-    #[test]
-    fn a_missing_file_is_an_io_error_naming_it() {
-        let err = FoldedProfile::open("/nonexistent/x.folded").unwrap_err();
-        assert!(matches!(err, ReadError::Io { line: None, .. }), "{err:?}");
-        assert!(
-            err.to_string()
-                .starts_with("cannot read /nonexistent/x.folded: "),
-            "{err}"
-        );
+    /// The name `id` from [`Stack::folded_name_ids`].
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not from this profile.
+    pub fn name(&self, id: NameId) -> &str {
+        self.names.get(id)
     }
 
-    #[test]
-    fn an_overflowing_total_is_an_error() {
-        let text = format!("a {}\nb 1\n", u64::MAX);
-        let err = read(&text).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                ReadError::Malformed {
-                    line: 2,
-                    problem: LineProblem::TotalOverflow,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+    /// Samples a full stack table counted under [`TABLE_FULL_FRAME`].
+    pub fn overflow_samples(&self) -> u64 {
+        self.stacks()
+            .filter(|s| s.frame_ids().len() == 1 && s.frames().next() == Some(TABLE_FULL_FRAME))
+            .map(|s| s.count())
+            .sum()
     }
 
-    #[test]
-    fn an_endless_line_stops_at_the_cap() {
-        // A "line" of MAX_LINE_BYTES + 10 bytes, no newline: rejected after
-        // reading one byte past the cap, not at the end of the file.
-        let data = vec![b'x'; MAX_LINE_BYTES + 10];
-        let err = FoldedProfile::from_reader(&data[..], "big").unwrap_err();
-        assert!(
-            matches!(
-                err,
-                ReadError::Malformed {
-                    line: 1,
-                    problem: LineProblem::TooLong { .. },
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-    }
-
-    #[test]
-    fn invalid_utf8_is_replaced_not_fatal() {
-        let p = FoldedProfile::from_reader(&b"main;f\xffo 2\n"[..], "u").unwrap();
-        assert_eq!(lines(&p), ["main;f\u{fffd}o 2"]);
-    }
-
-    #[test]
-    fn a_profile_reads_like_its_folded_file() {
-        let stack = |thread: &str, frames: &[&str], truncated, count| Stack {
-            thread: thread.into(),
-            frames: frames.iter().map(|&f| Arc::from(f)).collect(),
-            truncated,
-            count,
-        };
-        let mut stats = Stats::new(&Default::default());
-        stats.requested_hz = 250;
-        stats.mode = Mode::Wall;
-        let profile = Profile::from_stacks(
-            vec![
-                stack("w", &["main", "<[u8; 8] as Debug>::fmt"], false, 2),
-                stack("w", &["main"], true, 1),
-            ],
-            Vec::new(),
-            stats,
-        );
-        let mut written = Vec::new();
-        profile.write_folded(&mut written).unwrap();
-        let from_file = FoldedProfile::from_reader(&written[..], "file").unwrap();
-        let direct = FoldedProfile::from_profile(&profile);
-        let mut a = lines(&from_file);
-        let mut b = lines(&direct);
-        a.sort();
-        b.sort();
-        assert_eq!(a, b);
-        assert_eq!(direct.source(), "profile");
-        let info = direct.run_info().expect("a profile knows how it was taken");
-        assert_eq!((info.requested_hz, info.mode.as_str()), (250, "wall"));
+    /// Heap bytes the profile's tables hold (names, frames, threads,
+    /// stacks), for memory benchmarks.
+    pub fn heap_bytes(&self) -> usize {
+        self.names.heap_bytes()
+            + self.frames.heap_bytes()
+            + self.threads.capacity() * std::mem::size_of::<ThreadEntry>()
+            + self.stacks.heap_bytes()
     }
 }

@@ -1,12 +1,14 @@
-//! Reports for people and for machines: a [`DiffReport`](crate::diff::DiffReport)
+//! Reports for people and for machines: a [`DiffReport`]
 //! or a profile's top functions as a plain-text table, Markdown (CI logs,
 //! pull-request comments) or JSON.
 
-#[path = "diff_report.rs"]
-pub mod diff;
-#[path = "function_report.rs"]
-pub mod functions;
+mod diff_report;
+mod function_report;
 mod table;
+
+use super::diff::DiffReport;
+use super::functions::FunctionTable;
+use crate::profile::Profile;
 
 /// An output format for reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -22,28 +24,24 @@ pub enum Format {
 
 /// A diff report in `format`. Text and Markdown show the first `rows`
 /// functions (all when `None`) and every regressed one; JSON has all.
-pub fn diff_report(
-    report: &crate::diff::DiffReport,
-    format: Format,
-    rows: Option<usize>,
-) -> String {
+pub fn diff_report(report: &DiffReport, format: Format, rows: Option<usize>) -> String {
     match format {
-        Format::Text => diff::text(report, rows),
-        Format::Markdown => diff::markdown(report, rows),
-        Format::Json => format!("{:#}\n", diff::json(report)),
+        Format::Text => diff_report::text(report, rows),
+        Format::Markdown => diff_report::markdown(report, rows),
+        Format::Json => format!("{:#}\n", diff_report::json(report)),
     }
 }
 
 /// A profile's `top` functions by self and by total share in `format`.
 pub fn function_report(
-    profile: &crate::FoldedProfile,
-    table: &crate::functions::FunctionTable,
+    profile: &Profile,
+    table: &FunctionTable,
     top: usize,
     format: Format,
 ) -> String {
     match format {
-        Format::Text => functions::text(profile, table, top),
-        Format::Markdown => functions::markdown(profile, table, top),
-        Format::Json => format!("{:#}\n", functions::json(profile, table, top)),
+        Format::Text => function_report::text(profile, table, top),
+        Format::Markdown => function_report::markdown(profile, table, top),
+        Format::Json => format!("{:#}\n", function_report::json(profile, table, top)),
     }
 }
