@@ -16,7 +16,8 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 /// thread).
 pub type NameId = u32;
 
-/// A dense id for an interned [`Frame`].
+/// A dense id for an interned frame ([`Profile::frame`](crate::Profile::frame)
+/// describes it).
 pub type FrameId = u32;
 
 /// A dense id for a thread of a profile's thread table.

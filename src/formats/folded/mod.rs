@@ -1,6 +1,6 @@
 //! The folded-stack text format: `thread;root;...;leaf count`, read
-//! ([`read`](Profile::read_folded)) and written
-//! ([`write`](Profile::write_folded)).
+//! ([`Profile::read_folded`](crate::Profile::read_folded)) and written
+//! ([`Profile::write_folded`](crate::Profile::write_folded)).
 
 mod line;
 mod read;
@@ -12,6 +12,4 @@ pub use read::MAX_LINE_BYTES;
 pub use read_error::ReadError;
 pub use write::FoldOptions;
 
-#[cfg(doc)]
-use crate::profile::Profile;
 pub use crate::profile::{sanitize_frame, TABLE_FULL_FRAME, TRUNCATED_FRAME};
