@@ -1,6 +1,7 @@
 //! Building a [`Profile`]: from a recording (the symbolised stacks of a
 //! sampler), from a folded file, or by hand (tests, other sources).
 
+use std::collections::HashMap;
 use std::fmt;
 
 use super::intern::{Frame, FrameId, FrameTable, NameTable, StackHead, StackTable, ThreadId};
@@ -27,6 +28,7 @@ pub struct Builder {
     names: NameTable,
     frames: FrameTable,
     threads: Vec<ThreadEntry>,
+    thread_ids: HashMap<ThreadEntry, ThreadId>,
     stacks: StackTable,
     truncated_name: Option<u32>,
     total: u64,
@@ -58,11 +60,12 @@ impl Builder {
     pub fn thread(&mut self, name: &str, tid: Option<u64>) -> Result<ThreadId, Overflow> {
         let name = self.names.intern(&sanitize_frame(name)).ok_or(Overflow)?;
         let entry = ThreadEntry { name, tid };
-        if let Some(i) = self.threads.iter().position(|t| *t == entry) {
-            return Ok(i as ThreadId);
+        if let Some(&id) = self.thread_ids.get(&entry) {
+            return Ok(id);
         }
         let id = ThreadId::try_from(self.threads.len()).map_err(|_| Overflow)?;
         self.threads.push(entry);
+        self.thread_ids.insert(entry, id);
         Ok(id)
     }
 

@@ -62,13 +62,6 @@ impl NameTable {
     pub(crate) fn len(&self) -> usize {
         self.names.len()
     }
-
-    /// Heap bytes held (names, the vector and the index), for benchmarks.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.names.iter().map(|n| n.len()).sum::<usize>()
-            + self.names.capacity() * std::mem::size_of::<Box<str>>()
-            + self.index.capacity() * (std::mem::size_of::<NameId>() + 1)
-    }
 }
 
 /// One frame of a profile: a function, as precisely as its source knows
@@ -138,12 +131,6 @@ impl FrameTable {
     /// Distinct frames.
     pub(crate) fn len(&self) -> usize {
         self.frames.len()
-    }
-
-    /// Heap bytes held, for benchmarks.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.frames.capacity() * std::mem::size_of::<Frame>()
-            + self.index.capacity() * (std::mem::size_of::<FrameId>() + 1)
     }
 }
 
@@ -240,13 +227,6 @@ impl StackTable {
     /// Distinct stacks.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Heap bytes held, for benchmarks.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.arena.capacity() * std::mem::size_of::<FrameId>()
-            + self.entries.capacity() * std::mem::size_of::<StackEntry>()
-            + self.index.capacity() * (std::mem::size_of::<u32>() + 1)
     }
 }
 

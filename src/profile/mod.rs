@@ -73,7 +73,7 @@ pub struct Profile {
 }
 
 /// One thread of the thread table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct ThreadEntry {
     name: NameId,
     tid: Option<u64>,
@@ -314,14 +314,5 @@ impl Profile {
             .filter(|s| s.frame_ids().len() == 1 && s.frames().next() == Some(TABLE_FULL_FRAME))
             .map(|s| s.count())
             .sum()
-    }
-
-    /// Heap bytes the profile's tables hold (names, frames, threads,
-    /// stacks), for memory benchmarks.
-    pub fn heap_bytes(&self) -> usize {
-        self.names.heap_bytes()
-            + self.frames.heap_bytes()
-            + self.threads.capacity() * std::mem::size_of::<ThreadEntry>()
-            + self.stacks.heap_bytes()
     }
 }
