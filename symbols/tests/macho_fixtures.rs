@@ -347,7 +347,7 @@ fn table_holds_exactly_the_functions() {
             let (start, raw) = table.lookup(f.start + SLIDE).expect("covered");
             assert_eq!(start, f.start + SLIDE);
             // One Mach-O underscore removed, the rest kept for the demangler.
-            assert_eq!(raw, &f.raw[1..], "{name}");
+            assert_eq!(raw, Some(&f.raw[1..]), "{name}");
         }
         // Past the last function's end is `__text`'s end: nothing covers it.
         let text_end = expected_functions(&file)
@@ -453,12 +453,15 @@ fn function_starts_end_a_symbol_at_an_unnamed_function() {
         let mut resolver = mapped.resolver(name, SLIDE);
         assert_eq!(&*resolver.resolve(alpha.start + SLIDE).name, alpha.name);
         assert_eq!(&*resolver.resolve(unnamed - 1 + SLIDE).name, alpha.name);
-        let symbol = resolver.resolve(unnamed + SLIDE);
-        assert_eq!(
-            &*symbol.name,
-            format!("{name}+{:#x}", unnamed + SLIDE - mapped.load_address)
-        );
-        assert_eq!(symbol.function_start, None);
+        // The unnamed function is one frame: every address in it has the same name, counted
+        // from its start, and the same function start.
+        let expected = format!("{name}+{:#x}", unnamed + SLIDE - mapped.load_address);
+        for addr in [unnamed, unnamed + 4, alpha.end - 1] {
+            let symbol = resolver.resolve(addr + SLIDE);
+            assert_eq!(&*symbol.name, expected, "{name} at {addr:#x}");
+            assert_eq!(symbol.function_start, Some(unnamed + SLIDE), "{name}");
+            assert_eq!(symbol.module.as_deref(), Some(name));
+        }
         for f in &functions[1..] {
             assert_eq!(&*resolver.resolve(f.start + SLIDE).name, f.name, "{name}");
             assert_eq!(&*resolver.resolve(f.end - 1 + SLIDE).name, f.name, "{name}");
@@ -560,5 +563,73 @@ fn only_64_bit_images_are_read() {
     match MachImage::parse(&memory, 0x1000, 0) {
         Err(MachOError::Malformed(_)) => {}
         other => panic!("expected a malformed-image error, got {other:?}"),
+    }
+}
+
+#[test]
+fn stripped_image_with_function_starts_gives_one_frame_per_function() {
+    // A stripped executable (no function symbols at all) whose LC_FUNCTION_STARTS lists its
+    // functions, as Apple's linker writes it: each address resolves to its function's start,
+    // never to a frame of its own.
+    for name in STRIPPED {
+        let file = fixture(name);
+        let object = parse(&file);
+        let text = object.section_by_name("__text").expect("__text");
+        let (text_start, text_end) = (text.address(), text.address() + text.size());
+        // Three functions: the start of __text, a quarter in and half-way (4-aligned).
+        let quarter = text_start + (((text_end - text_start) / 4) & !3);
+        let half = text_start + (((text_end - text_start) / 2) & !3);
+        let starts = [text_start, quarter, half];
+        let mut mapped = map_like_dyld(&file, SLIDE, 0);
+        mapped.add_function_starts(&file, SLIDE, &starts);
+        let mut resolver = mapped.resolver(name, SLIDE);
+        let load = mapped.load_address;
+        for (index, &start) in starts.iter().enumerate() {
+            let end = starts.get(index + 1).copied().unwrap_or(text_end);
+            let first = resolver.resolve(start + SLIDE);
+            let second = resolver.resolve(start + SLIDE + (end - start) / 2);
+            let last = resolver.resolve(end - 1 + SLIDE);
+            let expected = format!("{name}+{:#x}", start + SLIDE - load);
+            for symbol in [&first, &second, &last] {
+                assert_eq!(&*symbol.name, expected, "{name}");
+                assert_eq!(symbol.function_start, Some(start + SLIDE), "{name}");
+            }
+        }
+        // The header is in no function.
+        assert_eq!(resolver.resolve(load).function_start, None);
+    }
+}
+
+#[test]
+fn slide_is_derived_from_the_header() {
+    // dyld's header, slide and name come from separate indexed calls that a dlclose can
+    // interleave; the backend derives the slide from the header instead. The derivation must
+    // give the slide the image was mapped with, for executables (__TEXT at 4 GiB) and dylibs
+    // (__TEXT at 0), also when __LINKEDIT sits far away as in the shared cache.
+    for name in SYMBOLISED.iter().chain(&STRIPPED) {
+        let file = fixture(name);
+        for slide in [0, SLIDE, 0x7_1234_0000] {
+            for moved in [0, 0x20_0000] {
+                let mapped = map_like_dyld(&file, slide, moved);
+                let image = MachImage::parse_at(&mapped.memory(), mapped.load_address)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(image.slide(), slide, "{name}");
+                assert_eq!(image.load_address(), mapped.load_address);
+                assert_eq!(image.ranges(), mapped.image(slide).ranges(), "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_slide_that_does_not_match_the_header_is_refused() {
+    // The race's outcome: image A's header paired with image B's slide. Reading on with it
+    // would compute every __LINKEDIT address wrong.
+    let name = "libhello-arm64.dylib";
+    let file = fixture(name);
+    let mapped = map_like_dyld(&file, SLIDE, 0);
+    match MachImage::parse(&mapped.memory(), mapped.load_address, SLIDE + 0x4000) {
+        Err(MachOError::Malformed(what)) => assert!(what.contains("slide"), "{what}"),
+        other => panic!("expected a slide mismatch, got {other:?}"),
     }
 }
