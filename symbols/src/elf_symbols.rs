@@ -75,6 +75,7 @@ pub(crate) fn load(
 
 /// The function table of an object image in memory (the Linux vDSO): its own symbols and
 /// `.eh_frame` extents, no debug files.
+#[cfg(target_os = "linux")]
 pub(crate) fn table_from_image(data: &[u8], bias: u64) -> SymbolTable {
     match object::File::parse(data) {
         Ok(file) => {
