@@ -633,3 +633,125 @@ fn a_slide_that_does_not_match_the_header_is_refused() {
         other => panic!("expected a slide mismatch, got {other:?}"),
     }
 }
+
+fn fixture_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/macho")
+        .join(name)
+}
+
+/// The line of `dsym.c` holding `marker`.
+fn dsym_line(marker: &str) -> u32 {
+    let source = std::fs::read_to_string(fixture_path("dsym.c")).expect("dsym.c");
+    let index = source
+        .lines()
+        .position(|l| l.contains(marker))
+        .expect("marker in dsym.c");
+    u32::try_from(index + 1).unwrap()
+}
+
+/// Link-time extent of `dsym_outer` (up to the next function symbol).
+fn dsym_outer(file: &[u8]) -> Range<u64> {
+    let object = parse(file);
+    let start = symbol_address(&object, "_dsym_outer");
+    let end = object
+        .symbols()
+        .map(|s| s.address())
+        .filter(|&a| a > start)
+        .min()
+        .expect("a function after dsym_outer");
+    start..end
+}
+
+/// Inline chains of every instruction-aligned address of `dsym_outer` in the image at
+/// `path` (a copy of a fixture, so its `.dSYM` may be beside it or not).
+fn dsym_chains(path: &std::path::Path, arch: &str) -> Vec<Vec<btprof_symbols::Frame>> {
+    let file = std::fs::read(path).expect("read image");
+    let mapped = map_like_dyld(&file, SLIDE, 0);
+    let image = mapped.image(SLIDE);
+    assert!(image.uuid().is_some(), "{arch}: the image has an LC_UUID");
+    let mut resolver = Resolver::from_macho_images_at(&mapped.memory(), [(path, &image)])
+        .unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let step = if arch == "arm64" { 4 } else { 1 };
+    dsym_outer(&file)
+        .step_by(step)
+        .map(|addr| resolver.resolve_frames(addr + SLIDE).to_vec())
+        .collect()
+}
+
+#[test]
+fn dsym_beside_the_binary_gives_inline_frames_and_lines() {
+    let (body, call_site) = (dsym_line("DSYM_INLINED_BODY"), dsym_line("DSYM_CALL_SITE"));
+    for arch in ["arm64", "x86_64"] {
+        let path = fixture_path(&format!("hello-dsym-{arch}"));
+        let start = dsym_outer(&fixture(&format!("hello-dsym-{arch}"))).start + SLIDE;
+        let chains = dsym_chains(&path, arch);
+        let mut expanded = 0;
+        for chain in &chains {
+            assert_eq!(&*chain[0].name, "dsym_outer", "{arch}: {chain:?}");
+            assert!(!chain[0].inlined);
+            assert!(
+                chain[0]
+                    .file
+                    .as_deref()
+                    .is_some_and(|f| f.ends_with("dsym.c")),
+                "{arch}: {chain:?}"
+            );
+            for frame in chain {
+                assert_eq!(frame.function_start, Some(start), "{arch}");
+            }
+            if let [outer, inner] = &chain[..] {
+                assert_eq!(&*inner.name, "dsym_inlined_step", "{arch}");
+                assert!(inner.inlined);
+                assert_eq!(outer.line, Some(call_site), "{arch}: {chain:?}");
+                // Line 0 (no line: compiler-generated code) is `None`; any real line is
+                // in the inlined body.
+                match inner.line {
+                    Some(l) => {
+                        assert!(l == body || l == body + 1, "{arch}: {chain:?}");
+                        expanded += 1;
+                    }
+                    None => {}
+                }
+            }
+        }
+        assert!(
+            expanded > 0,
+            "{arch}: no address expanded into the inlined step"
+        );
+    }
+}
+
+#[test]
+fn dsym_of_another_build_or_none_gives_no_lines() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("btprof-dsym-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for arch in ["arm64", "x86_64"] {
+        let name = format!("hello-dsym-{arch}");
+        let binary = dir.join(&name);
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        std::fs::copy(fixture_path(&name), &binary).expect("copy image");
+        // No bundle beside the copy: symbols only.
+        for chain in dsym_chains(&binary, arch) {
+            assert_eq!(chain.len(), 1, "{arch}");
+            assert_eq!(&*chain[0].name, "dsym_outer");
+            assert_eq!(chain[0].file, None);
+        }
+        // The other architecture's bundle under this image's name: its UUID differs.
+        let other = if arch == "arm64" { "x86_64" } else { "arm64" };
+        let dwarf_dir = dir.join(format!("{name}.dSYM/Contents/Resources/DWARF"));
+        std::fs::create_dir_all(&dwarf_dir).expect("bundle");
+        std::fs::copy(
+            fixture_path(&format!(
+                "hello-dsym-{other}.dSYM/Contents/Resources/DWARF/hello-dsym-{other}"
+            )),
+            dwarf_dir.join(&name),
+        )
+        .expect("copy other bundle");
+        for chain in dsym_chains(&binary, arch) {
+            assert_eq!(chain.len(), 1, "{arch}: a foreign .dSYM was used");
+            assert_eq!(chain[0].line, None);
+        }
+    }
+}
