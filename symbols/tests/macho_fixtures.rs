@@ -686,17 +686,19 @@ fn dsym_beside_the_binary_gives_inline_frames_and_lines() {
         let path = fixture_path(&format!("hello-dsym-{arch}"));
         let start = dsym_outer(&fixture(&format!("hello-dsym-{arch}"))).start + SLIDE;
         let chains = dsym_chains(&path, arch);
-        let mut expanded = 0;
+        let (mut expanded, mut with_lines) = (0, 0);
         for chain in &chains {
             assert_eq!(&*chain[0].name, "dsym_outer", "{arch}: {chain:?}");
             assert!(!chain[0].inlined);
-            assert!(
-                chain[0]
-                    .file
-                    .as_deref()
-                    .is_some_and(|f| f.ends_with("dsym.c")),
-                "{arch}: {chain:?}"
-            );
+            // Alignment padding after the function is covered by the symbol but not by
+            // DWARF: a lone frame without a file there.
+            match chain[0].file.as_deref() {
+                Some(file) => {
+                    assert!(file.ends_with("dsym.c"), "{arch}: {chain:?}");
+                    with_lines += 1;
+                }
+                None => assert_eq!(chain.len(), 1, "{arch}: {chain:?}"),
+            }
             for frame in chain {
                 assert_eq!(frame.function_start, Some(start), "{arch}");
             }
@@ -718,6 +720,11 @@ fn dsym_beside_the_binary_gives_inline_frames_and_lines() {
         assert!(
             expanded > 0,
             "{arch}: no address expanded into the inlined step"
+        );
+        assert!(
+            with_lines * 4 > chains.len() * 3,
+            "{arch}: {with_lines} of {} addresses have a line",
+            chains.len()
         );
     }
 }
