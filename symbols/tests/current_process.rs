@@ -170,12 +170,14 @@ fn module_names_are_file_names() {
 }
 
 /// Inlined into [`btprof_inline_caller`] even in unoptimised builds (`inline(always)`).
+#[cfg(target_os = "linux")]
 #[inline(always)]
 fn btprof_inlined_helper(x: u64) -> u64 {
     let y = x.wrapping_mul(0x9E37_79B9_7F4A_7C15); // INLINED_HELPER_BODY
     y ^ (y >> 29)
 }
 
+#[cfg(target_os = "linux")]
 #[inline(never)]
 fn btprof_inline_caller(n: u64) -> u64 {
     let mut acc = 0u64;
