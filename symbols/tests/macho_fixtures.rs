@@ -708,12 +708,9 @@ fn dsym_beside_the_binary_gives_inline_frames_and_lines() {
                 assert_eq!(outer.line, Some(call_site), "{arch}: {chain:?}");
                 // Line 0 (no line: compiler-generated code) is `None`; any real line is
                 // in the inlined body.
-                match inner.line {
-                    Some(l) => {
-                        assert!(l == body || l == body + 1, "{arch}: {chain:?}");
-                        expanded += 1;
-                    }
-                    None => {}
+                if let Some(l) = inner.line {
+                    assert!(l == body || l == body + 1, "{arch}: {chain:?}");
+                    expanded += 1;
                 }
             }
         }
