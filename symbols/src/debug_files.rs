@@ -17,6 +17,17 @@
 //! A file found by build id must carry the same build id; a file found by debuglink must
 //! match its CRC (or the build id, when both carry one). Anything else is ignored, so a
 //! stale debug file never renames functions.
+//!
+//! On macOS only the `.dSYM` case is handled. Cargo's default there
+//! (`split-debuginfo = "unpacked"`) leaves the DWARF in the object files its debug map names:
+//! `N_OSO` stab entries in the executable's symbol table give each object file's path (and
+//! mtime; `.a` members as `lib.a(member.o)`), and `N_FUN`/`N_STSYM` entries give, per
+//! function, its address in the final image. Reading that case needs: the stabs of the
+//! image (from `__LINKEDIT`, which `MachImage` already reads), the object files (which may
+//! have moved or been rebuilt since: check the mtime), and a per-object address map from the
+//! object's own function addresses to the image's, through which every DWARF lookup is
+//! translated (what `wholesym`/samply and lldb do). Until then `split-debuginfo = "packed"`
+//! (cargo runs `dsymutil`) gives a `.dSYM` that is used.
 
 use std::path::{Path, PathBuf};
 

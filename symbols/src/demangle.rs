@@ -5,7 +5,8 @@
 
 use std::ffi::{c_char, CStr};
 
-/// Demangles a symbol name (Rust and C++; Swift needs the runtime, see [`Demangler`]).
+/// Demangles a symbol name (Rust and C++; Swift names need the Swift runtime, which the
+/// resolver uses when the process has it loaded).
 ///
 /// Rust symbols (legacy `_ZN…17h<hash>E` and v0 `_R…`) are demangled without the trailing
 /// hash (`{:#}`), because the hash differs between builds and would split otherwise
