@@ -33,6 +33,8 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection};
 
+use crate::mapped_file::FileBytes;
+
 /// Where separate debug files are looked for. The default is the system's: `/usr/lib/debug`
 /// and debuginfod's client cache of the current user. Tests inject their own directories.
 ///
@@ -91,7 +93,7 @@ impl DebugSearch {
 /// A separate debug file that matched its binary: its path and bytes.
 pub(crate) struct DebugFile {
     pub(crate) path: PathBuf,
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: FileBytes,
 }
 
 /// Finds the separate debug file of `file` (an ELF image read from `binary`), in the order
@@ -189,7 +191,7 @@ pub(crate) fn find_dsym(binary: &Path, uuid: [u8; 16]) -> Option<DebugFile> {
 
 /// Reads `path` and keeps it if `accept` approves of its bytes.
 fn read_if(path: &Path, accept: impl FnOnce(&[u8]) -> bool) -> Option<DebugFile> {
-    let data = std::fs::read(path).ok()?;
+    let data = FileBytes::open(path).ok()?;
     accept(&data).then(|| DebugFile {
         path: path.to_owned(),
         data,

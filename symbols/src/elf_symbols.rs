@@ -8,6 +8,7 @@ use object::Object;
 
 use crate::debug_files::{self, DebugSearch};
 use crate::eh_frame;
+use crate::mapped_file::FileBytes;
 use crate::table::SymbolTable;
 
 /// The symbols of one module read from disk.
@@ -31,7 +32,7 @@ pub(crate) fn load(
         table: SymbolTable::default(),
         dwarf_file: None,
     };
-    let Ok(data) = std::fs::read(read_path) else {
+    let Ok(data) = FileBytes::open(read_path) else {
         return empty;
     };
     let Ok(file) = object::File::parse(&*data) else {

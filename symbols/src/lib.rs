@@ -34,6 +34,7 @@ mod demangle;
 mod dwarf;
 mod eh_frame;
 mod elf_symbols;
+mod mapped_file;
 mod module;
 mod platform;
 mod resolver;

@@ -214,7 +214,7 @@ fn load(loaded: &LoadedModule, search: &DebugSearch) -> (SymbolTable, Option<Dwa
 fn load_dwarf(file: &DwarfFile) -> Option<Dwarf> {
     match file {
         DwarfFile::Elf(path) => {
-            let data = std::fs::read(path).ok()?;
+            let data = crate::mapped_file::FileBytes::open(path).ok()?;
             Dwarf::load(&object::File::parse(&*data).ok()?)
         }
         DwarfFile::Dsym { binary, uuid } => {

@@ -144,7 +144,7 @@ impl Resolver {
         let modules = files
             .into_iter()
             .map(|(path, bias)| {
-                let data = std::fs::read(&path)
+                let data = crate::mapped_file::FileBytes::open(&path)
                     .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
                 let file = object::File::parse(&*data).map_err(|e| {
                     io::Error::new(
