@@ -326,14 +326,14 @@ fn without_its_debug_file_a_stripped_library_falls_back_to_function_starts() {
 }
 
 #[test]
-fn debug_file_with_another_crc_is_ignored() {
+fn debuglink_file_of_another_build_is_ignored() {
     let b = built();
     let dir = b.dir.join("wrong-crc");
     std::fs::create_dir_all(&dir).expect("dir");
     let lib = dir.join("libbtprof_dl.so");
     std::fs::copy(&b.debuglink, &lib).expect("copy library");
-    // Same name, other content (a build-id-less ELF would be checked by CRC; this one has
-    // the right name but is the wrong file).
+    // The right name, the wrong file: both carry build ids, which differ (without build ids
+    // the CRC in the debuglink decides).
     std::fs::copy(&b.cpp, dir.join("libbtprof_dl.so.debug")).expect("copy other file");
     let mut r = resolver(&lib, DebugSearch::beside_binary_only());
     assert_function_starts(&mut r, "libbtprof_dl.so", "wrong debug file");
