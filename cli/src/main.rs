@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use btprof::{run_info, DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
+use btprof::formats::sidecar::sidecar_path;
+use btprof::{DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
 use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
@@ -304,8 +305,9 @@ impl Outputs {
         println!("wrote {}", args.folded.display());
         let sidecar = profile
             .run_info()
+            .ok_or_else(|| "the recording has no run metadata".to_owned())?
             .write_sidecar(&args.folded)
-            .map_err(|e| format!("{}: {e}", run_info::sidecar_path(&args.folded).display()))?;
+            .map_err(|e| format!("{}: {e}", sidecar_path(&args.folded).display()))?;
         println!("wrote {}", sidecar.display());
 
         if profile.is_empty() {
@@ -354,7 +356,7 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
 /// Most stacks truncated means the code lacks frame pointers: say how to
 /// fix it rather than draw a misleading flamegraph.
 fn warn_if_truncated(profile: &Profile) {
-    let s = profile.stats();
+    let Some(s) = profile.stats() else { return };
     if s.samples >= 10 && s.truncated() * 2 > s.samples {
         eprintln!(
             "btprof: warning: {} of {} stacks were truncated: the profiled code probably lacks frame pointers. \
@@ -367,7 +369,7 @@ fn warn_if_truncated(profile: &Profile) {
 }
 
 fn print_summary(profile: &Profile) {
-    let s = profile.stats();
+    let Some(s) = profile.stats() else { return };
     println!(
         "sampled {} stacks over {:.2} s: {:.1} ticks/s (requested {} Hz, {} mode), {} missed ticks",
         s.samples,

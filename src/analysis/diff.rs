@@ -3,7 +3,7 @@
 //!
 //! Both profiles are normalised by their own total, so runs of different
 //! length compare. For every function (a frame name, summed over threads;
-//! see [`functions`](crate::functions)) the report gives its self and
+//! see [`functions`](super::functions)) the report gives its self and
 //! total share in each run and the change in percentage points, sorted by
 //! the largest increase of the gated share.
 //!
@@ -36,15 +36,12 @@
 //! whose share fell by the mirror rule is reported as **improved**; that
 //! never fails the gate.
 
-mod significance;
-
-pub use significance::{normal_upper_tail, two_proportion_z};
+pub use super::significance::{normal_upper_tail, two_proportion_z};
 
 use std::cmp::Ordering;
 
-use crate::folded_profile::FoldedProfile;
-use crate::functions::{FunctionSamples, FunctionTable};
-use crate::{Profile, RunInfo};
+use super::functions::{FunctionSamples, FunctionTable};
+use crate::profile::{Profile, RunInfo};
 
 /// Which share of a function the regression gate looks at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -287,27 +284,16 @@ impl DiffReport {
     }
 }
 
-/// Compares two profiles taken in this process (or built with
-/// [`Profile::from_stacks`]): the same answer `btprof diff` gives on their
-/// folded files, plus warnings when their rates or modes differ.
-pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffReport {
-    compare_folded(
-        &FoldedProfile::from_profile(base).with_source("base"),
-        &FoldedProfile::from_profile(new).with_source("new"),
-        options,
-    )
-}
-
-/// Compares two folded profiles (read from files with
-/// [`FoldedProfile::open`], or made from `Profile`s).
+/// Compares two profiles: read from folded files
+/// ([`Profile::read_folded`]) or recorded in this process. A recording is
+/// compared as its folded file would be (thread names as root frames), so
+/// the answer is the one `btprof diff` gives on the files; reports call
+/// recordings `base` and `new`. Warnings say when their rates or modes
+/// differ.
 ///
 /// Settings that fail [`DiffOptions::validate`] judge nothing: every
 /// verdict is [`Verdict::Unchanged`] and a warning says why.
-pub fn compare_folded(
-    base: &FoldedProfile,
-    new: &FoldedProfile,
-    options: &DiffOptions,
-) -> DiffReport {
+pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffReport {
     let base_table = FunctionTable::new(base, options.skip_root);
     let new_table = FunctionTable::new(new, options.skip_root);
     let pairs = join_by_name(base_table.functions(), new_table.functions());
@@ -342,8 +328,9 @@ pub fn compare_folded(
             .then_with(|| a.name.cmp(&b.name))
     });
 
-    let summary = |p: &FoldedProfile, t: &FunctionTable| RunSummary {
-        source: p.source().to_owned(),
+    let name = |p: &Profile, side: &'static str| p.source_name().unwrap_or(side).to_owned();
+    let summary = |p: &Profile, side, t: &FunctionTable| RunSummary {
+        source: name(p, side),
         samples: p.total_samples(),
         stacks: p.distinct_stacks(),
         functions: t.functions().len(),
@@ -357,7 +344,7 @@ pub fn compare_folded(
         if p.is_empty() {
             warnings.push(format!(
                 "the {side} profile ({}) has no samples: nothing can be compared",
-                p.source()
+                name(p, side)
             ));
         }
     }
@@ -368,8 +355,8 @@ pub fn compare_folded(
         );
     }
     DiffReport {
-        base: summary(base, &base_table),
-        new: summary(new, &new_table),
+        base: summary(base, "base", &base_table),
+        new: summary(new, "new", &new_table),
         options: options.clone(),
         tests,
         per_test_alpha,
@@ -451,8 +438,8 @@ fn join_by_name<'a>(
 mod tests {
     use super::*;
 
-    fn folded(text: &str, source: &str) -> FoldedProfile {
-        FoldedProfile::from_reader(text.as_bytes(), source).unwrap()
+    fn folded(text: &str, source: &str) -> Profile {
+        Profile::read_folded_from(text.as_bytes(), source).unwrap()
     }
 
     fn find<'a>(r: &'a DiffReport, name: &str) -> &'a FunctionDiff {
@@ -467,7 +454,7 @@ mod tests {
         // hot: 10% of 5000 -> 20% of 10000 samples (a run twice as long).
         let base = folded("m;hot 500\nm;cold 4500\n", "b");
         let new = folded("m;hot 2000\nm;cold 8000\n", "n");
-        let r = compare_folded(&base, &new, &DiffOptions::default());
+        let r = compare(&base, &new, &DiffOptions::default());
         let hot = find(&r, "hot");
         assert!((hot.self_change_points() - 10.0).abs() < 1e-9);
         assert_eq!(hot.verdict, Verdict::Regressed);
@@ -483,7 +470,7 @@ mod tests {
     fn same_shares_in_runs_of_different_length_are_not_a_change() {
         let base = folded("m;a 300\nm;b 700\n", "b");
         let new = folded("m;a 3000\nm;b 7000\n", "n");
-        let r = compare_folded(&base, &new, &DiffOptions::default());
+        let r = compare(&base, &new, &DiffOptions::default());
         assert!(!r.regressed());
         for f in &r.functions {
             assert!(f.self_change_points().abs() < 1e-9, "{f:?}");
@@ -497,7 +484,7 @@ mod tests {
         let new = folded("m;f 1500\nm;g 8500\n", "n");
         let opts = DiffOptions::default();
         assert_eq!(
-            find(&compare_folded(&base, &new, &opts), "f").verdict,
+            find(&compare(&base, &new, &opts), "f").verdict,
             Verdict::Regressed
         );
         // Threshold above the change.
@@ -506,7 +493,7 @@ mod tests {
             ..opts.clone()
         };
         assert_eq!(
-            find(&compare_folded(&base, &new, &high), "f").verdict,
+            find(&compare(&base, &new, &high), "f").verdict,
             Verdict::Unchanged
         );
         // Too few samples in the new run.
@@ -515,7 +502,7 @@ mod tests {
             ..opts.clone()
         };
         assert_eq!(
-            find(&compare_folded(&base, &new, &few), "f").verdict,
+            find(&compare(&base, &new, &few), "f").verdict,
             Verdict::Unchanged
         );
         // Same +5 points on 100 samples: within noise.
@@ -525,7 +512,7 @@ mod tests {
             min_samples: 1,
             ..opts
         };
-        let r = compare_folded(&base, &new, &small);
+        let r = compare(&base, &new, &small);
         let f = find(&r, "f");
         assert!((f.self_change_points() - 5.0).abs() < 1e-9);
         assert!(f.p_value > r.per_test_alpha, "{f:?}");
@@ -538,13 +525,13 @@ mod tests {
         // leaf are unchanged, `b`'s total share grows by 40 points.
         let base = folded("m;a;leaf 800\nm;b;leaf 200\n", "b");
         let new = folded("m;a;leaf 400\nm;b;leaf 600\n", "n");
-        let selfish = compare_folded(&base, &new, &DiffOptions::default());
+        let selfish = compare(&base, &new, &DiffOptions::default());
         assert!(!selfish.regressed());
         let total = DiffOptions {
             metric: Metric::TotalShare,
             ..DiffOptions::default()
         };
-        let r = compare_folded(&base, &new, &total);
+        let r = compare(&base, &new, &total);
         let regressed: Vec<&str> = r.regressions().map(|f| f.name.as_str()).collect();
         assert_eq!(regressed, ["b"]);
         assert!((find(&r, "b").total_change_points() - 40.0).abs() < 1e-9);
@@ -554,7 +541,7 @@ mod tests {
     fn new_and_vanished_functions_are_listed() {
         let base = folded("m;old 100\nm;keep 900\n", "b");
         let new = folded("m;fresh 300\nm;keep 700\n", "n");
-        let r = compare_folded(&base, &new, &DiffOptions::default());
+        let r = compare(&base, &new, &DiffOptions::default());
         let names = |it: &mut dyn Iterator<Item = &FunctionDiff>| {
             it.map(|f| f.name.clone()).collect::<Vec<_>>()
         };
@@ -576,19 +563,19 @@ mod tests {
             ..DiffOptions::default()
         };
         // A renamed thread is a new "function" with a total share of 100%.
-        assert!(compare_folded(&base, &new, &total).regressed());
+        assert!(compare(&base, &new, &total).regressed());
         let skip = DiffOptions {
             skip_root: true,
             ..total
         };
-        let r = compare_folded(&base, &new, &skip);
+        let r = compare(&base, &new, &skip);
         assert!(!r.regressed(), "{:?}", r.functions);
         assert!(r.functions.iter().all(|f| !f.name.starts_with("t-")));
     }
 
     #[test]
     fn warns_about_unrelated_profiles() {
-        let r = compare_folded(
+        let r = compare(
             &folded("a;b 10\n", "b"),
             &folded("c;d 10\n", "n"),
             &DiffOptions::default(),
@@ -605,14 +592,14 @@ mod tests {
             alpha: 5.0,
             ..DiffOptions::default()
         };
-        let r = compare_folded(&base, &new, &bad);
+        let r = compare(&base, &new, &bad);
         assert!(r.functions.iter().all(|f| f.verdict == Verdict::Unchanged));
         assert!(
             r.warnings.iter().any(|w| w.contains("alpha")),
             "{:?}",
             r.warnings
         );
-        assert!(compare_folded(&base, &new, &DiffOptions::default()).regressed());
+        assert!(compare(&base, &new, &DiffOptions::default()).regressed());
     }
 
     #[test]

@@ -1,13 +1,10 @@
 //! Run metadata: how, where and when a profile was taken.
 //!
 //! Folded lines have no place for it, so it travels beside the folded file
-//! as a small JSON sidecar ([`sidecar_path`]): `btprof diff` reads it to warn
-//! when two runs are not comparable (different rates or modes), and a
-//! person reading an old profile can tell what produced it.
+//! as a small JSON sidecar (`crate::formats::sidecar`): `btprof diff` reads
+//! it to warn when two runs are not comparable (different rates or modes),
+//! and a person reading an old profile can tell what produced it.
 
-use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -58,7 +55,7 @@ impl RunInfo {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
         RunInfo {
-            btprof_version: env!("CARGO_PKG_VERSION").to_owned(),
+            btprof_version: crate::VERSION.to_owned(),
             program: program_name(),
             host: host_name(),
             start_time: rfc3339(start),
@@ -74,32 +71,6 @@ impl RunInfo {
             overflow_samples,
             threads: stats.threads_seen,
         }
-    }
-
-    /// Writes the sidecar of the folded file at `folded`.
-    pub fn write_sidecar(&self, folded: &Path) -> io::Result<PathBuf> {
-        let path = sidecar_path(folded);
-        let mut json = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
-        json.push('\n');
-        fs::write(&path, json)?;
-        Ok(path)
-    }
-
-    /// Reads the sidecar of the folded file at `folded`: `Ok(None)` when
-    /// there is none (folded files from other tools have none).
-    pub fn read_sidecar(folded: &Path) -> io::Result<Option<RunInfo>> {
-        let path = sidecar_path(folded);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        serde_json::from_str(&text).map(Some).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: not btprof run metadata: {e}", path.display()),
-            )
-        })
     }
 
     /// Reasons two runs may not compare like for like, one sentence each;
@@ -148,12 +119,6 @@ impl RunInfo {
             self.btprof_version
         )
     }
-}
-
-/// Where the metadata of the folded file at `folded` lives: the same path
-/// with the extension `.json` (`run.folded` → `run.json`).
-pub fn sidecar_path(folded: &Path) -> PathBuf {
-    folded.with_extension("json")
 }
 
 /// The executable's file name, or `unknown`.
@@ -232,23 +197,9 @@ mod tests {
     }
 
     #[test]
-    fn sidecar_round_trips_and_flags_incomparable_runs() {
+    fn flags_incomparable_runs() {
         let stats = Stats::new(&btprof_sampler::SamplerConfig::default());
         let info = RunInfo::of_this_process(&stats, 3);
-        let dir = std::env::temp_dir().join(format!("btprof-runinfo-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let folded = dir.join("run.folded");
-        let written = info.write_sidecar(&folded).unwrap();
-        assert_eq!(written, dir.join("run.json"));
-        assert_eq!(RunInfo::read_sidecar(&folded).unwrap(), Some(info.clone()));
-        assert_eq!(
-            RunInfo::read_sidecar(&dir.join("none.folded")).unwrap(),
-            None
-        );
-        fs::write(dir.join("bad.json"), "{").unwrap();
-        let err = RunInfo::read_sidecar(&dir.join("bad.folded")).unwrap_err();
-        assert!(err.to_string().contains("bad.json"), "{err}");
-
         assert!(RunInfo::differences(Some(&info), Some(&info)).is_empty());
         let other = RunInfo {
             mode: "wall".into(),
@@ -260,6 +211,5 @@ mod tests {
         assert!(why[0].contains("base 1000 Hz, new 99 Hz"), "{why:?}");
         assert!(why[1].contains("base cpu, new wall"), "{why:?}");
         assert!(RunInfo::differences(Some(&info), None).is_empty());
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -20,13 +20,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use btprof_sampler::{RawProfile, Sampler};
 use btprof_symbols::Resolver;
 
-use crate::dump_signal::DumpSignal;
-use crate::run_info::{file_stamp, sidecar_path};
+use super::dump_signal::DumpSignal;
+use crate::formats::sidecar::sidecar_path;
+use crate::profile::run_info::file_stamp;
 use crate::{Error, Profile};
 
 /// The shortest dump interval accepted: a window needs enough samples to
@@ -136,10 +137,12 @@ impl Dumper {
             poll_signal,
         });
         let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("btprof-dump".into())
-            .spawn(move || run(&thread_shared, &sampler))
-            .map_err(Error::Io)?;
+        // Signals blocked like the sampler's: a host handler must not run
+        // on btprof's threads.
+        let thread = btprof_sampler::spawn_with_signals_blocked("btprof-dump", move || {
+            run(&thread_shared, &sampler)
+        })
+        .map_err(Error::Io)?;
         Ok(Dumper {
             shared,
             thread: Some(thread),
@@ -313,7 +316,11 @@ impl State {
     fn write(&self, profile: &Profile) -> Result<Vec<PathBuf>, String> {
         let dir = &self.config.dir;
         fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let stamp = file_stamp(profile.stats().start_time);
+        // A recording always has stats; the clock is only a fallback.
+        let start = profile
+            .stats()
+            .map_or_else(SystemTime::now, |s| s.start_time);
+        let stamp = file_stamp(start);
         let folded = dir.join(format!(
             "{}-{stamp}-{:04}.folded",
             self.config.prefix, self.seq
@@ -321,7 +328,9 @@ impl State {
         let mut paths = Vec::with_capacity(3);
         write_atomically(&folded, |w| profile.write_folded(w))?;
         paths.push(folded.clone());
-        let info = profile.run_info();
+        let info = profile
+            .run_info()
+            .ok_or_else(|| format!("{}: the window has no run metadata", folded.display()))?;
         let sidecar = sidecar_path(&folded);
         let json = serde_json::to_string_pretty(&info).map_err(|e| e.to_string())? + "\n";
         write_atomically(&sidecar, |w| {

@@ -1,5 +1,8 @@
-//! SVG flamegraphs of folded profiles, through `inferno`: one profile
-//! re-rendered, or the differential flamegraph of two.
+//! SVG flamegraphs through `inferno`: one profile, or the differential
+//! flamegraph of two. One set of options for both.
+//!
+//! Colours are a hash of the function name, so a function has the same
+//! colour in every run and two flamegraphs can be compared by eye.
 //!
 //! A differential flamegraph is drawn with the *new* run's stacks and
 //! widths, each frame coloured by how its samples changed: red grew, blue
@@ -14,37 +17,47 @@ use std::io::Write;
 use inferno::differential;
 use inferno::flamegraph::{self, Direction, Options};
 
-use crate::folded_profile::FoldedProfile;
+use super::folded::FoldOptions;
+use crate::profile::Profile;
 use crate::Error;
+
+/// inferno's default smallest frame width, in pixels.
+pub const DEFAULT_MIN_WIDTH: f64 = 0.01;
 
 /// How to draw a flamegraph.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FlamegraphStyle {
-    /// The title; `None` for one that names the input and its samples.
+pub struct FlamegraphOptions {
+    /// The title; `None` for one that says what was measured (a
+    /// recording: samples, duration, rate; a file: its name, samples and
+    /// stacks).
     pub title: Option<String>,
+    /// Merge identical stacks of different threads.
+    pub merge_threads: bool,
     /// Draw an icicle graph: roots at the top, growing down.
     pub inverted: bool,
-    /// Frames narrower than this many pixels are left out (inferno's
-    /// default is 0.1).
+    /// Frames narrower than this many pixels are left out (default
+    /// [`DEFAULT_MIN_WIDTH`], inferno's; `btprof flamegraph` and `btprof
+    /// diff` use 0.1).
     pub min_width: f64,
     /// Image width in pixels; `None` for inferno's default (1200).
     pub image_width: Option<usize>,
 }
 
-impl Default for FlamegraphStyle {
+impl Default for FlamegraphOptions {
     fn default() -> Self {
-        FlamegraphStyle {
+        FlamegraphOptions {
             title: None,
+            merge_threads: false,
             inverted: false,
-            min_width: 0.1,
+            min_width: DEFAULT_MIN_WIDTH,
             image_width: None,
         }
     }
 }
 
-impl FlamegraphStyle {
-    /// `inferno`'s options for this style, with stable per-name colours.
-    fn options(&self, default_title: impl FnOnce() -> String) -> Options<'static> {
+impl FlamegraphOptions {
+    /// `inferno`'s options for these, with stable per-name colours.
+    fn inferno(&self, default_title: impl FnOnce() -> String) -> Options<'static> {
         let mut opts = Options::default();
         opts.title = self.title.clone().unwrap_or_else(default_title);
         if self.inverted {
@@ -59,25 +72,54 @@ impl FlamegraphStyle {
     }
 }
 
-/// Renders `profile` as an SVG flamegraph into `w`.
-pub fn write_flamegraph<W: Write>(
-    profile: &FoldedProfile,
-    style: &FlamegraphStyle,
-    w: W,
-) -> Result<(), Error> {
-    if profile.is_empty() {
-        return Err(Error::EmptyProfile);
-    }
-    let text = folded_text(profile)?;
-    let mut opts = style.options(|| {
-        format!(
+/// The default title: what was measured. For a recording, from its own
+/// stats; for a file, its name, samples and distinct stacks.
+pub fn default_title(profile: &Profile) -> String {
+    match profile.stats() {
+        Some(stats) => format!(
+            "btprof {} profile: {} samples over {:.2} s at {:.0} Hz (requested {} Hz)",
+            stats.mode,
+            stats.samples,
+            stats.duration.as_secs_f64(),
+            stats.achieved_hz(),
+            stats.requested_hz,
+        ),
+        None => format!(
             "{}: {} samples, {} distinct stacks",
             profile.source(),
             profile.total_samples(),
             profile.distinct_stacks()
-        )
-    });
-    flamegraph::from_lines(&mut opts, text.lines(), w).map_err(|e| Error::Render(e.to_string()))
+        ),
+    }
+}
+
+impl Profile {
+    /// Writes an SVG flamegraph with the default options. An empty profile
+    /// is [`Error::EmptyProfile`].
+    pub fn write_flamegraph<W: Write>(&self, w: W) -> Result<(), Error> {
+        self.write_flamegraph_with(&FlamegraphOptions::default(), w)
+    }
+
+    /// Writes an SVG flamegraph with options. A recording's subtitle says
+    /// where, when and how well it was taken.
+    pub fn write_flamegraph_with<W: Write>(
+        &self,
+        options: &FlamegraphOptions,
+        w: W,
+    ) -> Result<(), Error> {
+        if self.is_empty() {
+            return Err(Error::EmptyProfile);
+        }
+        let lines = self.folded_lines(FoldOptions {
+            merge_threads: options.merge_threads,
+        });
+        let mut opts = options.inferno(|| default_title(self));
+        if self.stats().is_some() {
+            opts.subtitle = self.run_info().map(|info| info.summary());
+        }
+        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+            .map_err(|e| Error::Render(e.to_string()))
+    }
 }
 
 /// Renders the differential flamegraph of `base` against `new` into `w`:
@@ -85,9 +127,9 @@ pub fn write_flamegraph<W: Write>(
 /// companion: the base run's shape, so vanished code shows, hues flipped
 /// so red still means "grew".
 pub fn write_differential<W: Write>(
-    base: &FoldedProfile,
-    new: &FoldedProfile,
-    style: &FlamegraphStyle,
+    base: &Profile,
+    new: &Profile,
+    options: &FlamegraphOptions,
     negated: bool,
     w: W,
 ) -> Result<(), Error> {
@@ -96,23 +138,24 @@ pub fn write_differential<W: Write>(
     }
     let (before, after) = if negated { (new, base) } else { (base, new) };
     let mut lines = Vec::new();
+    let folded = |p: &Profile| folded_text(p, options.merge_threads);
     differential::from_readers(
         differential::Options {
             normalize: true,
             strip_hex: false,
         },
-        folded_text(before)?.as_bytes(),
-        folded_text(after)?.as_bytes(),
+        folded(before)?.as_bytes(),
+        folded(after)?.as_bytes(),
         &mut lines,
     )
     .map_err(|e| Error::Render(e.to_string()))?;
     let lines = String::from_utf8(lines).map_err(|e| Error::Render(e.to_string()))?;
 
-    let mut opts = style.options(|| {
+    let mut opts = options.inferno(|| {
         format!(
             "btprof diff: {} \u{2192} {}{}",
-            base.source(),
-            new.source(),
+            base.source_name().unwrap_or("base"),
+            new.source_name().unwrap_or("new"),
             if negated { " (negated)" } else { "" }
         )
     });
@@ -128,9 +171,9 @@ pub fn write_differential<W: Write>(
 
 /// The profile's folded lines as one string. Both profiles of a diff are
 /// needed this way by `inferno`; its size follows the distinct stacks.
-fn folded_text(profile: &FoldedProfile) -> Result<String, Error> {
+fn folded_text(profile: &Profile, merge_threads: bool) -> Result<String, Error> {
     let mut text = Vec::new();
-    profile.write_folded(&mut text).map_err(Error::Io)?;
+    profile.write_folded_with(FoldOptions { merge_threads }, &mut text)?;
     // Every frame name came from a `str`, so this cannot fail; an error
     // would only mean a bug here, reported rather than unwrapped.
     String::from_utf8(text).map_err(|e| Error::Render(e.to_string()))
@@ -140,8 +183,8 @@ fn folded_text(profile: &FoldedProfile) -> Result<String, Error> {
 mod tests {
     use super::*;
 
-    fn folded(text: &str, source: &str) -> FoldedProfile {
-        FoldedProfile::from_reader(text.as_bytes(), source).unwrap()
+    fn folded(text: &str, source: &str) -> Profile {
+        Profile::read_folded_from(text.as_bytes(), source).unwrap()
     }
 
     fn svg(render: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> String {
@@ -153,11 +196,11 @@ mod tests {
     #[test]
     fn renders_a_titled_flamegraph_with_every_frame() {
         let p = folded("main;parse 30\nmain;render 70\n", "run.folded");
-        let style = FlamegraphStyle {
+        let style = FlamegraphOptions {
             image_width: Some(800),
-            ..FlamegraphStyle::default()
+            ..FlamegraphOptions::default()
         };
-        let text = svg(|w| write_flamegraph(&p, &style, w));
+        let text = svg(|w| p.write_flamegraph_with(&style, w));
         assert!(text.contains("<svg"), "not an SVG");
         assert!(text.contains("run.folded: 100 samples, 2 distinct stacks"));
         assert!(text.contains("render (70 samples, 70.00%)"), "{text}");
@@ -167,14 +210,13 @@ mod tests {
     #[test]
     fn inverted_and_titled_differ_from_default() {
         let p = folded("main;a 1\n", "x");
-        let plain = svg(|w| write_flamegraph(&p, &FlamegraphStyle::default(), w));
+        let plain = svg(|w| p.write_flamegraph(w));
         let icicle = svg(|w| {
-            write_flamegraph(
-                &p,
-                &FlamegraphStyle {
+            p.write_flamegraph_with(
+                &FlamegraphOptions {
                     inverted: true,
                     title: Some("Icicle".into()),
-                    ..FlamegraphStyle::default()
+                    ..FlamegraphOptions::default()
                 },
                 w,
             )
@@ -190,7 +232,7 @@ mod tests {
     fn differential_shows_growth_and_the_negated_view_shows_vanished_code() {
         let base = folded("main;old 50\nmain;keep 50\n", "base");
         let new = folded("main;fresh 50\nmain;keep 50\n", "new");
-        let style = FlamegraphStyle::default();
+        let style = FlamegraphOptions::default();
         let diff = svg(|w| write_differential(&base, &new, &style, false, w));
         assert!(diff.contains("fresh (50 samples"), "new code drawn");
         assert!(!diff.contains("old ("), "vanished code has no width here");
@@ -202,14 +244,10 @@ mod tests {
 
     #[test]
     fn empty_profiles_are_a_clear_error() {
-        let empty = FoldedProfile::from_profile(&crate::Profile::from_stacks(
-            Vec::new(),
-            Vec::new(),
-            crate::Stats::new(&Default::default()),
-        ));
+        let empty = crate::profile::Builder::new().finish(crate::Stats::new(&Default::default()));
         let mut out = Vec::new();
         assert!(matches!(
-            write_flamegraph(&empty, &FlamegraphStyle::default(), &mut out),
+            empty.write_flamegraph(&mut out),
             Err(Error::EmptyProfile)
         ));
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use btprof_sampler::{Limit, Progress, Sampler, SamplerConfig};
 use btprof_symbols::Resolver;
 
-use crate::dump::{DumpConfig, DumpStats, Dumper, MIN_INTERVAL};
-use crate::dump_signal::DumpSignal;
+use super::dump::{DumpConfig, DumpStats, Dumper, MIN_INTERVAL};
+use super::dump_signal::DumpSignal;
 use crate::{Error, Mode, Profile};
 
 /// Configures a [`Profiler`]. Defaults: 1000 Hz, [`Mode::Cpu`], 256

@@ -23,7 +23,7 @@
 
 use std::cell::Cell;
 use std::fs;
-use std::io::BufWriter;
+use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -176,6 +176,7 @@ impl ProfileScope {
         profile.write_folded(BufWriter::new(file))?;
         let metadata = profile
             .run_info()
+            .ok_or_else(|| Error::Io(io::Error::other("a recording without run metadata")))?
             .write_sidecar(&folded)
             .map_err(|e| io_at(&folded, e))?;
         let svg = if profile.is_empty() {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io;
 
-pub use super::parse::LineProblem;
+use super::line::LineProblem;
 
 /// Longest excerpt of a bad line quoted in an error, in characters.
 const EXCERPT_CHARS: usize = 160;

@@ -3,8 +3,8 @@
 use serde_json::{json, Value};
 
 use super::table::{code, grouped, percent, Align, Table};
-use crate::folded_profile::FoldedProfile;
-use crate::functions::{FunctionSamples, FunctionTable};
+use crate::analysis::functions::{FunctionSamples, FunctionTable};
+use crate::profile::Profile;
 
 /// Which ranking a table shows.
 #[derive(Clone, Copy)]
@@ -69,7 +69,7 @@ fn ranking_table(
     t
 }
 
-fn summary(profile: &FoldedProfile, table: &FunctionTable) -> String {
+fn summary(profile: &Profile, table: &FunctionTable) -> String {
     format!(
         "{} samples, {} distinct stacks, {} functions",
         grouped(profile.total_samples()),
@@ -79,7 +79,7 @@ fn summary(profile: &FoldedProfile, table: &FunctionTable) -> String {
 }
 
 /// The `top` functions by self share, then by total share, as text.
-pub fn text(profile: &FoldedProfile, table: &FunctionTable, top: usize) -> String {
+pub fn text(profile: &Profile, table: &FunctionTable, top: usize) -> String {
     let mut out = format!("{}: {}\n", profile.source(), summary(profile, table));
     for ranking in [Ranking::Self_, Ranking::Total] {
         let rows = ranking.rows(table, top);
@@ -92,7 +92,7 @@ pub fn text(profile: &FoldedProfile, table: &FunctionTable, top: usize) -> Strin
 }
 
 /// The same as [`text`], in Markdown.
-pub fn markdown(profile: &FoldedProfile, table: &FunctionTable, top: usize) -> String {
+pub fn markdown(profile: &Profile, table: &FunctionTable, top: usize) -> String {
     let mut out = format!(
         "### btprof report: {}\n\n{}\n",
         code(profile.source()),
@@ -111,7 +111,7 @@ pub fn markdown(profile: &FoldedProfile, table: &FunctionTable, top: usize) -> S
 }
 
 /// The same as [`text`], as JSON.
-pub fn json(profile: &FoldedProfile, table: &FunctionTable, top: usize) -> Value {
+pub fn json(profile: &Profile, table: &FunctionTable, top: usize) -> Value {
     let entry = |f: &FunctionSamples| {
         json!({
             "name": f.name,
@@ -135,8 +135,8 @@ pub fn json(profile: &FoldedProfile, table: &FunctionTable, top: usize) -> Value
 mod tests {
     use super::*;
 
-    fn profile() -> (FoldedProfile, FunctionTable) {
-        let p = FoldedProfile::from_reader(
+    fn profile() -> (Profile, FunctionTable) {
+        let p = Profile::read_folded_from(
             &b"t;main;parse 300\nt;main;render;draw 600\nt;main 100\n"[..],
             "run.folded",
         )

@@ -1,11 +1,55 @@
 //! Turns raw address stacks into named frames, after every thread runs
-//! again.
+//! again, and a raw profile into a [`Profile`].
 
 use std::sync::Arc;
 
 use btprof_sampler::stack_table::StackKey;
 use btprof_sampler::walker::Arch;
+use btprof_sampler::RawProfile;
 use btprof_symbols::{Resolver, Symbol};
+
+use crate::profile::{Builder, Profile, ThreadId, TABLE_FULL_FRAME};
+
+impl Profile {
+    /// Symbolises a raw profile of the current process.
+    ///
+    /// Each distinct raw stack goes straight into the interned model: its
+    /// names are resolved into one reused buffer and interned, so no stack
+    /// owns strings. Raw stacks that name the same functions (different
+    /// instructions of one function, say) merge into one stack.
+    pub fn from_raw(raw: &RawProfile, resolver: &mut Resolver) -> Profile {
+        let mut builder = Builder::new();
+        // Only fails past u32 ids or u64 samples, which the sampler's own
+        // bounded table and u64 counters rule out; a stack that did would
+        // be left out rather than panic inside an application.
+        let threads: Vec<Option<ThreadId>> = raw
+            .threads
+            .iter()
+            .map(|t| builder.thread(&t.name, Some(t.tid)).ok())
+            .collect();
+        let mut unknown = None;
+        let mut thread_of = |builder: &mut Builder, index: u32| match threads
+            .get(index as usize)
+            .copied()
+            .flatten()
+        {
+            Some(id) => Some(id),
+            None => *unknown.get_or_insert_with(|| builder.thread("[unknown thread]", None).ok()),
+        };
+        let mut frames = Vec::new();
+        for (key, count) in raw.table.iter() {
+            resolve_stack(raw.arch, &key, resolver, &mut frames);
+            let thread = thread_of(&mut builder, key.thread);
+            let root_first = frames.iter().rev().map(|f| &**f);
+            let _ = builder.add_stack(thread, root_first, key.end.is_truncated(), count);
+        }
+        for &(thread, count) in raw.table.overflow() {
+            let thread = thread_of(&mut builder, thread);
+            let _ = builder.add_stack(thread, [TABLE_FULL_FRAME], false, count);
+        }
+        builder.finish(raw.stats.clone())
+    }
+}
 
 /// Resolves the frames of one raw stack, leaf first.
 ///

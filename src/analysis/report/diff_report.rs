@@ -3,7 +3,9 @@
 use serde_json::{json, Value};
 
 use super::table::{code, grouped, p_value, percent, points, Align, Table};
-use crate::diff::{DiffReport, FunctionDiff, Metric, Presence, RunSummary, Samples, Verdict};
+use crate::analysis::diff::{
+    DiffReport, FunctionDiff, Metric, Presence, RunSummary, Samples, Verdict,
+};
 
 /// Which functions a text or Markdown table shows: the first `rows`
 /// (all when `None`), and every regressed one wherever it is.
@@ -340,21 +342,21 @@ pub fn json(report: &DiffReport) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diff::{compare_folded, DiffOptions};
-    use crate::folded_profile::FoldedProfile;
+    use crate::analysis::diff::{compare, DiffOptions};
+    use crate::profile::Profile;
 
     fn report() -> DiffReport {
-        let base = FoldedProfile::from_reader(
+        let base = Profile::read_folded_from(
             &b"t;main;hot 500\nt;main;cold 4470\nt;main;old 30\n"[..],
             "base.folded",
         )
         .unwrap();
-        let new = FoldedProfile::from_reader(
+        let new = Profile::read_folded_from(
             &b"t;main;hot 1000\nt;main;cold 3970\nt;main;fresh 30\n"[..],
             "new.folded",
         )
         .unwrap();
-        compare_folded(&base, &new, &DiffOptions::default())
+        compare(&base, &new, &DiffOptions::default())
     }
 
     #[test]

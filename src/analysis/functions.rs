@@ -1,4 +1,4 @@
-//! Per-function sample counts of a folded profile.
+//! Per-function sample counts of a profile.
 //!
 //! A function is its frame name, wherever it appears: summed over threads
 //! and over every stack that contains it. Two counts per function:
@@ -11,7 +11,7 @@
 //!
 //! Shares are these counts divided by all samples of the profile.
 
-use crate::folded_profile::FoldedProfile;
+use crate::profile::Profile;
 
 /// One function's samples.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,14 +41,20 @@ impl FunctionTable {
     /// thread names do not show up among functions, and a stack that is
     /// only a root gives no function any sample. The profile's total is
     /// unchanged either way.
-    pub fn new(profile: &FoldedProfile, skip_root: bool) -> FunctionTable {
-        let n = profile.distinct_frames();
+    ///
+    /// A stack is counted as its folded line reads: a recording's thread
+    /// name and truncation marker are its first frames, as in its file.
+    pub fn new(profile: &Profile, skip_root: bool) -> FunctionTable {
+        let n = profile.distinct_names();
         let (mut self_samples, mut total_samples) = (vec![0u64; n], vec![0u64; n]);
         // `seen[id] == stack + 1` once `id` was counted for this stack, so
         // recursion counts once without clearing anything per stack.
         let mut seen = vec![0usize; n];
+        let mut line = Vec::new();
         for (i, stack) in profile.stacks().enumerate() {
-            let ids = stack.frame_ids();
+            line.clear();
+            line.extend(stack.folded_name_ids(false));
+            let ids = &line[..];
             let ids = if skip_root {
                 ids.get(1..).unwrap_or_default()
             } else {
@@ -66,8 +72,8 @@ impl FunctionTable {
         let mut functions: Vec<FunctionSamples> = (0..n)
             .filter(|&id| total_samples[id] > 0)
             .map(|id| FunctionSamples {
-                // `id` < distinct_frames, which fits in a FrameId.
-                name: profile.frame_name(id as u32).to_owned(),
+                // `id` < distinct_names, which fits in a NameId.
+                name: profile.name(id as u32).to_owned(),
                 self_samples: self_samples[id],
                 total_samples: total_samples[id],
             })
@@ -132,7 +138,7 @@ mod tests {
     use super::*;
 
     fn table(text: &str, skip_root: bool) -> FunctionTable {
-        let p = FoldedProfile::from_reader(text.as_bytes(), "t").unwrap();
+        let p = Profile::read_folded_from(text.as_bytes(), "t").unwrap();
         FunctionTable::new(&p, skip_root)
     }
 
