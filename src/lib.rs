@@ -22,6 +22,7 @@ pub mod folded;
 pub mod folded_flamegraph;
 pub mod folded_profile;
 pub mod functions;
+pub mod output_file;
 mod profile;
 mod profiler;
 pub mod render;

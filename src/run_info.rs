@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::output_file::write_atomically;
 use crate::Stats;
 
 /// What a profile's numbers mean: the sampling settings, what was
@@ -76,13 +77,16 @@ impl RunInfo {
         }
     }
 
-    /// Writes the sidecar of the folded file at `folded`.
+    /// Writes the sidecar of the folded file at `folded`, all or nothing
+    /// (see [`crate::output_file`]).
     pub fn write_sidecar(&self, folded: &Path) -> io::Result<PathBuf> {
-        let path = sidecar_path(folded);
-        let mut json = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
-        json.push('\n');
-        fs::write(&path, json)?;
-        Ok(path)
+        write_atomically(sidecar_path(folded), |w| self.write_json(w))
+    }
+
+    /// Writes the sidecar's JSON (pretty, one trailing newline) to `w`.
+    pub fn write_json<W: io::Write>(&self, mut w: W) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, self).map_err(io::Error::other)?;
+        w.write_all(b"\n")
     }
 
     /// Reads the sidecar of the folded file at `folded`: `Ok(None)` when
@@ -157,7 +161,7 @@ pub fn sidecar_path(folded: &Path) -> PathBuf {
 }
 
 /// The executable's file name, or `unknown`.
-fn program_name() -> String {
+pub(crate) fn program_name() -> String {
     std::env::current_exe()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))

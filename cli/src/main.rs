@@ -2,14 +2,14 @@
 //! and folded stacks, and check the result. The commands that read folded
 //! files (`diff`, `report`, `flamegraph`) live in `btprof_cli::commands`.
 
-use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use btprof::output_file::PendingFile;
 use btprof::{run_info, DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
 use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
@@ -33,7 +33,9 @@ use clap::{Parser, ValueEnum};
 /// metadata sidecar) per window, as an application embedding the library
 /// with periodic dumps would.
 ///
-/// Ctrl-C stops early and still writes everything collected.
+/// Ctrl-C stops early, writes everything collected so far (files, dumps,
+/// the self-check of what was sampled) and then exits 130, as interrupted
+/// programs do.
 ///
 /// The commands read folded files (btprof's, or any folded file from
 /// inferno-collapse-* or FlameGraph's stackcollapse* scripts):
@@ -88,16 +90,18 @@ struct Args {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     dump_every: Option<Duration>,
 
-    /// Directory for --dump-every files (created if missing).
-    #[arg(long, default_value = "btprof-dumps", value_name = "DIR")]
-    dump_dir: PathBuf,
+    /// Directory for --dump-every files (created if missing)
+    /// [default: btprof-dumps]. Files are named after the program:
+    /// btprof-START-SEQ.folded.
+    #[arg(long, value_name = "DIR", requires = "dump_every")]
+    dump_dir: Option<PathBuf>,
 
-    /// Keep only the newest N windows' files.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Keep only the newest N windows' files (needs --dump-every).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "dump_every")]
     keep: Option<u64>,
 
-    /// Also write an SVG flamegraph per window.
-    #[arg(long)]
+    /// Also write an SVG flamegraph per window (needs --dump-every).
+    #[arg(long, requires = "dump_every")]
     dump_svg: bool,
 
     /// Most distinct stacks kept; samples of further stacks are counted
@@ -149,8 +153,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(code) => code,
         Err(message) => {
             eprintln!("btprof: {message}");
             ExitCode::from(2)
@@ -158,9 +161,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// The exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells
+/// and other interrupted programs report it, after everything collected
+/// was written.
+const EXIT_INTERRUPTED: u8 = 130;
+
 /// Profiles the workload, writes the outputs and prints the self-check.
-/// Returns whether the check passed.
-fn run(args: &Args) -> Result<bool, String> {
+/// Returns 0 when the check passed, 1 when it failed, 130 when Ctrl-C
+/// stopped the run (the files are written all the same).
+fn run(args: &Args) -> Result<ExitCode, String> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
@@ -225,7 +234,10 @@ fn run(args: &Args) -> Result<bool, String> {
             println!("  - {f}");
         }
     }
-    Ok(check.passed())
+    if interrupted.load(Ordering::SeqCst) {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    Ok(ExitCode::from(u8::from(!check.passed())))
 }
 
 /// The profiler the arguments describe.
@@ -242,7 +254,11 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
     if let Some(every) = args.dump_every {
         builder = builder
             .dump_every(every)
-            .dump_dir(&args.dump_dir)
+            .dump_dir(
+                args.dump_dir
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_DUMP_DIR.into()),
+            )
             .dump_svg(args.dump_svg);
         if let Some(keep) = args.keep {
             builder = builder.keep(usize::try_from(keep).unwrap_or(usize::MAX));
@@ -274,21 +290,23 @@ fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
     eprint!("{line} ");
 }
 
-/// The output files, created before profiling starts.
+/// The output files, created under temporary names before profiling
+/// starts (a bad path costs nothing) and renamed into place together once
+/// every one is complete: a failure leaves the user's existing files as
+/// they were and no temporary file behind (see `btprof::output_file`).
 struct Outputs {
-    folded: BufWriter<File>,
-    svg: BufWriter<File>,
+    folded: PendingFile,
+    sidecar: PendingFile,
+    svg: PendingFile,
 }
 
 impl Outputs {
     fn create(args: &Args) -> Result<Outputs, String> {
-        let create = |path: &PathBuf| {
-            File::create(path)
-                .map(BufWriter::new)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))
-        };
+        let create =
+            |path: &Path| PendingFile::create(path).map_err(|e| format!("cannot write {e}"));
         Ok(Outputs {
             folded: create(&args.folded)?,
+            sidecar: create(&run_info::sidecar_path(&args.folded))?,
             svg: create(&args.output)?,
         })
     }
@@ -298,34 +316,45 @@ impl Outputs {
             merge_threads: args.merge_threads,
         };
         profile
-            .write_folded_with(folded, &mut self.folded)
-            .and_then(|()| self.folded.flush().map_err(btprof::Error::Io))
+            .write_folded_with(folded, self.folded.writer())
             .map_err(|e| format!("{}: {e}", args.folded.display()))?;
-        println!("wrote {}", args.folded.display());
-        let sidecar = profile
-            .run_info()
-            .write_sidecar(&args.folded)
-            .map_err(|e| format!("{}: {e}", run_info::sidecar_path(&args.folded).display()))?;
-        println!("wrote {}", sidecar.display());
-
-        if profile.is_empty() {
-            drop(self.svg);
-            let _ = std::fs::remove_file(&args.output);
-            eprintln!("btprof: no samples, so no flamegraph was written");
-            return Ok(());
-        }
-        let options = FlamegraphOptions {
-            merge_threads: args.merge_threads,
-            ..FlamegraphOptions::default()
-        };
+        let sidecar_path = self.sidecar.path().to_path_buf();
         profile
-            .write_flamegraph_with(&options, &mut self.svg)
-            .and_then(|()| self.svg.flush().map_err(btprof::Error::Io))
-            .map_err(|e| format!("{}: {e}", args.output.display()))?;
-        println!("wrote {}", args.output.display());
+            .run_info()
+            .write_json(self.sidecar.writer())
+            .map_err(|e| format!("{}: {e}", sidecar_path.display()))?;
+        let svg = if profile.is_empty() {
+            None
+        } else {
+            let options = FlamegraphOptions {
+                merge_threads: args.merge_threads,
+                ..FlamegraphOptions::default()
+            };
+            profile
+                .write_flamegraph_with(&options, self.svg.writer())
+                .map_err(|e| format!("{}: {e}", args.output.display()))?;
+            Some(self.svg)
+        };
+        // Everything is complete: now replace the old files.
+        for pending in [Some(self.folded), Some(self.sidecar), svg]
+            .into_iter()
+            .flatten()
+        {
+            let path = pending.commit().map_err(|e| format!("cannot write {e}"))?;
+            println!("wrote {}", path.display());
+        }
+        if profile.is_empty() {
+            eprintln!(
+                "btprof: no samples, so no flamegraph was written ({} is unchanged)",
+                args.output.display()
+            );
+        }
         Ok(())
     }
 }
+
+/// Where --dump-every writes without --dump-dir.
+const DEFAULT_DUMP_DIR: &str = "btprof-dumps";
 
 /// What --dump-every wrote.
 fn print_dumps(dumps: &DumpStats, args: &Args) {
@@ -333,7 +362,10 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
     println!(
         "wrote {} window files to {} ({} kept{}{})",
         dumps.written,
-        args.dump_dir.display(),
+        args.dump_dir
+            .as_deref()
+            .unwrap_or(Path::new(DEFAULT_DUMP_DIR))
+            .display(),
         kept,
         if dumps.empty > 0 {
             format!(", {} empty windows skipped", dumps.empty)

@@ -10,10 +10,11 @@ pub mod flamegraph;
 pub mod report;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::Path;
 use std::process::ExitCode;
 
+use btprof::output_file::PendingFile;
 use btprof::render::Format;
 use btprof::FoldedProfile;
 use btprof::RunInfo;
@@ -83,14 +84,16 @@ pub(crate) fn read_profile(path: &Path) -> Result<FoldedProfile, String> {
     Ok(profile.with_run_info(info))
 }
 
-/// Creates `path` and writes it with `write`; errors name the file.
+/// Writes `path` with `write`, all or nothing: through a temporary file
+/// renamed into place, so a failure leaves an existing file as it was
+/// (see `btprof::output_file`). Errors name the file.
 pub(crate) fn write_file(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<(), btprof::Error>,
 ) -> Result<(), String> {
-    let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let mut out = BufWriter::new(file);
-    write(&mut out)
-        .and_then(|()| out.flush().map_err(btprof::Error::Io))
-        .map_err(|e| format!("{}: {e}", path.display()))
+    // The helper's own errors already name the path.
+    let mut pending = PendingFile::create(path).map_err(|e| format!("cannot write {e}"))?;
+    write(pending.writer()).map_err(|e| format!("{}: {e}", path.display()))?;
+    pending.commit().map_err(|e| format!("cannot write {e}"))?;
+    Ok(())
 }
