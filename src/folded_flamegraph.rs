@@ -17,6 +17,11 @@ use inferno::flamegraph::{self, Direction, Options};
 use crate::folded_profile::FoldedProfile;
 use crate::Error;
 
+/// The default [`FlamegraphStyle::min_width`], in percent of the graph's
+/// width: `inferno`'s own default (0.01 %), used by every graph btprof
+/// draws.
+pub const DEFAULT_MIN_WIDTH: f64 = inferno::flamegraph::defaults::MIN_WIDTH;
+
 /// How to draw a flamegraph.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlamegraphStyle {
@@ -24,8 +29,10 @@ pub struct FlamegraphStyle {
     pub title: Option<String>,
     /// Draw an icicle graph: roots at the top, growing down.
     pub inverted: bool,
-    /// Frames narrower than this many pixels are left out (inferno's
-    /// default is 0.1).
+    /// Frames narrower than this percentage of the whole graph's width
+    /// are left out: inferno's `--minwidth`, same unit and default
+    /// ([`DEFAULT_MIN_WIDTH`]), so a graph drawn by btprof and one drawn
+    /// by `inferno-flamegraph` from the same file have the same frames.
     pub min_width: f64,
     /// Image width in pixels; `None` for inferno's default (1200).
     pub image_width: Option<usize>,
@@ -36,7 +43,7 @@ impl Default for FlamegraphStyle {
         FlamegraphStyle {
             title: None,
             inverted: false,
-            min_width: 0.1,
+            min_width: DEFAULT_MIN_WIDTH,
             image_width: None,
         }
     }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use btprof::folded_flamegraph::{write_flamegraph, FlamegraphStyle};
+use btprof::folded_flamegraph::{write_flamegraph, FlamegraphStyle, DEFAULT_MIN_WIDTH};
 use clap::Args;
 
 use super::{fail, read_profile, write_file};
@@ -33,8 +33,10 @@ pub struct FlamegraphArgs {
     #[arg(long, visible_alias = "icicle")]
     pub inverted: bool,
 
-    /// Leave out frames narrower than this many pixels.
-    #[arg(long, default_value_t = 0.1, value_parser = parse_min_width)]
+    /// Leave out frames narrower than this percentage of the graph's
+    /// width: inferno-flamegraph's --minwidth, same unit and default, so
+    /// both draw the same frames. 0 keeps every frame.
+    #[arg(long, value_name = "PERCENT", default_value_t = DEFAULT_MIN_WIDTH, value_parser = parse_min_width)]
     pub min_width: f64,
 
     /// Image width in pixels.
@@ -44,9 +46,10 @@ pub struct FlamegraphArgs {
 
 fn parse_min_width(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(w) if w.is_finite() && w >= 0.0 => Ok(w),
+        Ok(w) if w.is_finite() && (0.0..=100.0).contains(&w) => Ok(w),
         _ => Err(format!(
-            "`{text}` is not a width: expected a number of pixels, 0 or more (like 0.1)"
+            "`{text}` is not a width: expected a percentage of the graph's width from 0 \
+             to 100 (like 0.01, the default, or 0.1)"
         )),
     }
 }
