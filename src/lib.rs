@@ -23,6 +23,7 @@ pub mod folded_flamegraph;
 pub mod folded_profile;
 pub mod functions;
 pub mod output_file;
+pub mod pprof;
 mod profile;
 mod profiler;
 pub mod render;

@@ -40,7 +40,8 @@ use clap::{Parser, ValueEnum};
 /// The commands read folded files (btprof's, or any folded file from
 /// inferno-collapse-* or FlameGraph's stackcollapse* scripts):
 /// `btprof diff` compares two runs and exits 1 on a regression, `btprof
-/// report` lists the top functions, `btprof flamegraph` re-renders one.
+/// report` lists the top functions, `btprof flamegraph` re-renders one,
+/// `btprof export` converts one to pprof.
 /// `btprof help COMMAND` explains each.
 #[derive(Parser, Debug)]
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]
@@ -53,7 +54,8 @@ use clap::{Parser, ValueEnum};
   btprof --pid-self --slow beta --folded slow.folded
   btprof diff btprof.folded slow.folded -o diff.svg     exit 1: beta regressed
   btprof report --top 10 btprof.folded
-  btprof flamegraph btprof.folded -o btprof.svg --inverted")]
+  btprof flamegraph btprof.folded -o btprof.svg --inverted
+  btprof --pid-self --pprof btprof.pb.gz && go tool pprof -top btprof.pb.gz")]
 struct Args {
     // A command that reads folded files; none for a profiling run.
     #[command(subcommand)]
@@ -84,6 +86,12 @@ struct Args {
     /// metadata goes beside it as JSON (btprof.folded -> btprof.json).
     #[arg(long, default_value = "btprof.folded")]
     folded: PathBuf,
+
+    /// Also write the profile as pprof (gzipped profile.proto) here, for
+    /// go tool pprof, Pyroscope, Parca or Datadog: thread names become
+    /// `thread` labels, values are samples and CPU (or wall) nanoseconds.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
 
     /// Also write each window of this length as its own folded file (and
     /// metadata sidecar) in --dump-dir: 1s, 500ms.
@@ -298,6 +306,7 @@ struct Outputs {
     folded: PendingFile,
     sidecar: PendingFile,
     svg: PendingFile,
+    pprof: Option<PendingFile>,
 }
 
 impl Outputs {
@@ -308,6 +317,7 @@ impl Outputs {
             folded: create(&args.folded)?,
             sidecar: create(&run_info::sidecar_path(&args.folded))?,
             svg: create(&args.output)?,
+            pprof: args.pprof.as_deref().map(create).transpose()?,
         })
     }
 
@@ -335,11 +345,15 @@ impl Outputs {
                 .map_err(|e| format!("{}: {e}", args.output.display()))?;
             Some(self.svg)
         };
+        if let Some(pprof) = &mut self.pprof {
+            let path = pprof.path().to_path_buf();
+            profile
+                .write_pprof(pprof.writer())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         // Everything is complete: now replace the old files.
-        for pending in [Some(self.folded), Some(self.sidecar), svg]
-            .into_iter()
-            .flatten()
-        {
+        let all = [Some(self.folded), Some(self.sidecar), svg, self.pprof];
+        for pending in all.into_iter().flatten() {
             let path = pending.commit().map_err(|e| format!("cannot write {e}"))?;
             println!("wrote {}", path.display());
         }

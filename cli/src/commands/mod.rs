@@ -6,6 +6,7 @@
 //! failed check (a regression, a failed self-check), 2 bad input or usage.
 
 pub mod diff;
+pub mod export;
 pub mod flamegraph;
 pub mod report;
 
@@ -26,6 +27,7 @@ pub enum Command {
     Diff(diff::DiffArgs),
     Report(report::ReportArgs),
     Flamegraph(flamegraph::FlamegraphArgs),
+    Export(export::ExportArgs),
 }
 
 impl Command {
@@ -35,6 +37,7 @@ impl Command {
             Command::Diff(args) => diff::run(args),
             Command::Report(args) => report::run(args),
             Command::Flamegraph(args) => flamegraph::run(args),
+            Command::Export(args) => export::run(args),
         }
     }
 }
