@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::io::{self, Write};
 
+use crate::folded_profile::UNKNOWN_FRAME;
 use crate::profile::Stack;
 
 /// The frame put under the thread root of a stack whose walk ended early,
@@ -24,26 +25,61 @@ pub struct FoldOptions {
     pub merge_threads: bool,
 }
 
-/// Makes a frame name safe for the folded format.
+/// Makes a frame name safe for the folded format, so that every file
+/// btprof writes reads back (in btprof, inferno and FlameGraph) to the
+/// same frames.
 ///
-/// `;` separates frames and a line ends at a newline, so both are replaced
-/// (`[u8; 8]` becomes `[u8, 8]`); an empty name becomes `[unknown]`.
+/// - `;` separates frames and a line ends at a newline, so both are
+///   replaced (`[u8; 8]` becomes `[u8, 8]`, a newline a space);
+/// - whitespace at either end is dropped (readers trim a line's ends);
+/// - a name ending in whitespace and a number (`ends with number 42`)
+///   gets `_` for that whitespace (`ends with number_42`): as the leaf,
+///   it would otherwise read as a second count, which inferno draws as a
+///   differential frame and btprof rejects;
+/// - an empty name becomes `[unknown]`, as readers take an empty frame.
+///
+/// Sanitising a sanitised name changes nothing.
 pub fn sanitize_frame(name: &str) -> Cow<'_, str> {
-    if name.is_empty() {
-        return Cow::Borrowed("[unknown]");
+    let trimmed = name.trim_matches(is_space);
+    if trimmed.is_empty() {
+        return Cow::Borrowed(UNKNOWN_FRAME);
     }
-    if !name.contains([';', '\n', '\r']) {
-        return Cow::Borrowed(name);
-    }
-    Cow::Owned(
-        name.chars()
+    let mut out = if trimmed.contains([';', '\n', '\r']) {
+        let replaced: String = trimmed
+            .chars()
             .map(|c| match c {
                 ';' => ',',
                 '\n' | '\r' => ' ',
                 c => c,
             })
-            .collect(),
-    )
+            .collect();
+        Cow::Owned(replaced.trim_matches(is_space).to_owned())
+    } else {
+        Cow::Borrowed(trimmed)
+    };
+    if let Some((head, last)) = out.rsplit_once(is_space) {
+        if is_number(last) {
+            let head = head.trim_end_matches(is_space);
+            out = Cow::Owned(format!("{head}_{last}"));
+        }
+    }
+    if out.is_empty() {
+        return Cow::Borrowed(UNKNOWN_FRAME);
+    }
+    out
+}
+
+/// Whitespace as folded readers split on (and trim).
+fn is_space(c: char) -> bool {
+    c.is_whitespace()
+}
+
+/// What a folded reader could take for a sample count: `42`, `1.5`, `10.`.
+fn is_number(field: &str) -> bool {
+    let (int, frac) = field.split_once('.').unwrap_or((field, ""));
+    !int.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The folded lines for `stacks`, without counts merged across threads
@@ -152,6 +188,45 @@ mod tests {
         assert_eq!(sanitize_frame("a\nb"), "a b");
         assert_eq!(sanitize_frame(""), "[unknown]");
         assert!(matches!(sanitize_frame("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn names_ending_in_a_number_keep_one_count_per_line() {
+        assert_eq!(sanitize_frame("ends with number 42"), "ends with number_42");
+        assert_eq!(sanitize_frame("version 1.5"), "version_1.5");
+        assert_eq!(sanitize_frame("tab\t7"), "tab_7");
+        assert_eq!(sanitize_frame("spaces   3  "), "spaces_3");
+        // Digits glued to the name, or inside it, are no count.
+        assert_eq!(sanitize_frame("worker-3"), "worker-3");
+        assert_eq!(sanitize_frame("thread 3 of 4x"), "thread 3 of 4x");
+        let lines = fold_lines(
+            &[stack("t", &["ends with number 42"], 5)],
+            FoldOptions::default(),
+        );
+        assert_eq!(lines, ["t;ends with number_42 5"]);
+    }
+
+    #[test]
+    fn sanitizing_is_idempotent() {
+        for name in [
+            "",
+            " ",
+            " a ",
+            "a;b",
+            "x 42",
+            "x 4 2",
+            "a\n1",
+            "\t9",
+            "[u8; 8] 3",
+            "; 5",
+        ] {
+            let once = sanitize_frame(name).into_owned();
+            assert_eq!(sanitize_frame(&once), once, "{name:?}");
+            assert!(
+                !once.is_empty() && !once.contains(';'),
+                "{name:?} -> {once:?}"
+            );
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod diff;
 mod dump;
 mod dump_signal;
 mod error;
+mod escape;
 pub mod flamegraph;
 pub mod folded;
 pub mod folded_flamegraph;
