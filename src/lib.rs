@@ -31,6 +31,7 @@ pub mod render;
 pub mod run_info;
 pub mod scope;
 mod symbolize;
+mod thread_names;
 
 pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo, DEFAULT_MAX_STACKS};
 pub use diff::{DiffOptions, DiffReport};
@@ -43,3 +44,4 @@ pub use profile::{Profile, Stack};
 pub use profiler::{Profiler, ProfilerBuilder};
 pub use run_info::RunInfo;
 pub use scope::{profile_scope, ProfileScope};
+pub use thread_names::register_current_thread;

@@ -11,6 +11,7 @@ use crate::flamegraph::{write_flamegraph, FlamegraphOptions};
 use crate::folded::{fold_lines, write_folded, FoldOptions, TABLE_FULL_FRAME};
 use crate::run_info::RunInfo;
 use crate::symbolize::resolve_stack;
+use crate::thread_names::full_name;
 use crate::{Error, Stats};
 
 /// One distinct named stack and how often it was sampled.
@@ -55,19 +56,30 @@ impl Profile {
                 .entry((thread, false, vec![table_full.clone()]))
                 .or_default() += count;
         }
+        // Full Rust names where the thread registered one (the OS cuts
+        // names to 15 bytes on Linux).
+        let threads: Vec<ThreadInfo> = raw
+            .threads
+            .iter()
+            .map(|t| ThreadInfo {
+                tid: t.tid,
+                name: full_name(t.tid, &t.name),
+            })
+            .collect();
+        let names: Vec<Arc<str>> = threads.iter().map(|t| Arc::from(t.name.as_str())).collect();
         let stacks = merged
             .into_iter()
             .map(|((thread, truncated, frames), count)| Stack {
-                thread: raw.threads.get(thread as usize).map_or_else(
-                    || Arc::from("[unknown thread]"),
-                    |t| Arc::from(t.name.as_str()),
-                ),
+                thread: names
+                    .get(thread as usize)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from("[unknown thread]")),
                 frames,
                 truncated,
                 count,
             })
             .collect();
-        Profile::from_stacks(stacks, raw.threads.clone(), raw.stats.clone())
+        Profile::from_stacks(stacks, threads, raw.stats.clone())
     }
 
     /// A profile from already named stacks (tests, other sources).

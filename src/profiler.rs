@@ -105,6 +105,9 @@ impl ProfilerBuilder {
     /// Starts sampling every other thread of this process (the profiler's
     /// own threads excepted).
     pub fn start(self) -> Result<Profiler, Error> {
+        // The caller's full name for its stacks' root (see
+        // `register_current_thread`).
+        crate::thread_names::register_current_thread();
         if let Some(dump) = &self.dump {
             validate_dump(dump, self.dump_signal)?;
         }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::{fail, read_profile, write_file};
+use super::{fail, read_profile, write_file, InputArgs};
 
 /// Convert a folded file to pprof (gzipped profile.proto)
 ///
@@ -26,6 +26,9 @@ use super::{fail, read_profile, write_file};
 pub struct ExportArgs {
     /// The folded file to convert (`-` for standard input).
     pub file: PathBuf,
+
+    #[command(flatten)]
+    pub input: InputArgs,
 
     /// The output format.
     #[arg(long, value_enum, default_value_t = ExportFormat::Pprof)]
@@ -64,7 +67,7 @@ pub fn run(args: &ExportArgs) -> ExitCode {
             derived
         }
     };
-    let profile = match read_profile(&args.file) {
+    let profile = match read_profile(&args.file, args.input) {
         Ok(p) => p,
         Err(message) => return fail(message),
     };

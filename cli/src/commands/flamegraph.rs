@@ -6,20 +6,29 @@ use std::process::ExitCode;
 use btprof::folded_flamegraph::{write_flamegraph, FlamegraphStyle, DEFAULT_MIN_WIDTH};
 use clap::Args;
 
-use super::{fail, read_profile, write_file};
+use super::{fail, read_profile, write_file, InputArgs};
 
 /// Draw a folded file as an SVG flamegraph.
 ///
 /// Any folded file works: btprof's own, or the output of inferno-collapse-*
-/// or FlameGraph's stackcollapse* scripts. Colours are a hash of each
+/// or FlameGraph's stackcollapse* scripts; so does another profiler's raw
+/// output that inferno's collapsers know (`perf script`, DTrace, ...).
+/// Frames narrower than --min-width are left out exactly as
+/// inferno-flamegraph leaves them out, so both draw the same graph.
+/// Colours are a hash of each
 /// function's name, so a function looks the same in every graph.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   btprof flamegraph btprof.folded                 writes btprof.svg
-  btprof flamegraph run.folded -o run.svg --title 'nightly run' --inverted")]
+  btprof flamegraph run.folded -o run.svg --title 'nightly run' --inverted
+  perf script | btprof flamegraph - -o perf.svg")]
 pub struct FlamegraphArgs {
-    /// The folded file to draw.
+    /// The folded file to draw (or another profiler's raw output, like
+    /// `perf script`); `-` reads standard input (then give -o).
     pub file: PathBuf,
+
+    #[command(flatten)]
+    pub input: InputArgs,
 
     /// Where to write the SVG [default: FILE with the extension .svg].
     #[arg(long, short)]
@@ -61,6 +70,9 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
         Some(path) => path.clone(),
         None => {
             let derived = args.file.with_extension("svg");
+            if args.file.as_os_str() == "-" {
+                return fail("reading standard input: give the output with -o");
+            }
             if derived == args.file {
                 return fail(format!(
                     "{} already ends in .svg: give the output with -o",
@@ -70,7 +82,7 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
             derived
         }
     };
-    let profile = match read_profile(&args.file) {
+    let profile = match read_profile(&args.file, args.input) {
         Ok(p) => p,
         Err(message) => return fail(message),
     };

@@ -15,6 +15,7 @@ use std::io::BufWriter;
 use std::path::Path;
 use std::process::ExitCode;
 
+use btprof::folded_profile::ReadOptions;
 use btprof::output_file::PendingFile;
 use btprof::render::Format;
 use btprof::FoldedProfile;
@@ -73,17 +74,48 @@ impl From<FormatArg> for Format {
     }
 }
 
-/// Reads a folded file and, when there is one, the run metadata sidecar
-/// beside it (`run.folded` -> `run.json`, as btprof writes them), which
-/// the diff uses to warn about runs that do not compare. The error names
-/// the file and what is wrong; a sidecar that cannot be read is only
-/// warned about, since the stacks are what is compared.
-pub(crate) fn read_profile(path: &Path) -> Result<FoldedProfile, String> {
-    let profile = FoldedProfile::open(path).map_err(|e| e.to_string())?;
-    let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
-        eprintln!("btprof: warning: ignoring the run metadata: {e}");
-        None
-    });
+/// How the commands read their input files: `--lenient`.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct InputArgs {
+    /// Skip malformed lines (with a warning that counts them and names
+    /// the first few) instead of failing. Off by default: a regression
+    /// gate must not judge half a file.
+    #[arg(long)]
+    pub lenient: bool,
+}
+
+/// The name standard input goes by in messages.
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// Reads a profile: a folded file (btprof's, inferno-collapse-*,
+/// FlameGraph's stackcollapse*), or another profiler's raw output that
+/// inferno's collapsers know (`perf script`, DTrace, ...); `-` reads
+/// standard input. When there is one, the run metadata sidecar beside a
+/// file (`run.folded` -> `run.json`, as btprof writes them) comes along,
+/// which the diff uses to warn about runs that do not compare. The error
+/// names the file and what is wrong; a sidecar that cannot be read is
+/// only warned about, since the stacks are what is compared. What
+/// reading noticed (rounded counts, skipped lines) is printed as warnings.
+pub(crate) fn read_profile(path: &Path, input: InputArgs) -> Result<FoldedProfile, String> {
+    let options = ReadOptions {
+        lenient: input.lenient,
+    };
+    let (profile, info) = if path.as_os_str() == "-" {
+        let stdin = std::io::stdin().lock();
+        let profile = FoldedProfile::from_reader_with(stdin, STDIN_NAME, options)
+            .map_err(|e| e.to_string())?;
+        (profile, None)
+    } else {
+        let profile = FoldedProfile::open_with(path, options).map_err(|e| e.to_string())?;
+        let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
+            eprintln!("btprof: warning: ignoring the run metadata: {e}");
+            None
+        });
+        (profile, info)
+    };
+    for warning in profile.read_notes().warnings(profile.source()) {
+        eprintln!("btprof: warning: {warning}");
+    }
     Ok(profile.with_run_info(info))
 }
 
