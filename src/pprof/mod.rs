@@ -256,7 +256,12 @@ impl PprofBuilder {
         self.profile.function.push(proto::Function {
             id,
             name,
-            system_name: name,
+            // Left empty (not the name): pprof treats a function whose
+            // system name equals its name as not yet demangled, and its
+            // C++ heuristics would then cut `<...>` and `(...)` out of
+            // names that are already final (`<Vec<T> as Drop>::drop`).
+            // The linker's (mangled) name is not in btprof's model.
+            system_name: 0,
             filename: file,
             start_line: 0,
         });
