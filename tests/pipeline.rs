@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use btprof::profile::Builder;
 use btprof::{Error, FoldOptions, Mode, Profile, Profiler, Stats};
 
 /// One profiler per process: tests in this file take turns.
@@ -102,7 +103,7 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted, lines);
-    let stats = profile.stats();
+    let stats = profile.stats().expect("a recording has stats");
     assert_eq!(stats.samples, profile.total_samples());
     assert!(stats.ticks > 0 && stats.duration > Duration::ZERO);
 }
@@ -131,7 +132,7 @@ fn merged_threads_and_svg() {
 
 #[test]
 fn an_empty_profile_is_a_clear_error() {
-    let profile = Profile::from_stacks(Vec::new(), Vec::new(), Stats::new(&Default::default()));
+    let profile = Builder::new().finish(Stats::new(&Default::default()));
     assert!(profile.is_empty());
     let err = profile.write_flamegraph(Vec::new()).unwrap_err();
     assert!(matches!(err, Error::EmptyProfile));

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use btprof::output_file::PendingFile;
-use btprof::{run_info, DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
+use btprof::formats::output_file::PendingFile;
+use btprof::formats::sidecar::sidecar_path;
+use btprof::{DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
 use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
@@ -315,7 +316,7 @@ impl Outputs {
             |path: &Path| PendingFile::create(path).map_err(|e| format!("cannot write {e}"));
         Ok(Outputs {
             folded: create(&args.folded)?,
-            sidecar: create(&run_info::sidecar_path(&args.folded))?,
+            sidecar: create(&sidecar_path(&args.folded))?,
             svg: create(&args.output)?,
             pprof: args.pprof.as_deref().map(create).transpose()?,
         })
@@ -331,6 +332,7 @@ impl Outputs {
         let sidecar_path = self.sidecar.path().to_path_buf();
         profile
             .run_info()
+            .ok_or_else(|| "the recording has no run metadata".to_owned())?
             .write_json(self.sidecar.writer())
             .map_err(|e| format!("{}: {e}", sidecar_path.display()))?;
         let svg = if profile.is_empty() {
@@ -400,7 +402,7 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
 /// Most stacks truncated means the code lacks frame pointers: say how to
 /// fix it rather than draw a misleading flamegraph.
 fn warn_if_truncated(profile: &Profile) {
-    let s = profile.stats();
+    let Some(s) = profile.stats() else { return };
     if s.samples >= 10 && s.truncated() * 2 > s.samples {
         eprintln!(
             "btprof: warning: {} of {} stacks were truncated: the profiled code probably lacks frame pointers. \
@@ -413,7 +415,7 @@ fn warn_if_truncated(profile: &Profile) {
 }
 
 fn print_summary(profile: &Profile) {
-    let s = profile.stats();
+    let Some(s) = profile.stats() else { return };
     println!(
         "sampled {} stacks over {:.2} s: {:.1} ticks/s (requested {} Hz, {} mode), {} missed ticks",
         s.samples,

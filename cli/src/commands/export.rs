@@ -72,11 +72,7 @@ pub fn run(args: &ExportArgs) -> ExitCode {
         Err(message) => return fail(message),
     };
     let ExportFormat::Pprof = args.format;
-    if let Err(message) = write_file(&output, |w| {
-        profile
-            .write_pprof(args.thread_root, w)
-            .map_err(btprof::Error::Io)
-    }) {
+    if let Err(message) = write_file(&output, |w| profile.write_pprof_with(args.thread_root, w)) {
         return fail(message);
     }
     println!("wrote {}", output.display());

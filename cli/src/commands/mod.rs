@@ -15,11 +15,10 @@ use std::io::BufWriter;
 use std::path::Path;
 use std::process::ExitCode;
 
-use btprof::folded_profile::ReadOptions;
-use btprof::output_file::PendingFile;
-use btprof::render::Format;
-use btprof::FoldedProfile;
-use btprof::RunInfo;
+use btprof::folded::ReadOptions;
+use btprof::formats::output_file::PendingFile;
+use btprof::report::Format;
+use btprof::{Profile, RunInfo};
 use clap::{Subcommand, ValueEnum};
 
 /// The commands besides profiling.
@@ -96,24 +95,24 @@ pub const STDIN_NAME: &str = "<stdin>";
 /// names the file and what is wrong; a sidecar that cannot be read is
 /// only warned about, since the stacks are what is compared. What
 /// reading noticed (rounded counts, skipped lines) is printed as warnings.
-pub(crate) fn read_profile(path: &Path, input: InputArgs) -> Result<FoldedProfile, String> {
+pub(crate) fn read_profile(path: &Path, input: InputArgs) -> Result<Profile, String> {
     let options = ReadOptions {
         lenient: input.lenient,
     };
-    let (profile, info) = if path.as_os_str() == "-" {
+    let ((profile, notes), info) = if path.as_os_str() == "-" {
         let stdin = std::io::stdin().lock();
-        let profile = FoldedProfile::from_reader_with(stdin, STDIN_NAME, options)
+        let read = Profile::read_folded_from_with(stdin, STDIN_NAME, options)
             .map_err(|e| e.to_string())?;
-        (profile, None)
+        (read, None)
     } else {
-        let profile = FoldedProfile::open_with(path, options).map_err(|e| e.to_string())?;
+        let read = Profile::read_folded_with(path, options).map_err(|e| e.to_string())?;
         let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
             eprintln!("btprof: warning: ignoring the run metadata: {e}");
             None
         });
-        (profile, info)
+        (read, info)
     };
-    for warning in profile.read_notes().warnings(profile.source()) {
+    for warning in notes.warnings(profile.source()) {
         eprintln!("btprof: warning: {warning}");
     }
     Ok(profile.with_run_info(info))

@@ -1,0 +1,275 @@
+//! Starting and stopping a profiler of the current process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use btprof_sampler::{Limit, Progress, Sampler, SamplerConfig};
+use btprof_symbols::Resolver;
+
+use super::dump::{DumpConfig, DumpStats, Dumper, MIN_INTERVAL};
+use super::dump_signal::DumpSignal;
+use crate::{Error, Mode, Profile};
+
+/// Configures a [`Profiler`]. Defaults: 1000 Hz, [`Mode::Cpu`], 256
+/// frames, 32768 distinct stacks, no dumps.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct ProfilerBuilder {
+    config: SamplerConfig,
+    dump: Option<DumpConfig>,
+    dump_signal: Option<i32>,
+}
+
+impl ProfilerBuilder {
+    /// Samples per second per thread (1..=20000).
+    pub fn hz(mut self, hz: u32) -> Self {
+        self.config.hz = hz;
+        self
+    }
+
+    /// Which threads to sample: [`Mode::Cpu`] (running) or [`Mode::Wall`] (all).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
+    /// The most frames kept per stack; deeper stacks are marked truncated.
+    pub fn max_depth(mut self, frames: usize) -> Self {
+        self.config.max_depth = frames;
+        self
+    }
+
+    /// The real-time signal used on Linux, if the default is taken. macOS
+    /// samples without a signal, and starting fails if one is set.
+    pub fn signal(mut self, signal: i32) -> Self {
+        self.config.signal = Some(signal);
+        self
+    }
+
+    /// The most distinct stacks kept (per dump window, and in the total);
+    /// samples of further stacks are counted under a
+    /// `[btprof: stack table full]` frame. Bounds memory when a program
+    /// produces endless distinct stacks.
+    pub fn max_stacks(mut self, stacks: usize) -> Self {
+        self.config.limit = Limit::stacks(stacks);
+        self
+    }
+
+    /// Writes a dump every `interval` (at least 100 ms): the window's
+    /// folded stacks and a JSON metadata sidecar, in [`Self::dump_dir`].
+    pub fn dump_every(mut self, interval: Duration) -> Self {
+        self.dump_config().every = Some(interval);
+        self
+    }
+
+    /// Where dumps go (default `btprof-dumps`); created if missing.
+    pub fn dump_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dump_config().dir = dir.into();
+        self
+    }
+
+    /// Keeps only the newest `windows` dumps (their files), deleting
+    /// older ones this profiler wrote.
+    pub fn keep(mut self, windows: usize) -> Self {
+        self.dump_config().keep = Some(windows);
+        self
+    }
+
+    /// Also writes an SVG flamegraph per dump.
+    pub fn dump_svg(mut self, svg: bool) -> Self {
+        self.dump_config().svg = svg;
+        self
+    }
+
+    /// The dump files' name prefix (default: the program's executable
+    /// name, `btprof` if unknown).
+    pub fn dump_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.dump_config().prefix = prefix.into();
+        self
+    }
+
+    /// Writes a dump whenever this Unix signal arrives (e.g.
+    /// `libc::SIGUSR2`), besides any interval. Off by default; refused if
+    /// the application already handles that signal.
+    pub fn dump_on_signal(mut self, signal: i32) -> Self {
+        self.dump_config();
+        self.dump_signal = Some(signal);
+        self
+    }
+
+    fn dump_config(&mut self) -> &mut DumpConfig {
+        self.dump.get_or_insert_with(DumpConfig::default)
+    }
+
+    /// Starts sampling every other thread of this process (the profiler's
+    /// own threads excepted).
+    pub fn start(self) -> Result<Profiler, Error> {
+        // The caller's full name for its stacks' root (see
+        // `register_current_thread`).
+        super::thread_names::register_current_thread();
+        if let Some(dump) = &self.dump {
+            validate_dump(dump, self.dump_signal)?;
+        }
+        let signal = self.dump_signal.map(DumpSignal::install).transpose()?;
+        let sampler = Arc::new(Sampler::start(self.config)?);
+        let dumper = match self.dump {
+            Some(config) => Some(Dumper::start(sampler.clone(), config, signal.is_some())?),
+            None => None,
+        };
+        Ok(Profiler {
+            sampler,
+            dumper,
+            _signal: signal,
+        })
+    }
+}
+
+fn validate_dump(dump: &DumpConfig, signal: Option<i32>) -> Result<(), Error> {
+    let invalid = |msg: String| Err(Error::Sampler(btprof_sampler::Error::InvalidConfig(msg)));
+    if dump.every.is_none() && signal.is_none() {
+        // dump_dir, keep, dump_svg or dump_prefix alone: nothing would
+        // ever write a dump, which the caller surely did not mean.
+        return invalid(
+            "dump settings (dump_dir, keep, dump_svg, dump_prefix) were given but nothing \
+             triggers a dump: add dump_every or dump_on_signal"
+                .into(),
+        );
+    }
+    if dump.every.is_some_and(|e| e < MIN_INTERVAL) {
+        return invalid(format!(
+            "a dump interval of {:?} is too short; use at least {MIN_INTERVAL:?}",
+            dump.every.unwrap_or_default()
+        ));
+    }
+    if dump.keep == Some(0) {
+        return invalid("keeping 0 dumps would delete every dump; keep at least 1".into());
+    }
+    if dump.prefix.is_empty() || dump.prefix.contains(std::path::is_separator) {
+        return invalid(format!(
+            "dump prefix {:?} must be a non-empty file name",
+            dump.prefix
+        ));
+    }
+    Ok(())
+}
+
+/// A running profiler of the current process. Dropping it stops sampling
+/// and discards the profile; call [`Profiler::stop`] to keep it.
+pub struct Profiler {
+    sampler: Arc<Sampler>,
+    dumper: Option<Dumper>,
+    /// Restores the dump signal's previous disposition on drop, after the
+    /// dump thread is gone.
+    _signal: Option<DumpSignal>,
+}
+
+impl Profiler {
+    /// A builder with the defaults.
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder::default()
+    }
+
+    /// Live counters (ticks, samples, threads) for progress displays.
+    pub fn progress(&self) -> &Progress {
+        self.sampler.progress()
+    }
+
+    /// The profile so far, symbolised, while sampling goes on.
+    pub fn snapshot(&self) -> Result<Profile, Error> {
+        match &self.dumper {
+            Some(dumper) => {
+                let mut state = dumper.lock();
+                // Under the lock, so no window is cut between the two.
+                let current = self.sampler.collect(false)?;
+                state.snapshot(current)
+            }
+            None => {
+                let raw = self.sampler.collect(false)?;
+                let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
+                Ok(Profile::from_raw(&raw, &mut resolver))
+            }
+        }
+    }
+
+    /// Asks for a dump now, besides the interval or signal. Does nothing
+    /// without dumps configured (`dump_every` or `dump_on_signal`).
+    pub fn request_dump(&self) {
+        if let Some(dumper) = &self.dumper {
+            dumper.request();
+        }
+    }
+
+    /// What the dumps did so far (all zero without dumps).
+    pub fn dump_stats(&self) -> DumpStats {
+        self.dumper.as_ref().map(Dumper::stats).unwrap_or_default()
+    }
+
+    /// Stops sampling and symbolises what was collected: the whole run.
+    /// With dumps, the last window is written first.
+    pub fn stop(self) -> Result<Profile, Error> {
+        self.stop_with_dump_stats().map(|(profile, _)| profile)
+    }
+
+    /// [`Profiler::stop`], and what the dumps did, the last one included.
+    pub fn stop_with_dump_stats(mut self) -> Result<(Profile, DumpStats), Error> {
+        let mut dumper = self.dumper.take();
+        if let Some(dumper) = &mut dumper {
+            dumper.stop_thread();
+        }
+        // The dump thread, the only other owner, is joined: this cannot
+        // fail, but an error beats a panic in a library.
+        let sampler = Arc::try_unwrap(self.sampler)
+            .map_err(|_| Error::Sampler(btprof_sampler::Error::AlreadyRunning))?;
+        let last = sampler.stop()?;
+        match dumper {
+            Some(dumper) => {
+                let mut state = dumper.lock();
+                state.dump_window(last);
+                let stats = state.stats().clone();
+                let profile = state.take_total()?.ok_or(Error::EmptyProfile)?;
+                Ok((profile, stats))
+            }
+            None => {
+                let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
+                Ok((
+                    Profile::from_raw(&last, &mut resolver),
+                    DumpStats::default(),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dump settings without a trigger are refused before anything starts
+    /// (validation runs before the sampler, so no sampler is involved).
+    #[test]
+    fn dump_settings_without_a_trigger_are_an_error() {
+        for builder in [
+            Profiler::builder().dump_dir("somewhere"),
+            Profiler::builder().keep(3),
+            Profiler::builder().dump_svg(true),
+        ] {
+            let err = builder.start().err().expect("refused");
+            let text = err.to_string();
+            assert!(
+                text.contains("dump_every") && text.contains("dump_on_signal"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn dumps_are_named_after_the_program() {
+        // The test binary's name, e.g. `btprof-0123abcd`.
+        let prefix = DumpConfig::default().prefix;
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.file_name().unwrap().to_string_lossy();
+        assert_eq!(prefix, exe);
+        assert_ne!(prefix, "btprof");
+    }
+}
