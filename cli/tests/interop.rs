@@ -106,7 +106,10 @@ fn btprof_stdin(args: &[&str], input: &[u8]) -> Run {
         .spawn()
         .expect("run btprof");
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input).unwrap();
+    // A command that fails before reading its input closes the pipe.
+    if let Err(e) = stdin.write_all(input) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     drop(stdin);
     finish(child.wait_with_output().unwrap())
 }
