@@ -746,3 +746,33 @@ fn go_tool_pprof_reads_a_recorded_profile_like_btprof_report() {
     assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
     assert!(raw.contains("thread:["), "{raw}");
 }
+
+#[test]
+fn dump_settings_without_dump_every_are_errors() {
+    for args in [
+        &["--pid-self", "--keep", "3"][..],
+        &["--pid-self", "--dump-dir", "somewhere"],
+        &["--pid-self", "--dump-svg"],
+    ] {
+        let run = btprof(args);
+        assert_eq!(run.code, Some(2), "{args:?}\n{}", run.describe());
+        assert!(run.stderr.contains("--dump-every"), "{}", run.describe());
+        assert!(!Path::new("somewhere").exists());
+    }
+}
+
+#[test]
+fn help_documents_ctrl_c_pprof_stdin_and_lenient() {
+    let help = btprof(&["--help"]).stdout;
+    assert!(help.contains("exits 130"), "{help}");
+    assert!(help.contains("--pprof"), "{help}");
+    for command in ["report", "flamegraph", "diff", "export"] {
+        let help = btprof(&[command, "--help"]).stdout;
+        assert!(help.contains("--lenient"), "{command}: {help}");
+    }
+    let report = btprof(&["report", "--help"]).stdout;
+    assert!(
+        report.contains("standard input") && report.contains("perf script"),
+        "{report}"
+    );
+}
