@@ -157,10 +157,12 @@ impl Dumper {
             poll_signal,
         });
         let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("btprof-dump".into())
-            .spawn(move || run(&thread_shared, &sampler))
-            .map_err(Error::Io)?;
+        // Signals blocked like the sampler's: a host handler must not run
+        // on btprof's threads.
+        let thread = btprof_sampler::spawn_with_signals_blocked("btprof-dump", move || {
+            run(&thread_shared, &sampler)
+        })
+        .map_err(Error::Io)?;
         Ok(Dumper {
             shared,
             thread: Some(thread),

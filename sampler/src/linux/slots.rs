@@ -283,7 +283,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     // SAFETY: we won `Armed -> Writing`, so we are the slot's only writer
     // and the sampler does not read it until we store `Done`.
     let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
-    let walk = walker::walk(Arch::host(), &regs, bounds, &DirectMemory, frames);
+    let walk = walker::walk(Arch::host(), &regs, bounds, &mut DirectMemory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);
