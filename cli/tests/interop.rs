@@ -264,7 +264,13 @@ fn min_width_is_inferno_percent_of_the_width() {
     // leaves it out, 0 keeps it, and a 5 % cut leaves out a 3 % frame.
     let dir = TempDir::new("min_width");
     let file = dir.path("narrow.folded");
-    fs::write(&file, "main;wide 96999\nmain;narrow 1\nmain;three 3000\n").unwrap();
+    // `small` is 0.05 % wide: kept at inferno's 0.01 % default, lost at
+    // the 0.1 btprof used to pass.
+    fs::write(
+        &file,
+        "main;wide 96949\nmain;narrow 1\nmain;small 50\nmain;three 3000\n",
+    )
+    .unwrap();
     let draw = |extra: &[&str]| {
         let out = dir.path("o.svg");
         let mut args = vec!["flamegraph", s(&file), "-o", s(&out)];
@@ -279,6 +285,8 @@ fn min_width_is_inferno_percent_of_the_width() {
     };
     let default = draw(&[]);
     assert!(!default.contains(&"narrow".to_owned()) && default.contains(&"three".to_owned()));
+    assert!(default.contains(&"small".to_owned()), "{default:?}");
+    assert!(!draw(&["--min-width", "0.1"]).contains(&"small".to_owned()));
     assert!(draw(&["--min-width", "0"]).contains(&"narrow".to_owned()));
     assert!(!draw(&["--min-width", "5"]).contains(&"three".to_owned()));
     let help = btprof(&["flamegraph", "--help"]).stdout;
