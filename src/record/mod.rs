@@ -7,6 +7,8 @@ mod dump_signal;
 mod profiler;
 pub mod scope;
 mod symbolize;
+mod thread_names;
 
 pub use dump::DumpStats;
 pub use profiler::{Profiler, ProfilerBuilder};
+pub use thread_names::register_current_thread;
