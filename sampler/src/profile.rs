@@ -44,8 +44,9 @@ pub struct SamplerConfig {
     /// Frames kept per stack, pc included; deeper walks are marked
     /// truncated.
     pub max_depth: usize,
-    /// The Linux profiling signal (a real-time signal); `None` picks
-    /// `default_signal()`. macOS sends no signal and rejects `Some`.
+    /// The Linux profiling signal (`SIGURG`, `SIGWINCH` or a real-time
+    /// signal); `None` picks `default_signal()` (`SIGURG`). macOS sends no
+    /// signal and rejects `Some`.
     pub signal: Option<i32>,
     /// How many distinct stacks (and frames) one window keeps; samples of
     /// new stacks beyond it are counted as overflow, not stored.
@@ -276,6 +277,10 @@ pub enum Error {
     AlreadyRunning,
     /// `stop` was called twice.
     AlreadyStopped,
+    /// `stop` was called in a process forked from the one that started
+    /// the sampler: the sampler thread runs in the parent only. The child
+    /// can start a sampler of its own.
+    ForkedChild,
     /// The profiling signal already has a handler that is not ours.
     SignalInUse(i32),
     /// The sampler thread panicked (a bug; its samples are lost).
@@ -297,9 +302,13 @@ impl fmt::Display for Error {
                 "a btprof profiler is already running in this process; stop it before starting another",
             ),
             Error::AlreadyStopped => f.write_str("the profiler was already stopped"),
+            Error::ForkedChild => f.write_str(
+                "this profiler was started before fork() by the parent process, where it still runs; \
+                 a forked child cannot stop it (start a new profiler in the child instead)",
+            ),
             Error::SignalInUse(sig) => write!(
                 f,
-                "signal {sig} already has a handler installed by someone else; choose another real-time signal"
+                "signal {sig} already has a handler installed by someone else; choose another profiling signal"
             ),
             Error::SamplerPanicked => f.write_str("the sampler thread panicked"),
             Error::Timeout => f.write_str("the sampler thread did not hand over its stacks in time"),

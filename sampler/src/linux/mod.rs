@@ -1,4 +1,4 @@
-//! Linux, own process: a real-time signal per sample.
+//! Linux, own process: a signal per sample (`SIGURG` by default).
 //!
 //! A thread cannot ptrace its own process, and `setitimer(ITIMER_PROF)`
 //! fires at the kernel tick rate (250 Hz on many kernels), so the sampler
@@ -9,6 +9,7 @@
 //! tick and interns them. It never waits for a handler, so a thread that is
 //! slow to take its signal delays only its own sample.
 
+mod checked_memory;
 mod scheduling;
 mod signal;
 mod slots;
@@ -50,10 +51,28 @@ const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// The default profiling signal: high in the real-time range, where
-/// libraries rarely look (glibc reserves the lowest ones).
+/// The default profiling signal: `SIGURG`, because its default action is
+/// to ignore it. A signal still queued for a thread when that thread calls
+/// `execve` survives into the new program, where every handler is back to
+/// its default; for a real-time signal that default is to terminate, so an
+/// `exec` while profiling would kill the new program (it did, 54 times in
+/// 100). `SIGURG` is then dropped instead. It is also a standard signal, so
+/// the kernel never queues more than one instance per thread, whatever
+/// happens, and it is rarely used (TCP out-of-band data, Go's runtime):
+/// btprof refuses it when it already has a handler, and an instance from
+/// elsewhere that reaches our handler is ignored, as it would have been.
 pub fn default_signal() -> i32 {
-    libc::SIGRTMAX() - 3
+    libc::SIGURG
+}
+
+/// Whether `signal` may be the profiling signal: a signal whose default
+/// action is to ignore it and that has no other meaning to the kernel
+/// (`SIGURG`, `SIGWINCH`), or a real-time signal (at the caller's risk on
+/// `exec`, see [`default_signal`]).
+fn usable_signal(signal: i32) -> bool {
+    signal == libc::SIGURG
+        || signal == libc::SIGWINCH
+        || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal)
 }
 
 /// A running sampler of the current process.
@@ -71,9 +90,12 @@ impl Sampler {
     pub fn start(config: SamplerConfig) -> Result<Sampler, Error> {
         config.validate()?;
         let signal = config.signal.unwrap_or_else(default_signal);
-        if !(libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal) {
+        if !usable_signal(signal) {
             return Err(Error::InvalidConfig(format!(
-                "signal {signal} is not a real-time signal ({}..={})",
+                "signal {signal} cannot be the profiling signal: use SIGURG ({}), SIGWINCH ({}) \
+                 or a real-time signal ({}..={})",
+                libc::SIGURG,
+                libc::SIGWINCH,
                 libc::SIGRTMIN(),
                 libc::SIGRTMAX()
             )));
@@ -81,6 +103,9 @@ impl Sampler {
         let claim = Claim::take()?;
         // SAFETY: getpid has no preconditions.
         slots::OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+        // Without a fault-safe read, walks keep only the pc (counted as
+        // unreadable) rather than trust a snapshot of the mappings.
+        checked_memory::probe();
         let mut scratch = Vec::new();
         stack_regions::refresh(&mut scratch);
         let handler = InstalledHandler::install(signal)?;
@@ -94,6 +119,13 @@ impl Sampler {
             handler: Some(handler),
             _claim: claim,
         })
+    }
+
+    /// Whether this sampler was started by the calling process; `false` in
+    /// a child forked while it ran, where it cannot be stopped (the child
+    /// gets [`Error::ForkedChild`] and may start its own).
+    pub fn started_in_this_process(&self) -> bool {
+        !self.thread.forked_away()
     }
 
     /// Live counters, for progress displays.

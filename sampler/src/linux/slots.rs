@@ -17,8 +17,9 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 
-use crate::walker::{self, Arch, DirectMemory, Registers, StackBounds, WalkEnd};
+use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
 
+use super::checked_memory::{CheckedMemory, WINDOW_WORDS};
 use super::stack_regions;
 
 /// Slots in flight at once; more threads than this are sampled on the
@@ -46,6 +47,15 @@ struct FrameBuf(UnsafeCell<[u64; MAX_DEPTH]>);
 // an `Acquire` load of `Done`, which the writer stored with `Release`.
 unsafe impl Sync for FrameBuf {}
 
+/// The copy of the stack a handler walks through ([`CheckedMemory`]),
+/// owned like [`FrameBuf`]: static, so it never sits on the handler's
+/// stack (a thread may have little left).
+struct WindowBuf(UnsafeCell<[u64; WINDOW_WORDS]>);
+
+// SAFETY: as for `FrameBuf`: only the handler that won `Armed -> Writing`
+// touches it, and only until it stores `Done`; the sampler never does.
+unsafe impl Sync for WindowBuf {}
+
 struct Slot {
     state: AtomicU64,
     max_depth: AtomicU32,
@@ -53,6 +63,7 @@ struct Slot {
     end: AtomicU32,
     lr: AtomicU64,
     frames: FrameBuf,
+    window: WindowBuf,
 }
 
 impl Slot {
@@ -64,6 +75,7 @@ impl Slot {
             end: AtomicU32::new(0),
             lr: AtomicU64::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
+            window: WindowBuf(UnsafeCell::new([0; WINDOW_WORDS])),
         }
     }
 }
@@ -79,6 +91,15 @@ pub(crate) static STRAY_SIGNALS: AtomicU64 = AtomicU64::new(0);
 /// Walks that found no mapping around the stack pointer: the region
 /// snapshot is stale and should be refreshed.
 pub(crate) static MISSING_REGIONS: AtomicU64 = AtomicU64::new(0);
+
+/// In a forked child: frees every slot. Only the forking thread exists
+/// there, so a slot a parent's handler was writing will never be finished,
+/// and no sampler runs yet to own any. Async-signal-safe.
+pub(crate) fn reset_after_fork() {
+    for slot in &SLOT_TABLE {
+        slot.state.store(IDLE, Release);
+    }
+}
 
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
@@ -283,7 +304,12 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     // SAFETY: we won `Armed -> Writing`, so we are the slot's only writer
     // and the sampler does not read it until we store `Done`.
     let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
-    let walk = walker::walk(Arch::host(), &regs, bounds, &DirectMemory, frames);
+    // SAFETY: as above, the window is ours until we store `Done`.
+    let window = unsafe { &mut *slot.window.0.get() };
+    // Bounds come from a snapshot, which proves nothing about now; every
+    // read goes through the kernel's fault-safe copy.
+    let memory = CheckedMemory::new(window, regs.sp, bounds.map_or(0, |b| b.high));
+    let walk = walker::walk(Arch::host(), &regs, bounds, &memory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);

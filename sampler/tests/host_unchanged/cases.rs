@@ -1,0 +1,411 @@
+//! The cases, one per way a profiled program could notice btprof.
+
+use std::mem::MaybeUninit;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use btprof_sampler::walker::WalkEnd;
+use btprof_sampler::{default_signal, Error, Mode, RawProfile, Sampler, SamplerConfig};
+
+use crate::watchdog::Case;
+
+pub const ALL: &[Case] = &[
+    Case {
+        name: "exec_while_profiling_never_kills_the_new_program",
+        limit: Duration::from_secs(240),
+        body: exec_while_profiling_never_kills_the_new_program,
+    },
+    Case {
+        name: "forked_child_starts_clean",
+        limit: Duration::from_secs(60),
+        body: forked_child_starts_clean,
+    },
+    Case {
+        name: "stop_leaves_a_handler_installed_later",
+        limit: Duration::from_secs(60),
+        body: stop_leaves_a_handler_installed_later,
+    },
+    Case {
+        name: "stale_mapping_under_a_coroutine_stack_never_faults",
+        limit: Duration::from_secs(60),
+        body: stale_mapping_under_a_coroutine_stack_never_faults,
+    },
+    Case {
+        name: "small_stacks_survive_sampling",
+        limit: Duration::from_secs(60),
+        body: small_stacks_survive_sampling,
+    },
+];
+
+/// Roles this binary plays as a grandchild of the runner.
+pub fn run_role(args: &[String]) {
+    match args.first().map(String::as_str) {
+        Some("exec-trial") => exec_trial(args.get(1).and_then(|s| s.parse().ok())),
+        other => panic!("unknown role {other:?}"),
+    }
+}
+
+fn config(hz: u32, mode: Mode) -> SamplerConfig {
+    SamplerConfig {
+        hz,
+        mode,
+        ..SamplerConfig::default()
+    }
+}
+
+/// Burns CPU until `stop` is set.
+#[inline(never)]
+fn spin_until(stop: &AtomicBool) -> u64 {
+    let mut x = 1u64;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+/// Burns `cpu` of this thread's own CPU time (not wall time: the machine
+/// may be busy).
+#[inline(never)]
+fn spin_cpu(cpu: Duration) -> u64 {
+    let end = thread_cpu() + cpu;
+    let mut x = 1u64;
+    while thread_cpu() < end {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+pub fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The handler address of `signal`'s current action.
+fn disposition(signal: libc::c_int) -> usize {
+    let mut old = MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: querying into a valid out-pointer.
+    assert_eq!(
+        unsafe { libc::sigaction(signal, std::ptr::null(), old.as_mut_ptr()) },
+        0
+    );
+    // SAFETY: filled in by sigaction.
+    unsafe { old.assume_init() }.sa_sigaction
+}
+
+fn samples(raw: &RawProfile) -> u64 {
+    raw.table.iter().map(|(_, c)| c).sum()
+}
+
+// ---------------------------------------------------------------- exec
+
+/// Trials in total, and how many run at once.
+const EXEC_TRIALS: usize = 1000;
+const EXEC_PARALLEL: usize = 4;
+
+/// Item 2 of issue 10: a signal still queued for a thread that calls
+/// `execve` survives into the new program, whose default action for a
+/// real-time signal is to terminate. 1000 processes start the profiler
+/// in wall mode at 5 kHz (every thread signalled every 0.2 ms, so nearly
+/// every exec has a signal in flight), work, and exec `/bin/true`: none
+/// may die.
+fn exec_while_profiling_never_kills_the_new_program() {
+    let died = run_exec_trials(None, EXEC_TRIALS);
+    println!(
+        "measured: exec while profiling with the default signal: {died} of {EXEC_TRIALS} new programs died"
+    );
+    assert_eq!(died, 0, "{died} of {EXEC_TRIALS} exec'd programs died");
+}
+
+/// Runs `trials` exec trials with `signal` (the default if `None`) and
+/// returns how many of the exec'd programs died by a signal.
+pub fn run_exec_trials(signal: Option<i32>, trials: usize) -> usize {
+    let exe = std::env::current_exe().unwrap();
+    let mut died = 0;
+    let mut other = Vec::new();
+    let mut started = 0;
+    let mut running = Vec::new();
+    while started < trials || !running.is_empty() {
+        while started < trials && running.len() < EXEC_PARALLEL {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--role", "exec-trial"]);
+            if let Some(s) = signal {
+                cmd.arg(s.to_string());
+            }
+            running.push(cmd.spawn().expect("start a trial"));
+            started += 1;
+        }
+        let child = running.remove(0);
+        let status = child.wait_with_output().expect("wait for a trial").status;
+        if status.signal().is_some() {
+            died += 1;
+        } else if !status.success() {
+            other.push(status);
+        }
+    }
+    assert!(other.is_empty(), "trials failed otherwise: {other:?}");
+    died
+}
+
+/// One trial: profile this process (three busy threads and this one),
+/// work 5 ms of CPU, then replace the process with `/bin/true`.
+fn exec_trial(signal: Option<i32>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    for _ in 0..3 {
+        let stop = stop.clone();
+        thread::spawn(move || spin_until(&stop));
+    }
+    let sampler = Sampler::start(SamplerConfig {
+        signal,
+        ..config(5000, Mode::Wall)
+    })
+    .expect("start");
+    spin_cpu(Duration::from_millis(5));
+    std::mem::forget(sampler);
+    let err = Command::new("/bin/true").exec();
+    panic!("exec failed: {err}");
+}
+
+// ---------------------------------------------------------------- fork
+
+/// Item 10: a child forked while a profiler runs gets back the handler it
+/// had before btprof, can start (and stop) a profiler of its own, and
+/// stopping the parent's profiler from the child returns an error at once
+/// instead of waiting forever for a thread that only the parent has.
+fn forked_child_starts_clean() {
+    let signal = default_signal();
+    let before = disposition(signal);
+    assert_eq!(before, libc::SIG_DFL, "the test expects a fresh process");
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let stop = stop.clone();
+        thread::spawn(move || spin_until(&stop))
+    };
+    let parents = Sampler::start(config(1000, Mode::Cpu)).expect("start in the parent");
+    spin_cpu(Duration::from_millis(30));
+    assert_ne!(disposition(signal), before, "btprof's handler is installed");
+
+    // SAFETY: the child calls only what a forked child of a glibc process
+    // may (glibc resets malloc in the child), and ends with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fork_child(signal, before, parents)
+        }))
+        .map_or(2, |()| 0);
+        // SAFETY: ends the child without running the parent's atexit
+        // handlers or unwinding into the test runner.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child failed (wait status {status:#x}); see its stderr above"
+    );
+    // The parent's profiler is unaffected by the child.
+    stop.store(true, Ordering::Relaxed);
+    busy.join().unwrap();
+}
+
+fn fork_child(signal: libc::c_int, before: usize, parents: Sampler) {
+    assert_eq!(
+        disposition(signal),
+        before,
+        "the forked child must get back the handler it had before btprof"
+    );
+    let own = Sampler::start(config(1000, Mode::Cpu))
+        .expect("a forked child can start a profiler of its own");
+    spin_cpu(Duration::from_millis(100));
+    let raw = own.stop().expect("the child's own profiler stops");
+    assert!(samples(&raw) > 10, "the child's profiler sampled it");
+    assert_eq!(disposition(signal), before, "stop restored the child's");
+    let started = Instant::now();
+    match parents.stop() {
+        Err(Error::ForkedChild) => {}
+        other => panic!("stopping the parent's profiler in the child: {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(1));
+    eprintln!("child: clean after fork");
+}
+
+// -------------------------------------------------------- signal owner
+
+static THEIR_SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn their_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    THEIR_SIGNALS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Item 9: the application installs a handler for the profiling signal
+/// while btprof runs. `stop` must leave it in place (it replaces only its
+/// own handler), and it must still work afterwards.
+fn stop_leaves_a_handler_installed_later() {
+    let signal = default_signal();
+    assert_eq!(disposition(signal), libc::SIG_DFL);
+    let sampler = Sampler::start(config(1000, Mode::Wall)).expect("start");
+    thread::sleep(Duration::from_millis(30));
+    // SAFETY: installing a valid SA_SIGINFO handler.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = their_handler as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        assert_eq!(libc::sigaction(signal, &action, std::ptr::null_mut()), 0);
+    }
+    thread::sleep(Duration::from_millis(30));
+    let _ = sampler.stop().expect("stop");
+    assert_eq!(
+        disposition(signal),
+        their_handler as *const () as usize,
+        "stop removed a handler the application installed after start"
+    );
+    let before = THEIR_SIGNALS.load(Ordering::Relaxed);
+    // SAFETY: raising a signal that has a handler.
+    unsafe { libc::raise(signal) };
+    assert_eq!(THEIR_SIGNALS.load(Ordering::Relaxed), before + 1);
+}
+
+// ----------------------------------------------------- stale mapping
+
+/// Item 6: a coroutine runtime maps a stack, the profiler starts (and
+/// snapshots the mappings), the runtime unmaps it and maps a smaller one
+/// at the same address, and runs there with a frame pointer into the part
+/// that is gone. The snapshot still says that part is stack; a walk that
+/// trusts it faults inside the signal handler. The process must survive
+/// and the samples must end their walks as unreadable.
+#[cfg(target_arch = "x86_64")]
+fn stale_mapping_under_a_coroutine_stack_never_faults() {
+    const BIG: usize = 1 << 20;
+    const SMALL: usize = 64 << 10;
+    let go = Arc::new(AtomicBool::new(false));
+    let base = Arc::new(AtomicU64::new(0));
+    let worker = {
+        let (go, base) = (go.clone(), base.clone());
+        thread::Builder::new()
+            .name("coroutine".into())
+            .spawn(move || {
+                while !go.load(Ordering::Acquire) {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                let base = base.load(Ordering::Acquire);
+                let sp = base + SMALL as u64 / 2;
+                let bad_fp = base + BIG as u64 / 2;
+                let end = thread_cpu() + Duration::from_millis(300);
+                while thread_cpu() < end {
+                    // SAFETY: switches to the coroutine stack (mapped,
+                    // SMALL bytes) for a loop that touches no memory, with
+                    // rbp pointing into the unmapped part, then puts rsp
+                    // and rbp back.
+                    unsafe { run_on_stack_with_fp(sp, bad_fp, 2_000_000) };
+                }
+            })
+            .unwrap()
+    };
+    // SAFETY: an anonymous private mapping anywhere.
+    let big = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            BIG,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(big, libc::MAP_FAILED);
+    let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start");
+    // Let the sampler list every thread and publish its snapshot.
+    thread::sleep(Duration::from_millis(50));
+    // SAFETY: unmapping our own mapping, then mapping a smaller one at the
+    // same address, where nothing else lives.
+    unsafe {
+        assert_eq!(libc::munmap(big, BIG), 0);
+        let small = libc::mmap(
+            big,
+            SMALL,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        );
+        assert_eq!(small, big, "remap at the same address");
+    }
+    base.store(big as u64, Ordering::Release);
+    go.store(true, Ordering::Release);
+    worker.join().unwrap();
+    let raw = sampler.stop().expect("stop");
+    let coroutine: Vec<u32> = raw
+        .threads
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.name == "coroutine")
+        .map(|(i, _)| i as u32)
+        .collect();
+    let on_coroutine: Vec<_> = raw
+        .table
+        .iter()
+        .filter(|(k, _)| coroutine.contains(&k.thread) && k.frames.len() == 1)
+        .collect();
+    let unreadable: u64 = on_coroutine
+        .iter()
+        .filter(|(k, _)| k.end == WalkEnd::Unreadable)
+        .map(|(_, c)| c)
+        .sum();
+    println!(
+        "measured: {unreadable} samples on the coroutine stack ended unreadable, none faulted"
+    );
+    assert!(
+        unreadable > 10,
+        "expected samples on the coroutine stack ending unreadable, got {on_coroutine:?}"
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+pub unsafe fn run_on_stack_with_fp(sp: u64, fp: u64, iterations: u64) {
+    // SAFETY: the caller provides a mapped stack; the loop touches no
+    // memory; rsp and rbp are restored before the block ends.
+    unsafe {
+        std::arch::asm!(
+            "mov {saved}, rsp",
+            "mov rsp, {sp}",
+            "push rbp",
+            "mov rbp, {fp}",
+            "2:",
+            "dec {n}",
+            "jnz 2b",
+            "pop rbp",
+            "mov rsp, {saved}",
+            saved = out(reg) _,
+            sp = in(reg) sp,
+            fp = in(reg) fp,
+            n = inout(reg) iterations => _,
+        );
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn stale_mapping_under_a_coroutine_stack_never_faults() {
+    println!("measured: skipped: the coroutine stack switch is written for x86_64 only");
+}
+
+// ------------------------------------------------------- small stacks
+
+fn small_stacks_survive_sampling() {
+    crate::small_stack::run();
+}
