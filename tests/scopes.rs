@@ -48,7 +48,10 @@ fn nested_and_joined_scopes_never_hang() {
         assert!(outer.is_active(), "the outer scope profiles");
 
         // Same thread.
-        let inner = ScopeBuilder::new("inner_same_thread").dir(&dir).always().start();
+        let inner = ScopeBuilder::new("inner_same_thread")
+            .dir(&dir)
+            .always()
+            .start();
         assert!(!inner.is_active(), "a nested scope runs unprofiled");
         assert_eq!(inner.finish().unwrap(), None);
 
@@ -56,16 +59,26 @@ fn nested_and_joined_scopes_never_hang() {
         // issue 10 item 8.
         let dir2 = dir.clone();
         let joined = thread::spawn(move || {
-            let scope = ScopeBuilder::new("inner_thread").dir(&dir2).always().start();
+            let scope = ScopeBuilder::new("inner_thread")
+                .dir(&dir2)
+                .always()
+                .start();
             let active = scope.is_active();
             let files = scope.finish().unwrap();
             (active, files)
         })
         .join()
         .unwrap();
-        assert_eq!(joined, (false, None), "the joined thread's scope runs unprofiled");
+        assert_eq!(
+            joined,
+            (false, None),
+            "the joined thread's scope runs unprofiled"
+        );
 
-        let files = outer.finish().unwrap().expect("the outer scope wrote files");
+        let files = outer
+            .finish()
+            .unwrap()
+            .expect("the outer scope wrote files");
         assert!(files.folded.exists());
         assert!(!dir.join("inner_thread.folded").exists());
 

@@ -127,7 +127,10 @@ fn exec_while_profiling_never_kills_the_new_program() {
     let rt = libc::SIGRTMAX() - 3;
     let rt_died = run_exec_trials(Some(rt), 200);
     println!("measured: exec while profiling with real-time signal {rt}: {rt_died} of 200 new programs died");
-    assert!(rt_died > 0, "the trial no longer catches a signal queued across exec");
+    assert!(
+        rt_died > 0,
+        "the trial no longer catches a signal queued across exec"
+    );
     let died = run_exec_trials(None, EXEC_TRIALS);
     println!(
         "measured: exec while profiling with the default signal: {died} of {EXEC_TRIALS} new programs died"
