@@ -28,6 +28,7 @@ pub mod render;
 pub mod run_info;
 pub mod scope;
 mod symbolize;
+mod walk_ends;
 
 pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo, DEFAULT_MAX_STACKS};
 pub use diff::{DiffOptions, DiffReport};

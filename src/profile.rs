@@ -10,7 +10,8 @@ use btprof_symbols::Resolver;
 use crate::flamegraph::{write_flamegraph, FlamegraphOptions};
 use crate::folded::{fold_lines, write_folded, FoldOptions, TABLE_FULL_FRAME};
 use crate::run_info::RunInfo;
-use crate::symbolize::resolve_stack;
+use crate::symbolize::{outermost_symbol, resolve_stack};
+use crate::walk_ends;
 use crate::{Error, Stats};
 
 /// One distinct named stack and how often it was sampled.
@@ -45,8 +46,10 @@ impl Profile {
         for (key, count) in raw.table.iter() {
             resolve_stack(raw.arch, &key, resolver, &mut frames);
             frames.reverse();
+            let truncated =
+                walk_ends::is_truncated(key.end, &frames, &outermost_symbol(&key, resolver));
             *merged
-                .entry((key.thread, key.end.is_truncated(), frames.clone()))
+                .entry((key.thread, truncated, frames.clone()))
                 .or_default() += count;
         }
         let table_full: Arc<str> = Arc::from(TABLE_FULL_FRAME);
@@ -113,10 +116,25 @@ impl Profile {
             .sum()
     }
 
+    /// Samples whose walk stopped short of the thread's entry (`main`, a
+    /// thread start or the chain's terminator in the C library). Unlike
+    /// [`Stats::truncated`], which counts how the raw walks ended, this
+    /// leaves out the expected ends (the main thread's chain always breaks
+    /// in the C start code after `main`).
+    pub fn truncated_samples(&self) -> u64 {
+        self.stacks
+            .iter()
+            .filter(|s| s.truncated)
+            .map(|s| s.count)
+            .sum()
+    }
+
     /// How, where and when the profile was taken, for the JSON sidecar and
     /// the flamegraph subtitle.
     pub fn run_info(&self) -> RunInfo {
-        RunInfo::of_this_process(&self.stats, self.overflow_samples())
+        let mut info = RunInfo::of_this_process(&self.stats, self.overflow_samples());
+        info.truncated_walks = self.truncated_samples();
+        info
     }
 
     /// Whether nothing was sampled.

@@ -42,6 +42,20 @@ pub(crate) fn resolve_stack(
     }
 }
 
+/// The symbol of a raw stack's outermost frame (its last return address,
+/// or the pc of a one-frame stack), from the resolver's cache.
+pub(crate) fn outermost_symbol(key: &StackKey<'_>, resolver: &mut Resolver) -> Symbol {
+    match key.frames {
+        [] => Symbol {
+            name: "[empty]".into(),
+            function_start: None,
+            module: None,
+        },
+        [pc] => resolver.resolve(*pc),
+        [.., ret] => resolver.resolve(ret.wrapping_sub(1)),
+    }
+}
+
 /// Whether the link register names a caller the frame chain does not have.
 ///
 /// It does not when it equals the first saved return address (the leaf

@@ -355,12 +355,13 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
 /// fix it rather than draw a misleading flamegraph.
 fn warn_if_truncated(profile: &Profile) {
     let s = profile.stats();
-    if s.samples >= 10 && s.truncated() * 2 > s.samples {
+    let truncated = profile.truncated_samples();
+    if s.samples >= 10 && truncated * 2 > s.samples {
         eprintln!(
             "btprof: warning: {} of {} stacks were truncated: the profiled code probably lacks frame pointers. \
              Build it with RUSTFLAGS=\"-C force-frame-pointers=yes\" (or [build] rustflags in .cargo/config.toml); \
              for C and C++, -fno-omit-frame-pointer",
-            s.truncated(),
+            truncated,
             s.samples
         );
     }
@@ -378,8 +379,10 @@ fn print_summary(profile: &Profile) {
         s.missed_ticks,
     );
     println!(
-        "truncated walks: {}, failed samples: {}, skipped samples: {}, sampler CPU: {:.1} ms",
-        s.truncated(),
+        "truncated walks: {} of {} (stopped short of the thread's entry; the main thread's expected \
+         end in the C start code is not counted), failed samples: {}, skipped samples: {}, sampler CPU: {:.1} ms",
+        profile.truncated_samples(),
+        s.samples,
         s.failed_samples,
         s.skipped_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,

@@ -220,7 +220,11 @@ impl SamplerStats {
         self.stray_signals += later.stray_signals;
     }
 
-    /// Recorded stacks whose walk did not reach the end of the chain.
+    /// Recorded stacks whose raw walk did not reach the end of the frame
+    /// chain. Raw: whether a walk reached its thread's entry needs symbols
+    /// (the main thread's chain always breaks in the C start code after
+    /// `main`, and a zero frame pointer may sit halfway up the stack), so
+    /// the profile the root crate builds decides that per stack.
     pub fn truncated(&self) -> u64 {
         WalkEnd::ALL
             .iter()

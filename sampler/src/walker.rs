@@ -117,7 +117,10 @@ impl StackMemory for DirectMemory {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum WalkEnd {
-    /// The chain ended normally: a zero frame pointer or return address.
+    /// The chain ended: a zero frame pointer or return address, which the
+    /// ABIs use to mark the outermost frame. Whether that frame really is
+    /// the thread's entry (and not code without frame pointers that left 0
+    /// in the register) is decided once symbols are known.
     Complete = 0,
     /// The output buffer (the depth cap) was full.
     DepthCap = 1,
