@@ -51,6 +51,12 @@ pub struct SamplerConfig {
     /// How many distinct stacks (and frames) one window keeps; samples of
     /// new stacks beyond it are counted as overflow, not stored.
     pub limit: Limit,
+    /// Walk frame pointers only, without call frame information. By
+    /// default (`false`) Linux recovers callers through code built without
+    /// frame pointers (the C library, distribution libraries) from its
+    /// `.eh_frame`; this turns that off, for comparison. macOS always
+    /// walks frame pointers only.
+    pub frame_pointers_only: bool,
 }
 
 /// Distinct stacks a window keeps by default: far more than a real
@@ -66,6 +72,7 @@ impl Default for SamplerConfig {
             max_depth: 256,
             signal: None,
             limit: Limit::stacks(DEFAULT_MAX_STACKS),
+            frame_pointers_only: false,
         }
     }
 }
@@ -143,6 +150,14 @@ pub struct SamplerStats {
     pub sampler_cpu: Duration,
     /// Profiling signals that arrived with nothing to fill (late ones).
     pub stray_signals: u64,
+    /// Callers (frames past the leaf) recovered from call frame
+    /// information (`.eh_frame`) where following the frame pointer would
+    /// have lost or skipped them: a large share means the profiled code
+    /// lacks frame pointers.
+    pub cfi_frames: u64,
+    /// Callers found by following frame pointers (or where CFI agreed with
+    /// the frame pointer).
+    pub frame_pointer_frames: u64,
 }
 
 impl SamplerStats {
@@ -163,6 +178,8 @@ impl SamplerStats {
             threads_seen: 0,
             sampler_cpu: Duration::ZERO,
             stray_signals: 0,
+            cfi_frames: 0,
+            frame_pointer_frames: 0,
         }
     }
 
@@ -199,6 +216,10 @@ impl SamplerStats {
             threads_seen: self.threads_seen,
             sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
             stray_signals: self.stray_signals.saturating_sub(earlier.stray_signals),
+            cfi_frames: self.cfi_frames.saturating_sub(earlier.cfi_frames),
+            frame_pointer_frames: self
+                .frame_pointer_frames
+                .saturating_sub(earlier.frame_pointer_frames),
         }
     }
 
@@ -218,6 +239,8 @@ impl SamplerStats {
         self.threads_seen = self.threads_seen.max(later.threads_seen);
         self.sampler_cpu += later.sampler_cpu;
         self.stray_signals += later.stray_signals;
+        self.cfi_frames += later.cfi_frames;
+        self.frame_pointer_frames += later.frame_pointer_frames;
     }
 
     /// Recorded stacks whose raw walk did not reach the end of the frame

@@ -53,6 +53,19 @@ pub(crate) fn probe() -> bool {
     works
 }
 
+/// Copies `[addr, addr + 8 * out.len())` of this process into `out` with
+/// the fault-safe read; returns the words copied (a prefix up to the first
+/// unreadable page; 0 where `process_vm_readv` is refused). For the
+/// handler's stack copy ([`super::unwind::stack_copy`]). Async-signal-safe.
+pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
+    if !AVAILABLE.load(Relaxed) || out.is_empty() {
+        return 0;
+    }
+    // SAFETY: `out` is valid for writes of its own length in bytes.
+    let bytes = unsafe { read_self(addr, out.as_mut_ptr(), 8 * out.len()) };
+    bytes / 8
+}
+
 /// Copies up to `bytes` bytes at `addr` of this process into `out`, with
 /// `process_vm_readv`. Returns how many bytes were copied: a prefix up to
 /// the first unreadable page, 0 if none (or on any error).

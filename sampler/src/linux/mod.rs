@@ -15,6 +15,7 @@ mod signal;
 mod slots;
 mod stack_regions;
 mod threads;
+mod unwind;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -35,6 +36,7 @@ pub use slots::MAX_DEPTH;
 
 use signal::{InstalledHandler, SignalSender};
 use slots::{Poll, SlotOwner, SLOTS};
+use unwind::CfiWalker;
 
 /// A slot not taken by its thread within this time is cancelled and the
 /// sample counted as failed (the thread has the signal blocked, or is
@@ -106,6 +108,7 @@ impl Sampler {
         // Without a fault-safe read, walks keep only the pc (counted as
         // unreadable) rather than trust a snapshot of the mappings.
         checked_memory::probe();
+        unwind::stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
         let mut scratch = Vec::new();
         stack_regions::refresh(&mut scratch);
         let handler = InstalledHandler::install(signal)?;
@@ -220,6 +223,9 @@ struct SamplerLoop {
     /// When the thread list was last read.
     listed_at: Option<Instant>,
     idle_slack_ns: u64,
+    /// CFI unwinding of the handlers' stack copies; `None` with
+    /// `frame_pointers_only`.
+    cfi: Option<CfiWalker>,
 }
 
 impl SamplerLoop {
@@ -231,6 +237,7 @@ impl SamplerLoop {
     ) -> Result<Self, Error> {
         let idle_slack_ns = IDLE_SLACK_NS.min(TickSchedule::period_for_hz(config.hz) / 2);
         let stats = SamplerStats::new(&config);
+        let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
         Ok(SamplerLoop {
             window: Window::new(&stats),
             requests,
@@ -255,6 +262,7 @@ impl SamplerLoop {
             tick: 0,
             listed_at: None,
             idle_slack_ns,
+            cfi,
         })
     }
 
@@ -447,23 +455,28 @@ impl SamplerLoop {
     /// Interns finished walks and cancels samples that waited too long;
     /// with `cancel_all`, every sample whose handler has not started.
     fn collect(&mut self, cancel_all: bool) {
+        if let Some(cfi) = self.cfi.as_mut() {
+            cfi.refresh_modules();
+        }
         for slot in 0..SLOTS {
             let Some(slot_use) = self.slot_uses[slot] else {
                 continue;
             };
             let (table, stats) = (&mut self.table, &mut self.stats);
+            let (cfi, max_depth) = (&mut self.cfi, self.config.max_depth);
             let finished = match self.slots.poll(slot, |walk| {
+                let (frames, end) = unwind::finish(cfi.as_mut(), &walk, max_depth, stats);
                 table.add(
                     StackKey {
                         thread: slot_use.key,
-                        frames: walk.frames,
+                        frames,
                         lr: walk.lr,
-                        end: walk.end,
+                        end,
                     },
                     1,
                 );
                 stats.samples += 1;
-                stats.walk_ends[walk.end as usize] += 1;
+                stats.walk_ends[end as usize] += 1;
             }) {
                 Poll::Collected => true,
                 Poll::Busy => false,

@@ -19,8 +19,9 @@ use core::sync::atomic::{
 
 use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
 
-use super::checked_memory::{CheckedMemory, WINDOW_WORDS};
+use super::checked_memory::WINDOW_WORDS;
 use super::stack_regions;
+use super::unwind::stack_copy::{CopiedStack, StackCopy};
 
 /// Slots in flight at once; more threads than this are sampled on the
 /// following ticks (and counted as skipped on this one).
@@ -64,6 +65,8 @@ struct Slot {
     lr: AtomicU64,
     frames: FrameBuf,
     window: WindowBuf,
+    /// Registers and stack top for CFI unwinding in the sampler thread.
+    copy: StackCopy,
 }
 
 impl Slot {
@@ -76,6 +79,7 @@ impl Slot {
             lr: AtomicU64::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
             window: WindowBuf(UnsafeCell::new([0; WINDOW_WORDS])),
+            copy: StackCopy::new(),
         }
     }
 }
@@ -120,6 +124,8 @@ pub(crate) struct Collected<'a> {
     pub frames: &'a [u64],
     pub lr: u64,
     pub end: WalkEnd,
+    /// The handler's registers and stack copy, for CFI unwinding.
+    pub copy: Option<CopiedStack<'a>>,
 }
 
 /// The sampler side of the slots. Only the sampler thread holds one, and it
@@ -219,13 +225,16 @@ impl SlotOwner {
         self.scratch.extend_from_slice(frames);
         let lr = s.lr.load(Relaxed);
         let end = WalkEnd::from_u8(s.end.load(Relaxed) as u8);
-        s.state.store(IDLE, Relaxed);
         self.armed[slot] = None;
         collect(Collected {
             frames: &self.scratch,
             lr,
             end,
+            // SAFETY: the slot stays `Done` until the store below, so no
+            // handler writes the copy while `collect` reads it.
+            copy: unsafe { s.copy.view() },
         });
+        s.state.store(IDLE, Release);
         Poll::Collected
     }
 
@@ -307,8 +316,13 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     // SAFETY: as above, the window is ours until we store `Done`.
     let window = unsafe { &mut *slot.window.0.get() };
     // Bounds come from a snapshot, which proves nothing about now; every
-    // read goes through the kernel's fault-safe copy.
-    let memory = CheckedMemory::new(window, regs.sp, bounds.map_or(0, |b| b.high));
+    // read goes through the kernel's fault-safe copy. The copy of the stack
+    // top it starts with is kept for CFI unwinding in the sampler thread.
+    // SAFETY: we won `Armed -> Writing`: the slot's copy is ours too.
+    let memory = unsafe {
+        slot.copy
+            .capture(&regs, bounds.map_or(0, |b| b.high), window)
+    };
     let walk = walker::walk(Arch::host(), &regs, bounds, &memory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
