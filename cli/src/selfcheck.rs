@@ -5,7 +5,7 @@ use std::fmt;
 
 use btprof::Profile;
 
-use crate::workload::{Truth, FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
+use crate::workload::{Truth, FUNCTIONS, INCLUSIVE_FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
 
 /// When the self-check fails.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,7 +36,9 @@ impl Default for Thresholds {
 pub struct FunctionShare {
     /// The function's name in the workload.
     pub name: &'static str,
-    /// Fraction of worker samples with this function as the leaf.
+    /// Fraction of worker samples with this function as the leaf (for
+    /// `sort_in_libc`, anywhere in the stack: its leaves are in the C
+    /// library).
     pub measured: f64,
     /// Fraction of worker CPU time measured inside the function.
     pub truth: f64,
@@ -98,6 +100,16 @@ impl SelfCheck {
             let leaf = stack.frames.last().map_or("", |f| f);
             if let Some(f) = FUNCTIONS.iter().position(|f| is_workload_fn(leaf, f)) {
                 leaf_counts[f] += stack.count;
+            }
+            // A function whose time goes to the C library counts where the
+            // walk found it among the callers (which needs CFI).
+            for (f, name) in FUNCTIONS.iter().enumerate() {
+                if INCLUSIVE_FUNCTIONS.contains(name)
+                    && !is_workload_fn(leaf, name)
+                    && stack.frames.iter().any(|frame| is_workload_fn(frame, name))
+                {
+                    leaf_counts[f] += stack.count;
+                }
             }
             if !stack.truncated && stack.frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
                 complete += stack.count;
@@ -243,7 +255,7 @@ mod tests {
     /// A 1 s profile of both workers whose leaves are split as `leaves`
     /// (samples per function, `FUNCTIONS` order), all under the thread root
     /// unless `truncated`.
-    fn profile(leaves: [u64; 5], truncated: bool) -> Profile {
+    fn profile(leaves: [u64; 6], truncated: bool) -> Profile {
         let mut stacks = Vec::new();
         for (i, &count) in leaves.iter().enumerate() {
             let mut frames: Vec<std::sync::Arc<str>> =
@@ -257,8 +269,13 @@ mod tests {
             if i != 2 && i != 3 {
                 frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]).into());
             }
+            if FUNCTIONS[i] == "sort_in_libc" {
+                // Its samples' leaves are in the C library.
+                frames.push("msort_with_tmp".into());
+                frames.push("btprof_cli::workload::compare_u64".into());
+            }
             stacks.push(Stack {
-                thread: format!("{THREAD_PREFIX}{}", usize::from(i >= 2)).into(),
+                thread: format!("{THREAD_PREFIX}{}", usize::from((2..5).contains(&i))).into(),
                 frames,
                 truncated,
                 count,
@@ -271,13 +288,13 @@ mod tests {
 
     /// Timings with exactly the split of the faithful profile below.
     fn truth() -> Truth {
-        Truth::from_ns([400, 600, 100, 100, 800], 2000)
+        Truth::from_ns([400, 500, 100, 100, 800, 100], 2000)
     }
 
     #[test]
     fn a_faithful_profile_passes() {
         let check = SelfCheck::evaluate(
-            &profile([400, 600, 100, 100, 800], false),
+            &profile([400, 500, 100, 100, 800, 100], false),
             &truth(),
             Thresholds::default(),
         );
@@ -291,7 +308,7 @@ mod tests {
     fn a_share_off_by_more_than_the_threshold_fails() {
         // alpha sampled 5 points too often, beta 5 too rarely.
         let check = SelfCheck::evaluate(
-            &profile([500, 500, 100, 100, 800], false),
+            &profile([500, 400, 100, 100, 800, 100], false),
             &truth(),
             Thresholds::default(),
         );
@@ -303,7 +320,7 @@ mod tests {
     #[test]
     fn truncated_stacks_and_a_low_rate_fail() {
         let check = SelfCheck::evaluate(
-            &profile([400, 600, 100, 100, 800], true),
+            &profile([400, 500, 100, 100, 800, 100], true),
             &truth(),
             Thresholds::default(),
         );
@@ -312,16 +329,42 @@ mod tests {
             .iter()
             .any(|f| f.contains("reach worker_main")));
         let slow = SelfCheck::evaluate(
-            &profile([200, 300, 50, 50, 400], false),
+            &profile([200, 250, 50, 50, 400, 50], false),
             &truth(),
             Thresholds::default(),
         );
         assert!(slow.failures().iter().any(|f| f.starts_with("rate 500.0")));
     }
 
+    /// What a frame-pointer-only walk makes of `sort_in_libc`: its samples
+    /// keep the C library frames and lose every caller.
+    #[test]
+    fn a_libc_leaf_without_its_callers_fails() {
+        let mut profile = profile([400, 500, 100, 100, 800, 0], false);
+        let mut stacks: Vec<Stack> = profile.stacks().to_vec();
+        stacks.push(Stack {
+            thread: format!("{THREAD_PREFIX}0").into(),
+            frames: vec![
+                "msort_with_tmp".into(),
+                "btprof_cli::workload::compare_u64".into(),
+            ],
+            truncated: true,
+            count: 100,
+        });
+        profile = Profile::from_stacks(stacks, Vec::new(), profile.stats().clone());
+        let check = SelfCheck::evaluate(&profile, &truth(), Thresholds::default());
+        let failures = check.failures();
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.starts_with("sort_in_libc measured 0.00% but ran 5.00%")),
+            "{failures:?}"
+        );
+    }
+
     #[test]
     fn no_worker_samples_fails_plainly() {
-        let check = SelfCheck::evaluate(&profile([0; 5], false), &truth(), Thresholds::default());
+        let check = SelfCheck::evaluate(&profile([0; 6], false), &truth(), Thresholds::default());
         assert_eq!(check.failures(), vec!["no samples of the workload threads"]);
     }
 
