@@ -238,10 +238,8 @@ mod tests {
         // Unmap page 2 onwards (the bounds still claim it, as a stale
         // snapshot would): the walk ends unreadable at the record there.
         // SAFETY: our own mapping.
-        assert_eq!(
-            unsafe { libc::munmap((base + 2 * PAGE as u64) as *mut _, 2 * PAGE) },
-            0
-        );
+        let rc = unsafe { libc::munmap((base + 2 * PAGE as u64) as *mut _, 2 * PAGE) };
+        assert_eq!(rc, 0);
         let memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
         let w = walk(Arch::X86_64, &regs, Some(bounds), &memory, &mut out);
         assert_eq!(&out[..w.depth], &[0x99, 0x111, 0x222]);
