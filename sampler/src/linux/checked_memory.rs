@@ -36,14 +36,14 @@ use crate::walker::StackMemory;
 /// walks (measured: the self-check's deepest workload stack uses about
 /// 1.5 KiB), and 64 slots of it cost 256 KiB of memory, touched only as
 /// slots are used.
-pub(crate) const WINDOW_WORDS: usize = 512;
+pub const WINDOW_WORDS: usize = 512;
 
 /// Whether `process_vm_readv` works on our own pid here.
 static AVAILABLE: AtomicBool = AtomicBool::new(false);
 
 /// Checks once (at sampler start, outside any handler) that
 /// `process_vm_readv` can read this process; returns whether it can.
-pub(crate) fn probe() -> bool {
+pub fn probe() -> bool {
     let word = [0x5a5a_5a5a_5a5a_5a5au64; 1];
     let mut out = [0u64; 1];
     // SAFETY: both buffers are valid for 8 bytes.
@@ -105,7 +105,7 @@ unsafe fn read_self(addr: u64, out: *mut u64, bytes: usize) -> usize {
 
 /// A [`StackMemory`] that copies windows of the stack into a slot's buffer
 /// with `process_vm_readv`. One per walk; async-signal-safe.
-pub(crate) struct CheckedMemory<'a> {
+pub struct CheckedMemory<'a> {
     window: &'a [Cell<u64>],
     /// Address of `window[0]`.
     base: Cell<u64>,
@@ -122,7 +122,7 @@ pub(crate) struct CheckedMemory<'a> {
 impl<'a> CheckedMemory<'a> {
     /// A reader of `[low, high)` copying into `window`, which holds
     /// nothing yet (whatever an earlier walk left there is never read).
-    pub(crate) fn new(window: &'a mut [u64], low: u64, high: u64) -> CheckedMemory<'a> {
+    pub fn new(window: &'a mut [u64], low: u64, high: u64) -> CheckedMemory<'a> {
         CheckedMemory {
             window: Cell::from_mut(window).as_slice_of_cells(),
             base: Cell::new(0),
@@ -134,8 +134,7 @@ impl<'a> CheckedMemory<'a> {
     }
 
     /// The copies this reader made.
-    #[cfg(test)]
-    pub(crate) fn copies(&self) -> u32 {
+    pub fn copies(&self) -> u32 {
         self.copies.get()
     }
 
@@ -252,10 +251,8 @@ mod tests {
         // Unmap page 2 onwards (the bounds still claim it, as a stale
         // snapshot would): the walk ends unreadable at the record there.
         // SAFETY: our own mapping.
-        assert_eq!(
-            unsafe { libc::munmap((base + 2 * PAGE as u64) as *mut _, 2 * PAGE) },
-            0
-        );
+        let rc = unsafe { libc::munmap((base + 2 * PAGE as u64) as *mut _, 2 * PAGE) };
+        assert_eq!(rc, 0);
         let memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
         let w = walk(Arch::X86_64, &regs, Some(bounds), &memory, &mut out);
         assert_eq!(&out[..w.depth], &[0x99, 0x111, 0x222]);

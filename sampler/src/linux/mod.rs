@@ -9,7 +9,7 @@
 //! tick and interns them. It never waits for a handler, so a thread that is
 //! slow to take its signal delays only its own sample.
 
-mod checked_memory;
+pub(crate) mod checked_memory;
 mod scheduling;
 mod signal;
 mod slots;

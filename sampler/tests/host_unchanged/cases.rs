@@ -97,10 +97,8 @@ pub fn thread_cpu() -> Duration {
 fn disposition(signal: libc::c_int) -> usize {
     let mut old = MaybeUninit::<libc::sigaction>::zeroed();
     // SAFETY: querying into a valid out-pointer.
-    assert_eq!(
-        unsafe { libc::sigaction(signal, std::ptr::null(), old.as_mut_ptr()) },
-        0
-    );
+    let rc = unsafe { libc::sigaction(signal, std::ptr::null(), old.as_mut_ptr()) };
+    assert_eq!(rc, 0);
     // SAFETY: filled in by sigaction.
     unsafe { old.assume_init() }.sa_sigaction
 }
