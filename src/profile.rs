@@ -33,6 +33,9 @@ pub struct Profile {
     stacks: Vec<Stack>,
     threads: Vec<ThreadInfo>,
     stats: Stats,
+    /// Truncated samples by the module of the frame where their walk
+    /// stopped, most first (recorded profiles only).
+    truncated_at: Vec<(Arc<str>, u64)>,
 }
 
 impl Profile {
@@ -42,12 +45,17 @@ impl Profile {
     /// one function, say) merge into one [`Stack`].
     pub fn from_raw(raw: &RawProfile, resolver: &mut Resolver) -> Profile {
         let mut merged: HashMap<(u32, bool, Vec<Arc<str>>), u64> = HashMap::new();
+        let mut truncated_at: HashMap<Arc<str>, u64> = HashMap::new();
         let mut frames = Vec::new();
         for (key, count) in raw.table.iter() {
             resolve_stack(raw.arch, &key, resolver, &mut frames);
             frames.reverse();
-            let truncated =
-                walk_ends::is_truncated(key.end, &frames, &outermost_symbol(&key, resolver));
+            let outermost = outermost_symbol(&key, resolver);
+            let truncated = walk_ends::is_truncated(key.end, &frames, &outermost);
+            if truncated {
+                let module = outermost.module.unwrap_or_else(|| Arc::from("[unknown]"));
+                *truncated_at.entry(module).or_default() += count;
+            }
             *merged
                 .entry((key.thread, truncated, frames.clone()))
                 .or_default() += count;
@@ -70,7 +78,12 @@ impl Profile {
                 count,
             })
             .collect();
-        Profile::from_stacks(stacks, raw.threads.clone(), raw.stats.clone())
+        let mut profile = Profile::from_stacks(stacks, raw.threads.clone(), raw.stats.clone());
+        profile.truncated_at = truncated_at.into_iter().collect();
+        profile
+            .truncated_at
+            .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        profile
     }
 
     /// A profile from already named stacks (tests, other sources).
@@ -83,6 +96,7 @@ impl Profile {
             stacks,
             threads,
             stats,
+            truncated_at: Vec::new(),
         }
     }
 
@@ -127,6 +141,14 @@ impl Profile {
             .filter(|s| s.truncated)
             .map(|s| s.count)
             .sum()
+    }
+
+    /// Truncated samples by the module (file name) of the frame where
+    /// their walk stopped, most first: the module that lacks frame
+    /// pointers and unwind information, or the depth cap's last module.
+    /// Empty for profiles read from files.
+    pub fn truncated_by_module(&self) -> &[(Arc<str>, u64)] {
+        &self.truncated_at
     }
 
     /// How, where and when the profile was taken, for the JSON sidecar and

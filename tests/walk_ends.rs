@@ -119,4 +119,17 @@ fn only_walks_that_reach_the_thread_entry_are_complete() {
         .sum();
     assert_eq!(profile.truncated_samples(), listed);
     assert_eq!(profile.run_info().truncated_walks, listed);
+    // The CLI names the module where most truncated walks stopped: here
+    // this test program, where rbp was zeroed.
+    let (module, count) = profile.truncated_by_module()[0].clone();
+    assert!(module.starts_with("walk_ends"), "{module}");
+    assert!(count >= zero_truncated, "{count} < {zero_truncated}");
+    assert_eq!(
+        profile
+            .truncated_by_module()
+            .iter()
+            .map(|m| m.1)
+            .sum::<u64>(),
+        listed
+    );
 }

@@ -351,19 +351,31 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
     }
 }
 
-/// Most stacks truncated means the code lacks frame pointers: say how to
-/// fix it rather than draw a misleading flamegraph.
+/// Most stacks truncated means the code lacks frame pointers (and unwind
+/// information): say where and how to fix it rather than draw a
+/// misleading flamegraph.
 fn warn_if_truncated(profile: &Profile) {
     let s = profile.stats();
     let truncated = profile.truncated_samples();
     if s.samples >= 10 && truncated * 2 > s.samples {
         eprintln!(
-            "btprof: warning: {} of {} stacks were truncated: the profiled code probably lacks frame pointers. \
-             Build it with RUSTFLAGS=\"-C force-frame-pointers=yes\" (or [build] rustflags in .cargo/config.toml); \
-             for C and C++, -fno-omit-frame-pointer",
+            "btprof: warning: {} of {} stacks were truncated{}: that code probably lacks frame pointers \
+             and unwind information. Build it with RUSTFLAGS=\"-C force-frame-pointers=yes\" (or [build] \
+             rustflags in .cargo/config.toml); for C and C++, -fno-omit-frame-pointer \
+             (or keep -fasynchronous-unwind-tables)",
             truncated,
-            s.samples
+            s.samples,
+            most_truncated_in(profile),
         );
+    }
+}
+
+/// `, most (N) in MODULE` for the module where most truncated walks
+/// stopped, or nothing.
+fn most_truncated_in(profile: &Profile) -> String {
+    match profile.truncated_by_module().first() {
+        Some((module, n)) => format!(", most ({n}) stopping in {module}"),
+        None => String::new(),
     }
 }
 
@@ -378,11 +390,17 @@ fn print_summary(profile: &Profile) {
         s.mode,
         s.missed_ticks,
     );
+    let callers = s.cfi_frames + s.frame_pointer_frames;
     println!(
-        "truncated walks: {} of {} (stopped short of the thread's entry; the main thread's expected \
-         end in the C start code is not counted), failed samples: {}, skipped samples: {}, sampler CPU: {:.1} ms",
+        "truncated walks: {} of {}{} (stopped short of the thread's entry; the main thread's expected \
+         end in the C start code is not counted), callers from CFI: {} of {} ({:.1}%), \
+         failed samples: {}, skipped samples: {}, sampler CPU: {:.1} ms",
         profile.truncated_samples(),
         s.samples,
+        most_truncated_in(profile),
+        s.cfi_frames,
+        callers,
+        100.0 * s.cfi_frames as f64 / callers.max(1) as f64,
         s.failed_samples,
         s.skipped_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
