@@ -669,13 +669,17 @@ fn calibrate_copy(target: Duration) -> u64 {
     (target.as_secs_f64() / (best.as_secs_f64() / probe as f64)) as u64
 }
 
+/// One profiled run of measurement 4: worker CPU (s), sampler CPU (s),
+/// samples, median depth, callers from CFI, callers from frame pointers.
+type CfiRound = (f64, f64, u64, f64, u64, u64);
+
 fn measure_cfi(runs: usize, spin_iters: u64, copy_iters: u64) -> CfiResult {
     let jobs = [
         (Some(CHAIN_DEPTH), spin_iters),
         (Some(CHAIN_DEPTH + COPY_LEAF), copy_iters),
     ];
-    // [job][config] -> per-round (worker cpu, sampler cpu, samples, depth, cfi, fp)
-    let mut prof: [[Vec<(f64, f64, u64, f64, u64, u64)>; 2]; 2] = Default::default();
+    // [job][config] -> per round
+    let mut prof: [[Vec<CfiRound>; 2]; 2] = Default::default();
     let mut base: [Vec<f64>; 2] = Default::default();
     let mut ratios = Vec::new();
     for round in 0..runs {
@@ -746,7 +750,7 @@ fn measure_cfi(runs: usize, spin_iters: u64, copy_iters: u64) -> CfiResult {
                 2,
             )
             .median;
-            row(&format!("  of which sampler thread (us)"), &sampler, 2);
+            row("  of which sampler thread (us)", &sampler, 2);
             row(
                 "  sampled depth (frames)",
                 &prof[j][c].iter().map(|p| p.3).collect::<Vec<_>>(),

@@ -222,7 +222,7 @@ fn tally(raw: &RawProfile, name: &str, must: &str) -> Tally {
         }
     }
     t.leaves = leaves.into_iter().collect();
-    t.leaves.sort_by(|a, b| b.1.cmp(&a.1));
+    t.leaves.sort_by_key(|l| std::cmp::Reverse(l.1));
     t.leaves.truncate(6);
     t
 }

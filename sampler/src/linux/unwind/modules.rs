@@ -31,6 +31,9 @@ pub(crate) type NativeUnwinder = framehop::UnwinderNative<Vec<u8>, MayAllocateDu
 /// beyond this it is not copied and its code is walked with frame pointers.
 const MAX_EH_FRAME_BYTES: usize = 64 << 20;
 
+/// Objects already copied, by (load bias, `.eh_frame_hdr` address).
+type Known = HashMap<(u64, u64), (ModuleInfo, Module<Vec<u8>>)>;
+
 /// What one object contributes, as found by `dl_iterate_phdr`.
 struct Found {
     key: (u64, u64),
@@ -65,7 +68,7 @@ pub struct ModuleInfo {
 pub(crate) struct ModuleList {
     adds: u64,
     subs: u64,
-    known: HashMap<(u64, u64), (ModuleInfo, Module<Vec<u8>>)>,
+    known: Known,
     unwinder: NativeUnwinder,
     /// Times the list was rebuilt, for tests and stats.
     rebuilds: u64,
@@ -166,7 +169,7 @@ impl ModuleList {
 
 /// State passed through `dl_iterate_phdr` to [`collect_object`].
 struct IterateCx<'a> {
-    known: &'a HashMap<(u64, u64), (ModuleInfo, Module<Vec<u8>>)>,
+    known: &'a Known,
     found: &'a mut Vec<Found>,
     counters: Option<(u64, u64)>,
 }
@@ -234,7 +237,7 @@ unsafe extern "C" fn collect_object(
 /// `info` must be an entry `dl_iterate_phdr` is handing out right now.
 unsafe fn describe(
     info: &libc::dl_phdr_info,
-    known: &HashMap<(u64, u64), (ModuleInfo, Module<Vec<u8>>)>,
+    known: &Known,
 ) -> Option<Found> {
     if info.dlpi_phdr.is_null() {
         return None;
