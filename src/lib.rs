@@ -30,7 +30,9 @@ pub mod scope;
 mod symbolize;
 mod walk_ends;
 
-pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo, DEFAULT_MAX_STACKS};
+pub use btprof_sampler::{
+    Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, ThreadInfo, DEFAULT_MAX_STACKS,
+};
 pub use diff::{DiffOptions, DiffReport};
 pub use dump::DumpStats;
 pub use error::Error;

@@ -9,7 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use btprof_sampler::walker::WalkEnd;
-use btprof_sampler::{default_signal, Error, Mode, RawProfile, Sampler, SamplerConfig};
+use btprof_sampler::{
+    default_signal, Error, Mode, RawProfile, SampleClock, Sampler, SamplerConfig,
+};
 
 use crate::watchdog::Case;
 
@@ -103,6 +105,20 @@ fn disposition(signal: libc::c_int) -> usize {
     unsafe { old.assume_init() }.sa_sigaction
 }
 
+/// Checks that a cpu-mode profile ran on the clock this case's run asked
+/// for, and says so; a host that refuses perf events says that instead of
+/// passing silently on the other path.
+pub fn check_clock(raw: &RawProfile) {
+    let forced = std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some();
+    let clock = raw.stats.clock;
+    if forced {
+        assert_eq!(clock, SampleClock::SamplerThread);
+    } else if clock != SampleClock::ThreadTimers {
+        println!("measured: perf events refused here: this run used the sampler thread too");
+    }
+    println!("measured: clock {clock:?}");
+}
+
 fn samples(raw: &RawProfile) -> u64 {
     raw.table.iter().map(|(_, c)| c).sum()
 }
@@ -167,8 +183,16 @@ pub fn run_exec_trials(signal: Option<i32>, trials: usize) -> usize {
 }
 
 /// One trial: profile this process (a busy thread and this one), work
-/// 2 ms of CPU, then replace the process with `/bin/true`.
+/// 2 ms of CPU, then replace the process with `/bin/true`. In cpu mode on
+/// the per-thread timers (this thread has one too), in wall mode on the
+/// sampler-thread fallback (every thread signalled every tick: the most
+/// signals in flight).
 fn exec_trial(signal: Option<i32>) {
+    let mode = if std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some() {
+        Mode::Wall
+    } else {
+        Mode::Cpu
+    };
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -176,7 +200,7 @@ fn exec_trial(signal: Option<i32>) {
     }
     let sampler = Sampler::start(SamplerConfig {
         signal,
-        ..config(5000, Mode::Wall)
+        ..config(5000, mode)
     })
     .expect("start");
     spin_cpu(Duration::from_millis(2));
@@ -239,6 +263,7 @@ fn fork_child(signal: libc::c_int, before: usize, parents: Sampler) {
         .expect("a forked child can start a profiler of its own");
     spin_cpu(Duration::from_millis(100));
     let raw = own.stop().expect("the child's own profiler stops");
+    check_clock(&raw);
     assert!(samples(&raw) > 10, "the child's profiler sampled it");
     assert_eq!(disposition(signal), before, "stop restored the child's");
     let started = Instant::now();
@@ -356,6 +381,7 @@ fn stale_mapping_under_a_coroutine_stack_never_faults() {
     go.store(true, Ordering::Release);
     worker.join().unwrap();
     let raw = sampler.stop().expect("stop");
+    check_clock(&raw);
     let coroutine: Vec<u32> = raw
         .threads
         .iter()
