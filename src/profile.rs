@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
+use btprof_sampler::walker::WalkEnd;
 use btprof_sampler::{RawProfile, ThreadInfo};
 use btprof_symbols::Resolver;
 
@@ -48,6 +49,9 @@ impl Profile {
             frames.reverse();
             let truncated =
                 walk_ends::is_truncated(key.end, &frames, &outermost_symbol(&key, resolver));
+            if key.end == WalkEnd::Blocked {
+                frames.push(Arc::from(walk_ends::BLOCKED_FRAME));
+            }
             *merged
                 .entry((key.thread, truncated, frames.clone()))
                 .or_default() += count;

@@ -176,6 +176,9 @@ pub struct ThreadCpu {
     /// milliseconds; a thread's last moments before it exits may be
     /// missed).
     pub cpu: Duration,
+    /// Samples due for this thread that were not taken because it blocks
+    /// the profiling signal (its `SigBlk` mask).
+    pub signal_blocked: u64,
 }
 
 /// Counters describing how a profile was taken. Nothing is dropped
@@ -201,13 +204,27 @@ pub struct SamplerStats {
     /// Stacks recorded.
     pub samples: u64,
     /// Recorded stacks by why their walk ended, indexed by `WalkEnd as usize`.
-    pub walk_ends: [u64; 7],
+    pub walk_ends: [u64; WalkEnd::ALL.len()],
     /// Samples that were due but never taken: the signal could not be sent
     /// or the thread did not take it in time.
     pub failed_samples: u64,
     /// Samples not attempted on a tick because the thread's previous one
     /// was still in flight or all slots were busy.
     pub skipped_samples: u64,
+    /// Samples not taken because every slot was in flight (more threads
+    /// due at once than slots; the next tick starts where this one
+    /// stopped, so every thread gets its turn).
+    pub slots_full: u64,
+    /// Samples not taken because the thread blocks the profiling signal
+    /// (found in its `SigBlk` mask): it is not signalled (a blocked signal
+    /// would stay queued), and each period it used is counted here. Per
+    /// thread in [`ThreadCpu::signal_blocked`].
+    pub signal_blocked_samples: u64,
+    /// Wall mode: samples of a thread whose CPU clock had not moved since
+    /// its previous sample, counted again with that stack without
+    /// interrupting it (it has not run, so that is still its stack; a
+    /// signal would make its blocking call fail with `EINTR`).
+    pub reused_samples: u64,
     /// Sampler-thread path: signals a thread took too late (it was waiting
     /// for a CPU, so the sample would have landed where it was preempted,
     /// not where its CPU time went). Nothing was recorded; the thread was
@@ -238,9 +255,12 @@ impl SamplerStats {
             ticks: 0,
             missed_ticks: 0,
             samples: 0,
-            walk_ends: [0; 7],
+            walk_ends: [0; WalkEnd::ALL.len()],
             failed_samples: 0,
             skipped_samples: 0,
+            slots_full: 0,
+            signal_blocked_samples: 0,
+            reused_samples: 0,
             late_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
@@ -302,10 +322,33 @@ impl SamplerStats {
 
     /// Records that thread `tid` used `cpu` more CPU time.
     pub fn add_thread_cpu(&mut self, tid: u64, cpu: Duration) {
-        match self.thread_cpu.binary_search_by_key(&tid, |t| t.tid) {
-            Ok(i) => self.thread_cpu[i].cpu += cpu,
-            Err(i) => self.thread_cpu.insert(i, ThreadCpu { tid, cpu }),
+        self.thread_entry(tid).cpu += cpu;
+    }
+
+    /// Records `samples` lost because thread `tid` blocks the profiling
+    /// signal (also counted in [`Self::signal_blocked_samples`]).
+    pub fn add_signal_blocked(&mut self, tid: u64, samples: u64) {
+        if samples > 0 {
+            self.thread_entry(tid).signal_blocked += samples;
         }
+    }
+
+    fn thread_entry(&mut self, tid: u64) -> &mut ThreadCpu {
+        let i = match self.thread_cpu.binary_search_by_key(&tid, |t| t.tid) {
+            Ok(i) => i,
+            Err(i) => {
+                self.thread_cpu.insert(
+                    i,
+                    ThreadCpu {
+                        tid,
+                        cpu: Duration::ZERO,
+                        signal_blocked: 0,
+                    },
+                );
+                i
+            }
+        };
+        &mut self.thread_cpu[i]
     }
 
     /// The counters accumulated since `earlier`, a copy of these stats
@@ -319,11 +362,19 @@ impl SamplerStats {
         let thread_cpu = self
             .thread_cpu
             .iter()
-            .map(|t| ThreadCpu {
-                tid: t.tid,
-                cpu: t
-                    .cpu
-                    .saturating_sub(earlier.cpu_of(t.tid).unwrap_or(Duration::ZERO)),
+            .map(|t| {
+                let before = earlier
+                    .thread_cpu
+                    .binary_search_by_key(&t.tid, |e| e.tid)
+                    .ok()
+                    .map(|i| earlier.thread_cpu[i]);
+                ThreadCpu {
+                    tid: t.tid,
+                    cpu: t.cpu.saturating_sub(before.map_or(Duration::ZERO, |b| b.cpu)),
+                    signal_blocked: t
+                        .signal_blocked
+                        .saturating_sub(before.map_or(0, |b| b.signal_blocked)),
+                }
             })
             .collect();
         SamplerStats {
@@ -338,6 +389,11 @@ impl SamplerStats {
             walk_ends,
             failed_samples: self.failed_samples.saturating_sub(earlier.failed_samples),
             skipped_samples: self.skipped_samples.saturating_sub(earlier.skipped_samples),
+            slots_full: self.slots_full.saturating_sub(earlier.slots_full),
+            signal_blocked_samples: self
+                .signal_blocked_samples
+                .saturating_sub(earlier.signal_blocked_samples),
+            reused_samples: self.reused_samples.saturating_sub(earlier.reused_samples),
             late_samples: self.late_samples.saturating_sub(earlier.late_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
@@ -359,6 +415,9 @@ impl SamplerStats {
         }
         self.failed_samples += later.failed_samples;
         self.skipped_samples += later.skipped_samples;
+        self.slots_full += later.slots_full;
+        self.signal_blocked_samples += later.signal_blocked_samples;
+        self.reused_samples += later.reused_samples;
         self.late_samples += later.late_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);
@@ -366,6 +425,7 @@ impl SamplerStats {
         self.stray_signals += later.stray_signals;
         for t in &later.thread_cpu {
             self.add_thread_cpu(t.tid, t.cpu);
+            self.add_signal_blocked(t.tid, t.signal_blocked);
         }
     }
 

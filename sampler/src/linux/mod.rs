@@ -66,6 +66,10 @@ const YOUNG: Duration = Duration::from_millis(100);
 /// With per-thread timers, the longest the sampler thread sleeps between
 /// two collections of finished samples.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
+/// Wall mode: CPU time a thread may gain since its last sample and still
+/// count as not having run: taking a sample costs the thread a few
+/// microseconds of handler (up to ~10 in a VM, more under load).
+const IDLE_SLACK_NS: u64 = 50_000;
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -241,9 +245,16 @@ struct ThreadState {
     timer_samples: u64,
     timer_checked_ns: u64,
     /// The thread blocks the profiling signal: its timer is closed (so no
-    /// signals queue up on it) and its periods are counted as failed
-    /// samples until it unblocks.
+    /// signals queue up on it), the sampler thread does not signal it, and
+    /// its due samples are counted in `signal_blocked_samples` until it
+    /// unblocks.
     blocked: Option<BlockedSince>,
+    /// Sampler-thread path, wall mode: the thread's last stack, counted
+    /// again while its CPU clock does not move (or under
+    /// `[btprof: blocked]` when it ran and blocked since), and its CPU
+    /// clock when that stack was taken.
+    last_walk: Option<OwnedWalk>,
+    walk_cpu_ns: u64,
 }
 
 /// A thread found blocking the profiling signal.
@@ -281,6 +292,8 @@ impl ThreadState {
             timer_samples: 0,
             timer_checked_ns: 0,
             blocked: None,
+            last_walk: None,
+            walk_cpu_ns: 0,
         }
     }
 
@@ -340,10 +353,15 @@ struct SamplerLoop {
     listed_at: Option<Instant>,
     /// Timer samples copied out of their slots, reused between passes.
     timer_walks: Vec<(i32, OwnedWalk)>,
+    /// Sampler-thread path: where in the thread list the next tick starts,
+    /// so that when there are more threads due than slots, every thread
+    /// gets its turn rather than the first ones every tick.
+    rotation: usize,
 }
 
 /// A finished walk copied out of its slot, so the slot is free again
 /// before the sample is named and interned.
+#[derive(Clone)]
 struct OwnedWalk {
     frames: Vec<u64>,
     lr: u64,
@@ -411,6 +429,7 @@ impl SamplerLoop {
             pass: 0,
             listed_at: None,
             timer_walks: Vec::new(),
+            rotation: 0,
         })
     }
 
@@ -503,6 +522,8 @@ impl SamplerLoop {
             if self.timers() {
                 self.watch_blocked_threads();
                 self.open_timers();
+            } else {
+                self.recheck_blocked_threads();
             }
         } else {
             self.refresh_regions_if_stale();
@@ -516,19 +537,33 @@ impl SamplerLoop {
         Ok(())
     }
 
-    /// Sampler-thread path: signals every thread due this tick.
+    /// Sampler-thread path: signals every thread due this tick that is
+    /// running user code, starting where the last tick ran out of slots.
+    ///
+    /// A thread that is not running user code is never interrupted: a
+    /// signal would make its blocking call (`poll`, `nanosleep`, `select`,
+    /// `epoll_wait`, a `read` with a timeout…) fail with `EINTR`. In cpu
+    /// mode its owed CPU time waits until it runs again. In wall mode a
+    /// thread whose CPU clock has not moved since its last sample has not
+    /// run, so its last stack is counted again; one that ran and is blocked
+    /// now is counted under `[btprof: blocked]` below its last known stack
+    /// (or below the blocked system call's pc, when it has none yet).
     fn signal_due_threads(&mut self) {
-        for i in 0..self.tids.len() {
+        let count = self.tids.len();
+        let start = if count == 0 { 0 } else { self.rotation % count };
+        let mut ran_out_at = None;
+        for n in 0..count {
+            let i = (start + n) % count;
             let tid = self.tids[i];
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
             };
+            let Some(cpu) = threads::thread_cpu_ns(tid) else {
+                // Exited since listed: counted when the list is re-read.
+                continue;
+            };
             let mut weight = 1;
             if self.config.mode == Mode::Cpu {
-                let Some(cpu) = threads::thread_cpu_ns(tid) else {
-                    // Exited since listed: counted when the list is re-read.
-                    continue;
-                };
                 // The CPU time used since the last tick is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
@@ -540,13 +575,47 @@ impl SamplerLoop {
                 }
                 weight = state.owed_ns / self.period_ns;
             }
+            if state.blocked.is_some() {
+                // It blocks the signal: not signalled, its samples counted.
+                if self.config.mode == Mode::Cpu {
+                    state.owed_ns -= weight * self.period_ns;
+                }
+                self.stats.signal_blocked_samples += weight;
+                self.stats.add_signal_blocked(tid as u64, weight);
+                continue;
+            }
+            if self.config.mode == Mode::Wall {
+                // Being sampled costs a thread some CPU (the handler): less
+                // than IDLE_SLACK_NS of progress is not running.
+                let ran = cpu >= state.walk_cpu_ns + IDLE_SLACK_NS;
+                if let (false, Some(walk)) = (ran, &state.last_walk) {
+                    let (key, walk) = (state.key, walk.clone());
+                    self.stats.reused_samples += 1;
+                    self.intern(key, &walk.as_collected(), 1);
+                    continue;
+                }
+            }
             if state.pending || !state.regions_ready {
                 self.stats.skipped_samples += 1;
                 continue;
             }
+            match threads::run_state(tid) {
+                Some(threads::RunState::Running) => {}
+                Some(threads::RunState::Blocked) => {
+                    if self.config.mode == Mode::Wall {
+                        self.count_blocked(tid, cpu);
+                    }
+                    continue;
+                }
+                None => continue,
+            }
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
             let key = state.key;
             let Some(armed) = self.slots.arm(self.config.max_depth) else {
-                self.stats.skipped_samples += 1;
+                self.stats.slots_full += 1;
+                ran_out_at.get_or_insert(i);
                 continue;
             };
             self.slots.mark_sent(armed.slot, monotonic_ns());
@@ -578,6 +647,38 @@ impl SamplerLoop {
                 }
             }
         }
+        self.rotation = ran_out_at.unwrap_or(0);
+    }
+
+    /// Wall mode: counts a thread that ran since its last sample but is
+    /// blocked in the kernel now, without interrupting it: its last known
+    /// stack (or the blocked system call's pc) marked blocked. That stack
+    /// is then counted again while its CPU clock stays put.
+    fn count_blocked(&mut self, tid: i32, cpu: u64) {
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let walk = match &state.last_walk {
+            Some(last) => OwnedWalk {
+                end: WalkEnd::Blocked,
+                ..last.clone()
+            },
+            None => match threads::blocked_syscall_pc(tid) {
+                Some(pc) => OwnedWalk {
+                    frames: vec![pc],
+                    lr: 0,
+                    end: WalkEnd::Blocked,
+                },
+                None => {
+                    self.stats.skipped_samples += 1;
+                    return;
+                }
+            },
+        };
+        state.walk_cpu_ns = cpu;
+        state.last_walk = Some(walk.clone());
+        let key = state.key;
+        self.intern(key, &walk.as_collected(), 1);
     }
 
     /// Registers threads seen for the first time and re-reads names that
@@ -600,9 +701,20 @@ impl SamplerLoop {
                 }
                 None => {
                     self.regions_stale = true;
-                    self.threads
-                        .entry(tid)
-                        .or_insert(ThreadState::new(now, listing))
+                    let mut state = ThreadState::new(now, listing);
+                    // A thread that blocks the signal from the start (the
+                    // daemon pattern, a `sigwait` loop) is never signalled:
+                    // the signal would stay queued, or be taken by its
+                    // `sigwait` as if it were its own.
+                    let signal = self.sender.signal();
+                    if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
+                        state.blocked = Some(BlockedSince {
+                            cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
+                            owed_ns: 0,
+                            recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
+                        });
+                    }
+                    self.threads.entry(tid).or_insert(state)
                 }
             };
             state.name_check_listing = listing + state.name_check_interval;
@@ -684,7 +796,9 @@ impl SamplerLoop {
                 };
                 blocked.owed_ns += cpu.saturating_sub(blocked.cpu_ns);
                 blocked.cpu_ns = cpu;
-                self.stats.failed_samples += blocked.owed_ns / period;
+                let lost = blocked.owed_ns / period;
+                self.stats.signal_blocked_samples += lost;
+                self.stats.add_signal_blocked(tid as u64, lost);
                 blocked.owed_ns %= period;
                 if listing >= blocked.recheck_listing {
                     blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
@@ -700,7 +814,9 @@ impl SamplerLoop {
             let silent = state.timer_samples == 0
                 && count.saturating_sub(state.timer_checked_ns) >= SILENT_PERIODS * period;
             if silent && threads::blocks_signal(tid, signal) == Some(true) {
-                self.stats.failed_samples += count.saturating_sub(state.timer_checked_ns) / period;
+                let lost = count.saturating_sub(state.timer_checked_ns) / period;
+                self.stats.signal_blocked_samples += lost;
+                self.stats.add_signal_blocked(tid as u64, lost);
                 state.timer = None;
                 // CPU time is accounted from its clock from now on.
                 state.accounted_ns = threads::thread_cpu_ns(tid);
@@ -824,6 +940,10 @@ impl SamplerLoop {
                     if (exited || expired) && self.slots.cancel(slot) {
                         if exited {
                             self.stats.exited_threads += 1;
+                        } else if !cancel_all && self.cannot_take_signal(slot_use.tid) {
+                            self.stats.signal_blocked_samples += slot_use.weight;
+                            self.stats
+                                .add_signal_blocked(slot_use.tid as u64, slot_use.weight);
                         } else {
                             self.stats.failed_samples += slot_use.weight;
                         }
@@ -838,6 +958,13 @@ impl SamplerLoop {
                     .key_for_sample(slot_use.tid, Some(slot_use.key))
                     .unwrap_or(slot_use.key);
                 self.intern(key, &walk.as_collected(), slot_use.weight);
+                if self.config.mode == Mode::Wall {
+                    if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                        // Its clock now includes what taking the sample cost.
+                        state.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
+                        state.last_walk = Some(walk);
+                    }
+                }
             }
             if finished {
                 self.slot_uses[slot] = None;
@@ -850,6 +977,50 @@ impl SamplerLoop {
             .samples
             .store(self.stats.samples, Ordering::Relaxed);
         writing
+    }
+
+    /// Sampler-thread path: a signal sent to `tid` was not taken in time.
+    /// If the thread blocks the signal (or it is still queued on it), it
+    /// is marked blocked and not signalled again until it unblocks, so at
+    /// most one signal is ever outstanding for it; returns whether it was.
+    fn cannot_take_signal(&mut self, tid: i32) -> bool {
+        let signal = self.sender.signal();
+        let Some(status) = threads::signal_status(tid, signal) else {
+            return false;
+        };
+        if !(status.blocked || status.pending) {
+            return false;
+        }
+        let listing = self.listing;
+        if let Some(state) = self.threads.get_mut(&tid) {
+            state.blocked = Some(BlockedSince {
+                cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
+                owed_ns: 0,
+                recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
+            });
+        }
+        true
+    }
+
+    /// Sampler-thread path: lets threads that blocked the signal have
+    /// samples again once they unblocked it and nothing of ours is queued
+    /// on them any more.
+    fn recheck_blocked_threads(&mut self) {
+        let (signal, listing) = (self.sender.signal(), self.listing);
+        for (&tid, state) in self.threads.iter_mut() {
+            let Some(blocked) = &mut state.blocked else {
+                continue;
+            };
+            if listing < blocked.recheck_listing {
+                continue;
+            }
+            blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
+            if let Some(status) = threads::signal_status(tid, signal) {
+                if !status.blocked && !status.pending {
+                    state.blocked = None;
+                }
+            }
+        }
     }
 
     /// Interns every sample a timer handler left; returns how many slots
