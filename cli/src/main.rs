@@ -232,6 +232,7 @@ fn run(args: &Args) -> Result<bool, String> {
     }
     print_summary(&profile);
     warn_if_truncated(&profile);
+    warn_if_signal_blocked(&profile);
     let check = SelfCheck::evaluate(
         &profile,
         &truth,
@@ -425,6 +426,15 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
 
 /// Most stacks truncated means the code lacks frame pointers: say how to
 /// fix it rather than draw a misleading flamegraph.
+/// A busy thread that blocks the profiling signal loses its samples (it
+/// is not signalled: the signal would stay queued): say which, when that
+/// is most of what it should have had.
+fn warn_if_signal_blocked(profile: &Profile) {
+    for line in btprof::signal_blocked_warnings(profile.stats(), profile.threads()) {
+        eprintln!("btprof: warning: {line}");
+    }
+}
+
 fn warn_if_truncated(profile: &Profile) {
     let s = profile.stats();
     let truncated = profile.truncated_samples();

@@ -370,7 +370,9 @@ impl SamplerStats {
                     .map(|i| earlier.thread_cpu[i]);
                 ThreadCpu {
                     tid: t.tid,
-                    cpu: t.cpu.saturating_sub(before.map_or(Duration::ZERO, |b| b.cpu)),
+                    cpu: t
+                        .cpu
+                        .saturating_sub(before.map_or(Duration::ZERO, |b| b.cpu)),
                     signal_blocked: t
                         .signal_blocked
                         .saturating_sub(before.map_or(0, |b| b.signal_blocked)),

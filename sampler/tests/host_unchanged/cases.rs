@@ -525,7 +525,10 @@ fn blocking_loop_under(mode: Option<Mode>) -> (CallResults, Option<RawProfile>) 
 /// while blocked, without being interrupted.
 fn blocking_calls_never_fail_with_eintr() {
     let (alone, _) = blocking_loop_under(None);
-    println!("measured: without btprof: {} EINTR in {} blocking calls", alone.eintr, alone.calls);
+    println!(
+        "measured: without btprof: {} EINTR in {} blocking calls",
+        alone.eintr, alone.calls
+    );
     for mode in [Mode::Cpu, Mode::Wall] {
         let (profiled, raw) = blocking_loop_under(Some(mode));
         let raw = raw.unwrap();
@@ -566,7 +569,10 @@ fn blocking_calls_never_fail_with_eintr() {
                 profiled.calls
             );
         }
-        assert!(samples > 0, "{mode:?} mode: the blocking thread was sampled");
+        assert!(
+            samples > 0,
+            "{mode:?} mode: the blocking thread was sampled"
+        );
         if mode == Mode::Wall {
             assert!(blocked + raw.stats.reused_samples > 0);
         }
@@ -655,8 +661,15 @@ fn threads_blocking_the_signal_are_counted_not_queued() {
         assert!(lost > 50, "its lost samples are counted per thread: {lost}");
         assert_eq!(sampled, 0);
         assert!(raw.stats.signal_blocked_samples >= lost);
-        assert!(most_queued <= 1, "{most_queued} signals queued for one thread");
-        assert_eq!(queued_signals(), queued_before, "nothing left queued after stop");
+        assert!(
+            most_queued <= 1,
+            "{most_queued} signals queued for one thread"
+        );
+        assert_eq!(
+            queued_signals(),
+            queued_before,
+            "nothing left queued after stop"
+        );
     }
 }
 
