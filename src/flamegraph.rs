@@ -20,13 +20,18 @@ pub struct FlamegraphOptions {
 /// The default title: what was measured, from the profile's own stats.
 pub fn default_title(profile: &Profile) -> String {
     let stats = profile.stats();
+    let unit = match stats.mode {
+        crate::Mode::Cpu => "samples per CPU-second",
+        crate::Mode::Wall => "ticks per second",
+    };
     format!(
-        "btprof {} profile: {} samples over {:.2} s at {:.0} Hz (requested {} Hz)",
+        "btprof {} profile: {} samples over {:.2} s at {:.0} {unit} (requested {} Hz, {})",
         stats.mode,
         stats.samples,
         stats.duration.as_secs_f64(),
         stats.achieved_hz(),
         stats.requested_hz,
+        stats.clock.describe(),
     )
 }
 

@@ -22,6 +22,7 @@ pub mod folded;
 pub mod folded_flamegraph;
 pub mod folded_profile;
 pub mod functions;
+mod lost_samples;
 mod profile;
 mod profiler;
 pub mod render;
@@ -30,13 +31,16 @@ pub mod scope;
 mod symbolize;
 mod walk_ends;
 
-pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, ThreadInfo, DEFAULT_MAX_STACKS};
+pub use btprof_sampler::{
+    Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, ThreadInfo, DEFAULT_MAX_STACKS,
+};
 pub use diff::{DiffOptions, DiffReport};
 pub use dump::DumpStats;
 pub use error::Error;
 pub use flamegraph::FlamegraphOptions;
 pub use folded::FoldOptions;
 pub use folded_profile::{FoldedProfile, ReadError};
+pub use lost_samples::signal_blocked_warnings;
 pub use profile::{Profile, Stack};
 pub use profiler::{Profiler, ProfilerBuilder};
 pub use run_info::RunInfo;

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
+use btprof_sampler::walker::WalkEnd;
 use btprof_sampler::{RawProfile, ThreadInfo};
 use btprof_symbols::Resolver;
 
@@ -55,6 +56,9 @@ impl Profile {
             if truncated {
                 let module = outermost.module.unwrap_or_else(|| Arc::from("[unknown]"));
                 *truncated_at.entry(module).or_default() += count;
+            }
+            if key.end == WalkEnd::Blocked {
+                frames.push(Arc::from(walk_ends::BLOCKED_FRAME));
             }
             *merged
                 .entry((key.thread, truncated, frames.clone()))

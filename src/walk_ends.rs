@@ -26,6 +26,12 @@
 use btprof_sampler::walker::WalkEnd;
 use btprof_symbols::Symbol;
 
+/// The leaf-most frame of a wall-mode sample of a thread that was blocked
+/// in the kernel and not interrupted (a signal would make its blocking call
+/// fail with `EINTR`): its frames are its last known stack, or only the
+/// blocked system call's pc.
+pub const BLOCKED_FRAME: &str = "[btprof: blocked]";
+
 /// Functions where a thread's stack begins (demangled, without hashes).
 const ENTRY_FUNCTIONS: &[&str] = &[
     "main",

@@ -135,11 +135,17 @@ pub enum WalkEnd {
     Unreadable = 5,
     /// No stack bounds were known for the thread, so only frame 0 was kept.
     NoBounds = 6,
+    /// Not a walk: the thread was blocked in the kernel when it was due
+    /// (wall mode), and was not interrupted, because a signal would make
+    /// its blocking call fail with `EINTR`. The frames are its last known
+    /// stack (or only the blocked system call's pc); the profile shows
+    /// them under `[btprof: blocked]`.
+    Blocked = 7,
 }
 
 impl WalkEnd {
     /// Every variant, for iterating counters.
-    pub const ALL: [WalkEnd; 7] = [
+    pub const ALL: [WalkEnd; 8] = [
         WalkEnd::Complete,
         WalkEnd::DepthCap,
         WalkEnd::NotIncreasing,
@@ -147,12 +153,13 @@ impl WalkEnd {
         WalkEnd::OutOfBounds,
         WalkEnd::Unreadable,
         WalkEnd::NoBounds,
+        WalkEnd::Blocked,
     ];
 
     /// Whether frames may be missing at the root side of the stack.
     #[inline]
     pub const fn is_truncated(self) -> bool {
-        !matches!(self, WalkEnd::Complete)
+        !matches!(self, WalkEnd::Complete | WalkEnd::Blocked)
     }
 
     /// Decodes the `repr(u8)` value; unknown values map to `Unreadable`.
@@ -164,6 +171,7 @@ impl WalkEnd {
             3 => WalkEnd::Misaligned,
             4 => WalkEnd::OutOfBounds,
             6 => WalkEnd::NoBounds,
+            7 => WalkEnd::Blocked,
             _ => WalkEnd::Unreadable,
         }
     }

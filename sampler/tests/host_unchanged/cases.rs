@@ -9,7 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use btprof_sampler::walker::WalkEnd;
-use btprof_sampler::{default_signal, Error, Mode, RawProfile, Sampler, SamplerConfig};
+use btprof_sampler::{
+    default_signal, Error, Mode, RawProfile, SampleClock, Sampler, SamplerConfig,
+};
 
 use crate::watchdog::Case;
 
@@ -33,6 +35,21 @@ pub const ALL: &[Case] = &[
         name: "stale_mapping_under_a_coroutine_stack_never_faults",
         limit: Duration::from_secs(60),
         body: stale_mapping_under_a_coroutine_stack_never_faults,
+    },
+    Case {
+        name: "blocking_calls_never_fail_with_eintr",
+        limit: Duration::from_secs(60),
+        body: blocking_calls_never_fail_with_eintr,
+    },
+    Case {
+        name: "threads_blocking_the_signal_are_counted_not_queued",
+        limit: Duration::from_secs(60),
+        body: threads_blocking_the_signal_are_counted_not_queued,
+    },
+    Case {
+        name: "wall_mode_samples_every_one_of_300_idle_threads",
+        limit: Duration::from_secs(60),
+        body: wall_mode_samples_every_one_of_300_idle_threads,
     },
     Case {
         name: "small_stacks_survive_sampling",
@@ -103,6 +120,20 @@ fn disposition(signal: libc::c_int) -> usize {
     unsafe { old.assume_init() }.sa_sigaction
 }
 
+/// Checks that a cpu-mode profile ran on the clock this case's run asked
+/// for, and says so; a host that refuses perf events says that instead of
+/// passing silently on the other path.
+pub fn check_clock(raw: &RawProfile) {
+    let forced = std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some();
+    let clock = raw.stats.clock;
+    if forced {
+        assert_eq!(clock, SampleClock::SamplerThread);
+    } else if clock != SampleClock::ThreadTimers {
+        println!("measured: perf events refused here: this run used the sampler thread too");
+    }
+    println!("measured: clock {clock:?}");
+}
+
 fn samples(raw: &RawProfile) -> u64 {
     raw.table.iter().map(|(_, c)| c).sum()
 }
@@ -167,8 +198,16 @@ pub fn run_exec_trials(signal: Option<i32>, trials: usize) -> usize {
 }
 
 /// One trial: profile this process (a busy thread and this one), work
-/// 2 ms of CPU, then replace the process with `/bin/true`.
+/// 2 ms of CPU, then replace the process with `/bin/true`. In cpu mode on
+/// the per-thread timers (this thread has one too), in wall mode on the
+/// sampler-thread fallback (every thread signalled every tick: the most
+/// signals in flight).
 fn exec_trial(signal: Option<i32>) {
+    let mode = if std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some() {
+        Mode::Wall
+    } else {
+        Mode::Cpu
+    };
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -176,7 +215,7 @@ fn exec_trial(signal: Option<i32>) {
     }
     let sampler = Sampler::start(SamplerConfig {
         signal,
-        ..config(5000, Mode::Wall)
+        ..config(5000, mode)
     })
     .expect("start");
     spin_cpu(Duration::from_millis(2));
@@ -239,6 +278,7 @@ fn fork_child(signal: libc::c_int, before: usize, parents: Sampler) {
         .expect("a forked child can start a profiler of its own");
     spin_cpu(Duration::from_millis(100));
     let raw = own.stop().expect("the child's own profiler stops");
+    check_clock(&raw);
     assert!(samples(&raw) > 10, "the child's profiler sampled it");
     assert_eq!(disposition(signal), before, "stop restored the child's");
     let started = Instant::now();
@@ -356,6 +396,7 @@ fn stale_mapping_under_a_coroutine_stack_never_faults() {
     go.store(true, Ordering::Release);
     worker.join().unwrap();
     let raw = sampler.stop().expect("stop");
+    check_clock(&raw);
     let coroutine: Vec<u32> = raw
         .threads
         .iter()
@@ -415,4 +456,272 @@ fn stale_mapping_under_a_coroutine_stack_never_faults() {
 
 fn small_stacks_survive_sampling() {
     crate::small_stack::run();
+}
+
+// ------------------------------------------------------------ EINTR
+
+/// What a loop of blocking calls saw.
+#[derive(Debug, Default, Clone, Copy)]
+struct CallResults {
+    calls: u64,
+    eintr: u64,
+}
+
+/// Item 1: a thread that works ~100 µs of CPU, then blocks in `poll`, in
+/// `nanosleep`, or in a `recv` with a socket timeout, round after round.
+/// Returns what the blocking calls returned.
+fn blocking_loop(rounds: u32) -> CallResults {
+    use std::net::UdpSocket;
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(2)))
+        .unwrap();
+    let mut r = CallResults::default();
+    let mut buf = [0u8; 16];
+    for round in 0..rounds {
+        spin_cpu(Duration::from_micros(100));
+        let interrupted = match round % 3 {
+            0 => {
+                // SAFETY: poll with no descriptors is a 2 ms sleep.
+                let rc = unsafe { libc::poll(std::ptr::null_mut(), 0, 2) };
+                rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            }
+            1 => {
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 2_000_000,
+                };
+                // SAFETY: a valid timespec; no remainder wanted.
+                let rc = unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            }
+            _ => matches!(
+                socket.recv(&mut buf),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted
+            ),
+        };
+        r.calls += 1;
+        r.eintr += u64::from(interrupted);
+    }
+    r
+}
+
+/// Runs the blocking loop on a thread of its own while `mode` profiles the
+/// process (or nothing does), plus a busy thread beside it.
+fn blocking_loop_under(mode: Option<Mode>) -> (CallResults, Option<RawProfile>) {
+    let sampler = mode.map(|m| Sampler::start(config(1000, m)).expect("start"));
+    let results = thread::Builder::new()
+        .name("blocking".into())
+        .spawn(|| blocking_loop(300))
+        .unwrap()
+        .join()
+        .unwrap();
+    (results, sampler.map(|s| s.stop().expect("stop")))
+}
+
+/// Item 1 of issue 10: profiled or not, the blocking calls return the
+/// same: no `EINTR` in cpu mode (on either clock) or in wall mode. The
+/// thread is still sampled where it works, and in wall mode it is counted
+/// while blocked, without being interrupted.
+fn blocking_calls_never_fail_with_eintr() {
+    let (alone, _) = blocking_loop_under(None);
+    println!(
+        "measured: without btprof: {} EINTR in {} blocking calls",
+        alone.eintr, alone.calls
+    );
+    for mode in [Mode::Cpu, Mode::Wall] {
+        let (profiled, raw) = blocking_loop_under(Some(mode));
+        let raw = raw.unwrap();
+        let blocking = thread_keys(&raw, "blocking");
+        let samples: u64 = raw
+            .table
+            .iter()
+            .filter(|(k, _)| blocking.contains(&k.thread))
+            .map(|(_, c)| c)
+            .sum();
+        let blocked: u64 = raw
+            .table
+            .iter()
+            .filter(|(k, _)| blocking.contains(&k.thread) && k.end == WalkEnd::Blocked)
+            .map(|(_, c)| c)
+            .sum();
+        println!(
+            "measured: {mode:?} mode ({:?}): {} EINTR in {} blocking calls; the thread got {samples} \
+             samples, {blocked} of them blocked (not interrupted), {} reused",
+            raw.stats.clock, profiled.eintr, profiled.calls, raw.stats.reused_samples
+        );
+        if raw.stats.clock == SampleClock::ThreadTimers {
+            // Each thread's timer raises the signal only while it runs
+            // user code (exclude_kernel): never inside a blocking call.
+            assert_eq!(
+                profiled.eintr, alone.eintr,
+                "{mode:?} mode: blocking calls failed with EINTR under the profiler"
+            );
+        } else {
+            // The sampler thread signals only threads it finds running
+            // (`R` in /proc), but a thread can enter a blocking call
+            // between that look and the signal: what remains, documented
+            // in the README. Before the check every call was interrupted.
+            assert!(
+                profiled.eintr <= alone.eintr + profiled.calls / 10,
+                "{mode:?} mode on the sampler thread: {} of {} blocking calls failed with EINTR",
+                profiled.eintr,
+                profiled.calls
+            );
+        }
+        assert!(
+            samples > 0,
+            "{mode:?} mode: the blocking thread was sampled"
+        );
+        if mode == Mode::Wall {
+            assert!(blocked + raw.stats.reused_samples > 0);
+        }
+    }
+}
+
+fn thread_keys(raw: &RawProfile, name: &str) -> Vec<u32> {
+    raw.threads
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.name == name)
+        .map(|(i, _)| i as u32)
+        .collect()
+}
+
+// ------------------------------------------------ signal blocked
+
+/// The first number of `SigQ` in `/proc/self/status`: real-time signals
+/// queued for this process's user.
+fn queued_signals() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("SigQ:")).unwrap();
+    line[5..].trim().split('/').next().unwrap().parse().unwrap()
+}
+
+/// Item 3: a thread that blocks the profiling signal (the daemon pattern:
+/// everything blocked) is detected, never has more than one signal
+/// outstanding, gets its lost samples counted (per thread), and the
+/// process's queued-signal count does not grow.
+fn threads_blocking_the_signal_are_counted_not_queued() {
+    for signal in [default_signal(), libc::SIGRTMAX() - 3] {
+        let queued_before = queued_signals();
+        let stop = Arc::new(AtomicBool::new(false));
+        let tid = Arc::new(AtomicU64::new(0));
+        let blocker = {
+            let (stop, tid) = (stop.clone(), tid.clone());
+            thread::Builder::new()
+                .name("blocks-all".into())
+                .spawn(move || {
+                    // SAFETY: blocking every signal in this thread.
+                    unsafe {
+                        let mut all = MaybeUninit::<libc::sigset_t>::zeroed();
+                        libc::sigfillset(all.as_mut_ptr());
+                        libc::pthread_sigmask(libc::SIG_BLOCK, all.as_ptr(), std::ptr::null_mut());
+                    }
+                    tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
+                    spin_until(&stop)
+                })
+                .unwrap()
+        };
+        while tid.load(Ordering::Acquire) == 0 {
+            thread::yield_now();
+        }
+        let sampler = Sampler::start(SamplerConfig {
+            signal: Some(signal),
+            ..config(1000, Mode::Cpu)
+        })
+        .expect("start");
+        let mut most_queued = 0;
+        let end = Instant::now() + Duration::from_millis(600);
+        while Instant::now() < end {
+            most_queued = most_queued.max(queued_signals().saturating_sub(queued_before));
+            thread::sleep(Duration::from_millis(20));
+        }
+        let raw = sampler.stop().expect("stop");
+        stop.store(true, Ordering::Relaxed);
+        blocker.join().unwrap();
+        let tid = tid.load(Ordering::Acquire);
+        let lost = raw
+            .stats
+            .thread_cpu
+            .iter()
+            .find(|t| t.tid == tid)
+            .map_or(0, |t| t.signal_blocked);
+        let sampled: u64 = raw
+            .table
+            .iter()
+            .filter(|(k, _)| raw.threads[k.thread as usize].tid == tid)
+            .map(|(_, c)| c)
+            .sum();
+        println!(
+            "measured: signal {signal}, {:?}: the thread blocking it lost {lost} samples (counted), \
+             got {sampled}; at most {most_queued} signals queued at once; {} failed samples",
+            raw.stats.clock, raw.stats.failed_samples
+        );
+        assert!(lost > 50, "its lost samples are counted per thread: {lost}");
+        assert_eq!(sampled, 0);
+        assert!(raw.stats.signal_blocked_samples >= lost);
+        assert!(
+            most_queued <= 1,
+            "{most_queued} signals queued for one thread"
+        );
+        assert_eq!(
+            queued_signals(),
+            queued_before,
+            "nothing left queued after stop"
+        );
+    }
+}
+
+// ------------------------------------------------ many idle threads
+
+/// Item 4: in wall mode every thread of a process with 300 idle threads
+/// gets its share of the samples, not the first ones every tick.
+fn wall_mode_samples_every_one_of_300_idle_threads() {
+    const THREADS: usize = 300;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = Arc::new(std::sync::Mutex::new(rx));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let rx = rx.clone();
+            thread::Builder::new()
+                .name(format!("idle-{i}"))
+                .spawn(move || {
+                    let _ = rx.lock().map(|r| r.recv());
+                })
+                .unwrap()
+        })
+        .collect();
+    let sampler = Sampler::start(config(200, Mode::Wall)).expect("start");
+    thread::sleep(Duration::from_millis(600));
+    let raw = sampler.stop().expect("stop");
+    drop(tx);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut per_thread = std::collections::HashMap::<u64, u64>::new();
+    for (k, c) in raw.table.iter() {
+        let t = &raw.threads[k.thread as usize];
+        if t.name.starts_with("idle-") {
+            *per_thread.entry(t.tid).or_default() += c;
+        }
+    }
+    let mut counts: Vec<u64> = per_thread.values().copied().collect();
+    counts.sort_unstable();
+    let median = counts.get(counts.len() / 2).copied().unwrap_or(0);
+    println!(
+        "measured: {} of {THREADS} idle threads sampled; fewest {}, median {median}; {} slots-full, \
+         {} reused, {} blocked marks",
+        counts.len(),
+        counts.first().copied().unwrap_or(0),
+        raw.stats.slots_full,
+        raw.stats.reused_samples,
+        raw.stats.walk_ends[WalkEnd::Blocked as usize]
+    );
+    assert_eq!(counts.len(), THREADS, "every idle thread was sampled");
+    assert!(
+        counts[0] * 2 >= median,
+        "the least sampled thread got under half the median: {} vs {median}",
+        counts[0]
+    );
 }

@@ -181,6 +181,7 @@ fn run_sampled(stack: &GuardedStack, sp: u64, interrupt: Interrupt) -> u64 {
         return NOOP_SIGNALS.load(Ordering::Relaxed);
     };
     let raw = sampler.stop().expect("stop");
+    super::cases::check_clock(&raw);
     // The C thread's samples are those that walked the planted chain.
     raw.table
         .iter()

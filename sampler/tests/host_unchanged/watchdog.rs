@@ -12,8 +12,13 @@ pub struct Case {
     pub body: fn(),
 }
 
+/// The two ways cpu-mode samples are paced on Linux; every case runs under
+/// both, because every fix must hold on both.
+pub const CLOCKS: [(&str, bool); 2] = [("thread timers", false), ("sampler thread", true)];
+
 /// Runs the cases whose names contain one of `filters` (all without
-/// filters), each in a child process; returns the exit code.
+/// filters), each in a child process, once per clock; returns the exit
+/// code.
 pub fn run_all(cases: &[Case], filters: &[&str]) -> i32 {
     let exe = std::env::current_exe().expect("own path");
     let mut failed = Vec::new();
@@ -22,20 +27,23 @@ pub fn run_all(cases: &[Case], filters: &[&str]) -> i32 {
         if !filters.is_empty() && !filters.iter().any(|f| case.name.contains(f)) {
             continue;
         }
-        let started = Instant::now();
-        let result = run_one(&exe, case);
-        let took = started.elapsed();
-        match result {
-            Ok(out) => {
-                passed += 1;
-                println!("test {} ... ok ({took:.1?})", case.name);
-                for line in out.lines().filter(|l| l.starts_with("measured:")) {
-                    println!("    {line}");
+        for (clock, forced) in CLOCKS {
+            let started = Instant::now();
+            let result = run_one(&exe, case, forced);
+            let took = started.elapsed();
+            let name = format!("{} [{clock}]", case.name);
+            match result {
+                Ok(out) => {
+                    passed += 1;
+                    println!("test {name} ... ok ({took:.1?})");
+                    for line in out.lines().filter(|l| l.starts_with("measured:")) {
+                        println!("    {line}");
+                    }
                 }
-            }
-            Err(why) => {
-                println!("test {} ... FAILED ({took:.1?})\n{why}", case.name);
-                failed.push(case.name);
+                Err(why) => {
+                    println!("test {name} ... FAILED ({took:.1?})\n{why}");
+                    failed.push(name);
+                }
             }
         }
     }
@@ -52,8 +60,21 @@ pub fn run_all(cases: &[Case], filters: &[&str]) -> i32 {
     }
 }
 
-fn run_one(exe: &std::path::Path, case: &Case) -> Result<String, String> {
-    let mut child = Command::new(exe)
+/// Runs one case; with `force_sampler_thread`, on the sampler-thread
+/// fallback (through the environment variable, which its grandchildren
+/// inherit too).
+fn run_one(
+    exe: &std::path::Path,
+    case: &Case,
+    force_sampler_thread: bool,
+) -> Result<String, String> {
+    let mut command = Command::new(exe);
+    if force_sampler_thread {
+        command.env(btprof_sampler::FORCE_SAMPLER_THREAD_ENV, "1");
+    } else {
+        command.env_remove(btprof_sampler::FORCE_SAMPLER_THREAD_ENV);
+    }
+    let mut child = command
         .args(["--case", case.name])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -235,10 +235,7 @@ unsafe extern "C" fn collect_object(
 ///
 /// # Safety
 /// `info` must be an entry `dl_iterate_phdr` is handing out right now.
-unsafe fn describe(
-    info: &libc::dl_phdr_info,
-    known: &Known,
-) -> Option<Found> {
+unsafe fn describe(info: &libc::dl_phdr_info, known: &Known) -> Option<Found> {
     if info.dlpi_phdr.is_null() {
         return None;
     }
