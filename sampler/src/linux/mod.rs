@@ -549,6 +549,12 @@ impl SamplerLoop {
         if !self.timers() {
             self.signal_due_threads();
         }
+        // After the threads are signalled or their timers opened, so that
+        // reading the modules (the first time, copying their unwind
+        // sections) never delays a sample.
+        if let Some(cfi) = self.cfi.as_mut() {
+            cfi.refresh_modules();
+        }
         self.progress
             .threads
             .store(self.threads.len() as u64, Ordering::Relaxed);
@@ -924,9 +930,6 @@ impl SamplerLoop {
     /// Returns how many timer samples handlers are still writing.
     fn collect(&mut self, cancel_all: bool) -> usize {
         self.pass += 1;
-        if let Some(cfi) = self.cfi.as_mut() {
-            cfi.refresh_modules();
-        }
         let writing = if self.timers() {
             self.collect_timer_samples()
         } else {

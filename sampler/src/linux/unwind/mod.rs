@@ -33,6 +33,8 @@
 pub(crate) mod modules;
 pub(crate) mod stack_copy;
 
+use std::time::{Duration, Instant};
+
 use framehop::{FrameAddress, MayAllocateDuringUnwind, Unwinder};
 
 use crate::walker::{Arch, WalkEnd};
@@ -61,7 +63,21 @@ pub(crate) struct CfiWalker {
     modules: ModuleList,
     cache: NativeCache,
     out: Vec<u64>,
+    /// When the loader was last asked whether objects changed; `None`:
+    /// never yet.
+    checked_at: Option<Instant>,
+    /// A sample's pc lay outside every known object (a library loaded
+    /// since the last check, perhaps): check again soon.
+    unknown_pc: bool,
 }
+
+/// How often the loader is asked whether objects were loaded or unloaded.
+/// `dl_iterate_phdr` takes the loader's lock; asking rarely keeps the
+/// sampler thread out of it (a `fork` while a thread holds it leaves it
+/// held in the child).
+const CHECK_INTERVAL: Duration = Duration::from_millis(200);
+/// How soon after a sample in unknown code the loader is asked again.
+const UNKNOWN_PC_CHECK_INTERVAL: Duration = Duration::from_millis(10);
 
 /// A walk completed by [`CfiWalker::complete`]: borrowed frames, pc first.
 pub(crate) struct Completed<'a> {
@@ -71,21 +87,34 @@ pub(crate) struct Completed<'a> {
 }
 
 impl CfiWalker {
-    /// Reads the loaded modules. Sampler thread only.
+    /// A walker with no modules yet: the first
+    /// [`CfiWalker::refresh_modules`] reads them (until then it unwinds
+    /// with frame pointers only). Sampler thread only.
     pub fn new() -> Self {
-        let mut modules = ModuleList::new();
-        modules.refresh();
         CfiWalker {
-            modules,
+            modules: ModuleList::new(),
             cache: NativeCache::new(),
             out: Vec::with_capacity(crate::linux::MAX_DEPTH),
+            checked_at: None,
+            unknown_pc: false,
         }
     }
 
-    /// Picks up objects loaded or unloaded since the last call (cheap when
-    /// nothing changed). Call before completing freshly collected samples.
+    /// Picks up objects loaded or unloaded since the last check: every
+    /// [`CHECK_INTERVAL`], or [`UNKNOWN_PC_CHECK_INTERVAL`] after a sample
+    /// ran in code outside every known object. Cheap when nothing changed.
+    /// Call before completing freshly collected samples.
     pub fn refresh_modules(&mut self) {
-        self.modules.refresh();
+        let due = if self.unknown_pc {
+            UNKNOWN_PC_CHECK_INTERVAL
+        } else {
+            CHECK_INTERVAL
+        };
+        if self.checked_at.is_none_or(|at| at.elapsed() >= due) {
+            self.modules.refresh();
+            self.checked_at = Some(Instant::now());
+            self.unknown_pc = false;
+        }
     }
 
     /// Completes one sample: unwinds `copy` with CFI and joins the
@@ -100,6 +129,9 @@ impl CfiWalker {
     ) -> Completed<'a> {
         let arch = Arch::host();
         let max_depth = max_depth.max(1);
+        if !self.modules.covers(arch.strip_code_address(copy.regs.pc)) {
+            self.unknown_pc = true;
+        }
         let out = &mut self.out;
         out.clear();
         let mut sources = FrameSources::default();
@@ -169,20 +201,26 @@ impl CfiWalker {
                 }
             }
         };
-        // CFI found nothing past the leaf where the frame-pointer walk did
-        // (no unwind information and a copy too short to follow): keep the
-        // handler's walk rather than lose its callers.
-        if out.len() == 1 && fp_frames.len() > 1 && end.is_truncated() {
+        // CFI stopped short and got no further than the handler's
+        // frame-pointer walk (no unwind information where it stopped, and
+        // a copy too short to follow): keep the handler's walk, which is no
+        // worse and says why it stopped (its fault-safe read, for one, can
+        // tell memory that is gone from memory beyond the copy).
+        if end.is_truncated() && out.len() <= fp_frames.len() {
             out.clear();
             let n = fp_frames.len().min(max_depth);
             out.extend_from_slice(&fp_frames[..n]);
             sources = FrameSources {
                 cfi: 0,
-                frame_pointer: n as u64 - 1,
+                frame_pointer: n.saturating_sub(1) as u64,
             };
             return Completed {
                 frames: out,
-                end: fp_end,
+                end: if n < fp_frames.len() {
+                    WalkEnd::DepthCap
+                } else {
+                    fp_end
+                },
                 sources,
             };
         }

@@ -70,6 +70,8 @@ pub(crate) struct ModuleList {
     subs: u64,
     known: Known,
     unwinder: NativeUnwinder,
+    /// The known objects' code ranges, sorted, for [`ModuleList::covers`].
+    ranges: Vec<Range<u64>>,
     /// Times the list was rebuilt, for tests and stats.
     rebuilds: u64,
 }
@@ -82,6 +84,7 @@ impl ModuleList {
             subs: u64::MAX,
             known: HashMap::new(),
             unwinder: NativeUnwinder::new(),
+            ranges: Vec::new(),
             rebuilds: 0,
         }
     }
@@ -89,6 +92,12 @@ impl ModuleList {
     /// The unwinder over the current list.
     pub fn unwinder(&self) -> &NativeUnwinder {
         &self.unwinder
+    }
+
+    /// Whether `addr` lies in the code of an object in the list.
+    pub fn covers(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.start <= addr);
+        i > 0 && self.ranges[i - 1].contains(&addr)
     }
 
     /// The objects in the list.
@@ -159,6 +168,8 @@ impl ModuleList {
         for (_, module) in next.values() {
             unwinder.add_module(module.clone());
         }
+        self.ranges = next.values().map(|(info, _)| info.code.clone()).collect();
+        self.ranges.sort_unstable_by_key(|r| r.start);
         self.known = next;
         self.unwinder = unwinder;
         (self.adds, self.subs) = counters;
