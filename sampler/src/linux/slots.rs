@@ -139,6 +139,10 @@ pub(crate) fn reset_after_fork() {
     }
 }
 
+/// How far above the stack pointer a walk may go when the snapshot does not
+/// know the stack's mapping: the default size of a thread's stack (8 MiB).
+const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
+
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Armed {
@@ -484,11 +488,20 @@ unsafe fn poll_fd(info: &libc::siginfo_t) -> i32 {
 unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *const libc::c_void) {
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
     let regs = unsafe { registers(&*(context as *const libc::ucontext_t)) };
-    let bounds = stack_regions::region_containing(regs.sp)
-        .map(|(_, high)| StackBounds { low: regs.sp, high });
-    if bounds.is_none() {
-        MISSING_REGIONS.fetch_add(1, Relaxed);
-    }
+    // The snapshot bounds the walk where it knows the stack's mapping.
+    // Where it does not (a thread or mapping newer than it, or more
+    // mappings than it holds), the walk is bounded by a span above sp
+    // instead of being cut to the leaf: every read is fault-safe
+    // ([`CheckedMemory`]), so the bound only limits how far a corrupt chain
+    // can wander, and the sampler is told to refresh the snapshot.
+    let high = match stack_regions::region_containing(regs.sp) {
+        Some((_, high)) => high,
+        None => {
+            MISSING_REGIONS.fetch_add(1, Relaxed);
+            regs.sp.saturating_add(UNKNOWN_STACK_SPAN)
+        }
+    };
+    let bounds = Some(StackBounds { low: regs.sp, high });
     // SAFETY: we won `-> Writing`, so we are the slot's only writer and the
     // sampler does not read it until we store `Done`.
     let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
