@@ -61,6 +61,12 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
+/// Sampler-thread path: the most periods one sample may stand for. A
+/// thread owed more (the sampler ran late, or its signals kept arriving
+/// while it waited for a CPU) has the excess counted as skipped: one
+/// heavy sample would otherwise put a long stretch of CPU time on one
+/// stack.
+const MAX_WEIGHT: u64 = 5;
 /// How long a thread counts as young: its name is re-read whenever one of
 /// its samples is interned, because threads often name themselves right
 /// after they start.
@@ -611,13 +617,22 @@ impl SamplerLoop {
                 continue;
             };
             let mut weight = 1;
+            // The thread's CPU clock and when it was read: for the handler
+            // to tell whether the thread waited for a CPU meanwhile.
+            let mut read_at = (0, 0);
             if self.config.mode == Mode::Cpu {
+                read_at = (monotonic_ns(), cpu);
                 // The CPU time used since the last tick is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
                     state.owed_ns += cpu.saturating_sub(last);
                 }
                 state.last_cpu_ns = Some(cpu);
+                let most = MAX_WEIGHT * self.period_ns;
+                if state.owed_ns > most {
+                    self.stats.skipped_samples += (state.owed_ns - most) / self.period_ns;
+                    state.owed_ns = most + (state.owed_ns - most) % self.period_ns;
+                }
                 if state.owed_ns < self.period_ns {
                     continue;
                 }
@@ -682,7 +697,7 @@ impl SamplerLoop {
                 ran_out_at.get_or_insert(i);
                 continue;
             };
-            self.slots.mark_sent(armed.slot, monotonic_ns());
+            self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             match self.sender.send(tid, armed.signal_value()) {
                 Ok(()) => {
                     state.pending = true;
@@ -808,7 +823,15 @@ impl SamplerLoop {
                 }
                 None => {
                     self.regions_stale = true;
-                    let state = ThreadState::new(now, listing);
+                    let mut state = ThreadState::new(now, listing);
+                    if listing > 1 && self.clock == SampleClock::SamplerThread {
+                        // Born while sampling: all its CPU time so far was
+                        // used during the run, so it is owed (and counted)
+                        // from zero, and a short-lived thread is sampled as
+                        // soon as it used a period.
+                        state.last_cpu_ns = Some(0);
+                        state.accounted_ns = Some(0);
+                    }
                     self.threads.entry(tid).or_insert(state)
                 }
             };

@@ -74,10 +74,12 @@ struct Slot {
     lr: AtomicU64,
     /// The thread that wrote the walk (timer samples).
     tid: AtomicI32,
-    /// Armed slots: when the sampler sent the signal (`CLOCK_MONOTONIC`
-    /// ns); the handler gives up a sample that arrives later than
-    /// [`LATE_NS`] after it.
+    /// Armed slots in cpu mode: the target thread's CPU clock and
+    /// `CLOCK_MONOTONIC` read together just before the signal was sent
+    /// (0: no check). The handler gives up a sample if the thread spent
+    /// more than [`LATE_NS`] off CPU since.
     sent_ns: AtomicU64,
+    sent_cpu_ns: AtomicU64,
     /// The handler found the signal late and walked nothing.
     late: AtomicU32,
     frames: FrameBuf,
@@ -94,6 +96,7 @@ impl Slot {
             lr: AtomicU64::new(0),
             tid: AtomicI32::new(0),
             sent_ns: AtomicU64::new(0),
+            sent_cpu_ns: AtomicU64::new(0),
             late: AtomicU32::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
             window: WindowBuf(UnsafeCell::new([0; WINDOW_WORDS])),
@@ -121,14 +124,16 @@ pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 /// different threads do not all contend for slot 0.
 static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 
-/// How long after it was sent a signal may arrive and still be sampled. A
-/// signal to a thread running on another CPU arrives within microseconds;
-/// one to a thread waiting for a CPU arrives when the thread is scheduled
-/// again, and its sample would land where the thread was preempted (on a
-/// loaded machine, disproportionately at the return from a system call),
-/// not where its CPU time went. Such a sample is given up and the thread
+/// How long a thread may have been off CPU between the sampler's decision
+/// and the signal's delivery and still be sampled. A signal to a thread
+/// running on another CPU is taken within microseconds while the thread
+/// keeps running (its CPU clock keeps pace with the wall clock); one to a
+/// thread waiting for a CPU is taken when the thread is scheduled again,
+/// and its sample would land where the thread was preempted (on a loaded
+/// machine, disproportionately at the return from a system call), not
+/// where its CPU time went. Such a sample is given up and the thread
 /// sampled on a later tick.
-pub(crate) const LATE_NS: u64 = 200_000;
+pub(crate) const LATE_NS: u64 = 50_000;
 
 /// In a forked child: frees every slot. Only the forking thread exists
 /// there, so a slot a parent's handler was writing will never be finished,
@@ -279,8 +284,12 @@ impl SlotOwner {
         Poll::Collected
     }
 
-    /// Records when the signal for armed `slot` is sent, just before it is.
-    pub fn mark_sent(&mut self, slot: usize, now_ns: u64) {
+    /// Records, before the signal for armed `slot` is sent, the target's
+    /// CPU clock `cpu_ns` and the monotonic time `now_ns` it was read at,
+    /// for the handler's lateness check; `now_ns` 0 turns the check off
+    /// (wall mode samples threads that are not running by design).
+    pub fn mark_sent(&mut self, slot: usize, now_ns: u64, cpu_ns: u64) {
+        SLOT_TABLE[slot].sent_cpu_ns.store(cpu_ns, Relaxed);
         SLOT_TABLE[slot].sent_ns.store(now_ns, Relaxed);
     }
 
@@ -413,7 +422,17 @@ fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
     };
     let max_depth = (slot.max_depth.load(Relaxed) as usize).min(MAX_DEPTH);
     let sent = slot.sent_ns.load(Relaxed);
-    let late = sent != 0 && monotonic_ns().saturating_sub(sent) > LATE_NS;
+    let late = sent != 0 && {
+        // Wall time since the sampler's reading, less the CPU time this
+        // thread got meanwhile: how long it waited for a CPU.
+        let waited = clock_ns(libc::CLOCK_MONOTONIC)
+            .saturating_sub(sent)
+            .saturating_sub(
+                clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+                    .saturating_sub(slot.sent_cpu_ns.load(Relaxed)),
+            );
+        waited > LATE_NS
+    };
     slot.late.store(u32::from(late), Relaxed);
     if late {
         slot.state.store(state(generation, DONE), Release);
@@ -422,16 +441,14 @@ fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
     Some((slot, generation, max_depth))
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds (the vDSO: async-signal-safe, no
-/// system call).
-fn monotonic_ns() -> u64 {
+/// `clock` in nanoseconds. Async-signal-safe (`clock_gettime` is).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid clock id and out-pointer; clock_gettime is
-    // async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

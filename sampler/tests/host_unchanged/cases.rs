@@ -152,19 +152,25 @@ const EXEC_PARALLEL: usize = 4;
 /// Item 2 of issue 10: a signal still queued for a thread that calls
 /// `execve` survives into the new program, whose default action for a
 /// real-time signal is to terminate. 1000 processes start the profiler
-/// in wall mode at 5 kHz (every thread signalled every 0.2 ms, so nearly
-/// every exec has a signal in flight), work, and exec `/bin/true`: none
-/// may die.
+/// at 5 kHz (on the sampler thread in wall mode: every thread signalled
+/// every 0.2 ms, so nearly every exec has a signal in flight; on the
+/// per-thread timers in cpu mode), work, and exec `/bin/true`: none may
+/// die.
 fn exec_while_profiling_never_kills_the_new_program() {
-    // The trial can see the failure: with a real-time signal (the old
-    // default) some of the new programs die.
+    // The trial can see the failure: on the sampler thread, which signals
+    // threads wherever they are, a real-time signal (the old default)
+    // kills some of the new programs. Per-thread timers raise the signal
+    // only while their thread runs user code (exclude_kernel), so it is
+    // taken before the thread enters execve: reported, not asserted.
     let rt = libc::SIGRTMAX() - 3;
     let rt_died = run_exec_trials(Some(rt), 200);
     println!("measured: exec while profiling with real-time signal {rt}: {rt_died} of 200 new programs died");
-    assert!(
-        rt_died > 0,
-        "the trial no longer catches a signal queued across exec"
-    );
+    if std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some() {
+        assert!(
+            rt_died > 0,
+            "the trial no longer catches a signal queued across exec"
+        );
+    }
     let died = run_exec_trials(None, EXEC_TRIALS);
     println!(
         "measured: exec while profiling with the default signal: {died} of {EXEC_TRIALS} new programs died"
