@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use btprof::Profile;
+use btprof::{Profile, Stats};
 
 use crate::workload::{Truth, FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
 
@@ -97,45 +97,50 @@ fn is_workload_fn(frame: &str, function: &str) -> bool {
 impl SelfCheck {
     /// Compares `profile` with `truth`.
     pub fn evaluate(profile: &Profile, truth: &Truth, thresholds: Thresholds) -> SelfCheck {
-        let stats = profile.stats();
+        // Only a recording is evaluated; one without stats has no rate.
+        let stats = profile
+            .stats()
+            .cloned()
+            .unwrap_or_else(|| Stats::new(&Default::default()));
         let secs = stats.duration.as_secs_f64().max(1e-9);
         let thread_cpu_secs: [f64; THREADS] = std::array::from_fn(|i| {
             let name = format!("{THREAD_PREFIX}{i}");
             profile
                 .threads()
-                .iter()
                 .find(|t| t.name == name)
-                .and_then(|t| stats.cpu_of(t.tid))
+                .and_then(|t| stats.cpu_of(t.tid?))
                 .map_or(0.0, |cpu| cpu.as_secs_f64())
         });
         let mut per_thread = [0u64; THREADS];
         let mut leaf_counts = [0u64; FUNCTIONS.len()];
         let (mut complete, mut inner, mut inner_intact) = (0u64, 0u64, 0u64);
         for stack in profile.stacks() {
+            let frames: Vec<&str> = stack.frames().collect();
+            let (count, truncated) = (stack.count(), stack.truncated());
             let Some(index) = stack
-                .thread
-                .strip_prefix(THREAD_PREFIX)
+                .thread()
+                .and_then(|t| t.strip_prefix(THREAD_PREFIX))
                 .and_then(|i| i.parse::<usize>().ok())
                 .filter(|&i| i < THREADS)
             else {
                 continue;
             };
-            per_thread[index] += stack.count;
-            let leaf = stack.frames.last().map_or("", |f| f);
+            per_thread[index] += count;
+            let leaf = frames.last().copied().unwrap_or("");
             if let Some(f) = FUNCTIONS.iter().position(|f| is_workload_fn(leaf, f)) {
-                leaf_counts[f] += stack.count;
+                leaf_counts[f] += count;
             }
-            if !stack.truncated && stack.frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
-                complete += stack.count;
+            if !truncated && frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
+                complete += count;
             }
             if is_workload_fn(leaf, "chain_inner") {
-                inner += stack.count;
-                let n = stack.frames.len();
+                inner += count;
+                let n = frames.len();
                 if n >= 3
-                    && is_workload_fn(&stack.frames[n - 2], "chain_middle")
-                    && is_workload_fn(&stack.frames[n - 3], "chain_outer")
+                    && is_workload_fn(frames[n - 2], "chain_middle")
+                    && is_workload_fn(frames[n - 3], "chain_outer")
                 {
-                    inner_intact += stack.count;
+                    inner_intact += count;
                 }
             }
         }
@@ -295,7 +300,7 @@ impl fmt::Display for SelfCheck {
 mod tests {
     use std::time::Duration;
 
-    use btprof::{Profile, Stack, Stats, ThreadInfo};
+    use btprof::profile::Builder;
 
     use super::*;
 
@@ -311,10 +316,9 @@ mod tests {
 
     /// As [`profile`], with each worker's CPU time given, in seconds.
     fn profile_with_cpu(leaves: [u64; 5], truncated: bool, cpu_secs: [f64; 2]) -> Profile {
-        let mut stacks = Vec::new();
+        let mut builder = Builder::new();
         for (i, &count) in leaves.iter().enumerate() {
-            let mut frames: Vec<std::sync::Arc<str>> =
-                vec!["btprof_cli::workload::worker_main".into()];
+            let mut frames: Vec<String> = vec!["btprof_cli::workload::worker_main".into()];
             if i >= 2 {
                 frames.push("btprof_cli::workload::chain_outer".into());
             }
@@ -322,27 +326,30 @@ mod tests {
                 frames.push("btprof_cli::workload::chain_middle".into());
             }
             if i != 2 && i != 3 {
-                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]).into());
+                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
             }
-            stacks.push(Stack {
-                thread: format!("{THREAD_PREFIX}{}", usize::from(i >= 2)).into(),
-                frames,
-                truncated,
-                count,
-            });
+            let worker = usize::from(i >= 2);
+            let thread = builder
+                .thread(
+                    &format!("{THREAD_PREFIX}{worker}"),
+                    Some(100 + worker as u64),
+                )
+                .unwrap();
+            builder
+                .add_stack(
+                    Some(thread),
+                    frames.iter().map(|f| f.as_str()),
+                    truncated,
+                    count,
+                )
+                .unwrap();
         }
         let mut stats = Stats::new(&Default::default());
         stats.duration = Duration::from_secs(1);
-        let mut threads = Vec::new();
         for (i, cpu) in cpu_secs.iter().enumerate() {
-            let tid = 100 + i as u64;
-            threads.push(ThreadInfo {
-                tid,
-                name: format!("{THREAD_PREFIX}{i}"),
-            });
-            stats.add_thread_cpu(tid, Duration::from_secs_f64(*cpu));
+            stats.add_thread_cpu(100 + i as u64, Duration::from_secs_f64(*cpu));
         }
-        Profile::from_stacks(stacks, threads, stats)
+        builder.finish(stats)
     }
 
     /// Timings with exactly the split of the faithful profile below.

@@ -526,8 +526,8 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     let window = unsafe { &mut *slot.window.0.get() };
     // Bounds come from a snapshot, which proves nothing about now; every
     // read goes through the kernel's fault-safe copy.
-    let memory = CheckedMemory::new(window, regs.sp, bounds.map_or(0, |b| b.high));
-    let walk = walker::walk(Arch::host(), &regs, bounds, &memory, frames);
+    let mut memory = CheckedMemory::new(window, regs.sp, bounds.map_or(0, |b| b.high));
+    let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);
