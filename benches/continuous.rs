@@ -108,9 +108,9 @@ fn child(variant: &str, secs: u64) {
         Some(p) => {
             let (profile, dumps) = p.stop_with_dump_stats().expect("stop");
             (
-                profile.stacks().len(),
+                profile.distinct_stacks(),
                 profile.overflow_samples(),
-                profile.stats().achieved_hz(),
+                profile.stats().map_or(0.0, |s| s.achieved_hz()),
                 dumps.written,
             )
         }

@@ -33,10 +33,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use btprof::diff::{compare_folded, DiffOptions};
-use btprof::folded_flamegraph::{write_differential, FlamegraphStyle};
-use btprof::render::{self, Format};
-use btprof::FoldedProfile;
+use btprof::diff::{compare, DiffOptions};
+use btprof::formats::flamegraph::write_differential;
+use btprof::report::{self, Format};
+use btprof::{FlamegraphOptions, Profile};
 use measure::median;
 use synthetic::SplitMix64;
 
@@ -159,12 +159,12 @@ fn files(dir: &Path, stacks: &[String], mb: u64) -> (PathBuf, PathBuf) {
 /// Diffs the two files and prints `key=value` results on one line.
 fn child(base: &Path, new: &Path, flamegraph: bool) {
     let t = Instant::now();
-    let b = FoldedProfile::open(base).expect("read base");
-    let n = FoldedProfile::open(new).expect("read new");
+    let b = Profile::read_folded(base).expect("read base");
+    let n = Profile::read_folded(new).expect("read new");
     let read = t.elapsed();
     let t = Instant::now();
-    let report = compare_folded(&b, &n, &DiffOptions::default());
-    let text = render::diff_report(&report, Format::Text, Some(25));
+    let diff = compare(&b, &n, &DiffOptions::default());
+    let text = report::diff_report(&diff, Format::Text, Some(25));
     let compared = t.elapsed();
     assert!(text.contains("result:"));
     let rss_diff = peak_rss_mib();
@@ -172,7 +172,7 @@ fn child(base: &Path, new: &Path, flamegraph: bool) {
     if flamegraph {
         let t = Instant::now();
         let mut svg = Vec::new();
-        write_differential(&b, &n, &FlamegraphStyle::default(), false, &mut svg)
+        write_differential(&b, &n, &FlamegraphOptions::default(), false, &mut svg)
             .expect("differential flamegraph");
         svg_time = t.elapsed();
         assert!(!svg.is_empty());
@@ -186,7 +186,7 @@ fn child(base: &Path, new: &Path, flamegraph: bool) {
         peak_rss_mib(),
         b.distinct_stacks() + n.distinct_stacks(),
         b.distinct_frames(),
-        report.tests,
+        diff.tests,
         b.total_samples() + n.total_samples(),
     );
 }

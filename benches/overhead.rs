@@ -402,7 +402,11 @@ fn measure_wall(runs: usize, iters: u64) -> WallResult {
         let job = run_job(iters, None);
         let t = Instant::now();
         let profile = profiler.stop().expect("stop profiler");
-        (job, t.elapsed(), profile.stats().clone())
+        (
+            job,
+            t.elapsed(),
+            profile.stats().expect("a recording has stats").clone(),
+        )
     };
 
     for round in 0..runs {

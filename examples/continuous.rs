@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .dump_dir(&dir)
         .keep(5)
         .dump_svg(true)
-        .dump_on_signal(libc::SIGUSR2)
+        .dump_on_signal(btprof::DUMP_SIGNAL)
         .start()?;
     println!(
         "profiling pid {} for {seconds} s; dumps in {dir}",

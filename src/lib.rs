@@ -2,46 +2,56 @@
 //!
 //! # Crate layout
 //!
-//! [`Profiler`] starts a sampler ([`btprof_sampler`]) of the current process;
-//! [`Profiler::stop`] symbolises the raw stacks ([`btprof_symbols`]) into a
-//! [`Profile`], which writes folded stacks ([`folded`]) and SVG flamegraphs
-//! ([`flamegraph`]).
+//! The folders follow the data path, and each imports only from the
+//! folders left of it:
 //!
-//! Profiles are compared with [`diff`]: [`FoldedProfile`] reads folded
-//! files of any tool back (or takes a `Profile`), [`functions`] counts each
-//! function's self and total samples, [`diff::compare`] applies the
-//! regression gate, [`render`] prints reports and [`folded_flamegraph`]
-//! draws re-rendered and differential flamegraphs.
+//! ```text
+//!  record/                 profile/              analysis/             formats/
+//!  Profiler ─ sampler ──►                   ──►  functions (self,  ──►  folded (write)
+//!    symbolise (symbols)    Profile              total), diff +         flamegraph (SVG,
+//!    dumps, dump signal,    names, frames,       significance,          plain and diff)
+//!    scope guard            threads, stacks,     report (text,          sidecar (JSON
+//!                           RunInfo, Stats       Markdown, JSON)        run metadata)
+//!  formats/folded (read) ─►
+//! ```
+//!
+//! [`Profiler::stop`] symbolises what the sampler ([`btprof_sampler`])
+//! took, with [`btprof_symbols`], into a [`Profile`];
+//! [`Profile::read_folded`] reads a folded file of any tool into the same
+//! model. Every output ([`Profile::write_folded`],
+//! [`Profile::write_flamegraph`], [`formats::flamegraph::write_differential`])
+//! and analysis ([`analysis::functions`], [`diff::compare`], [`report`])
+//! takes a `Profile`.
 
-pub mod diff;
-mod dump;
-mod dump_signal;
+pub mod analysis;
 mod error;
-pub mod flamegraph;
-pub mod folded;
-pub mod folded_flamegraph;
-pub mod folded_profile;
-pub mod functions;
-mod lost_samples;
-mod profile;
-mod profiler;
-pub mod render;
-pub mod run_info;
-pub mod scope;
-mod symbolize;
-mod walk_ends;
+pub mod formats;
+pub mod profile;
+pub mod record;
 
+pub use analysis::{diff, report};
 pub use btprof_sampler::{
-    Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, ThreadInfo, DEFAULT_MAX_STACKS,
+    Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, DEFAULT_MAX_STACKS,
 };
 pub use diff::{DiffOptions, DiffReport};
-pub use dump::DumpStats;
 pub use error::Error;
-pub use flamegraph::FlamegraphOptions;
-pub use folded::FoldOptions;
-pub use folded_profile::{FoldedProfile, ReadError};
-pub use lost_samples::signal_blocked_warnings;
-pub use profile::{Profile, Stack};
-pub use profiler::{Profiler, ProfilerBuilder};
-pub use run_info::RunInfo;
-pub use scope::{profile_scope, ProfileScope};
+pub use formats::flamegraph::FlamegraphOptions;
+pub use formats::folded::{self as folded, FoldOptions, ReadError};
+pub use profile::{Profile, RunInfo, Stack};
+pub use record::lost_samples::signal_blocked_warnings;
+pub use record::scope::{self as scope, profile_scope, ProfileScope};
+pub use record::{DumpStats, Profiler, ProfilerBuilder};
+
+/// This btprof's version, as written into run metadata.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The signal [`ProfilerBuilder::dump_on_signal`] is usually given
+/// (`kill -USR2 PID` asks for a dump), so an application needs no `libc`
+/// for it.
+pub const DUMP_SIGNAL: i32 = libc::SIGUSR2;
+
+/// The signal the Linux sampler interrupts threads with unless
+/// [`ProfilerBuilder::signal`] picks another (`SIGURG`, whose default
+/// action is to ignore it, so one still queued across `exec` is harmless).
+#[cfg(target_os = "linux")]
+pub use btprof_sampler::default_signal;

@@ -91,7 +91,7 @@ fn busy(name: &str) -> Busy {
 /// CPU time its threads used (1000 Hz), however loaded the machine was,
 /// and at least `min_samples` of them.
 fn assert_samples_follow_cpu(profile: &btprof::Profile, min_samples: u64) {
-    let stats = profile.stats();
+    let stats = profile.stats().expect("a recorded profile has stats");
     let cpu = stats.sampled_cpu().as_secs_f64();
     let samples = profile.total_samples();
     assert!(samples >= min_samples, "{samples} samples ({stats:?})");
@@ -176,7 +176,7 @@ fn periodic_dumps_add_up_to_the_whole_run() {
         sum += samples;
     }
     assert_eq!(sum, profile.total_samples());
-    assert_eq!(profile.total_samples(), profile.stats().samples);
+    assert_eq!(profile.total_samples(), profile.stats().unwrap().samples);
     assert_samples_follow_cpu(&profile, 80);
 }
 
@@ -319,18 +319,17 @@ fn the_stack_limit_counts_overflow_under_a_visible_frame() {
 
     let full: Vec<_> = profile
         .stacks()
-        .iter()
-        .filter(|s| s.frames.len() == 1 && &*s.frames[0] == TABLE_FULL_FRAME)
+        .filter(|s| s.frames().eq([TABLE_FULL_FRAME]))
         .collect();
     assert!(!full.is_empty(), "overflow is shown");
     assert!(profile.overflow_samples() > 0);
     assert_eq!(
         profile.total_samples(),
-        profile.stats().samples,
+        profile.stats().unwrap().samples,
         "nothing dropped"
     );
     assert_eq!(
-        profile.run_info().overflow_samples,
+        profile.run_info().unwrap().overflow_samples,
         profile.overflow_samples()
     );
 }

@@ -5,16 +5,15 @@
 #[path = "support/synthetic.rs"]
 mod synthetic;
 
-use std::sync::Arc;
-
-use btprof::diff::{compare, compare_folded, DiffOptions, Metric, Verdict};
-use btprof::{FoldedProfile, Mode, Profile, Stack, Stats};
+use btprof::diff::{compare, DiffOptions, Metric, Verdict};
+use btprof::profile::Builder;
+use btprof::{Mode, Profile, Stats};
 use synthetic::{Program, SplitMix64};
 
 const TRIALS: u64 = 100;
 
-fn folded(text: &str, source: &str) -> FoldedProfile {
-    FoldedProfile::from_reader(text.as_bytes(), source).expect("synthetic profile parses")
+fn folded(text: &str, source: &str) -> Profile {
+    Profile::read_folded_from(text.as_bytes(), source).expect("synthetic profile parses")
 }
 
 /// Diffs two independent draws of `program` per trial (5,000 to 10,000
@@ -28,7 +27,7 @@ fn false_alarms(program: &Program, options: &DiffOptions, seed: u64) -> Vec<(u64
         let n_new = 5_000 + rng.below(5_001);
         let base = folded(&program.sample(n_base, &mut rng), "base");
         let new = folded(&program.sample(n_new, &mut rng), "new");
-        let report = compare_folded(&base, &new, options);
+        let report = compare(&base, &new, options);
         if report.regressed() {
             alarms.push((
                 trial,
@@ -90,7 +89,7 @@ fn an_injected_change_from_10_to_20_percent_is_found_with_its_size() {
     for trial in 0..20 {
         let base = folded(&base_program.sample(10_000, &mut rng), "base");
         let new = folded(&new_program.sample(10_000, &mut rng), "new");
-        let report = compare_folded(&base, &new, &DiffOptions::default());
+        let report = compare(&base, &new, &DiffOptions::default());
         let first = &report.functions[0];
         assert_eq!(
             first.name, "app::leaf_2",
@@ -118,16 +117,14 @@ fn profile(hz: u32, mode: Mode, stacks: &[(&str, &[&str], u64)]) -> Profile {
     let mut stats = Stats::new(&Default::default());
     stats.requested_hz = hz;
     stats.mode = mode;
-    let stacks = stacks
-        .iter()
-        .map(|&(thread, frames, count)| Stack {
-            thread: thread.into(),
-            frames: frames.iter().map(|&f| Arc::from(f)).collect(),
-            truncated: false,
-            count,
-        })
-        .collect();
-    Profile::from_stacks(stacks, Vec::new(), stats)
+    let mut builder = Builder::new();
+    for &(thread, frames, count) in stacks {
+        let thread = builder.thread(thread, None).unwrap();
+        builder
+            .add_stack(Some(thread), frames.iter().copied(), false, count)
+            .unwrap();
+    }
+    builder.finish(stats)
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use btprof::profile::Builder;
 use btprof::{Error, FoldOptions, Mode, Profile, Profiler, Stats};
 
 /// One profiler per process: tests in this file take turns.
@@ -71,11 +72,13 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
     // A sample per millisecond of the spinner's CPU time.
     let tid = profile
         .threads()
-        .iter()
         .find(|t| t.name == "pipe-spin")
-        .expect("the spinner was seen")
-        .tid;
-    let cpu = profile.stats().cpu_of(tid).unwrap_or_default();
+        .and_then(|t| t.tid)
+        .expect("the spinner was seen");
+    let cpu = profile
+        .stats()
+        .and_then(|s| s.cpu_of(tid))
+        .unwrap_or_default();
     assert!(
         samples > 300 && samples as f64 >= cpu.as_secs_f64() * 1000.0 * 0.9,
         "only {samples} samples of the spinning thread for {cpu:?} of CPU"
@@ -100,7 +103,7 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted, lines);
-    let stats = profile.stats();
+    let stats = profile.stats().expect("a recording has stats");
     assert_eq!(stats.samples, profile.total_samples());
     assert!(stats.ticks > 0 && stats.duration > Duration::ZERO);
 }
@@ -129,7 +132,7 @@ fn merged_threads_and_svg() {
 
 #[test]
 fn an_empty_profile_is_a_clear_error() {
-    let profile = Profile::from_stacks(Vec::new(), Vec::new(), Stats::new(&Default::default()));
+    let profile = Builder::new().finish(Stats::new(&Default::default()));
     assert!(profile.is_empty());
     let err = profile.write_flamegraph(Vec::new()).unwrap_err();
     assert!(matches!(err, Error::EmptyProfile));

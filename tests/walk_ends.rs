@@ -90,12 +90,11 @@ fn only_walks_that_reach_the_thread_entry_are_complete() {
     let in_leaf = |leaf: &str| -> (u64, u64) {
         let stacks = profile
             .stacks()
-            .iter()
-            .filter(|s| s.frames.last().is_some_and(|f| f.ends_with(leaf)));
+            .filter(|s| s.frames().last().is_some_and(|f| f.ends_with(leaf)));
         stacks.fold((0, 0), |(all, truncated), s| {
             (
-                all + s.count,
-                truncated + if s.truncated { s.count } else { 0 },
+                all + s.count(),
+                truncated + if s.truncated() { s.count() } else { 0 },
             )
         })
     };
@@ -113,12 +112,11 @@ fn only_walks_that_reach_the_thread_entry_are_complete() {
     assert_eq!(zero_truncated, zero, "{zero_truncated} of {zero}");
     let listed: u64 = profile
         .stacks()
-        .iter()
-        .filter(|s| s.truncated)
-        .map(|s| s.count)
+        .filter(|s| s.truncated())
+        .map(|s| s.count())
         .sum();
     assert_eq!(profile.truncated_samples(), listed);
-    assert_eq!(profile.run_info().truncated_walks, listed);
+    assert_eq!(profile.run_info().unwrap().truncated_walks, listed);
     // The CLI names the module where most truncated walks stopped: here
     // this test program, where rbp was zeroed.
     let (module, count) = profile.truncated_by_module()[0].clone();

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use btprof::{run_info, DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
+use btprof::formats::sidecar::sidecar_path;
+use btprof::{DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
 use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
@@ -377,8 +378,9 @@ impl Outputs {
         println!("wrote {}", args.folded.display());
         let sidecar = profile
             .run_info()
+            .ok_or_else(|| "the recording has no run metadata".to_owned())?
             .write_sidecar(&args.folded)
-            .map_err(|e| format!("{}: {e}", run_info::sidecar_path(&args.folded).display()))?;
+            .map_err(|e| format!("{}: {e}", sidecar_path(&args.folded).display()))?;
         println!("wrote {}", sidecar.display());
 
         if profile.is_empty() {
@@ -424,20 +426,11 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
     }
 }
 
-/// A busy thread that blocks the profiling signal loses its samples (it
-/// is not signalled: the signal would stay queued): say which, when that
-/// is most of what it should have had.
-fn warn_if_signal_blocked(profile: &Profile) {
-    for line in btprof::signal_blocked_warnings(profile.stats(), profile.threads()) {
-        eprintln!("btprof: warning: {line}");
-    }
-}
-
 /// Most stacks truncated means the code lacks frame pointers (and unwind
 /// information): say where and how to fix it rather than draw a
 /// misleading flamegraph.
 fn warn_if_truncated(profile: &Profile) {
-    let s = profile.stats();
+    let Some(s) = profile.stats() else { return };
     let truncated = profile.truncated_samples();
     if s.samples >= 10 && truncated * 2 > s.samples {
         eprintln!(
@@ -461,8 +454,22 @@ fn most_truncated_in(profile: &Profile) -> String {
     }
 }
 
+/// A busy thread that blocks the profiling signal loses its samples (it
+/// is not signalled: the signal would stay queued): say which, when that
+/// is most of what it should have had.
+fn warn_if_signal_blocked(profile: &Profile) {
+    let Some(stats) = profile.stats() else { return };
+    let threads: Vec<(u64, &str)> = profile
+        .threads()
+        .filter_map(|t| Some((t.tid?, t.name)))
+        .collect();
+    for line in btprof::signal_blocked_warnings(stats, &threads) {
+        eprintln!("btprof: warning: {line}");
+    }
+}
+
 fn print_summary(profile: &Profile) {
-    let s = profile.stats();
+    let Some(s) = profile.stats() else { return };
     println!(
         "sampled {} stacks over {:.2} s ({} mode, {}): {:.1} samples per CPU-second of the sampled threads \
          ({:.3} CPU-s; requested {} Hz); sampler thread {:.1} ticks/s, {} missed ticks",

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use btprof::Profile;
+use btprof::{Profile, Stats};
 
 use crate::workload::{Truth, FUNCTIONS, INCLUSIVE_FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
 
@@ -99,55 +99,60 @@ fn is_workload_fn(frame: &str, function: &str) -> bool {
 impl SelfCheck {
     /// Compares `profile` with `truth`.
     pub fn evaluate(profile: &Profile, truth: &Truth, thresholds: Thresholds) -> SelfCheck {
-        let stats = profile.stats();
+        // Only a recording is evaluated; one without stats has no rate.
+        let stats = profile
+            .stats()
+            .cloned()
+            .unwrap_or_else(|| Stats::new(&Default::default()));
         let secs = stats.duration.as_secs_f64().max(1e-9);
         let thread_cpu_secs: [f64; THREADS] = std::array::from_fn(|i| {
             let name = format!("{THREAD_PREFIX}{i}");
             profile
                 .threads()
-                .iter()
                 .find(|t| t.name == name)
-                .and_then(|t| stats.cpu_of(t.tid))
+                .and_then(|t| stats.cpu_of(t.tid?))
                 .map_or(0.0, |cpu| cpu.as_secs_f64())
         });
         let mut per_thread = [0u64; THREADS];
         let mut leaf_counts = [0u64; FUNCTIONS.len()];
         let (mut complete, mut inner, mut inner_intact) = (0u64, 0u64, 0u64);
         for stack in profile.stacks() {
+            let frames: Vec<&str> = stack.frames().collect();
+            let (count, truncated) = (stack.count(), stack.truncated());
             let Some(index) = stack
-                .thread
-                .strip_prefix(THREAD_PREFIX)
+                .thread()
+                .and_then(|t| t.strip_prefix(THREAD_PREFIX))
                 .and_then(|i| i.parse::<usize>().ok())
                 .filter(|&i| i < THREADS)
             else {
                 continue;
             };
-            per_thread[index] += stack.count;
-            let leaf = stack.frames.last().map_or("", |f| f);
+            per_thread[index] += count;
+            let leaf = frames.last().copied().unwrap_or("");
             if let Some(f) = FUNCTIONS.iter().position(|f| is_workload_fn(leaf, f)) {
-                leaf_counts[f] += stack.count;
+                leaf_counts[f] += count;
             }
             // A function whose time goes to the C library counts where the
             // walk found it among the callers (which needs CFI).
             for (f, name) in FUNCTIONS.iter().enumerate() {
                 if INCLUSIVE_FUNCTIONS.contains(name)
                     && !is_workload_fn(leaf, name)
-                    && stack.frames.iter().any(|frame| is_workload_fn(frame, name))
+                    && frames.iter().any(|frame| is_workload_fn(frame, name))
                 {
-                    leaf_counts[f] += stack.count;
+                    leaf_counts[f] += count;
                 }
             }
-            if !stack.truncated && stack.frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
-                complete += stack.count;
+            if !truncated && frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
+                complete += count;
             }
             if is_workload_fn(leaf, "chain_inner") {
-                inner += stack.count;
-                let n = stack.frames.len();
+                inner += count;
+                let n = frames.len();
                 if n >= 3
-                    && is_workload_fn(&stack.frames[n - 2], "chain_middle")
-                    && is_workload_fn(&stack.frames[n - 3], "chain_outer")
+                    && is_workload_fn(frames[n - 2], "chain_middle")
+                    && is_workload_fn(frames[n - 3], "chain_outer")
                 {
-                    inner_intact += stack.count;
+                    inner_intact += count;
                 }
             }
         }
@@ -307,7 +312,7 @@ impl fmt::Display for SelfCheck {
 mod tests {
     use std::time::Duration;
 
-    use btprof::{Profile, Stack, Stats, ThreadInfo};
+    use btprof::profile::Builder;
 
     use super::*;
 
@@ -324,10 +329,9 @@ mod tests {
 
     /// As [`profile`], with each worker's CPU time given, in seconds.
     fn profile_with_cpu(leaves: [u64; 6], truncated: bool, cpu_secs: [f64; 2]) -> Profile {
-        let mut stacks = Vec::new();
+        let mut builder = Builder::new();
         for (i, &count) in leaves.iter().enumerate() {
-            let mut frames: Vec<std::sync::Arc<str>> =
-                vec!["btprof_cli::workload::worker_main".into()];
+            let mut frames: Vec<String> = vec!["btprof_cli::workload::worker_main".into()];
             if (2..5).contains(&i) {
                 frames.push("btprof_cli::workload::chain_outer".into());
             }
@@ -335,32 +339,35 @@ mod tests {
                 frames.push("btprof_cli::workload::chain_middle".into());
             }
             if i != 2 && i != 3 {
-                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]).into());
+                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
             }
             if FUNCTIONS[i] == "sort_in_libc" {
                 // Its samples' leaves are in the C library.
                 frames.push("msort_with_tmp".into());
                 frames.push("btprof_cli::workload::compare_u64".into());
             }
-            stacks.push(Stack {
-                thread: format!("{THREAD_PREFIX}{}", usize::from((2..5).contains(&i))).into(),
-                frames,
-                truncated,
-                count,
-            });
+            let worker = usize::from((2..5).contains(&i));
+            let thread = builder
+                .thread(
+                    &format!("{THREAD_PREFIX}{worker}"),
+                    Some(100 + worker as u64),
+                )
+                .unwrap();
+            builder
+                .add_stack(
+                    Some(thread),
+                    frames.iter().map(|f| f.as_str()),
+                    truncated,
+                    count,
+                )
+                .unwrap();
         }
         let mut stats = Stats::new(&Default::default());
         stats.duration = Duration::from_secs(1);
-        let mut threads = Vec::new();
         for (i, cpu) in cpu_secs.iter().enumerate() {
-            let tid = 100 + i as u64;
-            threads.push(ThreadInfo {
-                tid,
-                name: format!("{THREAD_PREFIX}{i}"),
-            });
-            stats.add_thread_cpu(tid, Duration::from_secs_f64(*cpu));
+            stats.add_thread_cpu(100 + i as u64, Duration::from_secs_f64(*cpu));
         }
-        Profile::from_stacks(stacks, threads, stats)
+        builder.finish(stats)
     }
 
     /// Timings with exactly the split of the faithful profile below.
@@ -465,18 +472,52 @@ mod tests {
     /// keep the C library frames and lose every caller.
     #[test]
     fn a_libc_leaf_without_its_callers_fails() {
-        let mut profile = profile([400, 500, 100, 100, 800, 0], false);
-        let mut stacks: Vec<Stack> = profile.stacks().to_vec();
-        stacks.push(Stack {
-            thread: format!("{THREAD_PREFIX}0").into(),
-            frames: vec![
-                "msort_with_tmp".into(),
-                "btprof_cli::workload::compare_u64".into(),
-            ],
-            truncated: true,
-            count: 100,
-        });
-        profile = Profile::from_stacks(stacks, Vec::new(), profile.stats().clone());
+        // The faithful profile's stacks, with sort_in_libc's 100 samples
+        // cut to their C library frames.
+        let mut builder = Builder::new();
+        let leaves = [400u64, 500, 100, 100, 800];
+        for (i, &count) in leaves.iter().enumerate() {
+            let mut frames = vec!["btprof_cli::workload::worker_main".to_owned()];
+            for (at, name) in [(2..5, "chain_outer"), (3..5, "chain_middle")] {
+                if at.contains(&i) {
+                    frames.push(format!("btprof_cli::workload::{name}"));
+                }
+            }
+            if i != 2 && i != 3 {
+                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
+            }
+            let worker = usize::from((2..5).contains(&i));
+            let thread = builder
+                .thread(
+                    &format!("{THREAD_PREFIX}{worker}"),
+                    Some(100 + worker as u64),
+                )
+                .unwrap();
+            builder
+                .add_stack(
+                    Some(thread),
+                    frames.iter().map(|f| f.as_str()),
+                    false,
+                    count,
+                )
+                .unwrap();
+        }
+        let thread = builder
+            .thread(&format!("{THREAD_PREFIX}0"), Some(100))
+            .unwrap();
+        builder
+            .add_stack(
+                Some(thread),
+                ["msort_with_tmp", "btprof_cli::workload::compare_u64"],
+                true,
+                100,
+            )
+            .unwrap();
+        let mut stats = Stats::new(&Default::default());
+        stats.duration = Duration::from_secs(1);
+        stats.add_thread_cpu(100, Duration::from_secs(1));
+        stats.add_thread_cpu(101, Duration::from_secs(1));
+        let profile = builder.finish(stats);
         let check = SelfCheck::evaluate(&profile, &truth(), Thresholds::default());
         let failures = check.failures();
         assert!(

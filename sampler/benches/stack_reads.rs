@@ -23,7 +23,7 @@ mod linux {
     struct Plain;
 
     impl StackMemory for Plain {
-        fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+        fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
             // SAFETY: the walker keeps reads inside this thread's own live
             // stack, `[sp, top of its pthread stack)`, all mapped.
             Some(unsafe { core::ptr::read_volatile(addr as *const [u64; 2]) })
@@ -119,14 +119,14 @@ mod linux {
                 for _ in 0..rounds {
                     let t = Instant::now();
                     for _ in 0..walks {
-                        let w = walk(Arch::host(), &regs, Some(bounds), &Plain, &mut out);
+                        let w = walk(Arch::host(), &regs, Some(bounds), &mut Plain, &mut out);
                         frames_seen = w.depth;
                     }
                     plain_ns.push(t.elapsed().as_nanos() as f64 / walks as f64);
                     let t = Instant::now();
                     for _ in 0..walks {
-                        let memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
-                        let w = walk(Arch::host(), &regs, Some(bounds), &memory, &mut out);
+                        let mut memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
+                        let w = walk(Arch::host(), &regs, Some(bounds), &mut memory, &mut out);
                         assert_eq!(w.depth, frames_seen);
                         copies = memory.copies();
                     }

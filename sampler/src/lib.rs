@@ -16,10 +16,12 @@
 
 pub mod clock;
 pub mod control;
+pub mod stack_copy;
 pub mod stack_table;
 pub mod walker;
 
 mod exclusions;
+mod own_threads;
 mod profile;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod sampler_thread;
@@ -27,6 +29,7 @@ mod sampler_thread;
 mod window;
 
 pub use exclusions::{exclude_current_thread, Excluded};
+pub use own_threads::spawn_with_signals_blocked;
 pub use profile::{
     Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats, ThreadCpu,
     ThreadInfo, DEFAULT_MAX_STACKS, FORCE_SAMPLER_THREAD_ENV,

@@ -216,7 +216,9 @@ pub struct SamplerStats {
     /// or the thread did not take it in time.
     pub failed_samples: u64,
     /// Samples not attempted on a tick because the thread's previous one
-    /// was still in flight or all slots were busy.
+    /// was still in flight or all slots were busy; on the sampler-thread
+    /// path in cpu mode also periods of CPU time beyond the most one
+    /// sample may stand for (the thread kept missing its samples).
     pub skipped_samples: u64,
     /// Samples not taken because every slot was in flight (more threads
     /// due at once than slots; the next tick starts where this one

@@ -81,7 +81,8 @@ pub(crate) struct SamplerThread {
 
 impl SamplerThread {
     /// Starts the thread `btprof-sampler` running `body`, which ticks at
-    /// `hz` (window requests wait a few of its periods).
+    /// `hz` (window requests wait a few of its periods), with every
+    /// maskable signal blocked.
     pub(crate) fn spawn(
         hz: u32,
         body: impl FnOnce(LoopContext) -> Result<RawProfile, Error> + Send + 'static,
@@ -94,9 +95,9 @@ impl SamplerThread {
             progress: progress.clone(),
             requests,
         };
-        let thread = std::thread::Builder::new()
-            .name("btprof-sampler".into())
-            .spawn(move || body(context))
+        // Every maskable signal blocked from its first instruction: a host
+        // handler run here while a thread is stopped could deadlock on it.
+        let thread = crate::spawn_with_signals_blocked("btprof-sampler", move || body(context))
             .map_err(Error::Io)?;
         Ok(SamplerThread {
             stop,

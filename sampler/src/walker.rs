@@ -8,6 +8,9 @@
 //! `thread_resume` on macOS) it never allocates, locks or panics: it writes
 //! into a caller-provided buffer and reads memory only through a
 //! [`StackMemory`] after checking the address against the thread's stack.
+//! On Linux that is the handler's own stack ([`DirectMemory`]); on macOS a
+//! copy of the stopped thread's stack
+//! ([`StackCopy`](crate::stack_copy::StackCopy)), never plain loads.
 
 /// The frame-record flavour and code-address encoding of the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,23 +89,28 @@ impl StackBounds {
 }
 
 /// Reads frame records. Implementations must be async-signal-safe.
+///
+/// `&mut self`: a reader may keep state between reads of one walk (the
+/// copy window of [`StackCopy`](crate::stack_copy::StackCopy)).
 pub trait StackMemory {
     /// Returns `[saved frame pointer, return address]` stored at `addr`, or
     /// `None` if the memory cannot be read. The walker only asks for
     /// addresses that passed its bounds and alignment checks.
-    fn read_record(&self, addr: u64) -> Option<[u64; 2]>;
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]>;
 }
 
 /// Reads frame records straight from this process's memory.
 ///
-/// Used by backends whose stack bounds cover only memory known to be
-/// mapped: the live mapping that contains the thread's stack pointer
-/// (Linux), or `[sp, top)` of the thread's own pthread stack (macOS).
+/// Used only where the walking thread is the walked one: the Linux signal
+/// handler walks the stack it runs on, within the live mapping that
+/// contains its stack pointer, which cannot be unmapped under it. A thread
+/// stopped from outside (macOS) is read by copy instead: its stack can be
+/// unmapped while it is still suspendable.
 pub struct DirectMemory;
 
 impl StackMemory for DirectMemory {
     #[inline]
-    fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
         // SAFETY: the walker checked that `[addr, addr + 16)` lies inside
         // `StackBounds`, which the backend took from the readable mapping
         // holding the stopped thread's stack, and that `addr` is 8-aligned.
@@ -204,7 +212,7 @@ pub fn walk<M: StackMemory>(
     arch: Arch,
     regs: &Registers,
     bounds: Option<StackBounds>,
-    memory: &M,
+    memory: &mut M,
     out: &mut [u64],
 ) -> Walk {
     let lr = match arch {
@@ -300,8 +308,8 @@ mod tests {
         }
     }
 
-    impl StackMemory for FakeStack {
-        fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+    impl StackMemory for &FakeStack {
+        fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
             assert_eq!(addr % 8, 0, "walker asked for a misaligned read");
             let i = usize::try_from((addr - self.base) / 8).ok()?;
             Some([*self.words.get(i)?, *self.words.get(i + 1)?])
@@ -328,7 +336,7 @@ mod tests {
 
     fn run(arch: Arch, s: &FakeStack, regs: &Registers, cap: usize) -> (Vec<u64>, Walk) {
         let mut out = vec![0; cap];
-        let w = walk(arch, regs, Some(s.bounds_from(regs.sp)), s, &mut out);
+        let w = walk(arch, regs, Some(s.bounds_from(regs.sp)), &mut &*s, &mut out);
         out.truncate(w.depth);
         (out, w)
     }
@@ -438,7 +446,7 @@ mod tests {
     fn no_bounds_keeps_only_the_pc() {
         let (s, regs) = three_frames();
         let mut out = [0u64; 8];
-        let w = walk(Arch::X86_64, &regs, None, &s, &mut out);
+        let w = walk(Arch::X86_64, &regs, None, &mut &s, &mut out);
         assert_eq!((w.depth, out[0], w.end), (1, 0x1000, WalkEnd::NoBounds));
     }
 
@@ -502,7 +510,7 @@ mod tests {
     #[test]
     fn empty_buffer_is_a_depth_cap() {
         let (s, regs) = three_frames();
-        let w = walk(Arch::X86_64, &regs, None, &s, &mut []);
+        let w = walk(Arch::X86_64, &regs, None, &mut &s, &mut []);
         assert_eq!((w.depth, w.end), (0, WalkEnd::DepthCap));
     }
 

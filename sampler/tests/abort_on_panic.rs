@@ -2,10 +2,15 @@
 //! instead of unwinding (unwinding could deadlock on a lock the stopped
 //! thread holds), and any other panic goes on to the previous hook.
 //!
+//! Likewise a `thread_resume` that fails with a code that does not say the
+//! thread is gone aborts, saying so with the code: the thread may still be
+//! frozen, holding a lock the whole process needs.
+//!
 //! The expected outcome is the death of the process, so this test binary
 //! has no libtest harness: it runs itself again as a child process, which
 //! drives the shared sampling loop over a fake thread that panics inside
-//! `thread_get_state`, and checks how the child died.
+//! `thread_get_state` (or whose resume fails), and checks how the child
+//! died.
 
 mod fake_control;
 
@@ -23,13 +28,30 @@ use fake_control::{FakeControl, FakeThread, Fault};
 const CHILD_ENV: &str = "BTPROF_ABORT_ON_PANIC_CHILD";
 const UNWOUND: &str = "child: an ordinary panic unwound";
 const SURVIVED: &str = "child: survived a panic while a thread was stopped";
+const RESUME_SURVIVED: &str = "child: survived a failed resume";
 
 fn main() {
-    if std::env::var_os(CHILD_ENV).is_some() {
-        child();
-    } else {
-        parent();
+    match std::env::var(CHILD_ENV).as_deref() {
+        Ok("panic") => child(),
+        Ok("resume") => resume_child(),
+        _ => parent(),
     }
+}
+
+fn resume_child() {
+    let fake = FakeControl::new(
+        1,
+        vec![FakeThread::new(10, "stays-frozen").with_fault(Fault::ResumeFails)],
+    );
+    let config = SamplerConfig {
+        mode: Mode::Wall,
+        ..SamplerConfig::default()
+    };
+    let mut sampling =
+        SamplingLoop::new(fake, &config, Arch::X86_64, Arc::new(Progress::default()));
+    let _ = sampling.tick();
+    eprintln!("{RESUME_SURVIVED}");
+    std::process::exit(0);
 }
 
 fn child() {
@@ -56,8 +78,8 @@ fn child() {
 
 fn parent() {
     let exe = std::env::current_exe().expect("own path");
-    let out = Command::new(exe)
-        .env(CHILD_ENV, "1")
+    let out = Command::new(&exe)
+        .env(CHILD_ENV, "panic")
         .output()
         .expect("run the child");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -72,5 +94,19 @@ fn parent() {
     println!(
         "abort_on_panic: a panic while a thread was stopped aborted the child process (SIGABRT)"
     );
-    println!("abort_on_panic: 1 passed, 0 failed");
+
+    let out = Command::new(&exe)
+        .env(CHILD_ENV, "resume")
+        .output()
+        .expect("run the child");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report = format!("child {:?}, stderr:\n{stderr}", out.status);
+    assert!(!stderr.contains(RESUME_SURVIVED), "{report}");
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{report}");
+    assert!(
+        stderr.contains("rather than leave it frozen. code: 0x11"),
+        "{report}"
+    );
+    println!("abort_on_panic: a resume failing with an unknown code aborted the child (SIGABRT)");
+    println!("abort_on_panic: 2 passed, 0 failed");
 }

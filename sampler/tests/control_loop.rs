@@ -154,6 +154,119 @@ fn a_walk_into_unreadable_memory_resumes_the_thread_and_is_marked_truncated() {
     );
 }
 
+/// A thread caught inside `pthread_exit` (xnu disables its port before
+/// terminating it): `thread_get_state` and `thread_resume` fail with
+/// `KERN_INVALID_ARGUMENT`. It is counted as exited and the run goes on; a
+/// walk taken before the thread vanished is kept, and a thread someone else
+/// resumed meanwhile (`KERN_FAILURE`) is no failure either. On the code
+/// before this, the Mach resume aborted the process on both codes.
+#[test]
+fn a_thread_gone_while_stopped_is_counted_as_exited_and_never_aborts() {
+    let threads = vec![
+        FakeThread::new(10, "gone-while-stopped").with_fault(Fault::GoneWhileStopped),
+        FakeThread::new(11, "gone-before-resume").with_fault(Fault::GoneBeforeResume),
+        FakeThread::new(12, "resumed-elsewhere").with_fault(Fault::ResumedBySomeoneElse),
+        FakeThread::new(13, "fine"),
+    ];
+    let walked = threads[1].expected_frames();
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    ticks(&mut lp, 6);
+    assert_followed_the_rules(&lp);
+    for port in [10, 11, 12, 13] {
+        assert_eq!(
+            count_of(&lp, Call::Stop { port, ok: true }),
+            6,
+            "port {port}"
+        );
+        assert_eq!(count_of(&lp, Call::Resume(port)), 6, "port {port}");
+    }
+    let stats = lp.stats().clone();
+    assert_eq!(stats.exited_threads, 12, "{stats:?}");
+    assert_eq!(stats.failed_samples, 0, "{stats:?}");
+    assert_eq!(stats.samples, 18, "{stats:?}");
+    let raw = lp.finish();
+    assert!(stacks_of(&raw, "gone-while-stopped").is_empty());
+    assert_eq!(
+        stacks_of(&raw, "gone-before-resume"),
+        vec![(walked, WalkEnd::Complete, 6)]
+    );
+}
+
+/// A stopped thread's stack is read only by copies, inside the stopped
+/// window, within `[sp, top)` of its own stack: one copy when the live
+/// stack fits the window, further bounded copies for deeper frames.
+#[test]
+fn a_stopped_threads_stack_is_read_only_by_bounded_copies() {
+    let shallow = FakeThread::new(10, "shallow");
+    let deep = FakeThread::new(11, "deep").with_frames(12, 4);
+    let (shallow_frames, deep_frames) = (shallow.expected_frames(), deep.expected_frames());
+    let mut lp = sampling(FakeControl::new(OWN, vec![shallow, deep]), Mode::Wall)
+        .with_stack_copy_window(128);
+    ticks(&mut lp, 3);
+    // check_protocol fails any copy outside a stopped window.
+    assert_followed_the_rules(&lp);
+    let fake = lp.control();
+    assert_eq!(fake.copies_outside_stacks, 0);
+    let copies: Vec<(u64, usize)> = fake
+        .calls()
+        .iter()
+        .filter_map(|c| match *c {
+            Call::CopyMemory { addr, words } => Some((addr, words)),
+            _ => None,
+        })
+        .collect();
+    assert!(copies.iter().all(|&(_, words)| words <= 16), "{copies:?}");
+    // The shallow thread's 3 frames fit one 128-byte copy from sp; the deep
+    // one's 12 frames, 32 bytes apart, take several.
+    assert!(copies.len() > 2 * 3, "{copies:?}");
+    let raw = lp.finish();
+    assert_eq!(
+        stacks_of(&raw, "shallow"),
+        vec![(shallow_frames, WalkEnd::Complete, 3)]
+    );
+    assert_eq!(
+        stacks_of(&raw, "deep"),
+        vec![(deep_frames, WalkEnd::Complete, 3)]
+    );
+
+    // With the default window, one copy of the live stack per sample.
+    let t = FakeThread::new(10, "one-copy");
+    let mut lp = sampling(FakeControl::new(OWN, vec![t]), Mode::Wall);
+    ticks(&mut lp, 2);
+    assert_followed_the_rules(&lp);
+    let copies = lp.control().count(|c| matches!(c, Call::CopyMemory { .. }));
+    assert_eq!(copies, 2);
+}
+
+/// Threads whose names mark them as Rosetta's runtime, another sampler or
+/// a crash reporter's handler are never stopped, also once a thread takes
+/// such a name after it was first seen.
+#[test]
+fn threads_named_as_never_to_stop_are_never_stopped() {
+    let threads = vec![
+        FakeThread::new(10, "com.apple.rosetta.exceptionserver"),
+        FakeThread::new(11, "io.sentry.SamplingProfiler"),
+        FakeThread::new(12, "KSCrash Exception Handler (Primary)"),
+        FakeThread::new(13, "worker"),
+        FakeThread::new(14, "starting"),
+    ];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    ticks(&mut lp, 1);
+    lp.control_mut().rename(14, "com.apple.rosetta.debugserver");
+    ticks(&mut lp, 9);
+    assert_followed_the_rules(&lp);
+    for port in [10, 11, 12] {
+        let stops = lp
+            .control()
+            .count(|c| matches!(c, Call::Stop { port: p, .. } if *p == port));
+        assert_eq!(stops, 0, "port {port} was stopped");
+    }
+    assert_eq!(count_of(&lp, Call::Stop { port: 13, ok: true }), 10);
+    // Stopped on the first tick, before it named itself, then never again.
+    assert_eq!(count_of(&lp, Call::Stop { port: 14, ok: true }), 1);
+    assert_eq!(lp.stats().samples, 11);
+}
+
 #[test]
 fn a_thread_that_exits_between_listing_and_stopping_is_skipped_counted_and_released() {
     let threads = vec![

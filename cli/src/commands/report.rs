@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use btprof::functions::FunctionTable;
-use btprof::render;
+use btprof::analysis::functions::FunctionTable;
+use btprof::report;
 use clap::Args;
 
 use super::{fail, read_profile, FormatArg};
@@ -50,7 +50,7 @@ pub fn run(args: &ReportArgs) -> ExitCode {
     let top = if args.top == 0 { usize::MAX } else { args.top };
     print!(
         "{}",
-        render::function_report(&profile, &table, top, args.format.into())
+        report::function_report(&profile, &table, top, args.format.into())
     );
     ExitCode::SUCCESS
 }

@@ -35,17 +35,28 @@
 //!   that would undo someone else's suspension.
 //! - Every thread handle and the list itself are released every tick, after
 //!   every thread runs again.
-//! - A thread that exits between being listed and being stopped is skipped
-//!   and counted in [`SamplerStats::exited_threads`](crate::SamplerStats);
-//!   any other failure is counted in `failed_samples`.
+//! - A thread that exits at any point (before it is stopped, while it is
+//!   stopped, even when that makes its resume fail) is counted in
+//!   [`SamplerStats::exited_threads`](crate::SamplerStats), never a reason
+//!   to abort ([`kern_return`] says which Mach codes mean that); any other
+//!   failure is counted in `failed_samples`.
+//! - A stopped thread's stack is read by copy into a buffer allocated
+//!   before sampling ([`StackCopy`](crate::stack_copy::StackCopy)), never
+//!   by plain loads: it may be unmapped while the thread is suspendable.
+//! - Threads whose names mark them as ones that must never be stopped
+//!   (Rosetta's runtime, other in-process samplers, crash reporters) are
+//!   left alone ([`never_stop`]).
 
+pub mod kern_return;
+pub mod never_stop;
 mod sampling_loop;
 mod stopped;
 
+pub use kern_return::Resumed;
 pub use sampling_loop::SamplingLoop;
 pub use stopped::{holding_a_thread_stopped, install_abort_on_panic_hook};
 
-use crate::walker::{Registers, StackBounds, StackMemory};
+use crate::walker::{Registers, StackBounds};
 
 /// The hard cap on frames per sample; [`crate::SamplerConfig::max_depth`]
 /// may only lower it. The walk buffer is allocated once at this size (or
@@ -55,9 +66,9 @@ pub const MAX_DEPTH: usize = 512;
 /// Why a call about one thread failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThreadError {
-    /// The thread exited after it was listed (on Mach: `KERN_TERMINATED`
-    /// or `MACH_SEND_INVALID_DEST`). Not a failure: it is skipped and
-    /// counted as exited.
+    /// The thread exited after it was listed, or is inside its exit (on
+    /// Mach: see [`kern_return::is_gone`]). Not a failure: it is skipped
+    /// and counted as exited.
     Exited,
     /// Anything else, with the platform's error code. Counted as a failed
     /// sample.
@@ -140,8 +151,6 @@ pub trait ThreadControl {
     /// One listing of the process's threads, released with
     /// [`release_list`](ThreadControl::release_list).
     type List: AsRef<[Self::Thread]>;
-    /// Reads frame records of stopped threads.
-    type Memory: StackMemory;
 
     /// The calling (sampler) thread's handle, as it appears in a listing.
     fn current_thread(&self) -> Self::Thread;
@@ -173,13 +182,16 @@ pub trait ThreadControl {
     /// *Stopped window.* The stopped thread's registers.
     fn registers(&mut self, thread: Self::Thread) -> Result<Registers, ThreadError>;
 
-    /// *Stopped window.* Memory to walk the stopped thread's stack through.
-    fn memory(&self) -> &Self::Memory;
+    /// *Stopped window.* Copies `out.len()` words of the process's memory
+    /// from `addr` with a system call (`mach_vm_read_overwrite`), never a
+    /// plain load; `false` if any of it is unreadable (an unmapped stack).
+    fn copy_memory(&mut self, addr: u64, out: &mut [u64]) -> bool;
 
-    /// *Stopped window.* Lets a stopped thread run again. Must not return
-    /// while the thread is still stopped: an implementation that cannot
-    /// resume a live thread aborts the process rather than leave it frozen.
-    fn resume(&mut self, thread: Self::Thread);
+    /// *Stopped window.* Lets a stopped thread run again and says what
+    /// happened ([`kern_return::resume`] for Mach). The shared loop aborts
+    /// the process on [`Resumed::Failed`], rather than leave a live thread
+    /// frozen; a thread that is gone or already running is no failure.
+    fn resume(&mut self, thread: Self::Thread) -> Resumed;
 
     /// Releases one thread handle of a listing (`mach_port_deallocate`).
     fn release_thread(&mut self, thread: Self::Thread);

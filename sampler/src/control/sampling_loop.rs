@@ -9,10 +9,11 @@ use std::time::{Duration, SystemTime};
 use hashbrown::HashMap;
 
 use super::stopped::{install_abort_on_panic_hook, Stopped};
-use super::{StackRange, ThreadControl, ThreadError, ThreadUsage, MAX_DEPTH};
+use super::{never_stop, Resumed, StackRange, ThreadControl, ThreadError, ThreadUsage, MAX_DEPTH};
 use crate::clock::{Clock, TickSchedule};
+use crate::stack_copy::StackCopy;
 use crate::stack_table::{StackKey, StackTable};
-use crate::walker::{self, Arch, Walk};
+use crate::walker::{self, Arch, StackBounds, Walk};
 use crate::window::{Request, Window};
 use crate::{
     exclusions, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo,
@@ -52,6 +53,8 @@ struct ThreadState {
     first_tick: u64,
     /// The tick its name was last read on.
     name_tick: u64,
+    /// Its name marks it as a thread never to stop ([`never_stop`]).
+    protected: bool,
 }
 
 /// The sampling loop over a [`ThreadControl`]: one [`tick`](Self::tick)
@@ -65,6 +68,8 @@ pub struct SamplingLoop<C: ThreadControl> {
     arch: Arch,
     /// The walk buffer, allocated once: the stopped window writes here.
     frames: Box<[u64]>,
+    /// The buffer a stopped thread's stack is copied into, allocated once.
+    stack_copy: StackCopy,
     threads: HashMap<u64, ThreadState>,
     thread_infos: Vec<ThreadInfo>,
     thread_keys: HashMap<(u64, String), u32>,
@@ -100,6 +105,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
             hz: config.hz,
             arch,
             frames: vec![0; config.max_depth.clamp(1, MAX_DEPTH)].into_boxed_slice(),
+            stack_copy: StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES),
             threads: HashMap::new(),
             thread_infos: Vec::new(),
             thread_keys: HashMap::new(),
@@ -122,6 +128,13 @@ impl<C: ThreadControl> SamplingLoop<C> {
     #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
     pub(crate) fn with_requests(mut self, requests: mpsc::Receiver<Request>) -> Self {
         self.requests = Some(requests);
+        self
+    }
+
+    /// Uses a stack-copy window of `bytes` instead of the default (a test
+    /// making walks cross windows).
+    pub fn with_stack_copy_window(mut self, bytes: usize) -> Self {
+        self.stack_copy = StackCopy::new(bytes);
         self
     }
 
@@ -281,6 +294,10 @@ impl<C: ThreadControl> SamplingLoop<C> {
             }
         };
         self.stats.add_thread_cpu(id, Duration::from_nanos(used));
+        // Rosetta's runtime, other samplers, crash handlers: never stopped.
+        if state.protected {
+            return;
+        }
         let mut weight = 1;
         if self.mode == Mode::Cpu {
             state.owed_ns += owed_for(state, usage, used, self.period_ns);
@@ -297,10 +314,12 @@ impl<C: ThreadControl> SamplingLoop<C> {
             self.arch,
             stack,
             &mut self.frames,
+            &mut self.stack_copy,
         );
 
         match walked {
-            Ok(walk) => {
+            Ok(Sampled { walk, exited }) => {
+                self.stats.exited_threads += u64::from(exited);
                 if self.mode == Mode::Cpu {
                     if let Some(state) = self.threads.get_mut(&id) {
                         state.owed_ns -= weight * self.period_ns;
@@ -341,6 +360,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
                 return false;
             }
         };
+        let protected = never_stop::is_protected(&name);
         let next_key = self.thread_infos.len() as u32;
         let infos = &mut self.thread_infos;
         let key = *self
@@ -363,9 +383,11 @@ impl<C: ThreadControl> SamplingLoop<C> {
             seen_tick: tick,
             first_tick: tick,
             name_tick: tick,
+            protected,
         });
         state.key = key;
         state.name_tick = tick;
+        state.protected = protected;
         if state.stack.is_none() {
             state.stack = control.stack_range(thread);
         }
@@ -394,23 +416,45 @@ fn owed_for(state: &mut ThreadState, usage: ThreadUsage, used: u64, period_ns: u
     fresh
 }
 
-/// The stopped window: stop, read registers, walk into `frames`, resume.
+/// The stopped window: stop, read registers, walk a copy of the stack into
+/// `frames`, resume.
 ///
 /// Nothing here allocates, locks or panics (the rules of the stopped
-/// window); the guard resumes the thread when it goes out of scope, on the
-/// error path as on the normal one. A thread that could not be stopped is
-/// not resumed.
+/// window); the guard resumes the thread on every path, a panic's too. A
+/// thread that could not be stopped is not resumed. A thread that turns
+/// out to be gone when it is resumed (it exited while stopped) is counted
+/// as exited; a walk taken before that is kept.
 fn stopped_walk<C: ThreadControl>(
     control: &mut C,
     thread: C::Thread,
     arch: Arch,
     stack: Option<StackRange>,
     frames: &mut [u64],
-) -> Result<Walk, ThreadError> {
+    stack_copy: &mut StackCopy,
+) -> Result<Sampled, ThreadError> {
     let mut stopped = Stopped::stop(control, thread)?;
-    let regs = stopped.registers()?;
-    let bounds = stack.and_then(|s| s.live_from(regs.sp));
-    Ok(walker::walk(arch, &regs, bounds, stopped.memory(), frames))
+    let walked = stopped.registers().map(|regs| {
+        let bounds = stack.and_then(|s| s.live_from(regs.sp));
+        // Without bounds the walker reads nothing; an empty range stands in.
+        let readable = bounds.unwrap_or(StackBounds { low: 0, high: 0 });
+        let mut memory = stack_copy.reader(&mut stopped, readable);
+        walker::walk(arch, &regs, bounds, &mut memory, frames)
+    });
+    let exited = stopped.resume() == Resumed::Gone;
+    match walked {
+        Ok(walk) => Ok(Sampled { walk, exited }),
+        // Whatever the registers said, a thread gone by its resume exited.
+        Err(_) if exited => Err(ThreadError::Exited),
+        Err(e) => Err(e),
+    }
+}
+
+/// A walk taken in a stopped window.
+struct Sampled {
+    walk: Walk,
+    /// The thread was found gone when it was resumed: it exited while
+    /// stopped, after its stack was walked.
+    exited: bool,
 }
 
 /// The run's counters up to now, with the ones kept elsewhere: the

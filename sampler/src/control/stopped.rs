@@ -11,7 +11,8 @@
 use std::cell::Cell;
 use std::sync::Once;
 
-use super::{ThreadControl, ThreadError};
+use super::{Resumed, ThreadControl, ThreadError};
+use crate::stack_copy::CopyMemory;
 use crate::walker::Registers;
 
 thread_local! {
@@ -56,6 +57,40 @@ pub fn install_abort_on_panic_hook() {
     });
 }
 
+/// Aborts, saying so, when a resume may have left a live thread frozen;
+/// otherwise nothing: a thread that is gone or already running is not
+/// frozen. Runs while the thread may still be stopped, so it neither
+/// allocates nor locks.
+fn abort_if_frozen(resumed: Resumed) {
+    if let Resumed::Failed(code) = resumed {
+        write_stderr(
+            b"btprof: resuming a thread the sampler suspended failed with an unexpected code; \
+              aborting rather than leave it frozen. code: ",
+        );
+        let mut digits = [0u8; 12];
+        write_stderr(format_code(code, &mut digits));
+        write_stderr(b"\n");
+        std::process::abort();
+    }
+}
+
+/// `code` in hexadecimal (how Mach codes are documented), into `buf`.
+fn format_code(code: i32, buf: &mut [u8; 12]) -> &[u8] {
+    let mut v = code as u32;
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[(v & 0xf) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    i -= 2;
+    buf[i..i + 2].copy_from_slice(b"0x");
+    &buf[i..]
+}
+
 /// Writes to stderr without locking or allocating.
 fn write_stderr(msg: &[u8]) {
     // SAFETY: `msg` is valid for `msg.len()` bytes; writing to fd 2 has no
@@ -73,6 +108,8 @@ fn write_stderr(msg: &[u8]) {
 pub(crate) struct Stopped<'c, C: ThreadControl> {
     control: &'c mut C,
     thread: C::Thread,
+    /// Set once [`Stopped::resume`] ran, so the drop does not resume again.
+    resumed: bool,
 }
 
 impl<'c, C: ThreadControl> Stopped<'c, C> {
@@ -83,7 +120,11 @@ impl<'c, C: ThreadControl> Stopped<'c, C> {
         // may already be suspended, must abort too.
         HOLDING_STOPPED.set(true);
         match control.stop(thread) {
-            Ok(()) => Ok(Stopped { control, thread }),
+            Ok(()) => Ok(Stopped {
+                control,
+                thread,
+                resumed: false,
+            }),
             Err(e) => {
                 HOLDING_STOPPED.set(false);
                 Err(e)
@@ -96,15 +137,47 @@ impl<'c, C: ThreadControl> Stopped<'c, C> {
         self.control.registers(self.thread)
     }
 
-    /// Memory to walk the stopped thread's stack through.
-    pub(crate) fn memory(&self) -> &C::Memory {
-        self.control.memory()
+    /// Lets the thread run again and says how that went; aborts if it may
+    /// still be frozen.
+    pub(crate) fn resume(mut self) -> Resumed {
+        self.resume_once()
+    }
+
+    fn resume_once(&mut self) -> Resumed {
+        self.resumed = true;
+        let resumed = self.control.resume(self.thread);
+        abort_if_frozen(resumed);
+        HOLDING_STOPPED.set(false);
+        resumed
+    }
+}
+
+/// The stopped thread's memory, read by copy only.
+impl<C: ThreadControl> CopyMemory for Stopped<'_, C> {
+    fn copy_words(&mut self, addr: u64, out: &mut [u64]) -> bool {
+        self.control.copy_memory(addr, out)
     }
 }
 
 impl<C: ThreadControl> Drop for Stopped<'_, C> {
+    /// The resume of every path [`Stopped::resume`] was not called on:
+    /// an early return, or unwinding from a panic.
     fn drop(&mut self) {
-        self.control.resume(self.thread);
-        HOLDING_STOPPED.set(false);
+        if !self.resumed {
+            self.resume_once();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_code;
+
+    #[test]
+    fn codes_are_written_in_hex_without_allocating() {
+        let mut buf = [0u8; 12];
+        assert_eq!(format_code(0x1000_0003, &mut buf), b"0x10000003");
+        assert_eq!(format_code(0, &mut buf), b"0x0");
+        assert_eq!(format_code(-1, &mut buf), b"0xffffffff");
     }
 }

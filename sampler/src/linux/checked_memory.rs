@@ -173,7 +173,7 @@ impl<'a> CheckedMemory<'a> {
 }
 
 impl StackMemory for CheckedMemory<'_> {
-    fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
         if addr % 8 != 0
             || addr < self.low
             || addr.checked_add(16).is_none_or(|end| end > self.high)
@@ -238,8 +238,8 @@ mod tests {
         };
         let mut window = [0u64; WINDOW_WORDS];
         let mut out = [0u64; 16];
-        let memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
-        let w = walk(Arch::X86_64, &regs, Some(bounds), &memory, &mut out);
+        let mut memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
+        let w = walk(Arch::X86_64, &regs, Some(bounds), &mut memory, &mut out);
         assert_eq!(&out[..w.depth], &[0x99, 0x111, 0x222, 0x333]);
         assert_eq!(w.end, WalkEnd::Complete);
         assert_eq!(
@@ -253,8 +253,8 @@ mod tests {
         // SAFETY: our own mapping.
         let rc = unsafe { libc::munmap((base + 2 * PAGE as u64) as *mut _, 2 * PAGE) };
         assert_eq!(rc, 0);
-        let memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
-        let w = walk(Arch::X86_64, &regs, Some(bounds), &memory, &mut out);
+        let mut memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
+        let w = walk(Arch::X86_64, &regs, Some(bounds), &mut memory, &mut out);
         assert_eq!(&out[..w.depth], &[0x99, 0x111, 0x222]);
         assert_eq!(w.end, WalkEnd::Unreadable);
         // SAFETY: our own mapping.

@@ -61,6 +61,14 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 /// about 7 µs, too much for every tick at 1000 Hz. A new thread is sampled
 /// at most this much later; an exited one fails its send with `ESRCH`.
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
+/// A listing may take at most 1/this of the time between two listings.
+const LISTING_SHARE: u32 = 20;
+/// Sampler-thread path: the most periods one sample may stand for. A
+/// thread owed more (the sampler ran late, or its signals kept arriving
+/// while it waited for a CPU) has the excess counted as skipped: one
+/// heavy sample would otherwise put a long stretch of CPU time on one
+/// stack.
+const MAX_WEIGHT: u64 = 5;
 /// How long a thread counts as young: its name is re-read whenever one of
 /// its samples is interned, because threads often name themselves right
 /// after they start.
@@ -72,6 +80,8 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
 /// count as not having run: taking a sample costs the thread a few
 /// microseconds of handler (up to ~10 in a VM, more under load).
 const IDLE_SLACK_NS: u64 = 50_000;
+/// The least time between two reads of `/proc/self/maps`.
+const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -258,6 +268,17 @@ struct ThreadState {
     /// clock when that stack was taken.
     last_walk: Option<OwnedWalk>,
     walk_cpu_ns: u64,
+    /// Sampler-thread path, wall mode: the tick up to which the thread's
+    /// samples are counted.
+    counted_tick: u64,
+    /// Sampler-thread path: its CPU clock at the last listing, to tell
+    /// idle threads from active ones.
+    listing_cpu_ns: Option<u64>,
+    /// Sampler-thread path: its signal mask was looked at before its first
+    /// signal (a thread that blocks the signal from the start, as daemons
+    /// and `sigwait` loops do, is never signalled: the signal would stay
+    /// queued, or be taken by its `sigwait` as if it were its own).
+    mask_checked: bool,
 }
 
 /// A thread found blocking the profiling signal.
@@ -284,7 +305,9 @@ impl ThreadState {
             owed_ns: 0,
             accounted_ns: None,
             pending: false,
-            regions_ready: false,
+            // Walks are fault-safe and bounded without the snapshot too
+            // (see `slots`), so a new thread is sampled at once.
+            regions_ready: true,
             seen_listing: listing,
             first_seen: now,
             name_pass: 0,
@@ -297,6 +320,9 @@ impl ThreadState {
             blocked: None,
             last_walk: None,
             walk_cpu_ns: 0,
+            counted_tick: 0,
+            listing_cpu_ns: None,
+            mask_checked: false,
         }
     }
 
@@ -346,6 +372,10 @@ struct SamplerLoop {
     progress: Arc<Progress>,
     regions_scratch: Vec<(u64, u64)>,
     regions_stale: bool,
+    /// When `/proc/self/maps` was last read, and the least time to the
+    /// next read (longer when a read is costly).
+    regions_read_at: Option<Instant>,
+    regions_every: Duration,
     missing_regions_seen: u64,
     tick: u64,
     /// Listings so far.
@@ -356,6 +386,12 @@ struct SamplerLoop {
     listed_at: Option<Instant>,
     /// Timer samples copied out of their slots, reused between passes.
     timer_walks: Vec<(i32, OwnedWalk)>,
+    /// How often the thread list is read: [`RELIST_INTERVAL`], or longer
+    /// when a listing is costly.
+    relist_every: Duration,
+    /// Sampler-thread path: the threads the ticks look at, chosen at each
+    /// listing ([`Self::choose_active`]).
+    active: Vec<i32>,
     /// Sampler-thread path: where in the thread list the next tick starts,
     /// so that when there are more threads due than slots, every thread
     /// gets its turn rather than the first ones every tick.
@@ -440,6 +476,8 @@ impl SamplerLoop {
             progress,
             regions_scratch: Vec::new(),
             regions_stale: false,
+            regions_read_at: Some(Instant::now()),
+            regions_every: REGIONS_REFRESH_INTERVAL,
             missing_regions_seen: slots::MISSING_REGIONS.load(Ordering::Relaxed),
             tick: 0,
             listing: 0,
@@ -448,6 +486,8 @@ impl SamplerLoop {
             timer_walks: Vec::new(),
             rotation: 0,
             cfi,
+            active: Vec::new(),
+            relist_every: RELIST_INTERVAL,
         })
     }
 
@@ -528,8 +568,9 @@ impl SamplerLoop {
         self.collect(false);
         if self
             .listed_at
-            .is_none_or(|at| at.elapsed() >= RELIST_INTERVAL)
+            .is_none_or(|at| at.elapsed() >= self.relist_every)
         {
+            let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
             self.listing += 1;
@@ -542,7 +583,16 @@ impl SamplerLoop {
                 self.open_timers();
             } else {
                 self.recheck_blocked_threads();
+                self.choose_active();
             }
+            // A listing reads every thread's clock: with thousands of
+            // threads it costs milliseconds. Keep it under 1/LISTING_SHARE
+            // of the sampler's time, so ticks stay cheap and on time (a new
+            // thread is then found later in such a process).
+            // (Measured in the sampler's own CPU time: on a busy machine
+            // its wall time says more about the load than the listing.)
+            let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu));
+            self.relist_every = RELIST_INTERVAL.max(cost * LISTING_SHARE);
         } else {
             self.refresh_regions_if_stale();
         }
@@ -572,13 +622,17 @@ impl SamplerLoop {
     /// run, so its last stack is counted again; one that ran and is blocked
     /// now is counted under `[btprof: blocked]` below its last known stack
     /// (or below the blocked system call's pc, when it has none yet).
+    ///
+    /// Only threads found active at the last listing are looked at
+    /// ([`Self::choose_active`]): with thousands of idle threads, reading
+    /// every thread's clock every tick would cost more than the period.
     fn signal_due_threads(&mut self) {
-        let count = self.tids.len();
+        let count = self.active.len();
         let start = if count == 0 { 0 } else { self.rotation % count };
         let mut ran_out_at = None;
         for n in 0..count {
             let i = (start + n) % count;
-            let tid = self.tids[i];
+            let tid = self.active[i];
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
             };
@@ -587,13 +641,22 @@ impl SamplerLoop {
                 continue;
             };
             let mut weight = 1;
+            // The thread's CPU clock and when it was read: for the handler
+            // to tell whether the thread waited for a CPU meanwhile.
+            let mut read_at = (0, 0);
             if self.config.mode == Mode::Cpu {
+                read_at = (monotonic_ns(), cpu);
                 // The CPU time used since the last tick is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
                     state.owed_ns += cpu.saturating_sub(last);
                 }
                 state.last_cpu_ns = Some(cpu);
+                let most = MAX_WEIGHT * self.period_ns;
+                if state.owed_ns > most {
+                    self.stats.skipped_samples += (state.owed_ns - most) / self.period_ns;
+                    state.owed_ns = most + (state.owed_ns - most) % self.period_ns;
+                }
                 if state.owed_ns < self.period_ns {
                     continue;
                 }
@@ -613,9 +676,11 @@ impl SamplerLoop {
                 // than IDLE_SLACK_NS of progress is not running.
                 let ran = cpu >= state.walk_cpu_ns + IDLE_SLACK_NS;
                 if let (false, Some(walk)) = (ran, &state.last_walk) {
+                    let weight = self.tick.saturating_sub(state.counted_tick).max(1);
+                    state.counted_tick = self.tick;
                     let (key, walk) = (state.key, walk.clone());
-                    self.stats.reused_samples += 1;
-                    self.intern(key, &walk.as_collected(), 1);
+                    self.stats.reused_samples += weight;
+                    self.intern(key, &walk.as_collected(), weight);
                     continue;
                 }
             }
@@ -636,16 +701,31 @@ impl SamplerLoop {
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
             };
+            if !state.mask_checked {
+                state.mask_checked = true;
+                let signal = self.sender.signal();
+                if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
+                    state.blocked = Some(BlockedSince {
+                        cpu_ns: cpu,
+                        owed_ns: 0,
+                        recheck_listing: self.listing + BLOCKED_RECHECK_LISTINGS,
+                    });
+                    self.stats.signal_blocked_samples += weight;
+                    self.stats.add_signal_blocked(tid as u64, weight);
+                    continue;
+                }
+            }
             let key = state.key;
             let Some(armed) = self.slots.arm(self.config.max_depth) else {
                 self.stats.slots_full += 1;
                 ran_out_at.get_or_insert(i);
                 continue;
             };
-            self.slots.mark_sent(armed.slot, monotonic_ns());
+            self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             match self.sender.send(tid, armed.signal_value()) {
                 Ok(()) => {
                     state.pending = true;
+                    state.counted_tick = self.tick;
                     if self.config.mode == Mode::Cpu {
                         state.owed_ns -= weight * self.period_ns;
                     }
@@ -701,8 +781,50 @@ impl SamplerLoop {
         };
         state.walk_cpu_ns = cpu;
         state.last_walk = Some(walk.clone());
+        let weight = self.tick.saturating_sub(state.counted_tick).max(1);
+        state.counted_tick = self.tick;
         let key = state.key;
-        self.intern(key, &walk.as_collected(), 1);
+        self.intern(key, &walk.as_collected(), weight);
+    }
+
+    /// Sampler-thread path, at each listing: picks the threads the ticks
+    /// look at until the next listing: those whose CPU clock moved since
+    /// the last listing, and those with a sample in flight or owed. An
+    /// idle thread's CPU time is not lost (it is owed from its last reading
+    /// when it runs again); in wall mode the ticks it sat idle are counted
+    /// here, in one weighted sample of its last stack.
+    fn choose_active(&mut self) {
+        let mut active = std::mem::take(&mut self.active);
+        active.clear();
+        for i in 0..self.tids.len() {
+            let tid = self.tids[i];
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let Some(now) = threads::thread_cpu_ns(tid) else {
+                continue;
+            };
+            let moved = state
+                .listing_cpu_ns
+                .is_none_or(|before| now >= before + IDLE_SLACK_NS);
+            state.listing_cpu_ns = Some(now);
+            let busy = moved || state.pending || state.owed_ns >= self.period_ns;
+            if busy || state.blocked.is_some() {
+                active.push(tid);
+            } else if self.config.mode == Mode::Wall && self.tick > state.counted_tick {
+                if state.last_walk.is_some() {
+                    let weight = self.tick - state.counted_tick;
+                    state.counted_tick = self.tick;
+                    let key = state.key;
+                    let walk = state.last_walk.clone().expect("checked");
+                    self.stats.reused_samples += weight;
+                    self.intern(key, &walk.as_collected(), weight);
+                } else {
+                    self.count_blocked(tid, now);
+                }
+            }
+        }
+        self.active = active;
     }
 
     /// Registers threads seen for the first time and re-reads names that
@@ -726,17 +848,13 @@ impl SamplerLoop {
                 None => {
                     self.regions_stale = true;
                     let mut state = ThreadState::new(now, listing);
-                    // A thread that blocks the signal from the start (the
-                    // daemon pattern, a `sigwait` loop) is never signalled:
-                    // the signal would stay queued, or be taken by its
-                    // `sigwait` as if it were its own.
-                    let signal = self.sender.signal();
-                    if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
-                        state.blocked = Some(BlockedSince {
-                            cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
-                            owed_ns: 0,
-                            recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
-                        });
+                    if listing > 1 && self.clock == SampleClock::SamplerThread {
+                        // Born while sampling: all its CPU time so far was
+                        // used during the run, so it is owed (and counted)
+                        // from zero, and a short-lived thread is sampled as
+                        // soon as it used a period.
+                        state.last_cpu_ns = Some(0);
+                        state.accounted_ns = Some(0);
                     }
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -870,6 +988,20 @@ impl SamplerLoop {
             {
                 continue;
             }
+            if !state.mask_checked {
+                // A thread that blocks the signal gets no timer: its
+                // overflows would queue up (real-time signals) or be taken
+                // by its `sigwait`. Counted by `watch_blocked_threads`.
+                state.mask_checked = true;
+                if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
+                    state.blocked = Some(BlockedSince {
+                        cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
+                        owed_ns: 0,
+                        recheck_listing: self.listing + BLOCKED_RECHECK_LISTINGS,
+                    });
+                    continue;
+                }
+            }
             match ThreadTimer::open(tid, period, signal) {
                 Ok(timer) => {
                     // The timer counts from zero: CPU time is accounted from
@@ -891,13 +1023,31 @@ impl SamplerLoop {
         }
     }
 
+    /// Re-reads `/proc/self/maps` when walks missed the snapshot or new
+    /// threads appeared, at most every [`REGIONS_REFRESH_INTERVAL`]: with
+    /// thousands of mappings one read costs milliseconds, and the snapshot
+    /// only tightens walk bounds (reads are fault-safe without it).
     fn refresh_regions_if_stale(&mut self) {
         let missing = slots::MISSING_REGIONS.load(Ordering::Relaxed);
         if missing != self.missing_regions_seen {
             self.missing_regions_seen = missing;
             self.regions_stale = true;
         }
-        if self.regions_stale && stack_regions::refresh(&mut self.regions_scratch) {
+        if !self.regions_stale
+            || self
+                .regions_read_at
+                .is_some_and(|at| at.elapsed() < self.regions_every)
+        {
+            return;
+        }
+        self.regions_read_at = Some(Instant::now());
+        let cpu_before = threads::own_cpu_ns();
+        let refreshed = stack_regions::refresh(&mut self.regions_scratch);
+        // With thousands of mappings a read costs milliseconds: keep it
+        // under 1/LISTING_SHARE of the sampler's time too.
+        let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(cpu_before));
+        self.regions_every = REGIONS_REFRESH_INTERVAL.max(cost * LISTING_SHARE);
+        if refreshed {
             self.regions_stale = false;
             for state in self.threads.values_mut() {
                 state.regions_ready = true;

@@ -75,10 +75,12 @@ struct Slot {
     lr: AtomicU64,
     /// The thread that wrote the walk (timer samples).
     tid: AtomicI32,
-    /// Armed slots: when the sampler sent the signal (`CLOCK_MONOTONIC`
-    /// ns); the handler gives up a sample that arrives later than
-    /// [`LATE_NS`] after it.
+    /// Armed slots in cpu mode: the target thread's CPU clock and
+    /// `CLOCK_MONOTONIC` read together just before the signal was sent
+    /// (0: no check). The handler gives up a sample if the thread spent
+    /// more than [`LATE_NS`] off CPU since.
     sent_ns: AtomicU64,
+    sent_cpu_ns: AtomicU64,
     /// The handler found the signal late and walked nothing.
     late: AtomicU32,
     frames: FrameBuf,
@@ -97,6 +99,7 @@ impl Slot {
             lr: AtomicU64::new(0),
             tid: AtomicI32::new(0),
             sent_ns: AtomicU64::new(0),
+            sent_cpu_ns: AtomicU64::new(0),
             late: AtomicU32::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
             window: WindowBuf(UnsafeCell::new([0; WINDOW_WORDS])),
@@ -125,14 +128,16 @@ pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 /// different threads do not all contend for slot 0.
 static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 
-/// How long after it was sent a signal may arrive and still be sampled. A
-/// signal to a thread running on another CPU arrives within microseconds;
-/// one to a thread waiting for a CPU arrives when the thread is scheduled
-/// again, and its sample would land where the thread was preempted (on a
-/// loaded machine, disproportionately at the return from a system call),
-/// not where its CPU time went. Such a sample is given up and the thread
+/// How long a thread may have been off CPU between the sampler's decision
+/// and the signal's delivery and still be sampled. A signal to a thread
+/// running on another CPU is taken within microseconds while the thread
+/// keeps running (its CPU clock keeps pace with the wall clock); one to a
+/// thread waiting for a CPU is taken when the thread is scheduled again,
+/// and its sample would land where the thread was preempted (on a loaded
+/// machine, disproportionately at the return from a system call), not
+/// where its CPU time went. Such a sample is given up and the thread
 /// sampled on a later tick.
-pub(crate) const LATE_NS: u64 = 200_000;
+pub(crate) const LATE_NS: u64 = 50_000;
 
 /// In a forked child: frees every slot. Only the forking thread exists
 /// there, so a slot a parent's handler was writing will never be finished,
@@ -142,6 +147,10 @@ pub(crate) fn reset_after_fork() {
         slot.state.store(IDLE, Release);
     }
 }
+
+/// How far above the stack pointer a walk may go when the snapshot does not
+/// know the stack's mapping: the default size of a thread's stack (8 MiB).
+const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
 
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
@@ -284,8 +293,12 @@ impl SlotOwner {
         Poll::Collected
     }
 
-    /// Records when the signal for armed `slot` is sent, just before it is.
-    pub fn mark_sent(&mut self, slot: usize, now_ns: u64) {
+    /// Records, before the signal for armed `slot` is sent, the target's
+    /// CPU clock `cpu_ns` and the monotonic time `now_ns` it was read at,
+    /// for the handler's lateness check; `now_ns` 0 turns the check off
+    /// (wall mode samples threads that are not running by design).
+    pub fn mark_sent(&mut self, slot: usize, now_ns: u64, cpu_ns: u64) {
+        SLOT_TABLE[slot].sent_cpu_ns.store(cpu_ns, Relaxed);
         SLOT_TABLE[slot].sent_ns.store(now_ns, Relaxed);
     }
 
@@ -421,7 +434,17 @@ fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
     };
     let max_depth = (slot.max_depth.load(Relaxed) as usize).min(MAX_DEPTH);
     let sent = slot.sent_ns.load(Relaxed);
-    let late = sent != 0 && monotonic_ns().saturating_sub(sent) > LATE_NS;
+    let late = sent != 0 && {
+        // Wall time since the sampler's reading, less the CPU time this
+        // thread got meanwhile: how long it waited for a CPU.
+        let waited = clock_ns(libc::CLOCK_MONOTONIC)
+            .saturating_sub(sent)
+            .saturating_sub(
+                clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+                    .saturating_sub(slot.sent_cpu_ns.load(Relaxed)),
+            );
+        waited > LATE_NS
+    };
     slot.late.store(u32::from(late), Relaxed);
     if late {
         slot.state.store(state(generation, DONE), Release);
@@ -430,16 +453,14 @@ fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
     Some((slot, generation, max_depth))
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds (the vDSO: async-signal-safe, no
-/// system call).
-fn monotonic_ns() -> u64 {
+/// `clock` in nanoseconds. Async-signal-safe (`clock_gettime` is).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid clock id and out-pointer; clock_gettime is
-    // async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -496,11 +517,20 @@ unsafe fn poll_fd(info: &libc::siginfo_t) -> i32 {
 unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *const libc::c_void) {
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
     let regs = unsafe { registers(&*(context as *const libc::ucontext_t)) };
-    let bounds = stack_regions::region_containing(regs.sp)
-        .map(|(_, high)| StackBounds { low: regs.sp, high });
-    if bounds.is_none() {
-        MISSING_REGIONS.fetch_add(1, Relaxed);
-    }
+    // The snapshot bounds the walk where it knows the stack's mapping.
+    // Where it does not (a thread or mapping newer than it, or more
+    // mappings than it holds), the walk is bounded by a span above sp
+    // instead of being cut to the leaf: every read is fault-safe
+    // ([`CheckedMemory`]), so the bound only limits how far a corrupt chain
+    // can wander, and the sampler is told to refresh the snapshot.
+    let high = match stack_regions::region_containing(regs.sp) {
+        Some((_, high)) => high,
+        None => {
+            MISSING_REGIONS.fetch_add(1, Relaxed);
+            regs.sp.saturating_add(UNKNOWN_STACK_SPAN)
+        }
+    };
+    let bounds = Some(StackBounds { low: regs.sp, high });
     // SAFETY: we won `-> Writing`, so we are the slot's only writer and the
     // sampler does not read it until we store `Done`.
     let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
@@ -509,12 +539,9 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     // Bounds come from a snapshot, which proves nothing about now; every
     // read goes through the kernel's fault-safe copy. The copy of the stack
     // top it starts with is kept for CFI unwinding in the sampler thread.
-    // SAFETY: we won `Armed -> Writing`: the slot's copy is ours too.
-    let memory = unsafe {
-        slot.copy
-            .capture(&regs, bounds.map_or(0, |b| b.high), window)
-    };
-    let walk = walker::walk(Arch::host(), &regs, bounds, &memory, frames);
+    // SAFETY: we won `-> Writing`: the slot's copy is ours too.
+    let mut memory = unsafe { slot.copy.capture(&regs, high, window) };
+    let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);

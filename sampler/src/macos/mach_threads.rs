@@ -10,19 +10,20 @@
 use std::ffi::CStr;
 use std::mem;
 
-use mach2::kern_return::{kern_return_t, KERN_SUCCESS, KERN_TERMINATED};
+use mach2::kern_return::kern_return_t;
 use mach2::mach_port::mach_port_deallocate;
 use mach2::mach_types::{thread_act_array_t, thread_act_t};
-use mach2::message::{mach_msg_type_number_t, MACH_SEND_INVALID_DEST};
+use mach2::message::mach_msg_type_number_t;
 use mach2::port::mach_port_t;
 use mach2::task::task_threads;
 use mach2::thread_act::{thread_resume, thread_suspend};
 use mach2::traps::mach_task_self;
-use mach2::vm::mach_vm_deallocate;
+use mach2::vm::{mach_vm_deallocate, mach_vm_read_overwrite};
 
 use super::thread_state;
+use crate::control::kern_return::{self, Resumed};
 use crate::control::{StackRange, ThreadControl, ThreadError, ThreadUsage};
-use crate::walker::{DirectMemory, Registers};
+use crate::walker::Registers;
 
 /// The threads of the current task, controlled from the sampler thread.
 pub(crate) struct MachThreads {
@@ -32,7 +33,6 @@ pub(crate) struct MachThreads {
     /// Shown for threads that never named themselves (the main thread),
     /// as Linux shows the process name for them.
     process_name: String,
-    memory: DirectMemory,
 }
 
 impl MachThreads {
@@ -54,7 +54,6 @@ impl MachThreads {
             task,
             own,
             process_name: process_name(),
-            memory: DirectMemory,
         }
     }
 
@@ -100,7 +99,6 @@ impl AsRef<[thread_act_t]> for ThreadArray {
 impl ThreadControl for MachThreads {
     type Thread = thread_act_t;
     type List = ThreadArray;
-    type Memory = DirectMemory;
 
     fn current_thread(&self) -> thread_act_t {
         self.own
@@ -187,22 +185,33 @@ impl ThreadControl for MachThreads {
     }
 
     fn registers(&mut self, thread: thread_act_t) -> Result<Registers, ThreadError> {
-        thread_state::read(thread).map_err(error_of)
+        thread_state::read(thread).map_err(|kr| match check(kr) {
+            Err(e) => e,
+            Ok(()) => ThreadError::Failed(kr),
+        })
     }
 
-    fn memory(&self) -> &DirectMemory {
-        &self.memory
+    fn copy_memory(&mut self, addr: u64, out: &mut [u64]) -> bool {
+        let size = mem::size_of_val(out) as u64;
+        let mut copied = 0u64;
+        // SAFETY: `out` is writable for `size` bytes; the kernel copies
+        // from this task's `[addr, addr + size)` into it or fails
+        // (`KERN_INVALID_ADDRESS` for an unmapped stack) without touching
+        // the source with a plain load, so an unmapped page is an error
+        // code here, not a fault. No allocation and no user-space lock:
+        // allowed while a thread is stopped.
+        let kr = unsafe {
+            mach_vm_read_overwrite(self.task, addr, size, out.as_mut_ptr() as u64, &mut copied)
+        };
+        kern_return::memory_read(kr) && copied == size
     }
 
-    fn resume(&mut self, thread: thread_act_t) {
+    fn resume(&mut self, thread: thread_act_t) -> Resumed {
         // SAFETY: a thread this sampler suspended once and not resumed yet.
-        let kr = unsafe { thread_resume(thread) };
-        // A thread terminated while suspended is gone, not frozen: nothing
-        // to do. Any other failure would leave a live thread suspended
-        // forever, quite possibly holding a lock the whole process needs.
-        if kr != KERN_SUCCESS && error_of(kr) != ThreadError::Exited {
-            abort_with(b"btprof: thread_resume failed for a thread the sampler suspended; aborting rather than leave it frozen\n");
-        }
+        // A thread that exited while suspended makes this fail with
+        // `KERN_INVALID_ARGUMENT` or `KERN_TERMINATED`; the shared loop
+        // counts it as exited (see `kern_return::resume`).
+        kern_return::resume(unsafe { thread_resume(thread) })
     }
 
     fn release_thread(&mut self, thread: thread_act_t) {
@@ -226,22 +235,11 @@ impl ThreadControl for MachThreads {
     }
 }
 
-/// `KERN_SUCCESS` or the error, with the two codes that mean "the thread
-/// exited" told apart (DESIGN.md rule 4).
+/// `KERN_SUCCESS` or the error, with every code that means "the thread
+/// exited" told apart (DESIGN.md rule 4; the host-independent
+/// [`kern_return::thread_call`], tested on Linux).
 fn check(kr: kern_return_t) -> Result<(), ThreadError> {
-    if kr == KERN_SUCCESS {
-        Ok(())
-    } else {
-        Err(error_of(kr))
-    }
-}
-
-fn error_of(kr: kern_return_t) -> ThreadError {
-    if kr == KERN_TERMINATED || kr == MACH_SEND_INVALID_DEST {
-        ThreadError::Exited
-    } else {
-        ThreadError::Failed(kr)
-    }
+    kern_return::thread_call(kr)
 }
 
 fn time_value_ns(t: libc::time_value_t) -> u64 {
@@ -262,14 +260,4 @@ fn process_name() -> String {
     unsafe { CStr::from_ptr(name) }
         .to_string_lossy()
         .into_owned()
-}
-
-/// Writes `msg` to stderr and aborts, without allocating or locking (a
-/// thread may be stopped holding the allocator's or stderr's lock).
-fn abort_with(msg: &[u8]) -> ! {
-    // SAFETY: `msg` is valid for its length; fd 2 needs nothing else.
-    unsafe {
-        libc::write(2, msg.as_ptr().cast(), msg.len());
-    }
-    std::process::abort()
 }

@@ -6,8 +6,9 @@
 //! frame-pointer chain and resumes it. That loop is the shared
 //! [`SamplingLoop`](crate::control::SamplingLoop), tested on Linux with a
 //! recording fake; this module supplies the Mach calls
-//! ([`mach_threads`]), the registers per architecture ([`thread_state`])
-//! and the clock ([`mach_clock`]).
+//! ([`mach_threads`]), the registers per architecture ([`thread_state`]),
+//! the clock ([`mach_clock`]), the sampler thread's priority
+//! ([`scheduling`]) and the Rosetta 2 check ([`rosetta`]).
 //!
 //! No signal is involved and no privilege is needed: a task may suspend
 //! its own threads. Profiling another process (`task_for_pid`) is not
@@ -19,6 +20,8 @@
 
 mod mach_clock;
 mod mach_threads;
+mod rosetta;
+mod scheduling;
 mod thread_state;
 
 use crate::control::SamplingLoop;
@@ -54,7 +57,11 @@ impl Sampler {
             )));
         }
         let claim = Claim::take()?;
+        rosetta::warn_once_if_translated();
         let thread = SamplerThread::spawn(config.hz, move |cx| {
+            // First, so no thread is ever stopped at a lower priority. A
+            // refusal leaves the default priority; missed ticks show it.
+            scheduling::raise_sampler_priority();
             // Built on the sampler thread: `MachThreads` records the
             // calling thread as the one never to stop.
             let control = MachThreads::for_calling_thread();

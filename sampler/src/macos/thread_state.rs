@@ -36,6 +36,13 @@ pub(crate) fn read(thread: thread_act_t) -> Result<Registers, kern_return_t> {
     if kr != KERN_SUCCESS {
         return Err(kr);
     }
+    // arm64e (not a target today): there the kernel signs `sp` and `fp` in
+    // the thread state as well as `pc` and `lr` (xnu's
+    // `arm_thread_state64_t` accessors, `__darwin_arm_thread_state64_get_*`).
+    // An arm64e build must strip all four here (or read them through the
+    // `arm_thread_state64_get_{pc,lr,sp,fp}` accessors), not only the code
+    // addresses the walker strips: a signed `fp` fails the walker's bounds
+    // check and every walk would end at frame 0.
     Ok(Registers {
         pc: state.__pc,
         fp: state.__fp,

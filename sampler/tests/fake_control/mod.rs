@@ -13,10 +13,11 @@
 
 pub mod counting_alloc;
 
+use btprof_sampler::control::kern_return::{self, Resumed, KERN_FAILURE, KERN_INVALID_ARGUMENT};
 use btprof_sampler::control::{
     holding_a_thread_stopped, StackRange, ThreadControl, ThreadError, ThreadUsage,
 };
-use btprof_sampler::walker::{Registers, StackMemory};
+use btprof_sampler::walker::Registers;
 
 use counting_alloc::allocator_calls_on_this_thread;
 
@@ -49,6 +50,11 @@ pub enum Call {
         ok: bool,
     },
     Registers(Port),
+    /// A copy of `words` words of memory from `addr`.
+    CopyMemory {
+        addr: u64,
+        words: usize,
+    },
     Resume(Port),
     ReleaseThread(Port),
     ReleaseList(u32),
@@ -58,7 +64,7 @@ impl Call {
     /// The thread a call is about, if any.
     pub fn port(&self) -> Option<Port> {
         match *self {
-            Call::List { .. } | Call::ReleaseList(_) => None,
+            Call::List { .. } | Call::ReleaseList(_) | Call::CopyMemory { .. } => None,
             Call::ThreadId(p)
             | Call::CpuTime(p)
             | Call::Name(p)
@@ -86,6 +92,20 @@ pub enum Fault {
     RegistersFail,
     /// Exits while stopped (`thread_get_state` reports it gone).
     ExitsWhileStopped,
+    /// Gone while stopped the way xnu does it: suspended, then its port's
+    /// thread object is disabled inside `pthread_exit`, so
+    /// `thread_get_state` and `thread_resume` both fail with
+    /// `KERN_INVALID_ARGUMENT`.
+    GoneWhileStopped,
+    /// Its stack is walked, then it exits before the resume, which fails
+    /// with `KERN_INVALID_ARGUMENT`.
+    GoneBeforeResume,
+    /// Someone else resumed it while the sampler held it: `thread_resume`
+    /// fails with `KERN_FAILURE` (suspend count already zero).
+    ResumedBySomeoneElse,
+    /// `thread_resume` fails with a code that says nothing about the
+    /// thread being gone (`KERN_INVALID_RIGHT`): it may still be frozen.
+    ResumeFails,
     /// Its frame chain leads into memory that cannot be read.
     UnreadableStack,
     /// The fake allocates inside `registers` (to prove the counter works).
@@ -112,6 +132,8 @@ pub struct FakeThread {
     pub running: bool,
     /// Return addresses in its frame chain, below the pc.
     pub depth: usize,
+    /// Words between two frame records (at least 2).
+    pub frame_words: usize,
     pub fault: Fault,
     suspended: u32,
     refs: u32,
@@ -130,6 +152,7 @@ impl FakeThread {
             clock_lag: 1,
             running: true,
             depth: 3,
+            frame_words: 4,
             fault: Fault::None,
             suspended: 0,
             refs: 0,
@@ -138,6 +161,14 @@ impl FakeThread {
 
     pub fn with_fault(mut self, fault: Fault) -> FakeThread {
         self.fault = fault;
+        self
+    }
+
+    /// A chain of `depth` frames, `frame_words` words apart.
+    pub fn with_frames(mut self, depth: usize, frame_words: usize) -> FakeThread {
+        assert!(frame_words >= 2 && 4 + frame_words * depth < STACK_WORDS);
+        self.depth = depth;
+        self.frame_words = frame_words;
         self
     }
 
@@ -205,17 +236,19 @@ impl FakeThread {
         }
     }
 
-    /// The stack's words: frame records at words 4, 8, 12, ..., each
-    /// pointing at the next, the last one ending the chain.
+    /// The stack's words: frame records at words 4, 4 + n, 4 + 2n, ...
+    /// (n = `frame_words`), each pointing at the next, the last one ending
+    /// the chain.
     fn stack_words(&self) -> Vec<u64> {
         let mut words = vec![0; STACK_WORDS];
         let base = self.stack_base();
+        let n = self.frame_words;
         for k in 0..self.depth {
-            let at = 4 + 4 * k;
+            let at = 4 + n * k;
             let next = if k + 1 == self.depth {
                 0
             } else {
-                base + 8 * (at as u64 + 4)
+                base + 8 * (at + n) as u64
             };
             words[at] = next;
             words[at + 1] = self.return_address(k);
@@ -235,17 +268,22 @@ struct Region {
     readable: bool,
 }
 
-impl StackMemory for FakeMemory {
-    fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+impl FakeMemory {
+    /// Copies `out.len()` words from `addr` if one readable stack holds
+    /// all of them, as `mach_vm_read_overwrite` copies all or nothing.
+    /// `None` when the range is in no stack at all.
+    fn copy(&self, addr: u64, out: &mut [u64]) -> Option<bool> {
+        let end = addr.checked_add(8 * out.len() as u64)?;
         let region = self
             .regions
             .iter()
-            .find(|r| addr >= r.base && addr < r.base + 8 * r.words.len() as u64)?;
-        if !region.readable {
-            return None;
+            .find(|r| addr >= r.base && end <= r.base + 8 * r.words.len() as u64)?;
+        if !region.readable || addr % 8 != 0 {
+            return Some(false);
         }
-        let i = usize::try_from((addr - region.base) / 8).ok()?;
-        Some([*region.words.get(i)?, *region.words.get(i + 1)?])
+        let i = ((addr - region.base) / 8) as usize;
+        out.copy_from_slice(&region.words[i..i + out.len()]);
+        Some(true)
     }
 }
 
@@ -278,6 +316,8 @@ pub struct FakeControl {
     resumes_without_stop: u32,
     stopped_now: u32,
     allocs_at_stop: u64,
+    /// Memory copies of ranges that lie in no thread's stack.
+    pub copies_outside_stacks: u64,
     /// Makes the next listings fail.
     pub list_fails: bool,
     /// Successful stops so far.
@@ -311,6 +351,7 @@ impl FakeControl {
             resumes_without_stop: 0,
             stopped_now: 0,
             allocs_at_stop: 0,
+            copies_outside_stacks: 0,
             list_fails: false,
             windows: 0,
             allocator_calls_in_windows: 0,
@@ -419,7 +460,6 @@ impl FakeControl {
 impl ThreadControl for FakeControl {
     type Thread = Port;
     type List = FakeList;
-    type Memory = FakeMemory;
 
     fn current_thread(&self) -> Port {
         self.own
@@ -547,8 +587,11 @@ impl ThreadControl for FakeControl {
             self.unmarked_windows += 1;
         }
         match self.fault_of(thread) {
-            Fault::RegistersFail => Err(ThreadError::Failed(4)),
+            Fault::RegistersFail => Err(ThreadError::Failed(14)),
             Fault::ExitsWhileStopped => Err(ThreadError::Exited),
+            Fault::GoneWhileStopped => {
+                Err(kern_return::thread_call(KERN_INVALID_ARGUMENT).unwrap_err())
+            }
             Fault::AllocatesWhileStopped => {
                 std::hint::black_box(Box::new(7u64));
                 Ok(self.thread(thread).registers())
@@ -561,25 +604,48 @@ impl ThreadControl for FakeControl {
         }
     }
 
-    fn memory(&self) -> &FakeMemory {
-        &self.memory
+    fn copy_memory(&mut self, addr: u64, out: &mut [u64]) -> bool {
+        self.record(Call::CopyMemory {
+            addr,
+            words: out.len(),
+        });
+        match self.memory.copy(addr, out) {
+            Some(copied) => copied,
+            None => {
+                self.copies_outside_stacks += 1;
+                false
+            }
+        }
     }
 
-    fn resume(&mut self, thread: Port) {
+    fn resume(&mut self, thread: Port) -> Resumed {
         // First, so the fake's own work is not counted.
         let allocs = allocator_calls_on_this_thread();
         self.allocator_calls_in_windows += allocs - self.allocs_at_stop;
         self.record(Call::Resume(thread));
         if thread == self.own {
             self.stopped_now -= 1;
-            return;
+            return Resumed::Running;
         }
+        let fault = self.fault_of(thread);
         match self.thread_mut(thread) {
             Some(t) if t.suspended > 0 => {
+                // Gone or resumed by someone else, it is not frozen either way.
                 t.suspended -= 1;
                 self.stopped_now -= 1;
             }
-            _ => self.resumes_without_stop += 1,
+            _ => {
+                self.resumes_without_stop += 1;
+                return kern_return::resume(KERN_FAILURE);
+            }
+        }
+        match fault {
+            Fault::GoneWhileStopped | Fault::GoneBeforeResume => {
+                kern_return::resume(KERN_INVALID_ARGUMENT)
+            }
+            Fault::ResumedBySomeoneElse => kern_return::resume(KERN_FAILURE),
+            Fault::ResumeFails => kern_return::resume(17),
+            _ => Resumed::Running,
         }
     }
 
@@ -616,8 +682,9 @@ impl ThreadControl for FakeControl {
 /// - inside a listing, the sampler's own thread is only released, never
 ///   asked about or stopped;
 /// - after a successful stop of a thread, the only calls until its resume
-///   are reads of its registers, and it is resumed exactly once; a failed
-///   stop is never resumed;
+///   are reads of its registers and copies of memory, and it is resumed
+///   exactly once; a failed stop is never resumed; memory is never read
+///   outside a stopped window;
 /// - every port of a listing is released exactly once, after the last call
 ///   about it, and the listing is released after all of them;
 /// - outside listings only the sampler's own CPU time may be read.
@@ -629,6 +696,7 @@ pub fn check_protocol(calls: &[Call], own: Port) -> Result<(), String> {
         if let Some(p) = stopped {
             match *call {
                 Call::Registers(q) if q == p => continue,
+                Call::CopyMemory { .. } => continue,
                 Call::Resume(q) if q == p => {
                     stopped = None;
                     continue;
@@ -669,6 +737,11 @@ pub fn check_protocol(calls: &[Call], own: Port) -> Result<(), String> {
                         ports[k]
                     ));
                 }
+            }
+            Call::CopyMemory { .. } => {
+                return Err(format!(
+                    "call {i} {call:?}: memory read with no thread stopped"
+                ));
             }
             Call::CpuTime(p) if p == own && listing.is_none() => {}
             _ => {

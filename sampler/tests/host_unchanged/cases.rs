@@ -52,6 +52,11 @@ pub const ALL: &[Case] = &[
         body: wall_mode_samples_every_one_of_300_idle_threads,
     },
     Case {
+        name: "many_threads_and_mappings_keep_stacks_and_rate",
+        limit: Duration::from_secs(120),
+        body: many_threads_and_mappings_keep_stacks_and_rate,
+    },
+    Case {
         name: "small_stacks_survive_sampling",
         limit: Duration::from_secs(60),
         body: small_stacks_survive_sampling,
@@ -147,19 +152,25 @@ const EXEC_PARALLEL: usize = 4;
 /// Item 2 of issue 10: a signal still queued for a thread that calls
 /// `execve` survives into the new program, whose default action for a
 /// real-time signal is to terminate. 1000 processes start the profiler
-/// in wall mode at 5 kHz (every thread signalled every 0.2 ms, so nearly
-/// every exec has a signal in flight), work, and exec `/bin/true`: none
-/// may die.
+/// at 5 kHz (on the sampler thread in wall mode: every thread signalled
+/// every 0.2 ms, so nearly every exec has a signal in flight; on the
+/// per-thread timers in cpu mode), work, and exec `/bin/true`: none may
+/// die.
 fn exec_while_profiling_never_kills_the_new_program() {
-    // The trial can see the failure: with a real-time signal (the old
-    // default) some of the new programs die.
+    // The trial can see the failure: on the sampler thread, which signals
+    // threads wherever they are, a real-time signal (the old default)
+    // kills some of the new programs. Per-thread timers raise the signal
+    // only while their thread runs user code (exclude_kernel), so it is
+    // taken before the thread enters execve: reported, not asserted.
     let rt = libc::SIGRTMAX() - 3;
     let rt_died = run_exec_trials(Some(rt), 200);
     println!("measured: exec while profiling with real-time signal {rt}: {rt_died} of 200 new programs died");
-    assert!(
-        rt_died > 0,
-        "the trial no longer catches a signal queued across exec"
-    );
+    if std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some() {
+        assert!(
+            rt_died > 0,
+            "the trial no longer catches a signal queued across exec"
+        );
+    }
     let died = run_exec_trials(None, EXEC_TRIALS);
     println!(
         "measured: exec while profiling with the default signal: {died} of {EXEC_TRIALS} new programs died"
@@ -723,5 +734,143 @@ fn wall_mode_samples_every_one_of_300_idle_threads() {
         counts[0] * 2 >= median,
         "the least sampled thread got under half the median: {} vs {median}",
         counts[0]
+    );
+}
+
+// ------------------------------------------- many threads and mappings
+
+/// Item 5: 5,000 idle threads and 4,000 more writable mappings (over
+/// 9,000 in all, more than the 8,192 the region snapshot holds) beside 4
+/// busy threads: the busy ones still get whole stacks (not just the leaf),
+/// and the sampler thread stays under 10% of a core. Their rate per
+/// CPU-second is measured and printed.
+/// `BTPROF_TEST_IDLE` and `BTPROF_TEST_MAPPINGS` scale it down by hand.
+fn many_threads_and_mappings_keep_stacks_and_rate() {
+    let scale = |var: &str, default: usize| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let idle_threads = scale("BTPROF_TEST_IDLE", 5000);
+    let mappings = scale("BTPROF_TEST_MAPPINGS", 4000);
+    let page = 4096;
+    // SAFETY: one anonymous reservation, then every other page made
+    // readable and writable: `mappings` separate rw mappings (the
+    // inaccessible page between two keeps the kernel from merging them).
+    unsafe {
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            2 * mappings * page,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        ) as *mut u8;
+        assert_ne!(base as *mut libc::c_void, libc::MAP_FAILED);
+        for i in 0..mappings {
+            let p = base.add(2 * i * page);
+            let rc = libc::mprotect(p.cast(), page, libc::PROT_READ | libc::PROT_WRITE);
+            assert_eq!(rc, 0);
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = Arc::new(std::sync::Mutex::new(rx));
+    let idle: Vec<_> = (0..idle_threads)
+        .map(|_| {
+            let rx = rx.clone();
+            thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    let _ = rx.lock().map(|r| r.recv());
+                })
+                .unwrap()
+        })
+        .collect();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let rw = maps.lines().filter(|l| l.contains(" rw")).count();
+    let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start");
+    // User-mode loops that look at their CPU clock only now and then: the
+    // per-thread timers exclude kernel time, so a loop that keeps reading
+    // its clock (a system call) would get fewer samples per CPU-second by
+    // design. Each runs until it had 300 ms of CPU (the machine may be
+    // busy).
+    let busy: Vec<_> = (0..4)
+        .map(|i| {
+            thread::Builder::new()
+                .name(format!("busy-{i}"))
+                .spawn(|| {
+                    let mut x = 1u64;
+                    while thread_cpu() < Duration::from_millis(300) {
+                        for _ in 0..100_000 {
+                            x = std::hint::black_box(
+                                x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                            );
+                        }
+                    }
+                    x
+                })
+                .unwrap()
+        })
+        .collect();
+    for b in busy {
+        b.join().unwrap();
+    }
+    let raw = sampler.stop().expect("stop");
+    drop(tx);
+    for h in idle {
+        h.join().unwrap();
+    }
+    check_clock(&raw);
+    let busy_keys: Vec<u32> = (0..4)
+        .flat_map(|i| thread_keys(&raw, &format!("busy-{i}")))
+        .collect();
+    let (mut samples, mut whole) = (0u64, 0u64);
+    for (k, c) in raw.table.iter() {
+        if busy_keys.contains(&k.thread) {
+            samples += c;
+            if k.end == WalkEnd::Complete {
+                whole += c;
+            }
+        }
+    }
+    let mut busy_tids: Vec<u64> = busy_keys
+        .iter()
+        .map(|&k| raw.threads[k as usize].tid)
+        .collect();
+    busy_tids.dedup();
+    let busy_cpu: Duration = busy_tids.iter().filter_map(|&t| raw.stats.cpu_of(t)).sum();
+    let rate = samples as f64 / busy_cpu.as_secs_f64();
+    let sampler_share = raw.stats.sampler_cpu.as_secs_f64() / raw.stats.duration.as_secs_f64();
+    println!(
+        "measured: {} threads, {rw} rw mappings: busy threads {samples} samples, {whole} whole \
+         walks, {rate:.0} samples per CPU-second of {:.0} ms; sampler thread {:.1}% of a core \
+         ({} ticks, {} missed)",
+        idle_threads + 5,
+        busy_cpu.as_secs_f64() * 1e3,
+        sampler_share * 100.0,
+        raw.stats.ticks,
+        raw.stats.missed_ticks
+    );
+    if idle_threads >= 5000 && mappings >= 4000 {
+        assert!(
+            rw > 8192,
+            "the test needs more rw mappings than the snapshot holds: {rw}"
+        );
+    }
+    assert!(samples > 50, "the busy threads were sampled: {samples}");
+    assert!(
+        whole * 10 >= samples * 9,
+        "{whole} of {samples} walks whole"
+    );
+    // The rate is reported, not asserted: with 5,000 idle threads the
+    // per-thread timers are opened for every thread at the first listing,
+    // which takes the sampler thread seconds on a loaded machine (samples
+    // that fill the slots meanwhile are lost), and the CPU of a thread
+    // that exits between two listings is not all accounted. Left open.
+    assert!(
+        sampler_share < 0.10,
+        "sampler thread used {:.1}% of a core",
+        sampler_share * 100.0
     );
 }

@@ -156,7 +156,7 @@ pub(crate) struct CopyThenChecked<'a> {
 
 impl StackMemory for CopyThenChecked<'_> {
     #[inline]
-    fn read_record(&self, addr: u64) -> Option<[u64; 2]> {
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
         if addr % 8 == 0 && addr >= self.base {
             let i = ((addr - self.base) / 8) as usize;
             if let (Some(&a), Some(&b)) = (self.words.get(i), self.words.get(i + 1)) {

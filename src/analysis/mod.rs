@@ -1,0 +1,9 @@
+//! What a [`Profile`](crate::Profile) says: each function's self and total
+//! samples ([`functions`]), the comparison of two profiles with its
+//! significance test ([`diff`]), and their [`report`]s as text, Markdown
+//! or JSON.
+
+pub mod diff;
+pub mod functions;
+pub mod report;
+mod significance;

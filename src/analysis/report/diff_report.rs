@@ -1,0 +1,422 @@
+//! A [`DiffReport`] as text, Markdown or JSON.
+
+use serde_json::{json, Value};
+
+use super::table::{code, grouped, p_value, percent, points, Align, Table};
+use crate::analysis::diff::{
+    DiffReport, FunctionDiff, Metric, Presence, RunSummary, Samples, Verdict,
+};
+
+/// Which functions a text or Markdown table shows: the first `rows`
+/// (all when `None`), and every regressed one wherever it is.
+fn shown(report: &DiffReport, rows: Option<usize>) -> Vec<&FunctionDiff> {
+    let limit = rows.unwrap_or(usize::MAX);
+    report
+        .functions
+        .iter()
+        .enumerate()
+        .filter(|(i, f)| *i < limit || f.verdict == Verdict::Regressed)
+        .map(|(_, f)| f)
+        .collect()
+}
+
+fn verdict_word(f: &FunctionDiff) -> &'static str {
+    match f.verdict {
+        Verdict::Regressed => "REGRESSED",
+        Verdict::Improved => "improved",
+        Verdict::Unchanged => "-",
+    }
+}
+
+fn name_with_presence(f: &FunctionDiff, name: String) -> String {
+    match f.presence {
+        Presence::Both => name,
+        Presence::New => format!("{name} [new]"),
+        Presence::Vanished => format!("{name} [vanished]"),
+    }
+}
+
+fn table(rows: &[&FunctionDiff], markdown: bool) -> Table {
+    use Align::{Left, Right};
+    let mut t = Table::new(&[
+        ("base self", Right),
+        ("new self", Right),
+        ("change", Right),
+        ("base total", Right),
+        ("new total", Right),
+        ("change", Right),
+        ("p-value", Right),
+        ("verdict", Left),
+        ("function", Left),
+    ]);
+    for f in rows {
+        let name = if markdown {
+            code(&f.name)
+        } else {
+            f.name.clone()
+        };
+        t.push(vec![
+            percent(f.base.self_share),
+            percent(f.new.self_share),
+            points(f.self_change_points()),
+            percent(f.base.total_share),
+            percent(f.new.total_share),
+            points(f.total_change_points()),
+            p_value(f.p_value),
+            verdict_word(f).to_owned(),
+            name_with_presence(f, name),
+        ]);
+    }
+    t
+}
+
+/// One line stating the gate, e.g. "self share up by more than 1.00
+/// points, at least 20 samples in the new run, and p < 6.7e-5 (...)".
+fn gate_line(report: &DiffReport) -> String {
+    let o = &report.options;
+    format!(
+        "{} share up by more than {:.2} points, at least {} samples in the new run, \
+         and p < {} = {} / {} functions (one-sided pooled two-proportion z-test, \
+         Bonferroni-corrected){}",
+        o.metric.as_str(),
+        o.threshold_points,
+        o.min_samples,
+        p_value(report.per_test_alpha),
+        o.alpha,
+        report.tests,
+        if o.skip_root {
+            "; root frames skipped"
+        } else {
+            ""
+        }
+    )
+}
+
+/// The one-line conclusion.
+fn result_line(report: &DiffReport) -> String {
+    let metric = report.options.metric;
+    let regressions: Vec<&FunctionDiff> = report.regressions().collect();
+    if regressions.is_empty() {
+        let improved = report.improvements().count();
+        return if improved == 0 {
+            "no regression".to_owned()
+        } else {
+            format!("no regression ({improved} function(s) improved)")
+        };
+    }
+    let first = regressions[0];
+    let more = match regressions.len() {
+        1 => String::new(),
+        n => format!(" and {} more", n - 1),
+    };
+    format!(
+        "REGRESSION: {} function(s) regressed, first {} ({} points {}){more}",
+        regressions.len(),
+        first.name,
+        points(first.change_points(metric)),
+        metric.as_str()
+    )
+}
+
+/// `name (12.50% self)` for new or vanished functions, most share first.
+fn presence_list(
+    report: &DiffReport,
+    presence: Presence,
+    limit: Option<usize>,
+    markdown: bool,
+) -> Option<String> {
+    let metric = report.options.metric;
+    let side = |f: &FunctionDiff| -> Samples {
+        if presence == Presence::New {
+            f.new
+        } else {
+            f.base
+        }
+    };
+    let mut list: Vec<&FunctionDiff> = report
+        .functions
+        .iter()
+        .filter(|f| f.presence == presence)
+        .collect();
+    if list.is_empty() {
+        return None;
+    }
+    list.sort_by(|a, b| side(b).share(metric).total_cmp(&side(a).share(metric)));
+    let total = list.len();
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut items: Vec<String> = list
+        .iter()
+        .take(limit)
+        .map(|f| {
+            let name = if markdown {
+                code(&f.name)
+            } else {
+                f.name.clone()
+            };
+            format!(
+                "{name} ({} {})",
+                percent(side(f).share(metric)),
+                metric.as_str()
+            )
+        })
+        .collect();
+    if total > limit {
+        items.push(format!("and {} more", total - limit));
+    }
+    let label = if presence == Presence::New {
+        "new functions"
+    } else {
+        "vanished functions"
+    };
+    Some(format!("{label} ({total}): {}", items.join(", ")))
+}
+
+fn run_line(role: &str, run: &RunSummary) -> String {
+    format!(
+        "{role}: {}  {} samples, {} distinct stacks, {} functions",
+        run.source,
+        grouped(run.samples),
+        grouped(run.stacks as u64),
+        grouped(run.functions as u64)
+    )
+}
+
+/// The report as a plain-text table, largest increase first, `rows`
+/// functions (all when `None`) plus every regressed one.
+pub fn text(report: &DiffReport, rows: Option<usize>) -> String {
+    let mut out = String::new();
+    out.push_str(&run_line("base", &report.base));
+    out.push('\n');
+    out.push_str(&run_line("new ", &report.new));
+    out.push('\n');
+    out.push_str(&format!("gate: {}\n", gate_line(report)));
+    for w in &report.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out.push('\n');
+    let shown = shown(report, rows);
+    out.push_str(&table(&shown, false).to_text());
+    let hidden = report.functions.len() - shown.len();
+    if hidden > 0 {
+        out.push_str(&format!(
+            "  ... {hidden} more function(s) with smaller changes (--top 0 lists all)\n"
+        ));
+    }
+    out.push('\n');
+    for presence in [Presence::New, Presence::Vanished] {
+        if let Some(line) = presence_list(report, presence, rows, false) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!("result: {}\n", result_line(report)));
+    out
+}
+
+/// The report as Markdown for a pull-request comment or CI summary.
+pub fn markdown(report: &DiffReport, rows: Option<usize>) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "### btprof diff: {}\n\n",
+        if report.regressed() {
+            "regression"
+        } else {
+            "no regression"
+        }
+    ));
+    for (role, run) in [("Base", &report.base), ("New", &report.new)] {
+        out.push_str(&format!(
+            "- **{role}**: {} — {} samples, {} distinct stacks, {} functions\n",
+            code(&run.source),
+            grouped(run.samples),
+            grouped(run.stacks as u64),
+            grouped(run.functions as u64)
+        ));
+    }
+    out.push_str(&format!("- **Gate**: {}\n", gate_line(report)));
+    out.push_str(&format!("- **Result**: {}\n\n", result_line(report)));
+    for w in &report.warnings {
+        out.push_str(&format!("> **Warning:** {w}\n\n"));
+    }
+    let shown = shown(report, rows);
+    out.push_str(&table(&shown, true).to_markdown());
+    let hidden = report.functions.len() - shown.len();
+    if hidden > 0 {
+        out.push_str(&format!(
+            "\n{hidden} more function(s) with smaller changes not shown.\n"
+        ));
+    }
+    for presence in [Presence::New, Presence::Vanished] {
+        if let Some(line) = presence_list(report, presence, rows, true) {
+            let mut chars = line.chars();
+            let first = chars.next().map(|c| c.to_ascii_uppercase());
+            out.push_str(&format!(
+                "\n{}{}\n",
+                first.unwrap_or_default(),
+                chars.as_str()
+            ));
+        }
+    }
+    out
+}
+
+fn samples_json(s: &Samples) -> Value {
+    json!({
+        "self_samples": s.self_samples,
+        "total_samples": s.total_samples,
+        "self_percent": s.self_share * 100.0,
+        "total_percent": s.total_share * 100.0,
+    })
+}
+
+fn run_json(run: &RunSummary) -> Value {
+    let info = run.run_info.as_ref();
+    json!({
+        "source": run.source,
+        "samples": run.samples,
+        "distinct_stacks": run.stacks,
+        "functions": run.functions,
+        "requested_hz": info.map(|i| i.requested_hz),
+        "mode": info.map(|i| i.mode.as_str()),
+    })
+}
+
+/// The whole report as JSON: every function, no rows left out.
+pub fn json(report: &DiffReport) -> Value {
+    let o = &report.options;
+    let functions: Vec<Value> = report
+        .functions
+        .iter()
+        .map(|f| {
+            json!({
+                "name": f.name,
+                "presence": match f.presence {
+                    Presence::Both => "both",
+                    Presence::New => "new",
+                    Presence::Vanished => "vanished",
+                },
+                "verdict": match f.verdict {
+                    Verdict::Regressed => "regressed",
+                    Verdict::Improved => "improved",
+                    Verdict::Unchanged => "unchanged",
+                },
+                "base": samples_json(&f.base),
+                "new": samples_json(&f.new),
+                "self_change_points": f.self_change_points(),
+                "total_change_points": f.total_change_points(),
+                "z": f.z,
+                "p_value": f.p_value,
+            })
+        })
+        .collect();
+    let names = |it: &mut dyn Iterator<Item = &FunctionDiff>| -> Vec<String> {
+        it.map(|f| f.name.clone()).collect()
+    };
+    json!({
+        "regressed": report.regressed(),
+        "regressions": names(&mut report.regressions()),
+        "improvements": names(&mut report.improvements()),
+        "new_functions": names(&mut report.new_functions()),
+        "vanished_functions": names(&mut report.vanished_functions()),
+        "base": run_json(&report.base),
+        "new": run_json(&report.new),
+        "gate": {
+            "metric": o.metric.as_str(),
+            "threshold_points": o.threshold_points,
+            "min_samples": o.min_samples,
+            "alpha": o.alpha,
+            "tests": report.tests,
+            "per_test_alpha": report.per_test_alpha,
+            "skip_root": o.skip_root,
+            "test": "one-sided pooled two-proportion z-test, Bonferroni-corrected",
+        },
+        "warnings": report.warnings,
+        "sorted_by": format!("{}_change_points, largest first", match o.metric {
+            Metric::SelfShare => "self",
+            Metric::TotalShare => "total",
+        }),
+        "functions": functions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::diff::{compare, DiffOptions};
+    use crate::profile::Profile;
+
+    fn report() -> DiffReport {
+        let base = Profile::read_folded_from(
+            &b"t;main;hot 500\nt;main;cold 4470\nt;main;old 30\n"[..],
+            "base.folded",
+        )
+        .unwrap();
+        let new = Profile::read_folded_from(
+            &b"t;main;hot 1000\nt;main;cold 3970\nt;main;fresh 30\n"[..],
+            "new.folded",
+        )
+        .unwrap();
+        compare(&base, &new, &DiffOptions::default())
+    }
+
+    #[test]
+    fn text_leads_with_the_regression_and_concludes() {
+        let out = text(&report(), None);
+        let rows: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains('%') && !l.starts_with("new functions"))
+            .collect();
+        assert!(
+            rows[0].contains("REGRESSED") && rows[0].ends_with("hot"),
+            "{out}"
+        );
+        assert!(rows[0].contains("+10.00"), "{out}");
+        assert!(
+            out.contains("fresh [new]") && out.contains("old [vanished]"),
+            "{out}"
+        );
+        assert!(
+            out.contains("new functions (1): fresh (0.60% self)"),
+            "{out}"
+        );
+        assert!(out.contains("two-proportion z-test"), "{out}");
+        assert!(
+            out.trim_end().ends_with(
+                "result: REGRESSION: 1 function(s) regressed, first hot (+10.00 points self)"
+            ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn rows_are_limited_but_regressions_always_shown() {
+        let r = report();
+        let out = text(&r, Some(0));
+        assert!(out.contains("REGRESSED"), "{out}");
+        assert!(out.contains(&format!("{} more function(s)", r.functions.len() - 1)));
+    }
+
+    #[test]
+    fn markdown_is_a_table_with_code_names() {
+        let out = markdown(&report(), Some(10));
+        assert!(out.starts_with("### btprof diff: regression"), "{out}");
+        assert!(out.contains("| REGRESSED | `hot` |"), "{out}");
+        assert!(out.contains("|--:|"), "{out}");
+        assert!(out.contains("New functions (1): `fresh`"), "{out}");
+    }
+
+    #[test]
+    fn json_has_every_function_and_the_gate() {
+        let r = report();
+        let v = json(&r);
+        assert_eq!(v["regressed"], true);
+        assert_eq!(v["regressions"], json!(["hot"]));
+        assert_eq!(v["functions"].as_array().unwrap().len(), r.functions.len());
+        assert_eq!(v["functions"][0]["name"], "hot");
+        let change = v["functions"][0]["self_change_points"].as_f64().unwrap();
+        assert!((change - 10.0).abs() < 1e-9);
+        assert_eq!(v["gate"]["min_samples"], 20);
+        assert_eq!(v["base"]["source"], "base.folded");
+        assert_eq!(v["base"]["requested_hz"], Value::Null);
+    }
+}

@@ -1,0 +1,261 @@
+//! SVG flamegraphs through `inferno`: one profile, or the differential
+//! flamegraph of two. One set of options for both.
+//!
+//! Colours are a hash of the function name, so a function has the same
+//! colour in every run and two flamegraphs can be compared by eye.
+//!
+//! A differential flamegraph is drawn with the *new* run's stacks and
+//! widths, each frame coloured by how its samples changed: red grew, blue
+//! shrank (the base run is first scaled to the new run's total, so a
+//! longer run does not paint everything red). Code that vanished has no
+//! width in the new run and cannot be seen there; the *negated* companion
+//! swaps the runs, so it has the base run's shape, and flips the hues, so
+//! red still means "grew".
+
+use std::io::Write;
+
+use inferno::differential;
+use inferno::flamegraph::{self, Direction, Options};
+
+use super::folded::FoldOptions;
+use crate::profile::Profile;
+use crate::Error;
+
+/// inferno's default smallest frame width, in pixels.
+pub const DEFAULT_MIN_WIDTH: f64 = 0.01;
+
+/// How to draw a flamegraph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlamegraphOptions {
+    /// The title; `None` for one that says what was measured (a
+    /// recording: samples, duration, rate; a file: its name, samples and
+    /// stacks).
+    pub title: Option<String>,
+    /// Merge identical stacks of different threads.
+    pub merge_threads: bool,
+    /// Draw an icicle graph: roots at the top, growing down.
+    pub inverted: bool,
+    /// Frames narrower than this many pixels are left out (default
+    /// [`DEFAULT_MIN_WIDTH`], inferno's; `btprof flamegraph` and `btprof
+    /// diff` use 0.1).
+    pub min_width: f64,
+    /// Image width in pixels; `None` for inferno's default (1200).
+    pub image_width: Option<usize>,
+}
+
+impl Default for FlamegraphOptions {
+    fn default() -> Self {
+        FlamegraphOptions {
+            title: None,
+            merge_threads: false,
+            inverted: false,
+            min_width: DEFAULT_MIN_WIDTH,
+            image_width: None,
+        }
+    }
+}
+
+impl FlamegraphOptions {
+    /// `inferno`'s options for these, with stable per-name colours.
+    fn inferno(&self, default_title: impl FnOnce() -> String) -> Options<'static> {
+        let mut opts = Options::default();
+        opts.title = self.title.clone().unwrap_or_else(default_title);
+        if self.inverted {
+            opts.direction = Direction::Inverted;
+        }
+        opts.min_width = self.min_width;
+        opts.image_width = self.image_width;
+        opts.hash = true;
+        opts.deterministic = true;
+        opts.count_name = "samples".into();
+        opts
+    }
+}
+
+/// The default title: what was measured. For a recording, from its own
+/// stats; for a file, its name, samples and distinct stacks.
+pub fn default_title(profile: &Profile) -> String {
+    match profile.stats() {
+        Some(stats) => {
+            let unit = match stats.mode {
+                crate::Mode::Cpu => "samples per CPU-second",
+                crate::Mode::Wall => "ticks per second",
+            };
+            format!(
+                "btprof {} profile: {} samples over {:.2} s at {:.0} {unit} (requested {} Hz, {})",
+                stats.mode,
+                stats.samples,
+                stats.duration.as_secs_f64(),
+                stats.achieved_hz(),
+                stats.requested_hz,
+                stats.clock.describe(),
+            )
+        }
+        None => format!(
+            "{}: {} samples, {} distinct stacks",
+            profile.source(),
+            profile.total_samples(),
+            profile.distinct_stacks()
+        ),
+    }
+}
+
+impl Profile {
+    /// Writes an SVG flamegraph with the default options. An empty profile
+    /// is [`Error::EmptyProfile`].
+    pub fn write_flamegraph<W: Write>(&self, w: W) -> Result<(), Error> {
+        self.write_flamegraph_with(&FlamegraphOptions::default(), w)
+    }
+
+    /// Writes an SVG flamegraph with options. A recording's subtitle says
+    /// where, when and how well it was taken.
+    pub fn write_flamegraph_with<W: Write>(
+        &self,
+        options: &FlamegraphOptions,
+        w: W,
+    ) -> Result<(), Error> {
+        if self.is_empty() {
+            return Err(Error::EmptyProfile);
+        }
+        let lines = self.folded_lines(FoldOptions {
+            merge_threads: options.merge_threads,
+        });
+        let mut opts = options.inferno(|| default_title(self));
+        if self.stats().is_some() {
+            opts.subtitle = self.run_info().map(|info| info.summary());
+        }
+        flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+            .map_err(|e| Error::Render(e.to_string()))
+    }
+}
+
+/// Renders the differential flamegraph of `base` against `new` into `w`:
+/// the new run's shape, coloured by change. With `negated`, the
+/// companion: the base run's shape, so vanished code shows, hues flipped
+/// so red still means "grew".
+pub fn write_differential<W: Write>(
+    base: &Profile,
+    new: &Profile,
+    options: &FlamegraphOptions,
+    negated: bool,
+    w: W,
+) -> Result<(), Error> {
+    if base.is_empty() || new.is_empty() {
+        return Err(Error::EmptyProfile);
+    }
+    let (before, after) = if negated { (new, base) } else { (base, new) };
+    let mut lines = Vec::new();
+    let folded = |p: &Profile| folded_text(p, options.merge_threads);
+    differential::from_readers(
+        differential::Options {
+            normalize: true,
+            strip_hex: false,
+        },
+        folded(before)?.as_bytes(),
+        folded(after)?.as_bytes(),
+        &mut lines,
+    )
+    .map_err(|e| Error::Render(e.to_string()))?;
+    let lines = String::from_utf8(lines).map_err(|e| Error::Render(e.to_string()))?;
+
+    let mut opts = options.inferno(|| {
+        format!(
+            "btprof diff: {} \u{2192} {}{}",
+            base.source_name().unwrap_or("base"),
+            new.source_name().unwrap_or("new"),
+            if negated { " (negated)" } else { "" }
+        )
+    });
+    opts.subtitle = Some(if negated {
+        "widths: the base run, so vanished code shows; red grew, blue shrank".to_owned()
+    } else {
+        "widths: the new run; red grew, blue shrank (base scaled to the new run's samples)"
+            .to_owned()
+    });
+    opts.negate_differentials = negated;
+    flamegraph::from_lines(&mut opts, lines.lines(), w).map_err(|e| Error::Render(e.to_string()))
+}
+
+/// The profile's folded lines as one string. Both profiles of a diff are
+/// needed this way by `inferno`; its size follows the distinct stacks.
+fn folded_text(profile: &Profile, merge_threads: bool) -> Result<String, Error> {
+    let mut text = Vec::new();
+    profile.write_folded_with(FoldOptions { merge_threads }, &mut text)?;
+    // Every frame name came from a `str`, so this cannot fail; an error
+    // would only mean a bug here, reported rather than unwrapped.
+    String::from_utf8(text).map_err(|e| Error::Render(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folded(text: &str, source: &str) -> Profile {
+        Profile::read_folded_from(text.as_bytes(), source).unwrap()
+    }
+
+    fn svg(render: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>) -> String {
+        let mut out = Vec::new();
+        render(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn renders_a_titled_flamegraph_with_every_frame() {
+        let p = folded("main;parse 30\nmain;render 70\n", "run.folded");
+        let style = FlamegraphOptions {
+            image_width: Some(800),
+            ..FlamegraphOptions::default()
+        };
+        let text = svg(|w| p.write_flamegraph_with(&style, w));
+        assert!(text.contains("<svg"), "not an SVG");
+        assert!(text.contains("run.folded: 100 samples, 2 distinct stacks"));
+        assert!(text.contains("render (70 samples, 70.00%)"), "{text}");
+        assert!(text.contains("width=\"800\""));
+    }
+
+    #[test]
+    fn inverted_and_titled_differ_from_default() {
+        let p = folded("main;a 1\n", "x");
+        let plain = svg(|w| p.write_flamegraph(w));
+        let icicle = svg(|w| {
+            p.write_flamegraph_with(
+                &FlamegraphOptions {
+                    inverted: true,
+                    title: Some("Icicle".into()),
+                    ..FlamegraphOptions::default()
+                },
+                w,
+            )
+        });
+        assert!(icicle.contains("Icicle") && !plain.contains("Icicle"));
+        assert_ne!(
+            plain.replace("Flame Graph", ""),
+            icicle.replace("Icicle", "")
+        );
+    }
+
+    #[test]
+    fn differential_shows_growth_and_the_negated_view_shows_vanished_code() {
+        let base = folded("main;old 50\nmain;keep 50\n", "base");
+        let new = folded("main;fresh 50\nmain;keep 50\n", "new");
+        let style = FlamegraphOptions::default();
+        let diff = svg(|w| write_differential(&base, &new, &style, false, w));
+        assert!(diff.contains("fresh (50 samples"), "new code drawn");
+        assert!(!diff.contains("old ("), "vanished code has no width here");
+        assert!(diff.contains("btprof diff: base \u{2192} new"));
+        let negated = svg(|w| write_differential(&base, &new, &style, true, w));
+        assert!(negated.contains("old (50 samples"), "vanished code drawn");
+        assert!(negated.contains("(negated)"));
+    }
+
+    #[test]
+    fn empty_profiles_are_a_clear_error() {
+        let empty = crate::profile::Builder::new().finish(crate::Stats::new(&Default::default()));
+        let mut out = Vec::new();
+        assert!(matches!(
+            empty.write_flamegraph(&mut out),
+            Err(Error::EmptyProfile)
+        ));
+    }
+}

@@ -1,0 +1,208 @@
+//! Building a [`Profile`]: from a recording (the symbolised stacks of a
+//! sampler), from a folded file, or by hand (tests, other sources).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use super::intern::{Frame, FrameId, FrameTable, NameTable, StackHead, StackTable, ThreadId};
+use super::{sanitize_frame, Profile, RunInfo, ThreadEntry, TRUNCATED_FRAME};
+use crate::Stats;
+
+/// Collects threads, frames and stacks, merging identical stacks as they
+/// arrive, into a [`Profile`].
+///
+/// ```
+/// use btprof::profile::Builder;
+/// use btprof::Stats;
+///
+/// let mut b = Builder::new();
+/// let main = b.thread("main", None)?;
+/// b.add_stack(Some(main), ["main", "parse"], false, 30)?;
+/// b.add_stack(Some(main), ["main", "render"], false, 70)?;
+/// let profile = b.finish(Stats::new(&Default::default()));
+/// assert_eq!(profile.total_samples(), 100);
+/// # Ok::<(), btprof::profile::Overflow>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Builder {
+    names: NameTable,
+    frames: FrameTable,
+    threads: Vec<ThreadEntry>,
+    thread_ids: HashMap<ThreadEntry, ThreadId>,
+    stacks: StackTable,
+    truncated_name: Option<u32>,
+    total: u64,
+    /// Scratch for one stack's frame ids.
+    ids: Vec<FrameId>,
+}
+
+/// More samples than a `u64` counts, or more distinct names, frames,
+/// threads or stacks than `u32` ids number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overflow;
+
+impl fmt::Display for Overflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the profile is too large: a sample count or a table size overflowed")
+    }
+}
+
+impl std::error::Error for Overflow {}
+
+impl Builder {
+    /// An empty builder.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// The id of the thread named `name` with OS id `tid`, added if new.
+    /// The name is made safe for the folded format ([`sanitize_frame`]).
+    pub fn thread(&mut self, name: &str, tid: Option<u64>) -> Result<ThreadId, Overflow> {
+        let name = self.names.intern(&sanitize_frame(name)).ok_or(Overflow)?;
+        let entry = ThreadEntry { name, tid };
+        if let Some(&id) = self.thread_ids.get(&entry) {
+            return Ok(id);
+        }
+        let id = ThreadId::try_from(self.threads.len()).map_err(|_| Overflow)?;
+        self.threads.push(entry);
+        self.thread_ids.insert(entry, id);
+        Ok(id)
+    }
+
+    /// Adds `count` samples of the stack `frames` (names, root first) on
+    /// `thread`; `truncated` when its walk ended before the thread's root.
+    /// Names are made safe for the folded format ([`sanitize_frame`]).
+    pub fn add_stack<'s>(
+        &mut self,
+        thread: Option<ThreadId>,
+        frames: impl IntoIterator<Item = &'s str>,
+        truncated: bool,
+        count: u64,
+    ) -> Result<(), Overflow> {
+        self.ids.clear();
+        for name in frames {
+            let id = self.intern_named(&sanitize_frame(name))?;
+            self.ids.push(id);
+        }
+        self.push(thread, truncated, count)
+    }
+
+    /// Adds `count` samples of a folded line's frames (root first), names
+    /// as read: no thread, not truncated.
+    pub(crate) fn add_folded<'s>(
+        &mut self,
+        frames: impl IntoIterator<Item = &'s str>,
+        count: u64,
+    ) -> Result<(), Overflow> {
+        self.ids.clear();
+        for name in frames {
+            let id = self.intern_named(name)?;
+            self.ids.push(id);
+        }
+        self.push(None, false, count)
+    }
+
+    fn intern_named(&mut self, name: &str) -> Result<FrameId, Overflow> {
+        let name = self.names.intern(name).ok_or(Overflow)?;
+        self.frames.intern(Frame::named(name)).ok_or(Overflow)
+    }
+
+    fn push(
+        &mut self,
+        thread: Option<ThreadId>,
+        truncated: bool,
+        count: u64,
+    ) -> Result<(), Overflow> {
+        self.total = self.total.checked_add(count).ok_or(Overflow)?;
+        if truncated && self.truncated_name.is_none() {
+            self.truncated_name = Some(self.names.intern(TRUNCATED_FRAME).ok_or(Overflow)?);
+        }
+        // The stack's count is at most the total, which did not overflow.
+        self.stacks
+            .add(StackHead { thread, truncated }, &self.ids, count)
+            .map_err(|_| Overflow)
+    }
+
+    /// Samples added so far.
+    pub fn total_samples(&self) -> u64 {
+        self.total
+    }
+
+    fn into_profile(self, source: Option<String>, stats: Option<Stats>) -> Profile {
+        Profile {
+            source,
+            names: self.names,
+            frames: self.frames,
+            threads: self.threads,
+            stacks: self.stacks,
+            truncated_name: self.truncated_name,
+            total: self.total,
+            run_info: None,
+            stats,
+            truncated_at: Vec::new(),
+        }
+    }
+
+    /// The profile of a recording of this process, taken as `stats` say.
+    ///
+    /// Its stacks are put in the order of their folded lines, and stacks
+    /// whose folded lines are equal (threads of the same name) merged, so
+    /// its folded file is sorted and deterministic. Its [`RunInfo`] is that
+    /// of this process.
+    pub fn finish(self, stats: Stats) -> Profile {
+        let mut profile = self.into_profile(None, Some(stats));
+        profile.stacks = sorted_by_folded_line(&profile);
+        let run_info = profile.stats.as_ref().map(|stats| {
+            let mut info = RunInfo::of_this_process(stats, profile.overflow_samples());
+            // Decided per stack with symbols: expected ends left out.
+            info.truncated_walks = profile.truncated_samples();
+            info
+        });
+        profile.run_info = run_info;
+        profile
+    }
+
+    /// The profile of a folded file named `source`: stacks in the order
+    /// first read.
+    pub(crate) fn finish_read(self, source: String) -> Profile {
+        self.into_profile(Some(source), None)
+    }
+}
+
+/// `profile`'s stacks sorted by their folded lines, equal lines merged.
+fn sorted_by_folded_line(profile: &Profile) -> StackTable {
+    let mut lines: Vec<(String, usize)> = profile
+        .stacks()
+        .enumerate()
+        .map(|(i, stack)| (folded_line(stack.folded_names(false)), i))
+        .collect();
+    lines.sort_unstable();
+    let entries: Vec<_> = profile.stacks.iter().collect();
+    let mut sorted = StackTable::default();
+    let mut i = 0;
+    while i < lines.len() {
+        let (head, ids, mut count) = entries[lines[i].1];
+        let mut j = i + 1;
+        while j < lines.len() && lines[j].0 == lines[i].0 {
+            // Their sum is part of the total, which did not overflow.
+            count = count.saturating_add(entries[lines[j].1].2);
+            j += 1;
+        }
+        // Fewer stacks than before, counts within the total: cannot fail.
+        let _ = sorted.add(head, ids, count);
+        i = j;
+    }
+    sorted
+}
+
+/// Names joined with `;`.
+fn folded_line<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let mut line = String::new();
+    for (i, name) in names.enumerate() {
+        if i > 0 {
+            line.push(';');
+        }
+        line.push_str(name);
+    }
+    line
+}

@@ -1,0 +1,280 @@
+//! Run metadata: how, where and when a profile was taken.
+//!
+//! Folded lines have no place for it, so it travels beside the folded file
+//! as a small JSON sidecar (`crate::formats::sidecar`): `btprof diff` reads
+//! it to warn when two runs are not comparable (different rates or modes),
+//! and a person reading an old profile can tell what produced it.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Stats;
+
+/// What a profile's numbers mean: the sampling settings, what was
+/// achieved, and where and when it ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The btprof version that took the profile.
+    pub btprof_version: String,
+    /// The profiled program (its executable's file name).
+    pub program: String,
+    /// The host it ran on.
+    pub host: String,
+    /// When sampling (or this window) started, UTC, RFC 3339.
+    pub start_time: String,
+    /// The same instant in seconds since the Unix epoch.
+    pub start_unix_secs: f64,
+    /// Wall time sampled, seconds.
+    pub duration_secs: f64,
+    /// `cpu` or `wall`.
+    pub mode: String,
+    /// The rate asked for: in cpu mode samples per CPU-second of each
+    /// thread, in wall mode ticks per wall-clock second.
+    pub requested_hz: u32,
+    /// The rate achieved, in the unit of `requested_hz`, from clocks (the
+    /// sampled threads' CPU clocks in cpu mode, the monotonic clock in wall
+    /// mode).
+    pub achieved_hz: f64,
+    /// What paced the samples: `thread-timers` (each thread's own CPU-time
+    /// timer) or `sampler-thread` (the sampler thread's ticks). Empty in
+    /// metadata written before btprof recorded it.
+    #[serde(default)]
+    pub clock: String,
+    /// Samples per CPU-second of the sampled threads, all together.
+    #[serde(default)]
+    pub samples_per_cpu_second: f64,
+    /// CPU time the sampled threads used while sampled, seconds.
+    #[serde(default)]
+    pub sampled_cpu_secs: f64,
+    /// Sampler-thread ticks per wall-clock second (with `thread-timers`,
+    /// the rate at which the sampler thread collected).
+    #[serde(default)]
+    pub ticks_per_second: f64,
+    /// Stacks recorded.
+    pub samples: u64,
+    /// Deadlines the sampler skipped because it woke too late.
+    pub missed_ticks: u64,
+    /// Samples whose walk stopped short of the thread's entry (`main`, a
+    /// thread start, or the frame chain's end in the C library); expected
+    /// ends, such as the C start code below `main`, are not counted.
+    pub truncated_walks: u64,
+    /// Samples due but never taken.
+    pub failed_samples: u64,
+    /// Samples counted under `[btprof: stack table full]`.
+    pub overflow_samples: u64,
+    /// Threads seen (a renamed thread counts once per name).
+    pub threads: u64,
+}
+
+impl RunInfo {
+    /// The metadata of a profile of this process with `stats`.
+    pub fn of_this_process(stats: &Stats, overflow_samples: u64) -> RunInfo {
+        let start = stats
+            .start_time
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        RunInfo {
+            btprof_version: crate::VERSION.to_owned(),
+            program: program_name(),
+            host: host_name(),
+            start_time: rfc3339(start),
+            start_unix_secs: start.as_secs_f64(),
+            duration_secs: stats.duration.as_secs_f64(),
+            mode: stats.mode.to_string(),
+            requested_hz: stats.requested_hz,
+            achieved_hz: (stats.achieved_hz() * 10.0).round() / 10.0,
+            clock: stats.clock.to_string(),
+            samples_per_cpu_second: (stats.samples_per_cpu_second() * 10.0).round() / 10.0,
+            sampled_cpu_secs: (stats.sampled_cpu().as_secs_f64() * 1e6).round() / 1e6,
+            ticks_per_second: (stats.ticks_per_second() * 10.0).round() / 10.0,
+            samples: stats.samples,
+            missed_ticks: stats.missed_ticks,
+            truncated_walks: stats.truncated(),
+            failed_samples: stats.failed_samples,
+            overflow_samples,
+            threads: stats.threads_seen,
+        }
+    }
+
+    /// Reasons two runs may not compare like for like, one sentence each;
+    /// empty when nothing known differs (or either run's metadata is
+    /// unknown, as for folded files from other tools).
+    pub fn differences(base: Option<&RunInfo>, new: Option<&RunInfo>) -> Vec<String> {
+        let (Some(base), Some(new)) = (base, new) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if base.requested_hz != new.requested_hz {
+            out.push(format!(
+                "the profiles were sampled at different rates (base {} Hz, new {} Hz): \
+                 shares still compare, but the run with fewer samples limits which \
+                 changes can be told from noise",
+                base.requested_hz, new.requested_hz
+            ));
+        }
+        if base.mode != new.mode {
+            out.push(format!(
+                "the profiles were taken in different modes (base {}, new {}): \
+                 a cpu profile counts running threads only and a wall profile blocked \
+                 ones too, so their shares do not measure the same thing",
+                base.mode, new.mode
+            ));
+        }
+        out
+    }
+
+    /// One line for a flamegraph subtitle.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} on {}, {}, {} mode, {} missed ticks, {} truncated walks, {} failed samples{}, btprof {}",
+            self.program,
+            self.host,
+            self.start_time,
+            self.mode,
+            self.missed_ticks,
+            self.truncated_walks,
+            self.failed_samples,
+            if self.overflow_samples > 0 {
+                format!(", {} samples over the stack table limit", self.overflow_samples)
+            } else {
+                String::new()
+            },
+            self.btprof_version
+        )
+    }
+}
+
+/// The executable's file name, or `unknown`.
+fn program_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The host name, or `unknown`.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname writes at most
+    // that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// `since_epoch` as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub(crate) fn rfc3339(since_epoch: Duration) -> String {
+    let secs = since_epoch.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days as i64);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+/// The Gregorian date `days` after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The current time as a compact UTC stamp for file names:
+/// `YYYYMMDDTHHMMSS.mmmZ`.
+pub(crate) fn file_stamp(at: SystemTime) -> String {
+    let t = at.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    rfc3339(t).replace(['-', ':'], "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_dates() {
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        // 2000-02-29 (a leap day) 12:34:56.789.
+        assert_eq!(
+            rfc3339(Duration::from_millis(951_827_696_789)),
+            "2000-02-29T12:34:56.789Z"
+        );
+        assert_eq!(
+            file_stamp(UNIX_EPOCH + Duration::from_millis(951_827_696_789)),
+            "20000229T123456.789Z"
+        );
+    }
+
+    #[test]
+    fn flags_incomparable_runs() {
+        use std::fs;
+        let stats = Stats::new(&btprof_sampler::SamplerConfig::default());
+        let info = RunInfo::of_this_process(&stats, 3);
+        let dir = std::env::temp_dir().join(format!("btprof-runinfo-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let folded = dir.join("run.folded");
+        let written = info.write_sidecar(&folded).unwrap();
+        assert_eq!(written, dir.join("run.json"));
+        assert_eq!(RunInfo::read_sidecar(&folded).unwrap(), Some(info.clone()));
+        // It says which clock paced the samples, and the rates both ways.
+        let json = fs::read_to_string(&written).unwrap();
+        for field in [
+            "\"clock\": \"sampler-thread\"",
+            "\"samples_per_cpu_second\"",
+            "\"ticks_per_second\"",
+            "\"sampled_cpu_secs\"",
+        ] {
+            assert!(json.contains(field), "{field} missing from {json}");
+        }
+        // Metadata written before those fields existed still reads.
+        let old: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut old = old.as_object().unwrap().clone();
+        for field in [
+            "clock",
+            "samples_per_cpu_second",
+            "ticks_per_second",
+            "sampled_cpu_secs",
+        ] {
+            old.remove(field);
+        }
+        fs::write(dir.join("old.json"), serde_json::to_string(&old).unwrap()).unwrap();
+        let old = RunInfo::read_sidecar(&dir.join("old.folded"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.clock, "");
+        assert_eq!(
+            RunInfo::read_sidecar(&dir.join("none.folded")).unwrap(),
+            None
+        );
+        fs::write(dir.join("bad.json"), "{").unwrap();
+        let err = RunInfo::read_sidecar(&dir.join("bad.folded")).unwrap_err();
+        assert!(err.to_string().contains("bad.json"), "{err}");
+
+        assert!(RunInfo::differences(Some(&info), Some(&info)).is_empty());
+        let other = RunInfo {
+            mode: "wall".into(),
+            requested_hz: 99,
+            ..info.clone()
+        };
+        let why = RunInfo::differences(Some(&info), Some(&other));
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].contains("base 1000 Hz, new 99 Hz"), "{why:?}");
+        assert!(why[1].contains("base cpu, new wall"), "{why:?}");
+        assert!(RunInfo::differences(Some(&info), None).is_empty());
+    }
+}

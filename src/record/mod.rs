@@ -1,0 +1,14 @@
+//! Recording this process: the [`Profiler`] and its builder, periodic
+//! dumps and the signal that asks for one, and the scope guard. What it
+//! records becomes a [`Profile`](crate::Profile) (`symbolize.rs`).
+
+mod dump;
+mod dump_signal;
+pub mod lost_samples;
+mod profiler;
+pub mod scope;
+mod symbolize;
+mod walk_ends;
+
+pub use dump::DumpStats;
+pub use profiler::{Profiler, ProfilerBuilder};

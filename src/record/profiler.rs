@@ -1,0 +1,252 @@
+//! Starting and stopping a profiler of the current process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use btprof_sampler::{Limit, Progress, Sampler, SamplerConfig};
+use btprof_symbols::Resolver;
+
+use super::dump::{DumpConfig, DumpStats, Dumper, MIN_INTERVAL};
+use super::dump_signal::DumpSignal;
+use crate::{Error, Mode, Profile};
+
+/// Configures a [`Profiler`]. Defaults: 1000 Hz, [`Mode::Cpu`], 256
+/// frames, 32768 distinct stacks, no dumps.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct ProfilerBuilder {
+    config: SamplerConfig,
+    dump: Option<DumpConfig>,
+    dump_signal: Option<i32>,
+}
+
+impl ProfilerBuilder {
+    /// The sampling rate (1..=20000): in [`Mode::Cpu`], samples per
+    /// second of each thread's own CPU time (a thread that used 30% of a
+    /// CPU gets 30% of this per wall-second); in [`Mode::Wall`], ticks per
+    /// wall-clock second, each sampling every thread.
+    pub fn hz(mut self, hz: u32) -> Self {
+        self.config.hz = hz;
+        self
+    }
+
+    /// Which threads to sample: [`Mode::Cpu`] (running) or [`Mode::Wall`] (all).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
+    /// Linux, cpu mode: pace samples from the sampler thread (by the CPU
+    /// time each thread used) instead of giving each thread its own
+    /// CPU-time timer. The timers are the default where perf events are
+    /// allowed; this is the path taken where they are refused, forced (for
+    /// tests and comparisons). The environment variable
+    /// `BTPROF_FORCE_SAMPLER_THREAD=1` does the same. [`crate::Stats::clock`]
+    /// says which one ran.
+    pub fn force_sampler_thread(mut self, force: bool) -> Self {
+        self.config.force_sampler_thread = force;
+        self
+    }
+
+    /// The most frames kept per stack; deeper stacks are marked truncated.
+    pub fn max_depth(mut self, frames: usize) -> Self {
+        self.config.max_depth = frames;
+        self
+    }
+
+    /// The profiling signal on Linux, if the default (`SIGURG`) is taken:
+    /// `SIGWINCH` or a real-time signal. A real-time signal's default
+    /// action is to terminate, so one still queued when a thread calls
+    /// `exec` kills the new program; `SIGURG` and `SIGWINCH` are ignored
+    /// there. macOS samples without a signal, and starting fails if one
+    /// is set.
+    pub fn signal(mut self, signal: i32) -> Self {
+        self.config.signal = Some(signal);
+        self
+    }
+
+    /// The most distinct stacks kept (per dump window, and in the total);
+    /// samples of further stacks are counted under a
+    /// `[btprof: stack table full]` frame. Bounds memory when a program
+    /// produces endless distinct stacks.
+    pub fn max_stacks(mut self, stacks: usize) -> Self {
+        self.config.limit = Limit::stacks(stacks);
+        self
+    }
+
+    /// Writes a dump every `interval` (at least 100 ms): the window's
+    /// folded stacks and a JSON metadata sidecar, in [`Self::dump_dir`].
+    pub fn dump_every(mut self, interval: Duration) -> Self {
+        self.dump_config().every = Some(interval);
+        self
+    }
+
+    /// Where dumps go (default `btprof-dumps`); created if missing.
+    pub fn dump_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dump_config().dir = dir.into();
+        self
+    }
+
+    /// Keeps only the newest `windows` dumps (their files), deleting
+    /// older ones this profiler wrote.
+    pub fn keep(mut self, windows: usize) -> Self {
+        self.dump_config().keep = Some(windows);
+        self
+    }
+
+    /// Also writes an SVG flamegraph per dump.
+    pub fn dump_svg(mut self, svg: bool) -> Self {
+        self.dump_config().svg = svg;
+        self
+    }
+
+    /// The dump files' name prefix (default `btprof`).
+    pub fn dump_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.dump_config().prefix = prefix.into();
+        self
+    }
+
+    /// Writes a dump whenever this Unix signal arrives (e.g.
+    /// `libc::SIGUSR2`), besides any interval. Off by default; refused if
+    /// the application already handles that signal.
+    pub fn dump_on_signal(mut self, signal: i32) -> Self {
+        self.dump_config();
+        self.dump_signal = Some(signal);
+        self
+    }
+
+    fn dump_config(&mut self) -> &mut DumpConfig {
+        self.dump.get_or_insert_with(DumpConfig::default)
+    }
+
+    /// Starts sampling every other thread of this process (the profiler's
+    /// own threads excepted).
+    pub fn start(self) -> Result<Profiler, Error> {
+        if let Some(dump) = &self.dump {
+            validate_dump(dump)?;
+        }
+        let signal = self.dump_signal.map(DumpSignal::install).transpose()?;
+        let sampler = Arc::new(Sampler::start(self.config)?);
+        let dumper = match self.dump {
+            Some(config) => Some(Dumper::start(sampler.clone(), config, signal.is_some())?),
+            None => None,
+        };
+        Ok(Profiler {
+            sampler,
+            dumper,
+            _signal: signal,
+        })
+    }
+}
+
+fn validate_dump(dump: &DumpConfig) -> Result<(), Error> {
+    let invalid = |msg: String| Err(Error::Sampler(btprof_sampler::Error::InvalidConfig(msg)));
+    if dump.every.is_some_and(|e| e < MIN_INTERVAL) {
+        return invalid(format!(
+            "a dump interval of {:?} is too short; use at least {MIN_INTERVAL:?}",
+            dump.every.unwrap_or_default()
+        ));
+    }
+    if dump.keep == Some(0) {
+        return invalid("keeping 0 dumps would delete every dump; keep at least 1".into());
+    }
+    if dump.prefix.is_empty() || dump.prefix.contains(std::path::is_separator) {
+        return invalid(format!(
+            "dump prefix {:?} must be a non-empty file name",
+            dump.prefix
+        ));
+    }
+    Ok(())
+}
+
+/// A running profiler of the current process. Dropping it stops sampling
+/// and discards the profile; call [`Profiler::stop`] to keep it.
+pub struct Profiler {
+    sampler: Arc<Sampler>,
+    dumper: Option<Dumper>,
+    /// Restores the dump signal's previous disposition on drop, after the
+    /// dump thread is gone.
+    _signal: Option<DumpSignal>,
+}
+
+impl Profiler {
+    /// A builder with the defaults.
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder::default()
+    }
+
+    /// Live counters (ticks, samples, threads) for progress displays.
+    pub fn progress(&self) -> &Progress {
+        self.sampler.progress()
+    }
+
+    /// The profile so far, symbolised, while sampling goes on.
+    pub fn snapshot(&self) -> Result<Profile, Error> {
+        match &self.dumper {
+            Some(dumper) => {
+                let mut state = dumper.lock();
+                // Under the lock, so no window is cut between the two.
+                let current = self.sampler.collect(false)?;
+                state.snapshot(current)
+            }
+            None => {
+                let raw = self.sampler.collect(false)?;
+                let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
+                Ok(Profile::from_raw(&raw, &mut resolver))
+            }
+        }
+    }
+
+    /// Asks for a dump now, besides the interval. Does nothing without
+    /// dumps configured.
+    pub fn request_dump(&self) {
+        if let Some(dumper) = &self.dumper {
+            dumper.request();
+        }
+    }
+
+    /// What the dumps did so far (all zero without dumps).
+    pub fn dump_stats(&self) -> DumpStats {
+        self.dumper.as_ref().map(Dumper::stats).unwrap_or_default()
+    }
+
+    /// Stops sampling and symbolises what was collected: the whole run.
+    /// With dumps, the last window is written first.
+    pub fn stop(self) -> Result<Profile, Error> {
+        self.stop_with_dump_stats().map(|(profile, _)| profile)
+    }
+
+    /// [`Profiler::stop`], and what the dumps did, the last one included.
+    pub fn stop_with_dump_stats(mut self) -> Result<(Profile, DumpStats), Error> {
+        if !self.sampler.started_in_this_process() {
+            // A forked child's copy: the sampler runs in the parent.
+            return Err(Error::Sampler(btprof_sampler::Error::ForkedChild));
+        }
+        let mut dumper = self.dumper.take();
+        if let Some(dumper) = &mut dumper {
+            dumper.stop_thread();
+        }
+        // The dump thread, the only other owner, is joined: this cannot
+        // fail, but an error beats a panic in a library.
+        let sampler = Arc::try_unwrap(self.sampler)
+            .map_err(|_| Error::Sampler(btprof_sampler::Error::AlreadyRunning))?;
+        let last = sampler.stop()?;
+        match dumper {
+            Some(dumper) => {
+                let mut state = dumper.lock();
+                state.dump_window(last);
+                let stats = state.stats().clone();
+                let profile = state.take_total()?.ok_or(Error::EmptyProfile)?;
+                Ok((profile, stats))
+            }
+            None => {
+                let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
+                Ok((
+                    Profile::from_raw(&last, &mut resolver),
+                    DumpStats::default(),
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! btprof's own threads take no process signal: the sampler thread and the
+//! dump thread block every maskable signal, as `/proc/self/task/*/status`
+//! reports it (`SigBlk`), while the application's threads keep theirs.
+//!
+//! A process-directed signal is delivered to any thread that does not
+//! block it; run on the sampler while it holds a thread stopped, a handler
+//! that locks or allocates can deadlock the process (macOS), and on Linux
+//! it would interrupt the sampler in the middle of a tick.
+#![cfg(target_os = "linux")]
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use btprof::Profiler;
+
+/// `(name, SigBlk)` of every thread of this process.
+fn thread_masks() -> Vec<(String, u64)> {
+    let mut masks = Vec::new();
+    for task in fs::read_dir("/proc/self/task").unwrap() {
+        let dir = task.unwrap().path();
+        // A thread may exit between listing and reading.
+        let (Ok(comm), Ok(status)) = (
+            fs::read_to_string(dir.join("comm")),
+            fs::read_to_string(dir.join("status")),
+        ) else {
+            continue;
+        };
+        let blocked = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .expect("a SigBlk line");
+        masks.push((comm.trim().to_owned(), blocked));
+    }
+    masks
+}
+
+/// Every signal 1..=64 that a thread can block: all but `SIGKILL` and
+/// `SIGSTOP`, and the two glibc reserves for itself (32, 33), which
+/// `pthread_sigmask` silently leaves unblocked.
+fn blockable() -> u64 {
+    let mut bits = u64::MAX;
+    for sig in [libc::SIGKILL, libc::SIGSTOP, 32, 33] {
+        bits &= !(1u64 << (sig - 1));
+    }
+    bits
+}
+
+#[test]
+fn the_sampler_and_dump_threads_block_every_maskable_signal() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("own-threads-mask");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let profiler = Profiler::builder()
+        .dump_every(Duration::from_secs(60))
+        .dump_dir(&dir)
+        .start()
+        .unwrap();
+    // Both threads exist once `start` returns; give the kernel's view a
+    // moment on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let masks = loop {
+        let masks = thread_masks();
+        let has = |n: &str| masks.iter().any(|(name, _)| name == n);
+        if (has("btprof-sampler") && has("btprof-dump")) || Instant::now() > deadline {
+            break masks;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    profiler.stop().unwrap();
+
+    let want = blockable();
+    for own in ["btprof-sampler", "btprof-dump"] {
+        let (_, blocked) = masks
+            .iter()
+            .find(|(name, _)| name == own)
+            .unwrap_or_else(|| panic!("no thread named {own}: {masks:?}"));
+        assert_eq!(
+            blocked & want,
+            want,
+            "{own} leaves signals unblocked: SigBlk {blocked:016x}, missing {:016x}",
+            want & !blocked
+        );
+    }
+    // The test's own thread (spawned by libtest, not by btprof) keeps the
+    // mask it had: btprof blocked nothing outside its threads.
+    let this = masks
+        .iter()
+        .filter(|(name, _)| !name.starts_with("btprof-"))
+        .map(|(_, blocked)| *blocked)
+        .min()
+        .expect("the test's threads");
+    assert_ne!(
+        this & want,
+        want,
+        "every thread blocks everything: {masks:?}"
+    );
+}
