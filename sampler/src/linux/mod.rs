@@ -955,7 +955,14 @@ impl SamplerLoop {
             };
             let silent = state.timer_samples == 0
                 && count.saturating_sub(state.timer_checked_ns) >= SILENT_PERIODS * period;
-            if silent && threads::blocks_signal(tid, signal) == Some(true) {
+            // Blocked and pending: `SigBlk` alone also holds the signal
+            // while the thread runs btprof's own handler, and a silent
+            // spell (the sampler thread starved on a busy machine) taken
+            // with that moment would close a working thread's timer.
+            if silent
+                && threads::blocks_signal(tid, signal) == Some(true)
+                && threads::signal_pending(tid, signal) == Some(true)
+            {
                 let lost = count.saturating_sub(state.timer_checked_ns) / period;
                 self.stats.signal_blocked_samples += lost;
                 self.stats.add_signal_blocked(tid as u64, lost);
