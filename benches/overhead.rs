@@ -34,7 +34,8 @@
 //!    CFI does real work). Issue 11's target: CFI at most 1.5x the
 //!    frame-pointer walk's per-sample cost on the 25-frame stack.
 //!
-//! `cargo bench --bench overhead`. Always exits 0: it reports, it does not
+//! `cargo bench --bench overhead` (`BTPROF_BENCH_ONLY=cfi` runs measurement
+//! 4 alone). Always exits 0: it reports, it does not
 //! gate.
 
 #[cfg(target_os = "linux")]
@@ -950,11 +951,17 @@ fn main() {
         drop(profiler.stop());
     }
 
+    let copy_iters = calibrate_copy(Duration::from_millis(1000));
+    if std::env::var("BTPROF_BENCH_ONLY").as_deref() == Ok("cfi") {
+        // Measurement 4 alone (BTPROF_BENCH_ONLY=cfi).
+        let cfi = measure_cfi(runs, iters_per_sec, copy_iters);
+        print_cfi_summary(&cfi);
+        return;
+    }
     let wall = measure_wall(runs, wall_iters);
     let cpu = measure_cpu(runs, cpu_iters);
     let floor = measure_floor(runs, cpu_iters);
-    let copy_iters = calibrate_copy(Duration::from_millis(1000));
-    let cfi = measure_cfi(runs, (iters_per_sec as f64 * 1.0) as u64, copy_iters);
+    let cfi = measure_cfi(runs, iters_per_sec, copy_iters);
 
     println!();
     println!("SUMMARY (targets are reported, not enforced; exit status is always 0)");
@@ -1035,6 +1042,11 @@ fn main() {
         }
         Err(why) => println!("  floor: not measured: {why}"),
     }
+    print_cfi_summary(&cfi);
+}
+
+/// Measurement 4's summary lines.
+fn print_cfi_summary(cfi: &CfiResult) {
     println!(
         "  CFI vs frame pointers only, {:.0}-frame stack: {:.2} us vs {:.2} us per sample = {:.2}x median of per-round ratios (target <= {TARGET_CFI_RATIO}x) {}",
         cfi.depth[0],
