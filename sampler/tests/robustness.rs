@@ -474,13 +474,16 @@ fn allocate_until(stop: &AtomicBool, count: &AtomicU64, cpu_ns: &AtomicU64, seed
 // 2. Thread churn
 // ---------------------------------------------------------------------------
 
-/// Spawns `count` short-lived threads (some exit at once, others spin
-/// 0.5-3 ms), a few alive at a time; returns how many it spawned.
-fn churn_threads(count: u64) -> u64 {
+/// Spawns short-lived threads (some exit at once, others spin 0.5-3 ms), a
+/// few alive at a time, for `duration` and until at least `count` were
+/// spawned (a loaded machine spawns more slowly; the test waits rather
+/// than asserts a rate); returns how many it spawned.
+fn churn_threads(duration: Duration, count: u64) -> u64 {
+    let deadline = Instant::now() + duration;
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut live = VecDeque::new();
     let mut spawned = 0u64;
-    while spawned < count {
+    while spawned < count || Instant::now() < deadline {
         let spin = match rng.below(4) {
             0 => None,
             _ => Some(Duration::from_micros(500 + rng.below(2500))),
@@ -524,9 +527,7 @@ fn threads_starting_and_exiting_during_sampling() {
                 let sampler = Sampler::start(config(1000, mode)).expect("start");
                 let spawned = thread::Builder::new()
                     .name("btp-spawner".into())
-                    // A count, not a duration, so a loaded machine still
-                    // churns as many threads (BTPROF_CHURN_SECS scales it).
-                    .spawn(move || churn_threads(200 * churn.as_secs().max(1)))
+                    .spawn(move || churn_threads(churn, 200 * churn.as_secs().max(1)))
                     .expect("spawn spawner")
                     .join()
                     .expect("spawner panicked");
