@@ -74,7 +74,7 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
         .threads()
         .find(|t| t.name == "pipe-spin")
         .and_then(|t| t.tid)
-        .expect("the spinner was seen");
+        .expect("the spinner was seen, with its id");
     let cpu = profile
         .stats()
         .and_then(|s| s.cpu_of(tid))

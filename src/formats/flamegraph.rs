@@ -76,21 +76,19 @@ impl FlamegraphOptions {
 /// stats; for a file, its name, samples and distinct stacks.
 pub fn default_title(profile: &Profile) -> String {
     match profile.stats() {
-        Some(stats) => {
-            let unit = match stats.mode {
+        Some(stats) => format!(
+            "btprof {} profile: {} samples over {:.2} s at {:.0} {} (requested {} Hz, {})",
+            stats.mode,
+            stats.samples,
+            stats.duration.as_secs_f64(),
+            stats.achieved_hz(),
+            match stats.mode {
                 crate::Mode::Cpu => "samples per CPU-second",
                 crate::Mode::Wall => "ticks per second",
-            };
-            format!(
-                "btprof {} profile: {} samples over {:.2} s at {:.0} {unit} (requested {} Hz, {})",
-                stats.mode,
-                stats.samples,
-                stats.duration.as_secs_f64(),
-                stats.achieved_hz(),
-                stats.requested_hz,
-                stats.clock.describe(),
-            )
-        }
+            },
+            stats.requested_hz,
+            stats.clock.describe(),
+        ),
         None => format!(
             "{}: {} samples, {} distinct stacks",
             profile.source(),

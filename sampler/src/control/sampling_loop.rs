@@ -283,6 +283,10 @@ impl<C: ThreadControl> SamplingLoop<C> {
             return;
         };
         state.seen_tick = self.tick;
+        // Rosetta's runtime, other samplers, crash handlers: never stopped.
+        if state.protected {
+            return;
+        }
         let used = match state.last_cpu_ns.replace(usage.cpu_ns) {
             Some(last) => usage.cpu_ns.saturating_sub(last),
             // First seen: nothing to compare with yet.
@@ -294,10 +298,6 @@ impl<C: ThreadControl> SamplingLoop<C> {
             }
         };
         self.stats.add_thread_cpu(id, Duration::from_nanos(used));
-        // Rosetta's runtime, other samplers, crash handlers: never stopped.
-        if state.protected {
-            return;
-        }
         let mut weight = 1;
         if self.mode == Mode::Cpu {
             state.owed_ns += owed_for(state, usage, used, self.period_ns);

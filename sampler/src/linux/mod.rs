@@ -535,7 +535,11 @@ impl SamplerLoop {
                     .serve(request, table, threads, &stats, Arch::host());
             }
         };
-        // Every CPU reading first, then no timer fires again.
+        // Every CPU reading first, then no timer fires again. Periods
+        // lost to a blocked signal since the last listing are counted too.
+        if self.timers() {
+            self.watch_blocked_threads();
+        }
         self.account_cpu();
         for state in self.threads.values_mut() {
             state.timer = None;
