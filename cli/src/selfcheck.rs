@@ -457,7 +457,7 @@ mod tests {
         // 200 worker samples: alpha's share (true 20%) is uncertain by
         // 2.8 points per standard error, so 5 points off is noise...
         let noisy = SelfCheck::evaluate(
-            &profile([50, 50, 10, 10, 80], false),
+            &profile([50, 40, 10, 10, 80, 10], false),
             &truth(),
             Thresholds::default(),
         );
@@ -465,7 +465,7 @@ mod tests {
         assert!(noisy.passed(), "{:?}\n{noisy}", noisy.failures());
         // ...but 25 points off is not.
         let wrong = SelfCheck::evaluate(
-            &profile([90, 10, 10, 10, 80], false),
+            &profile([90, 0, 10, 10, 80, 10], false),
             &truth(),
             Thresholds::default(),
         );
@@ -479,7 +479,7 @@ mod tests {
         );
         // With many samples the threshold itself applies.
         let many = SelfCheck::evaluate(
-            &profile([4000, 6000, 1000, 1000, 8000], false),
+            &profile([4000, 5000, 1000, 1000, 8000, 1000], false),
             &truth(),
             Thresholds::default(),
         );
