@@ -26,7 +26,16 @@
 //!    same rounds, because in a VM the floor alone can exceed the absolute
 //!    targets.
 //!
-//! `cargo bench --bench overhead`. Always exits 0: it reports, it does not
+//! 4. CFI against frame pointers only: measurement 2's job sampled with
+//!    the default walk (the handler copies the stack top, the sampler
+//!    thread unwinds it with `.eh_frame`) and with
+//!    `SamplerConfig::frame_pointers_only`, in the same rounds; then the
+//!    same for a job whose leaf is glibc's `memcpy` (frameless code, where
+//!    CFI does real work). Issue 11's target: CFI at most 1.5x the
+//!    frame-pointer walk's per-sample cost on the 25-frame stack.
+//!
+//! `cargo bench --bench overhead` (`BTPROF_BENCH_ONLY=cfi` runs measurement
+//! 4 alone). Always exits 0: it reports, it does not
 //! gate.
 
 #[cfg(target_os = "linux")]
@@ -51,6 +60,9 @@ const CPU_JOB: Duration = Duration::from_millis(1500);
 /// worker closure and the thread-start frames a sampled stack is 25 frames
 /// deep on x86_64 Linux, which the benchmark checks from the samples.
 const CHAIN_DEPTH: u32 = 19;
+/// Added to a `chain` depth: the job's leaf is [`copy_leaf`] (glibc's
+/// `memcpy`) instead of [`spin`].
+const COPY_LEAF: u32 = 1 << 16;
 /// The sampled stack depth measurement 2 must see.
 const DEPTH_RANGE: std::ops::RangeInclusive<usize> = 20..=30;
 /// A round counts as undisturbed when the job had at least this share of
@@ -84,6 +96,30 @@ fn descend(depth: u32, iters: u64, seed: u64) -> u64 {
         return spin(iters, seed);
     }
     let r = descend(black_box(depth - 1), iters, seed);
+    black_box(r).wrapping_add(u64::from(depth))
+}
+
+/// A leaf in glibc: `iters` copies of a 64 KiB buffer with `memcpy`
+/// (no frame pointer, so only CFI finds its caller).
+#[inline(never)]
+fn copy_leaf(iters: u64, seed: u64) -> u64 {
+    let src = vec![seed as u8; 64 << 10];
+    let mut dst = vec![0u8; 64 << 10];
+    for _ in 0..iters {
+        // SAFETY: two distinct buffers of the same length.
+        unsafe { libc::memcpy(dst.as_mut_ptr().cast(), src.as_ptr().cast(), src.len()) };
+        black_box(&mut dst);
+    }
+    u64::from(dst[7])
+}
+
+/// `depth` nested calls, then [`copy_leaf`].
+#[inline(never)]
+fn descend_to_copy(depth: u32, iters: u64, seed: u64) -> u64 {
+    if black_box(depth) == 0 {
+        return black_box(copy_leaf(iters, seed));
+    }
+    let r = descend_to_copy(black_box(depth - 1), iters, seed);
     black_box(r).wrapping_add(u64::from(depth))
 }
 
@@ -179,6 +215,9 @@ fn run_job_with(iters: u64, chain: Option<u32>, interrupts: Interrupts) -> JobOu
                     let cpu0 = thread_cpu();
                     let seed = black_box(0x9e37_79b9 + i as u64);
                     let v = match chain {
+                        Some(depth) if depth >= COPY_LEAF => {
+                            descend_to_copy(depth - COPY_LEAF, iters, seed)
+                        }
                         Some(depth) => descend(depth, iters, seed),
                         None => spin(iters, seed),
                     };
@@ -655,6 +694,138 @@ fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
     }
 }
 
+/// Medians of measurement 4.
+struct CfiResult {
+    /// Per-sample CPU cost (us): [spin leaf FP only, spin leaf CFI,
+    /// memcpy leaf FP only, memcpy leaf CFI].
+    cost_us: [f64; 4],
+    /// CFI / FP cost ratio per round, spin leaf: median.
+    ratio_spin: f64,
+    /// Median sampled depth with CFI, spin and memcpy leaf.
+    depth: [f64; 2],
+    /// Share of callers recovered from CFI (%), memcpy leaf.
+    cfi_share_pct: f64,
+}
+
+/// Iterations of [`copy_leaf`] that take about `target` alone.
+fn calibrate_copy(target: Duration) -> u64 {
+    black_box(copy_leaf(black_box(200), 1));
+    let probe = 20_000u64;
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        black_box(copy_leaf(black_box(probe), 7));
+        best = best.min(t.elapsed());
+    }
+    (target.as_secs_f64() / (best.as_secs_f64() / probe as f64)) as u64
+}
+
+/// One profiled run of measurement 4: worker CPU (s), sampler CPU (s),
+/// samples, median depth, callers from CFI, callers from frame pointers.
+type CfiRound = (f64, f64, u64, f64, u64, u64);
+
+fn measure_cfi(runs: usize, spin_iters: u64, copy_iters: u64) -> CfiResult {
+    let jobs = [
+        (Some(CHAIN_DEPTH), spin_iters),
+        (Some(CHAIN_DEPTH + COPY_LEAF), copy_iters),
+    ];
+    // [job][config] -> per round
+    let mut prof: [[Vec<CfiRound>; 2]; 2] = Default::default();
+    let mut base: [Vec<f64>; 2] = Default::default();
+    let mut ratios = Vec::new();
+    for round in 0..runs {
+        for (j, &(chain, iters)) in jobs.iter().enumerate() {
+            // Rotate baseline, FP-only and CFI through the three positions.
+            for step in 0..3 {
+                match (round + step) % 3 {
+                    0 => base[j].push(run_job(iters, chain).worker_cpu().as_secs_f64()),
+                    which => {
+                        let config = SamplerConfig {
+                            hz: HZ,
+                            mode: Mode::Cpu,
+                            frame_pointers_only: which == 1,
+                            ..SamplerConfig::default()
+                        };
+                        let sampler = Sampler::start(config).expect("start sampler");
+                        let job = run_job(iters, chain);
+                        let raw = sampler.stop().expect("stop sampler");
+                        let (depth, _) = worker_depth(&raw, &job);
+                        prof[j][which - 1].push((
+                            job.worker_cpu().as_secs_f64(),
+                            raw.stats.sampler_cpu.as_secs_f64(),
+                            raw.stats.samples,
+                            depth.map_or(f64::NAN, |d| d as f64),
+                            raw.stats.cfi_frames,
+                            raw.stats.frame_pointer_frames,
+                        ));
+                    }
+                }
+            }
+        }
+        let cost = |j: usize, c: usize| {
+            let b = summarize(&base[j]).median;
+            let &(wc, sc, n, ..) = prof[j][c].last().expect("a round ran");
+            (wc - b + sc) / n as f64 * 1e6
+        };
+        ratios.push(cost(0, 1) / cost(0, 0));
+        eprintln!(
+            "  [cfi] round {}/{runs}: spin leaf FP {:.2} us, CFI {:.2} us; memcpy leaf FP {:.2} us, CFI {:.2} us",
+            round + 1,
+            cost(0, 0),
+            cost(0, 1),
+            cost(1, 0),
+            cost(1, 1)
+        );
+    }
+    header(&format!(
+        "[4] CFI vs frame pointers only: measurement 2's job ({CHAIN_DEPTH}-call chain), leaf spin or glibc memcpy, same rounds"
+    ));
+    println!("  per-sample = (profiled worker CPU - median baseline worker CPU + sampler_cpu) / stats.samples");
+    let mut cost_us = [0.0; 4];
+    let names = ["spin leaf", "memcpy leaf"];
+    for j in 0..2 {
+        let b = summarize(&base[j]).median;
+        for c in 0..2 {
+            let costs: Vec<f64> = prof[j][c]
+                .iter()
+                .map(|&(wc, sc, n, ..)| (wc - b + sc) / n as f64 * 1e6)
+                .collect();
+            let sampler: Vec<f64> = prof[j][c]
+                .iter()
+                .map(|&(_, sc, n, ..)| sc / n as f64 * 1e6)
+                .collect();
+            let label = if c == 0 { "frame pointers only" } else { "CFI" };
+            cost_us[2 * j + c] = row(
+                &format!("{}, {label}: per-sample CPU cost (us)", names[j]),
+                &costs,
+                2,
+            )
+            .median;
+            row("  of which sampler thread (us)", &sampler, 2);
+            row(
+                "  sampled depth (frames)",
+                &prof[j][c].iter().map(|p| p.3).collect::<Vec<_>>(),
+                0,
+            );
+        }
+    }
+    let ratio = row(
+        "CFI / frame pointers cost, spin leaf (per round)",
+        &ratios,
+        2,
+    );
+    let depth_of = |j: usize| summarize(&prof[j][1].iter().map(|p| p.3).collect::<Vec<_>>()).median;
+    let (cfi, fp): (u64, u64) = prof[1][1]
+        .iter()
+        .fold((0, 0), |(c, f), p| (c + p.4, f + p.5));
+    CfiResult {
+        cost_us,
+        ratio_spin: ratio.median,
+        depth: [depth_of(0), depth_of(1)],
+        cfi_share_pct: 100.0 * cfi as f64 / (cfi + fp).max(1) as f64,
+    }
+}
+
 /// Medians of measurement 3, or why it did not run.
 struct FloorResult {
     /// Wall-time overhead (%) of: the bare interrupt, interrupt + empty
@@ -780,9 +951,17 @@ fn main() {
         drop(profiler.stop());
     }
 
+    let copy_iters = calibrate_copy(Duration::from_millis(1000));
+    if std::env::var("BTPROF_BENCH_ONLY").as_deref() == Ok("cfi") {
+        // Measurement 4 alone (BTPROF_BENCH_ONLY=cfi).
+        let cfi = measure_cfi(runs, iters_per_sec, copy_iters);
+        print_cfi_summary(&cfi);
+        return;
+    }
     let wall = measure_wall(runs, wall_iters);
     let cpu = measure_cpu(runs, cpu_iters);
     let floor = measure_floor(runs, cpu_iters);
+    let cfi = measure_cfi(runs, iters_per_sec, copy_iters);
 
     println!();
     println!("SUMMARY (targets are reported, not enforced; exit status is always 0)");
@@ -863,4 +1042,25 @@ fn main() {
         }
         Err(why) => println!("  floor: not measured: {why}"),
     }
+    print_cfi_summary(&cfi);
 }
+
+/// Measurement 4's summary lines.
+fn print_cfi_summary(cfi: &CfiResult) {
+    println!(
+        "  CFI vs frame pointers only, {:.0}-frame stack: {:.2} us vs {:.2} us per sample = {:.2}x median of per-round ratios (target <= {TARGET_CFI_RATIO}x) {}",
+        cfi.depth[0],
+        cfi.cost_us[1],
+        cfi.cost_us[0],
+        cfi.ratio_spin,
+        verdict(cfi.ratio_spin <= TARGET_CFI_RATIO)
+    );
+    println!(
+        "  glibc memcpy leaf ({:.0} frames with CFI): {:.2} us per sample with CFI, {:.2} us frame pointers only; {:.0}% of its callers came from CFI",
+        cfi.depth[1], cfi.cost_us[3], cfi.cost_us[2], cfi.cfi_share_pct
+    );
+}
+
+/// Target: CFI walking at most this many times the frame-pointer walk's
+/// per-sample cost (issue 11).
+const TARGET_CFI_RATIO: f64 = 1.5;

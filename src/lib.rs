@@ -41,6 +41,7 @@ pub use error::Error;
 pub use formats::flamegraph::FlamegraphOptions;
 pub use formats::folded::{self as folded, FoldOptions, ReadError};
 pub use profile::{Profile, RunInfo, Stack};
+pub use record::lost_samples::signal_blocked_warnings;
 pub use record::scope::{self as scope, profile_scope, ProfileScope};
 pub use record::{register_current_thread, DumpStats, Profiler, ProfilerBuilder};
 
@@ -52,7 +53,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// for it.
 pub const DUMP_SIGNAL: i32 = libc::SIGUSR2;
 
-/// The real-time signal the Linux sampler interrupts threads with unless
-/// [`ProfilerBuilder::signal`] picks another (`SIGRTMAX-3`).
+/// The signal the Linux sampler interrupts threads with unless
+/// [`ProfilerBuilder::signal`] picks another (`SIGURG`, whose default
+/// action is to ignore it, so one still queued across `exec` is harmless).
 #[cfg(target_os = "linux")]
 pub use btprof_sampler::default_signal;

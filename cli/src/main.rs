@@ -250,6 +250,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
     print_summary(&profile);
     warn_if_truncated(&profile);
+    warn_if_signal_blocked(&profile);
     let check = SelfCheck::evaluate(
         &profile,
         &truth,
@@ -471,18 +472,45 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
     }
 }
 
-/// Most stacks truncated means the code lacks frame pointers: say how to
-/// fix it rather than draw a misleading flamegraph.
+/// Most stacks truncated means the code lacks frame pointers (and unwind
+/// information): say where and how to fix it rather than draw a
+/// misleading flamegraph.
 fn warn_if_truncated(profile: &Profile) {
     let Some(s) = profile.stats() else { return };
-    if s.samples >= 10 && s.truncated() * 2 > s.samples {
+    let truncated = profile.truncated_samples();
+    if s.samples >= 10 && truncated * 2 > s.samples {
         eprintln!(
-            "btprof: warning: {} of {} stacks were truncated: the profiled code probably lacks frame pointers. \
-             Build it with RUSTFLAGS=\"-C force-frame-pointers=yes\" (or [build] rustflags in .cargo/config.toml); \
-             for C and C++, -fno-omit-frame-pointer",
-            s.truncated(),
-            s.samples
+            "btprof: warning: {} of {} stacks were truncated{}: that code probably lacks frame pointers \
+             and unwind information. Build it with RUSTFLAGS=\"-C force-frame-pointers=yes\" (or [build] \
+             rustflags in .cargo/config.toml); for C and C++, -fno-omit-frame-pointer \
+             (or keep -fasynchronous-unwind-tables)",
+            truncated,
+            s.samples,
+            most_truncated_in(profile),
         );
+    }
+}
+
+/// `, most (N) in MODULE` for the module where most truncated walks
+/// stopped, or nothing.
+fn most_truncated_in(profile: &Profile) -> String {
+    match profile.truncated_by_module().first() {
+        Some((module, n)) => format!(", most ({n}) stopping in {module}"),
+        None => String::new(),
+    }
+}
+
+/// A busy thread that blocks the profiling signal loses its samples (it
+/// is not signalled: the signal would stay queued): say which, when that
+/// is most of what it should have had.
+fn warn_if_signal_blocked(profile: &Profile) {
+    let Some(stats) = profile.stats() else { return };
+    let threads: Vec<(u64, &str)> = profile
+        .threads()
+        .filter_map(|t| Some((t.tid?, t.name)))
+        .collect();
+    for line in btprof::signal_blocked_warnings(stats, &threads) {
+        eprintln!("btprof: warning: {line}");
     }
 }
 
@@ -501,9 +529,17 @@ fn print_summary(profile: &Profile) {
         s.ticks_per_second(),
         s.missed_ticks,
     );
+    let callers = s.cfi_frames + s.frame_pointer_frames;
     println!(
-        "truncated walks: {}, failed samples: {}, skipped samples: {}, late signals retried: {}, sampler CPU: {:.1} ms",
-        s.truncated(),
+        "truncated walks: {} of {}{} (stopped short of the thread's entry; the main thread's expected \
+         end in the C start code is not counted), callers from CFI: {} of {} ({:.1}%), \
+         failed samples: {}, skipped samples: {}, late signals retried: {}, sampler CPU: {:.1} ms",
+        profile.truncated_samples(),
+        s.samples,
+        most_truncated_in(profile),
+        s.cfi_frames,
+        callers,
+        100.0 * s.cfi_frames as f64 / callers.max(1) as f64,
         s.failed_samples,
         s.skipped_samples,
         s.late_samples,

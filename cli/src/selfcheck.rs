@@ -11,7 +11,7 @@ use std::fmt;
 
 use btprof::{Profile, Stats};
 
-use crate::workload::{Truth, FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
+use crate::workload::{Truth, FUNCTIONS, INCLUSIVE_FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
 
 /// When the self-check fails.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,7 +47,9 @@ impl Default for Thresholds {
 pub struct FunctionShare {
     /// The function's name in the workload.
     pub name: &'static str,
-    /// Fraction of worker samples with this function as the leaf.
+    /// Fraction of worker samples with this function as the leaf (for
+    /// `sort_in_libc`, anywhere in the stack: its leaves are in the C
+    /// library).
     pub measured: f64,
     /// Fraction of worker CPU time measured inside the function.
     pub truth: f64,
@@ -145,6 +147,16 @@ impl SelfCheck {
             let leaf = frames.last().copied().unwrap_or("");
             if let Some(f) = FUNCTIONS.iter().position(|f| is_workload_fn(leaf, f)) {
                 leaf_counts[f] += count;
+            }
+            // A function whose time goes to the C library counts where the
+            // walk found it among the callers (which needs CFI).
+            for (f, name) in FUNCTIONS.iter().enumerate() {
+                if INCLUSIVE_FUNCTIONS.contains(name)
+                    && !is_workload_fn(leaf, name)
+                    && frames.iter().any(|frame| is_workload_fn(frame, name))
+                {
+                    leaf_counts[f] += count;
+                }
             }
             if !truncated && frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
                 complete += count;
@@ -332,28 +344,34 @@ mod tests {
     /// A 1 s profile of both workers whose leaves are split as `leaves`
     /// (samples per function, `FUNCTIONS` order), all under the thread root
     /// unless `truncated`; each worker used its share of 2 s of CPU in
-    /// proportion to its samples at 1000 per CPU-second.
-    fn profile(leaves: [u64; 5], truncated: bool) -> Profile {
-        let w0 = leaves[0] + leaves[1];
-        let w1 = leaves[2..].iter().sum::<u64>();
+    /// proportion to its samples at 1000 per CPU-second. Worker 0 runs
+    /// alpha, beta and sort_in_libc; worker 1 the chain.
+    fn profile(leaves: [u64; 6], truncated: bool) -> Profile {
+        let w0 = leaves[0] + leaves[1] + leaves[5];
+        let w1 = leaves[2..5].iter().sum::<u64>();
         profile_with_cpu(leaves, truncated, [w0 as f64 / 1000.0, w1 as f64 / 1000.0])
     }
 
     /// As [`profile`], with each worker's CPU time given, in seconds.
-    fn profile_with_cpu(leaves: [u64; 5], truncated: bool, cpu_secs: [f64; 2]) -> Profile {
+    fn profile_with_cpu(leaves: [u64; 6], truncated: bool, cpu_secs: [f64; 2]) -> Profile {
         let mut builder = Builder::new();
         for (i, &count) in leaves.iter().enumerate() {
             let mut frames: Vec<String> = vec!["btprof_cli::workload::worker_main".into()];
-            if i >= 2 {
+            if (2..5).contains(&i) {
                 frames.push("btprof_cli::workload::chain_outer".into());
             }
-            if i >= 3 {
+            if (3..5).contains(&i) {
                 frames.push("btprof_cli::workload::chain_middle".into());
             }
             if i != 2 && i != 3 {
                 frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
             }
-            let worker = usize::from(i >= 2);
+            if FUNCTIONS[i] == "sort_in_libc" {
+                // Its samples' leaves are in the C library.
+                frames.push("msort_with_tmp".into());
+                frames.push("btprof_cli::workload::compare_u64".into());
+            }
+            let worker = usize::from((2..5).contains(&i));
             let thread = builder
                 .thread(
                     &format!("{THREAD_PREFIX}{worker}"),
@@ -379,13 +397,13 @@ mod tests {
 
     /// Timings with exactly the split of the faithful profile below.
     fn truth() -> Truth {
-        Truth::from_ns([400, 600, 100, 100, 800], 2000)
+        Truth::from_ns([400, 500, 100, 100, 800, 100], 2000)
     }
 
     #[test]
     fn a_faithful_profile_passes() {
         let check = SelfCheck::evaluate(
-            &profile([400, 600, 100, 100, 800], false),
+            &profile([400, 500, 100, 100, 800, 100], false),
             &truth(),
             Thresholds::default(),
         );
@@ -399,7 +417,7 @@ mod tests {
     fn a_share_off_by_more_than_the_threshold_fails() {
         // alpha sampled 5 points too often, beta 5 too rarely.
         let check = SelfCheck::evaluate(
-            &profile([500, 500, 100, 100, 800], false),
+            &profile([500, 400, 100, 100, 800, 100], false),
             &truth(),
             Thresholds::default(),
         );
@@ -411,7 +429,7 @@ mod tests {
     #[test]
     fn truncated_stacks_and_a_low_rate_fail() {
         let check = SelfCheck::evaluate(
-            &profile([400, 600, 100, 100, 800], true),
+            &profile([400, 500, 100, 100, 800, 100], true),
             &truth(),
             Thresholds::default(),
         );
@@ -421,7 +439,7 @@ mod tests {
             .any(|f| f.contains("reach worker_main")));
         // Half the samples for the same CPU time: 500 per CPU-second.
         let slow = SelfCheck::evaluate(
-            &profile_with_cpu([200, 300, 50, 50, 400], false, [1.0, 1.0]),
+            &profile_with_cpu([200, 250, 50, 50, 400, 50], false, [1.0, 1.0]),
             &truth(),
             Thresholds::default(),
         );
@@ -439,7 +457,7 @@ mod tests {
         // 200 worker samples: alpha's share (true 20%) is uncertain by
         // 2.8 points per standard error, so 5 points off is noise...
         let noisy = SelfCheck::evaluate(
-            &profile([50, 50, 10, 10, 80], false),
+            &profile([50, 40, 10, 10, 80, 10], false),
             &truth(),
             Thresholds::default(),
         );
@@ -447,7 +465,7 @@ mod tests {
         assert!(noisy.passed(), "{:?}\n{noisy}", noisy.failures());
         // ...but 25 points off is not.
         let wrong = SelfCheck::evaluate(
-            &profile([90, 10, 10, 10, 80], false),
+            &profile([90, 0, 10, 10, 80, 10], false),
             &truth(),
             Thresholds::default(),
         );
@@ -461,7 +479,7 @@ mod tests {
         );
         // With many samples the threshold itself applies.
         let many = SelfCheck::evaluate(
-            &profile([4000, 6000, 1000, 1000, 8000], false),
+            &profile([4000, 5000, 1000, 1000, 8000, 1000], false),
             &truth(),
             Thresholds::default(),
         );
@@ -473,8 +491,8 @@ mod tests {
         // Each worker got a fifth of a CPU for 1 s (other processes took
         // the rest): 200 samples per wall-second, but 1000 per CPU-second.
         let check = SelfCheck::evaluate(
-            &profile_with_cpu([40, 60, 10, 10, 80], false, [0.1, 0.1]),
-            &Truth::from_ns([400, 600, 100, 100, 800], 2000),
+            &profile_with_cpu([40, 50, 10, 10, 80, 10], false, [0.1, 0.1]),
+            &Truth::from_ns([400, 500, 100, 100, 800, 100], 2000),
             Thresholds::default(),
         );
         assert!(check.passed(), "{:?}\n{check}", check.failures());
@@ -486,7 +504,7 @@ mod tests {
         // 1.4 samples per millisecond of CPU: the old sampler's over-count
         // under load.
         let check = SelfCheck::evaluate(
-            &profile_with_cpu([400, 600, 100, 100, 800], false, [0.7, 0.7]),
+            &profile_with_cpu([400, 500, 100, 100, 800, 100], false, [0.7, 0.7]),
             &truth(),
             Thresholds::default(),
         );
@@ -497,7 +515,7 @@ mod tests {
     #[test]
     fn an_unknown_cpu_time_fails_rather_than_passing_blindly() {
         let check = SelfCheck::evaluate(
-            &profile_with_cpu([400, 600, 100, 100, 800], false, [1.0, 0.0]),
+            &profile_with_cpu([400, 500, 100, 100, 800, 100], false, [1.0, 0.0]),
             &truth(),
             Thresholds::default(),
         );
@@ -509,9 +527,69 @@ mod tests {
         );
     }
 
+    /// What a frame-pointer-only walk makes of `sort_in_libc`: its samples
+    /// keep the C library frames and lose every caller.
+    #[test]
+    fn a_libc_leaf_without_its_callers_fails() {
+        // The faithful profile's stacks, with sort_in_libc's 100 samples
+        // cut to their C library frames.
+        let mut builder = Builder::new();
+        let leaves = [400u64, 500, 100, 100, 800];
+        for (i, &count) in leaves.iter().enumerate() {
+            let mut frames = vec!["btprof_cli::workload::worker_main".to_owned()];
+            for (at, name) in [(2..5, "chain_outer"), (3..5, "chain_middle")] {
+                if at.contains(&i) {
+                    frames.push(format!("btprof_cli::workload::{name}"));
+                }
+            }
+            if i != 2 && i != 3 {
+                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
+            }
+            let worker = usize::from((2..5).contains(&i));
+            let thread = builder
+                .thread(
+                    &format!("{THREAD_PREFIX}{worker}"),
+                    Some(100 + worker as u64),
+                )
+                .unwrap();
+            builder
+                .add_stack(
+                    Some(thread),
+                    frames.iter().map(|f| f.as_str()),
+                    false,
+                    count,
+                )
+                .unwrap();
+        }
+        let thread = builder
+            .thread(&format!("{THREAD_PREFIX}0"), Some(100))
+            .unwrap();
+        builder
+            .add_stack(
+                Some(thread),
+                ["msort_with_tmp", "btprof_cli::workload::compare_u64"],
+                true,
+                100,
+            )
+            .unwrap();
+        let mut stats = Stats::new(&Default::default());
+        stats.duration = Duration::from_secs(1);
+        stats.add_thread_cpu(100, Duration::from_secs(1));
+        stats.add_thread_cpu(101, Duration::from_secs(1));
+        let profile = builder.finish(stats);
+        let check = SelfCheck::evaluate(&profile, &truth(), Thresholds::default());
+        let failures = check.failures();
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.starts_with("sort_in_libc measured 0.00% but ran 5.00%")),
+            "{failures:?}"
+        );
+    }
+
     #[test]
     fn no_worker_samples_fails_plainly() {
-        let check = SelfCheck::evaluate(&profile([0; 5], false), &truth(), Thresholds::default());
+        let check = SelfCheck::evaluate(&profile([0; 6], false), &truth(), Thresholds::default());
         assert_eq!(check.failures(), vec!["no samples of the workload threads"]);
     }
 

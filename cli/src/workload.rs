@@ -3,10 +3,14 @@
 //!
 //! The truth the profile is checked against is measured, not assumed: each
 //! function times its own work with the thread's CPU clock, and only while
-//! the profiler is recording. Every function is a pure arithmetic loop
-//! that calls nothing, so a correct sampler must find it as the leaf.
+//! the profiler is recording. Every function but one is a pure arithmetic
+//! loop that calls nothing, so a correct sampler must find it as the leaf.
+//! The exception, `sort_in_libc`, spends its time inside the C library
+//! (`qsort`, calling back a Rust comparator), which is built without frame
+//! pointers: its samples count for it only when the walk found it among
+//! the callers, which takes CFI unwinding.
 //!
-//! Thread `btprof-work-0` runs `alpha` and `beta`; thread
+//! Thread `btprof-work-0` runs `alpha`, `beta` and `sort_in_libc`; thread
 //! `btprof-work-1` runs `beta` and the three-deep chain
 //! `chain_outer` → `chain_middle` → `chain_inner`.
 //!
@@ -21,13 +25,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// The functions whose shares are checked, in report order.
-pub const FUNCTIONS: [&str; 5] = [
+pub const FUNCTIONS: [&str; 6] = [
     "alpha",
     "beta",
     "chain_outer",
     "chain_middle",
     "chain_inner",
+    "sort_in_libc",
 ];
+/// Functions whose samples have their leaf elsewhere (in the C library):
+/// their share is that of the stacks they appear in.
+pub const INCLUSIVE_FUNCTIONS: [&str; 1] = ["sort_in_libc"];
 /// The entry function of every worker thread: the root a complete stack
 /// reaches.
 pub const THREAD_ROOT: &str = "worker_main";
@@ -41,15 +49,17 @@ const BETA: usize = 1;
 const OUTER: usize = 2;
 const MIDDLE: usize = 3;
 const INNER: usize = 4;
+const SORT: usize = 5;
 
 /// Loop iterations per call, about 1.3 ns each: calls of 0.25-1.5 ms, long
-/// next to the clock reads that time them.
-const ITERATIONS: [u64; 5] = [1_200_000, 400_000, 200_000, 200_000, 800_000];
+/// next to the clock reads that time them. For `sort_in_libc`, the values
+/// sorted per call (about 0.5 ms).
+const ITERATIONS: [u64; 6] = [1_200_000, 400_000, 200_000, 200_000, 800_000, 6_000];
 
 /// How much work each function does per call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Work {
-    iterations: [u64; 5],
+    iterations: [u64; 6],
 }
 
 impl Default for Work {
@@ -78,7 +88,7 @@ impl Work {
     }
 
     /// Loop iterations per call, in [`FUNCTIONS`] order.
-    pub fn iterations(&self) -> [u64; 5] {
+    pub fn iterations(&self) -> [u64; 6] {
         self.iterations
     }
 }
@@ -86,7 +96,7 @@ impl Work {
 /// CPU time measured inside each function while recording.
 #[derive(Debug, Default)]
 pub struct Truth {
-    function_ns: [AtomicU64; 5],
+    function_ns: [AtomicU64; 6],
     /// All worker CPU time while recording, timed functions or not.
     total_ns: AtomicU64,
     /// The same per worker thread.
@@ -95,7 +105,7 @@ pub struct Truth {
 
 impl Truth {
     /// A truth from known timings (for checking the self-check itself).
-    pub fn from_ns(function_ns: [u64; 5], total_ns: u64) -> Truth {
+    pub fn from_ns(function_ns: [u64; 6], total_ns: u64) -> Truth {
         Truth {
             function_ns: function_ns.map(AtomicU64::new),
             total_ns: AtomicU64::new(total_ns),
@@ -111,7 +121,7 @@ impl Truth {
 
     /// Each function's measured share of worker CPU time, in
     /// [`FUNCTIONS`] order.
-    pub fn shares(&self) -> [f64; 5] {
+    pub fn shares(&self) -> [f64; 6] {
         let total = self.total_ns.load(Ordering::Relaxed) as f64;
         std::array::from_fn(|i| {
             if total > 0.0 {
@@ -188,8 +198,10 @@ impl Workload {
 /// Per-iteration timings, added to the shared truth only if the whole
 /// iteration ran while recording, and the work per call.
 struct Local {
-    ns: [u64; 5],
-    iterations: [u64; 5],
+    ns: [u64; 6],
+    iterations: [u64; 6],
+    /// `sort_in_libc`'s values, allocated once per thread.
+    values: Vec<u64>,
 }
 
 #[inline(never)]
@@ -200,16 +212,19 @@ fn worker_main(
     recording: &AtomicBool,
     truth: &Truth,
 ) {
+    let mut local = Local {
+        ns: [0; 6],
+        iterations: work.iterations,
+        values: Vec::with_capacity(work.iterations[SORT] as usize),
+    };
     while !stop.load(Ordering::Relaxed) {
         let was_recording = recording.load(Ordering::Relaxed);
-        let mut local = Local {
-            ns: [0; 5],
-            iterations: work.iterations,
-        };
+        local.ns = [0; 6];
         let start = thread_cpu_ns();
         if index == 0 {
             alpha(&mut local);
             beta(&mut local);
+            sort_in_libc(&mut local);
         } else {
             beta(&mut local);
             chain_outer(&mut local);
@@ -269,6 +284,39 @@ fn chain_middle(local: &mut Local) {
 #[inline(never)]
 fn chain_inner(local: &mut Local) {
     timed_spin(local, INNER);
+}
+
+/// Sorts values with the C library's `qsort` and a Rust comparator: the
+/// time goes to frameless C code (and the comparator it calls).
+#[inline(never)]
+fn sort_in_libc(local: &mut Local) {
+    let start = thread_cpu_ns();
+    let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
+    local.values.clear();
+    for _ in 0..local.iterations[SORT] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        local.values.push(x);
+    }
+    // SAFETY: a valid array of `len` u64 and a comparator for u64.
+    unsafe {
+        libc::qsort(
+            local.values.as_mut_ptr().cast(),
+            local.values.len(),
+            std::mem::size_of::<u64>(),
+            Some(compare_u64),
+        )
+    };
+    black_box(&mut local.values);
+    local.ns[SORT] += thread_cpu_ns() - start;
+}
+
+/// `qsort`'s comparator: called from the C library.
+extern "C" fn compare_u64(a: *const libc::c_void, b: *const libc::c_void) -> libc::c_int {
+    // SAFETY: qsort passes pointers to two elements of the u64 array.
+    let (a, b) = unsafe { (*(a as *const u64), *(b as *const u64)) };
+    a.cmp(&b) as libc::c_int
 }
 
 fn thread_cpu_ns() -> u64 {

@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 const WORKER_PREFIX: &str = "btprof-work-";
-const FUNCTIONS: [&str; 5] = [
+const FUNCTIONS: [&str; 6] = [
     "alpha",
     "beta",
     "chain_outer",
     "chain_middle",
     "chain_inner",
+    "sort_in_libc",
 ];
 /// Longest a run that was not interrupted may take before it counts as hung.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);

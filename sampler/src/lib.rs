@@ -62,6 +62,13 @@ pub fn current_thread_id() -> u64 {
 
 #[cfg(target_os = "linux")]
 mod linux;
+
+/// For `benches/stack_reads.rs` only: not part of the API.
+#[cfg(target_os = "linux")]
+#[doc(hidden)]
+pub mod bench_support {
+    pub use crate::linux::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
+}
 #[cfg(target_os = "linux")]
 pub use linux::{default_signal, Sampler, MAX_DEPTH};
 

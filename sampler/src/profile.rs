@@ -96,12 +96,19 @@ pub struct SamplerConfig {
     /// Frames kept per stack, pc included; deeper walks are marked
     /// truncated.
     pub max_depth: usize,
-    /// The Linux profiling signal (a real-time signal); `None` picks
-    /// `default_signal()`. macOS sends no signal and rejects `Some`.
+    /// The Linux profiling signal (`SIGURG`, `SIGWINCH` or a real-time
+    /// signal); `None` picks `default_signal()` (`SIGURG`). macOS sends no
+    /// signal and rejects `Some`.
     pub signal: Option<i32>,
     /// How many distinct stacks (and frames) one window keeps; samples of
     /// new stacks beyond it are counted as overflow, not stored.
     pub limit: Limit,
+    /// Walk frame pointers only, without call frame information. By
+    /// default (`false`) Linux recovers callers through code built without
+    /// frame pointers (the C library, distribution libraries) from its
+    /// `.eh_frame`; this turns that off, for comparison. macOS always
+    /// walks frame pointers only.
+    pub frame_pointers_only: bool,
     /// Linux, cpu mode: do not give threads their own CPU-time timers even
     /// where perf events are allowed; pace samples from the sampler thread
     /// instead (see [`SampleClock`]). The environment variable
@@ -122,6 +129,7 @@ impl Default for SamplerConfig {
             max_depth: 256,
             signal: None,
             limit: Limit::stacks(DEFAULT_MAX_STACKS),
+            frame_pointers_only: false,
             force_sampler_thread: false,
         }
     }
@@ -175,6 +183,9 @@ pub struct ThreadCpu {
     /// milliseconds; a thread's last moments before it exits may be
     /// missed).
     pub cpu: Duration,
+    /// Samples due for this thread that were not taken because it blocks
+    /// the profiling signal (its `SigBlk` mask).
+    pub signal_blocked: u64,
 }
 
 /// Counters describing how a profile was taken. Nothing is dropped
@@ -200,7 +211,7 @@ pub struct SamplerStats {
     /// Stacks recorded.
     pub samples: u64,
     /// Recorded stacks by why their walk ended, indexed by `WalkEnd as usize`.
-    pub walk_ends: [u64; 7],
+    pub walk_ends: [u64; WalkEnd::ALL.len()],
     /// Samples that were due but never taken: the signal could not be sent
     /// or the thread did not take it in time.
     pub failed_samples: u64,
@@ -209,6 +220,20 @@ pub struct SamplerStats {
     /// path in cpu mode also periods of CPU time beyond the most one
     /// sample may stand for (the thread kept missing its samples).
     pub skipped_samples: u64,
+    /// Samples not taken because every slot was in flight (more threads
+    /// due at once than slots; the next tick starts where this one
+    /// stopped, so every thread gets its turn).
+    pub slots_full: u64,
+    /// Samples not taken because the thread blocks the profiling signal
+    /// (found in its `SigBlk` mask): it is not signalled (a blocked signal
+    /// would stay queued), and each period it used is counted here. Per
+    /// thread in [`ThreadCpu::signal_blocked`].
+    pub signal_blocked_samples: u64,
+    /// Wall mode: samples of a thread whose CPU clock had not moved since
+    /// its previous sample, counted again with that stack without
+    /// interrupting it (it has not run, so that is still its stack; a
+    /// signal would make its blocking call fail with `EINTR`).
+    pub reused_samples: u64,
     /// Sampler-thread path: signals a thread took too late (it was waiting
     /// for a CPU, so the sample would have landed where it was preempted,
     /// not where its CPU time went). Nothing was recorded; the thread was
@@ -223,6 +248,14 @@ pub struct SamplerStats {
     pub sampler_cpu: Duration,
     /// Profiling signals that arrived with nothing to fill (late ones).
     pub stray_signals: u64,
+    /// Callers (frames past the leaf) recovered from call frame
+    /// information (`.eh_frame`) where following the frame pointer would
+    /// have lost or skipped them: a large share means the profiled code
+    /// lacks frame pointers.
+    pub cfi_frames: u64,
+    /// Callers found by following frame pointers (or where CFI agreed with
+    /// the frame pointer).
+    pub frame_pointer_frames: u64,
     /// CPU time each sampled thread used, by thread id (sorted).
     pub thread_cpu: Vec<ThreadCpu>,
 }
@@ -239,14 +272,19 @@ impl SamplerStats {
             ticks: 0,
             missed_ticks: 0,
             samples: 0,
-            walk_ends: [0; 7],
+            walk_ends: [0; WalkEnd::ALL.len()],
             failed_samples: 0,
             skipped_samples: 0,
+            slots_full: 0,
+            signal_blocked_samples: 0,
+            reused_samples: 0,
             late_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
             sampler_cpu: Duration::ZERO,
             stray_signals: 0,
+            cfi_frames: 0,
+            frame_pointer_frames: 0,
             thread_cpu: Vec::new(),
         }
     }
@@ -303,10 +341,33 @@ impl SamplerStats {
 
     /// Records that thread `tid` used `cpu` more CPU time.
     pub fn add_thread_cpu(&mut self, tid: u64, cpu: Duration) {
-        match self.thread_cpu.binary_search_by_key(&tid, |t| t.tid) {
-            Ok(i) => self.thread_cpu[i].cpu += cpu,
-            Err(i) => self.thread_cpu.insert(i, ThreadCpu { tid, cpu }),
+        self.thread_entry(tid).cpu += cpu;
+    }
+
+    /// Records `samples` lost because thread `tid` blocks the profiling
+    /// signal (also counted in [`Self::signal_blocked_samples`]).
+    pub fn add_signal_blocked(&mut self, tid: u64, samples: u64) {
+        if samples > 0 {
+            self.thread_entry(tid).signal_blocked += samples;
         }
+    }
+
+    fn thread_entry(&mut self, tid: u64) -> &mut ThreadCpu {
+        let i = match self.thread_cpu.binary_search_by_key(&tid, |t| t.tid) {
+            Ok(i) => i,
+            Err(i) => {
+                self.thread_cpu.insert(
+                    i,
+                    ThreadCpu {
+                        tid,
+                        cpu: Duration::ZERO,
+                        signal_blocked: 0,
+                    },
+                );
+                i
+            }
+        };
+        &mut self.thread_cpu[i]
     }
 
     /// The counters accumulated since `earlier`, a copy of these stats
@@ -320,11 +381,21 @@ impl SamplerStats {
         let thread_cpu = self
             .thread_cpu
             .iter()
-            .map(|t| ThreadCpu {
-                tid: t.tid,
-                cpu: t
-                    .cpu
-                    .saturating_sub(earlier.cpu_of(t.tid).unwrap_or(Duration::ZERO)),
+            .map(|t| {
+                let before = earlier
+                    .thread_cpu
+                    .binary_search_by_key(&t.tid, |e| e.tid)
+                    .ok()
+                    .map(|i| earlier.thread_cpu[i]);
+                ThreadCpu {
+                    tid: t.tid,
+                    cpu: t
+                        .cpu
+                        .saturating_sub(before.map_or(Duration::ZERO, |b| b.cpu)),
+                    signal_blocked: t
+                        .signal_blocked
+                        .saturating_sub(before.map_or(0, |b| b.signal_blocked)),
+                }
             })
             .collect();
         SamplerStats {
@@ -339,11 +410,20 @@ impl SamplerStats {
             walk_ends,
             failed_samples: self.failed_samples.saturating_sub(earlier.failed_samples),
             skipped_samples: self.skipped_samples.saturating_sub(earlier.skipped_samples),
+            slots_full: self.slots_full.saturating_sub(earlier.slots_full),
+            signal_blocked_samples: self
+                .signal_blocked_samples
+                .saturating_sub(earlier.signal_blocked_samples),
+            reused_samples: self.reused_samples.saturating_sub(earlier.reused_samples),
             late_samples: self.late_samples.saturating_sub(earlier.late_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
             sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
             stray_signals: self.stray_signals.saturating_sub(earlier.stray_signals),
+            cfi_frames: self.cfi_frames.saturating_sub(earlier.cfi_frames),
+            frame_pointer_frames: self
+                .frame_pointer_frames
+                .saturating_sub(earlier.frame_pointer_frames),
             thread_cpu,
         }
     }
@@ -360,17 +440,27 @@ impl SamplerStats {
         }
         self.failed_samples += later.failed_samples;
         self.skipped_samples += later.skipped_samples;
+        self.slots_full += later.slots_full;
+        self.signal_blocked_samples += later.signal_blocked_samples;
+        self.reused_samples += later.reused_samples;
         self.late_samples += later.late_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);
         self.sampler_cpu += later.sampler_cpu;
         self.stray_signals += later.stray_signals;
+        self.cfi_frames += later.cfi_frames;
+        self.frame_pointer_frames += later.frame_pointer_frames;
         for t in &later.thread_cpu {
             self.add_thread_cpu(t.tid, t.cpu);
+            self.add_signal_blocked(t.tid, t.signal_blocked);
         }
     }
 
-    /// Recorded stacks whose walk did not reach the end of the chain.
+    /// Recorded stacks whose raw walk did not reach the end of the frame
+    /// chain. Raw: whether a walk reached its thread's entry needs symbols
+    /// (the main thread's chain always breaks in the C start code after
+    /// `main`, and a zero frame pointer may sit halfway up the stack), so
+    /// the profile the root crate builds decides that per stack.
     pub fn truncated(&self) -> u64 {
         WalkEnd::ALL
             .iter()
@@ -433,6 +523,10 @@ pub enum Error {
     AlreadyRunning,
     /// `stop` was called twice.
     AlreadyStopped,
+    /// `stop` was called in a process forked from the one that started
+    /// the sampler: the sampler thread runs in the parent only. The child
+    /// can start a sampler of its own.
+    ForkedChild,
     /// The profiling signal already has a handler that is not ours.
     SignalInUse(i32),
     /// The sampler thread panicked (a bug; its samples are lost).
@@ -454,9 +548,13 @@ impl fmt::Display for Error {
                 "a btprof profiler is already running in this process; stop it before starting another",
             ),
             Error::AlreadyStopped => f.write_str("the profiler was already stopped"),
+            Error::ForkedChild => f.write_str(
+                "this profiler was started before fork() by the parent process, where it still runs; \
+                 a forked child cannot stop it (start a new profiler in the child instead)",
+            ),
             Error::SignalInUse(sig) => write!(
                 f,
-                "signal {sig} already has a handler installed by someone else; choose another real-time signal"
+                "signal {sig} already has a handler installed by someone else; choose another profiling signal"
             ),
             Error::SamplerPanicked => f.write_str("the sampler thread panicked"),
             Error::Timeout => f.write_str("the sampler thread did not hand over its stacks in time"),

@@ -5,7 +5,7 @@
 //! thread running the platform's loop, its live counters, the window
 //! requests it answers, and stopping and joining it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
@@ -14,25 +14,47 @@ use crate::{Error, Progress, RawProfile};
 
 /// One sampler per process: on Linux the signal handler and slots are
 /// global, and on any platform two samplers would interrupt each other's
-/// threads and profile each other's work.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// threads and profile each other's work. Holds the pid of the process
+/// whose sampler runs (0: none): a forked child inherits the parent's
+/// value, and since the parent's sampler thread does not exist in the
+/// child, a claim held for another pid is free there.
+static ACTIVE: AtomicI32 = AtomicI32::new(0);
+
+fn own_pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
 
 /// This process's claim to run a sampler; released on drop.
-pub(crate) struct Claim(());
+pub(crate) struct Claim {
+    pid: i32,
+}
 
 impl Claim {
     /// Claims the process's sampler, or [`Error::AlreadyRunning`].
     pub(crate) fn take() -> Result<Claim, Error> {
-        ACTIVE
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| Claim(()))
-            .map_err(|_| Error::AlreadyRunning)
+        let pid = own_pid();
+        let mut current = ACTIVE.load(Ordering::Acquire);
+        loop {
+            if current == pid {
+                return Err(Error::AlreadyRunning);
+            }
+            // 0, or a claim copied from the parent by fork: free here.
+            match ACTIVE.compare_exchange(current, pid, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(Claim { pid }),
+                Err(now) => current = now,
+            }
+        }
     }
 }
 
 impl Drop for Claim {
+    /// Releases the claim, unless this is a forked child's copy of its
+    /// parent's: the child may hold a claim of its own by now.
     fn drop(&mut self) {
-        ACTIVE.store(false, Ordering::Release);
+        if own_pid() == self.pid {
+            let _ = ACTIVE.compare_exchange(self.pid, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
     }
 }
 
@@ -52,6 +74,9 @@ pub(crate) struct SamplerThread {
     progress: Arc<Progress>,
     thread: Option<JoinHandle<Result<RawProfile, Error>>>,
     window: window::Client,
+    /// The process that started the thread. In a forked child the thread
+    /// does not exist: joining it would wait forever.
+    pid: i32,
 }
 
 impl SamplerThread {
@@ -79,6 +104,7 @@ impl SamplerThread {
             progress,
             thread: Some(thread),
             window,
+            pid: own_pid(),
         })
     }
 
@@ -95,8 +121,21 @@ impl SamplerThread {
         self.thread.is_some()
     }
 
-    /// Tells the loop to finish and waits for its profile.
+    /// Whether this handle was copied into a forked child, where its thread
+    /// does not run.
+    pub(crate) fn forked_away(&self) -> bool {
+        own_pid() != self.pid
+    }
+
+    /// Tells the loop to finish and waits for its profile. In a forked
+    /// child, [`Error::ForkedChild`] at once: the thread is the parent's.
     pub(crate) fn join(&mut self) -> Result<RawProfile, Error> {
+        if self.forked_away() {
+            // Dropping a JoinHandle detaches the pthread, which in the
+            // child is only a copy of the parent's bookkeeping; forget it.
+            std::mem::forget(self.thread.take());
+            return Err(Error::ForkedChild);
+        }
         self.stop.store(true, Ordering::Release);
         match self.thread.take() {
             Some(t) => t.join().unwrap_or_else(|_| Err(Error::SamplerPanicked)),

@@ -125,7 +125,10 @@ impl StackMemory for DirectMemory {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum WalkEnd {
-    /// The chain ended normally: a zero frame pointer or return address.
+    /// The chain ended: a zero frame pointer or return address, which the
+    /// ABIs use to mark the outermost frame. Whether that frame really is
+    /// the thread's entry (and not code without frame pointers that left 0
+    /// in the register) is decided once symbols are known.
     Complete = 0,
     /// The output buffer (the depth cap) was full.
     DepthCap = 1,
@@ -140,11 +143,17 @@ pub enum WalkEnd {
     Unreadable = 5,
     /// No stack bounds were known for the thread, so only frame 0 was kept.
     NoBounds = 6,
+    /// Not a walk: the thread was blocked in the kernel when it was due
+    /// (wall mode), and was not interrupted, because a signal would make
+    /// its blocking call fail with `EINTR`. The frames are its last known
+    /// stack (or only the blocked system call's pc); the profile shows
+    /// them under `[btprof: blocked]`.
+    Blocked = 7,
 }
 
 impl WalkEnd {
     /// Every variant, for iterating counters.
-    pub const ALL: [WalkEnd; 7] = [
+    pub const ALL: [WalkEnd; 8] = [
         WalkEnd::Complete,
         WalkEnd::DepthCap,
         WalkEnd::NotIncreasing,
@@ -152,12 +161,13 @@ impl WalkEnd {
         WalkEnd::OutOfBounds,
         WalkEnd::Unreadable,
         WalkEnd::NoBounds,
+        WalkEnd::Blocked,
     ];
 
     /// Whether frames may be missing at the root side of the stack.
     #[inline]
     pub const fn is_truncated(self) -> bool {
-        !matches!(self, WalkEnd::Complete)
+        !matches!(self, WalkEnd::Complete | WalkEnd::Blocked)
     }
 
     /// Decodes the `repr(u8)` value; unknown values map to `Unreadable`.
@@ -169,6 +179,7 @@ impl WalkEnd {
             3 => WalkEnd::Misaligned,
             4 => WalkEnd::OutOfBounds,
             6 => WalkEnd::NoBounds,
+            7 => WalkEnd::Blocked,
             _ => WalkEnd::Unreadable,
         }
     }

@@ -139,6 +139,7 @@ impl Builder {
             total: self.total,
             run_info: None,
             stats,
+            truncated_at: Vec::new(),
         }
     }
 
@@ -151,10 +152,12 @@ impl Builder {
     pub fn finish(self, stats: Stats) -> Profile {
         let mut profile = self.into_profile(None, Some(stats));
         profile.stacks = sorted_by_folded_line(&profile);
-        let run_info = profile
-            .stats
-            .as_ref()
-            .map(|stats| RunInfo::of_this_process(stats, profile.overflow_samples()));
+        let run_info = profile.stats.as_ref().map(|stats| {
+            let mut info = RunInfo::of_this_process(stats, profile.overflow_samples());
+            // Decided per stack with symbols: expected ends left out.
+            info.truncated_walks = profile.truncated_samples();
+            info
+        });
         profile.run_info = run_info;
         profile
     }

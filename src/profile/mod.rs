@@ -17,6 +17,7 @@ mod intern;
 pub mod run_info;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 pub use builder::{Builder, Overflow};
 pub use intern::{FrameId, NameId, ThreadId};
@@ -109,6 +110,9 @@ pub struct Profile {
     total: u64,
     run_info: Option<RunInfo>,
     stats: Option<Stats>,
+    /// Truncated samples by the module of the frame where their walk
+    /// stopped, most first (recordings only).
+    truncated_at: Vec<(Arc<str>, u64)>,
 }
 
 /// One thread of the thread table.
@@ -359,6 +363,33 @@ impl Profile {
     /// If `id` is not from this profile.
     pub fn name(&self, id: NameId) -> &str {
         self.names.get(id)
+    }
+
+    /// Samples whose walk stopped short of the thread's entry (`main`, a
+    /// thread start or the frame chain's end in the C library). Unlike
+    /// [`Stats::truncated`], which counts how the raw walks ended, this
+    /// leaves out the expected ends (the main thread's chain always breaks
+    /// in the C start code after `main`).
+    pub fn truncated_samples(&self) -> u64 {
+        self.stacks()
+            .filter(|s| s.truncated())
+            .map(|s| s.count())
+            .sum()
+    }
+
+    /// Truncated samples by the module (file name) of the frame where
+    /// their walk stopped, most first: the module that lacks frame
+    /// pointers and unwind information, or the depth cap's last module.
+    /// Empty for profiles read from files.
+    pub fn truncated_by_module(&self) -> &[(Arc<str>, u64)] {
+        &self.truncated_at
+    }
+
+    /// Records where truncated walks stopped (see
+    /// [`Profile::truncated_by_module`]), most first.
+    pub(crate) fn set_truncated_by_module(&mut self, mut by_module: Vec<(Arc<str>, u64)>) {
+        by_module.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        self.truncated_at = by_module;
     }
 
     /// Samples a full stack table counted under [`TABLE_FULL_FRAME`].

@@ -55,7 +55,9 @@ pub struct RunInfo {
     pub samples: u64,
     /// Deadlines the sampler skipped because it woke too late.
     pub missed_ticks: u64,
-    /// Stacks whose walk ended before the thread's root.
+    /// Samples whose walk stopped short of the thread's entry (`main`, a
+    /// thread start, or the frame chain's end in the C library); expected
+    /// ends, such as the C start code below `main`, are not counted.
     pub truncated_walks: u64,
     /// Samples due but never taken.
     pub failed_samples: u64,

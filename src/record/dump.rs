@@ -111,6 +111,9 @@ pub struct DumpStats {
 pub(crate) struct Dumper {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process that started the thread: in a forked child it does not
+    /// exist, and its lock may have been held at the fork.
+    pid: u32,
 }
 
 pub(crate) struct Shared {
@@ -166,6 +169,7 @@ impl Dumper {
         Ok(Dumper {
             shared,
             thread: Some(thread),
+            pid: std::process::id(),
         })
     }
 
@@ -187,6 +191,12 @@ impl Dumper {
     /// Stops and joins the dump thread; the sampler is then the caller's
     /// alone.
     pub(crate) fn stop_thread(&mut self) {
+        if std::process::id() != self.pid {
+            // A forked child's copy: the thread runs in the parent only, so
+            // there is nothing to join, and the lock may be held forever.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.shared.lock().stop = true;
         self.shared.wake.notify_all();
         if let Some(thread) = self.thread.take() {

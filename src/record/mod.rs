@@ -4,10 +4,12 @@
 
 mod dump;
 mod dump_signal;
+pub mod lost_samples;
 mod profiler;
 pub mod scope;
 mod symbolize;
 mod thread_names;
+mod walk_ends;
 
 pub use dump::DumpStats;
 pub use profiler::{Profiler, ProfilerBuilder};

@@ -55,8 +55,12 @@ impl ProfilerBuilder {
         self
     }
 
-    /// The real-time signal used on Linux, if the default is taken. macOS
-    /// samples without a signal, and starting fails if one is set.
+    /// The profiling signal on Linux, if the default (`SIGURG`) is taken:
+    /// `SIGWINCH` or a real-time signal. A real-time signal's default
+    /// action is to terminate, so one still queued when a thread calls
+    /// `exec` kills the new program; `SIGURG` and `SIGWINCH` are ignored
+    /// there. macOS samples without a signal, and starting fails if one
+    /// is set.
     pub fn signal(mut self, signal: i32) -> Self {
         self.config.signal = Some(signal);
         self
@@ -228,6 +232,10 @@ impl Profiler {
 
     /// [`Profiler::stop`], and what the dumps did, the last one included.
     pub fn stop_with_dump_stats(mut self) -> Result<(Profile, DumpStats), Error> {
+        if !self.sampler.started_in_this_process() {
+            // A forked child's copy: the sampler runs in the parent.
+            return Err(Error::Sampler(btprof_sampler::Error::ForkedChild));
+        }
         let mut dumper = self.dumper.take();
         if let Some(dumper) = &mut dumper {
             dumper.stop_thread();

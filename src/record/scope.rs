@@ -16,16 +16,18 @@
 //! directory (found from `CARGO_TARGET_DIR` or the running executable's
 //! path), else `target/btprof/`.
 //!
-//! Only one profiler runs per process, and tests run in parallel threads,
-//! so a scope waits until no other scope is profiling: profiled scopes run
-//! one at a time, and each profile holds that scope's work (plus whatever
-//! unprofiled code ran beside it).
+//! Only one profiler runs per process. A scope that starts while another
+//! is profiling (nested in it, on another thread, or in a test running in
+//! parallel) is not profiled: it says so on stderr and runs its code
+//! unprofiled. It never waits for the other scope, because that scope may
+//! be waiting for it (an outer scope joining a thread that opens a scope
+//! of its own would hang forever). To get one profile per test, run the
+//! tests one at a time (`cargo test -- --test-threads=1`).
 
-use std::cell::Cell;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::formats::output_file::PendingFile;
 use crate::formats::sidecar::sidecar_path;
@@ -36,12 +38,26 @@ pub const ENABLE_VAR: &str = "BTPROF_PROFILE";
 /// The environment variable that overrides where scope profiles go.
 pub const DIR_VAR: &str = "BTPROF_DIR";
 
-/// Held by the scope that is profiling.
-static TURN: Mutex<()> = Mutex::new(());
+/// Set while a scope is profiling.
+static PROFILING: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    /// This thread holds [`TURN`]: a nested scope would wait for itself.
-    static IN_SCOPE: Cell<bool> = const { Cell::new(false) };
+/// The profiling scope's hold on [`PROFILING`]; released on drop.
+struct Turn(());
+
+impl Turn {
+    /// Takes the turn if no scope is profiling; never waits.
+    fn try_take() -> Option<Turn> {
+        PROFILING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| Turn(()))
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        PROFILING.store(false, Ordering::Release);
+    }
 }
 
 /// Profiles until dropped, if `BTPROF_PROFILE` is set; see the
@@ -94,10 +110,9 @@ impl ScopeBuilder {
         self
     }
 
-    /// Starts profiling, after any other scope of this process is done.
-    /// A scope that cannot profile (disabled, nested in another on this
-    /// thread, or the profiler fails to start) does nothing; the last two
-    /// say why on stderr.
+    /// Starts profiling. A scope that cannot profile (disabled, another
+    /// scope is profiling, or the profiler fails to start) runs unprofiled
+    /// at once, never waiting; the last two say why on stderr.
     pub fn start(self) -> ProfileScope {
         let inactive = |name| ProfileScope {
             name,
@@ -107,23 +122,21 @@ impl ScopeBuilder {
         if !(self.always || enabled_by_env()) {
             return inactive(self.name);
         }
-        if IN_SCOPE.get() {
+        let Some(turn) = Turn::try_take() else {
             eprintln!(
-                "btprof: scope {} is inside another profiled scope on this thread; not profiled separately",
+                "btprof: scope {} not profiled: another profiled scope is running in this \
+                 process (one at a time; its profile includes this scope's work if it runs \
+                 in that scope's time)",
                 self.name
             );
             return inactive(self.name);
-        }
-        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        };
         match self.profiler.start() {
-            Ok(profiler) => {
-                IN_SCOPE.set(true);
-                ProfileScope {
-                    dir: self.dir.unwrap_or_else(default_dir),
-                    name: self.name,
-                    running: Some((profiler, turn)),
-                }
-            }
+            Ok(profiler) => ProfileScope {
+                dir: self.dir.unwrap_or_else(default_dir),
+                name: self.name,
+                running: Some((profiler, turn)),
+            },
             Err(e) => {
                 eprintln!("btprof: scope {} not profiled: {e}", self.name);
                 inactive(self.name)
@@ -149,7 +162,7 @@ pub struct ScopeFiles {
 pub struct ProfileScope {
     name: String,
     dir: PathBuf,
-    running: Option<(Profiler, MutexGuard<'static, ()>)>,
+    running: Option<(Profiler, Turn)>,
 }
 
 impl ProfileScope {
@@ -169,7 +182,6 @@ impl ProfileScope {
             return Ok(None);
         };
         let profile = profiler.stop();
-        IN_SCOPE.set(false);
         drop(turn);
         let profile = profile?;
         fs::create_dir_all(&self.dir).map_err(|e| io_at(&self.dir, e))?;

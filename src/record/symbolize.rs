@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use btprof_sampler::stack_table::StackKey;
-use btprof_sampler::walker::Arch;
+use btprof_sampler::walker::{Arch, WalkEnd};
 use btprof_sampler::RawProfile;
 use btprof_symbols::{Resolver, Symbol};
 
 use super::thread_names::full_name;
+use super::walk_ends;
 use crate::profile::{Builder, Profile, ThreadId, TABLE_FULL_FRAME};
 
 impl Profile {
@@ -40,17 +41,31 @@ impl Profile {
             None => *unknown.get_or_insert_with(|| builder.thread("[unknown thread]", None).ok()),
         };
         let mut frames = Vec::new();
+        let mut truncated_at: std::collections::HashMap<Arc<str>, u64> = Default::default();
         for (key, count) in raw.table.iter() {
             resolve_stack(raw.arch, &key, resolver, &mut frames);
+            // Complete only if the walk reached the thread's entry.
+            let outermost = outermost_symbol(&key, resolver);
+            let truncated = walk_ends::is_truncated(key.end, &frames, &outermost);
+            if truncated {
+                // Where it stopped, for the CLI's warning.
+                let module = outermost.module.unwrap_or_else(|| Arc::from("[unknown]"));
+                *truncated_at.entry(module).or_default() += count;
+            }
             let thread = thread_of(&mut builder, key.thread);
-            let root_first = frames.iter().rev().map(|f| &**f);
-            let _ = builder.add_stack(thread, root_first, key.end.is_truncated(), count);
+            // A wall-mode sample of a thread blocked in the kernel (not
+            // interrupted) shows under its last known stack.
+            let blocked = (key.end == WalkEnd::Blocked).then_some(walk_ends::BLOCKED_FRAME);
+            let root_first = frames.iter().rev().map(|f| &**f).chain(blocked);
+            let _ = builder.add_stack(thread, root_first, truncated, count);
         }
         for &(thread, count) in raw.table.overflow() {
             let thread = thread_of(&mut builder, thread);
             let _ = builder.add_stack(thread, [TABLE_FULL_FRAME], false, count);
         }
-        builder.finish(raw.stats.clone())
+        let mut profile = builder.finish(raw.stats.clone());
+        profile.set_truncated_by_module(truncated_at.into_iter().collect());
+        profile
     }
 }
 
@@ -86,6 +101,20 @@ pub(crate) fn resolve_stack(
     }
     for &ret in returns {
         out.push(resolver.resolve(ret.wrapping_sub(1)).name);
+    }
+}
+
+/// The symbol of a raw stack's outermost frame (its last return address,
+/// or the pc of a one-frame stack), from the resolver's cache.
+pub(crate) fn outermost_symbol(key: &StackKey<'_>, resolver: &mut Resolver) -> Symbol {
+    match key.frames {
+        [] => Symbol {
+            name: "[empty]".into(),
+            function_start: None,
+            module: None,
+        },
+        [pc] => resolver.resolve(*pc),
+        [.., ret] => resolver.resolve(ret.wrapping_sub(1)),
     }
 }
 

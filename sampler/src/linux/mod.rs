@@ -1,4 +1,5 @@
-//! Linux, own process: a real-time signal per sample.
+//! Linux, own process: a signal per sample (`SIGURG` by default, see
+//! [`default_signal`]).
 //!
 //! A thread cannot ptrace its own process, and `setitimer(ITIMER_PROF)`
 //! fires at the kernel tick rate (250 Hz on many kernels). So in cpu mode
@@ -20,12 +21,14 @@
 //! weighted by them). It never waits for a handler, so a thread that is
 //! slow to take its signal delays only its own sample.
 
+pub(crate) mod checked_memory;
 mod scheduling;
 mod signal;
 mod slots;
 mod stack_regions;
 mod thread_timers;
 mod threads;
+mod unwind;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -48,6 +51,7 @@ pub use slots::MAX_DEPTH;
 use signal::{InstalledHandler, SignalSender};
 use slots::{Collected, Poll, SlotOwner, SLOTS};
 use thread_timers::ThreadTimer;
+use unwind::CfiWalker;
 
 /// A slot not taken by its thread within this time is cancelled and the
 /// sample counted as failed (the thread has the signal blocked, or is
@@ -57,6 +61,8 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 /// about 7 µs, too much for every tick at 1000 Hz. A new thread is sampled
 /// at most this much later; an exited one fails its send with `ESRCH`.
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
+/// A listing may take at most 1/this of the time between two listings.
+const LISTING_SHARE: u32 = 20;
 /// Sampler-thread path: the most periods one sample may stand for. A
 /// thread owed more (the sampler ran late, or its signals kept arriving
 /// while it waited for a CPU) has the excess counted as skipped: one
@@ -70,13 +76,37 @@ const YOUNG: Duration = Duration::from_millis(100);
 /// With per-thread timers, the longest the sampler thread sleeps between
 /// two collections of finished samples.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
+/// Wall mode: CPU time a thread may gain since its last sample and still
+/// count as not having run: taking a sample costs the thread a few
+/// microseconds of handler (up to ~10 in a VM, more under load).
+const IDLE_SLACK_NS: u64 = 50_000;
+/// The least time between two reads of `/proc/self/maps`.
+const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// The default profiling signal: high in the real-time range, where
-/// libraries rarely look (glibc reserves the lowest ones).
+/// The default profiling signal: `SIGURG`, because its default action is
+/// to ignore it. A signal still queued for a thread when that thread calls
+/// `execve` survives into the new program, where every handler is back to
+/// its default; for a real-time signal that default is to terminate, so an
+/// `exec` while profiling would kill the new program (it did, 54 times in
+/// 100). `SIGURG` is then dropped instead. It is also a standard signal, so
+/// the kernel never queues more than one instance per thread, whatever
+/// happens, and it is rarely used (TCP out-of-band data, Go's runtime):
+/// btprof refuses it when it already has a handler, and an instance from
+/// elsewhere that reaches our handler is ignored, as it would have been.
 pub fn default_signal() -> i32 {
-    libc::SIGRTMAX() - 3
+    libc::SIGURG
+}
+
+/// Whether `signal` may be the profiling signal: a signal whose default
+/// action is to ignore it and that has no other meaning to the kernel
+/// (`SIGURG`, `SIGWINCH`), or a real-time signal (at the caller's risk on
+/// `exec`, see [`default_signal`]).
+fn usable_signal(signal: i32) -> bool {
+    signal == libc::SIGURG
+        || signal == libc::SIGWINCH
+        || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal)
 }
 
 /// Per-thread CPU timers in cpu mode where perf events are allowed and the
@@ -106,9 +136,12 @@ impl Sampler {
     pub fn start(config: SamplerConfig) -> Result<Sampler, Error> {
         config.validate()?;
         let signal = config.signal.unwrap_or_else(default_signal);
-        if !(libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal) {
+        if !usable_signal(signal) {
             return Err(Error::InvalidConfig(format!(
-                "signal {signal} is not a real-time signal ({}..={})",
+                "signal {signal} cannot be the profiling signal: use SIGURG ({}), SIGWINCH ({}) \
+                 or a real-time signal ({}..={})",
+                libc::SIGURG,
+                libc::SIGWINCH,
                 libc::SIGRTMIN(),
                 libc::SIGRTMAX()
             )));
@@ -116,6 +149,10 @@ impl Sampler {
         let claim = Claim::take()?;
         // SAFETY: getpid has no preconditions.
         slots::OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+        // Without a fault-safe read, walks keep only the pc (counted as
+        // unreadable) rather than trust a snapshot of the mappings.
+        checked_memory::probe();
+        unwind::stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
         slots::TIMER_MAX_DEPTH.store(
             config.max_depth.clamp(1, MAX_DEPTH) as u32,
             Ordering::Relaxed,
@@ -134,6 +171,13 @@ impl Sampler {
             handler: Some(handler),
             _claim: claim,
         })
+    }
+
+    /// Whether this sampler was started by the calling process; `false` in
+    /// a child forked while it ran, where it cannot be stopped (the child
+    /// gets [`Error::ForkedChild`] and may start its own).
+    pub fn started_in_this_process(&self) -> bool {
+        !self.thread.forked_away()
     }
 
     /// Live counters, for progress displays.
@@ -214,9 +258,27 @@ struct ThreadState {
     timer_samples: u64,
     timer_checked_ns: u64,
     /// The thread blocks the profiling signal: its timer is closed (so no
-    /// signals queue up on it) and its periods are counted as failed
-    /// samples until it unblocks.
+    /// signals queue up on it), the sampler thread does not signal it, and
+    /// its due samples are counted in `signal_blocked_samples` until it
+    /// unblocks.
     blocked: Option<BlockedSince>,
+    /// Sampler-thread path, wall mode: the thread's last stack, counted
+    /// again while its CPU clock does not move (or under
+    /// `[btprof: blocked]` when it ran and blocked since), and its CPU
+    /// clock when that stack was taken.
+    last_walk: Option<OwnedWalk>,
+    walk_cpu_ns: u64,
+    /// Sampler-thread path, wall mode: the tick up to which the thread's
+    /// samples are counted.
+    counted_tick: u64,
+    /// Sampler-thread path: its CPU clock at the last listing, to tell
+    /// idle threads from active ones.
+    listing_cpu_ns: Option<u64>,
+    /// Sampler-thread path: its signal mask was looked at before its first
+    /// signal (a thread that blocks the signal from the start, as daemons
+    /// and `sigwait` loops do, is never signalled: the signal would stay
+    /// queued, or be taken by its `sigwait` as if it were its own).
+    mask_checked: bool,
 }
 
 /// A thread found blocking the profiling signal.
@@ -243,7 +305,9 @@ impl ThreadState {
             owed_ns: 0,
             accounted_ns: None,
             pending: false,
-            regions_ready: false,
+            // Walks are fault-safe and bounded without the snapshot too
+            // (see `slots`), so a new thread is sampled at once.
+            regions_ready: true,
             seen_listing: listing,
             first_seen: now,
             name_pass: 0,
@@ -254,6 +318,11 @@ impl ThreadState {
             timer_samples: 0,
             timer_checked_ns: 0,
             blocked: None,
+            last_walk: None,
+            walk_cpu_ns: 0,
+            counted_tick: 0,
+            listing_cpu_ns: None,
+            mask_checked: false,
         }
     }
 
@@ -303,6 +372,10 @@ struct SamplerLoop {
     progress: Arc<Progress>,
     regions_scratch: Vec<(u64, u64)>,
     regions_stale: bool,
+    /// When `/proc/self/maps` was last read, and the least time to the
+    /// next read (longer when a read is costly).
+    regions_read_at: Option<Instant>,
+    regions_every: Duration,
     missing_regions_seen: u64,
     tick: u64,
     /// Listings so far.
@@ -313,10 +386,24 @@ struct SamplerLoop {
     listed_at: Option<Instant>,
     /// Timer samples copied out of their slots, reused between passes.
     timer_walks: Vec<(i32, OwnedWalk)>,
+    /// How often the thread list is read: [`RELIST_INTERVAL`], or longer
+    /// when a listing is costly.
+    relist_every: Duration,
+    /// Sampler-thread path: the threads the ticks look at, chosen at each
+    /// listing ([`Self::choose_active`]).
+    active: Vec<i32>,
+    /// Sampler-thread path: where in the thread list the next tick starts,
+    /// so that when there are more threads due than slots, every thread
+    /// gets its turn rather than the first ones every tick.
+    rotation: usize,
+    /// CFI unwinding of the handlers' stack copies; `None` with
+    /// `frame_pointers_only`.
+    cfi: Option<CfiWalker>,
 }
 
 /// A finished walk copied out of its slot, so the slot is free again
 /// before the sample is named and interned.
+#[derive(Clone)]
 struct OwnedWalk {
     frames: Vec<u64>,
     lr: u64,
@@ -324,11 +411,20 @@ struct OwnedWalk {
 }
 
 impl OwnedWalk {
-    fn of(walk: &Collected<'_>) -> Self {
+    /// Copies `walk` out of its slot, completed with CFI from the slot's
+    /// stack copy first when there is a `cfi` walker (which counts in
+    /// `stats` where the callers came from).
+    fn of(
+        walk: &Collected<'_>,
+        cfi: Option<&mut CfiWalker>,
+        max_depth: usize,
+        stats: &mut SamplerStats,
+    ) -> Self {
+        let (frames, end) = unwind::finish(cfi, walk, max_depth, stats);
         OwnedWalk {
-            frames: walk.frames.to_vec(),
+            frames: frames.to_vec(),
             lr: walk.lr,
-            end: walk.end,
+            end,
         }
     }
 
@@ -337,6 +433,7 @@ impl OwnedWalk {
             frames: &self.frames,
             lr: self.lr,
             end: self.end,
+            copy: None,
         }
     }
 }
@@ -350,6 +447,7 @@ impl SamplerLoop {
         requests: mpsc::Receiver<window::Request>,
     ) -> Result<Self, Error> {
         let mut stats = SamplerStats::new(&config);
+        let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
         stats.clock = clock;
         progress
             .thread_timers
@@ -378,12 +476,18 @@ impl SamplerLoop {
             progress,
             regions_scratch: Vec::new(),
             regions_stale: false,
+            regions_read_at: Some(Instant::now()),
+            regions_every: REGIONS_REFRESH_INTERVAL,
             missing_regions_seen: slots::MISSING_REGIONS.load(Ordering::Relaxed),
             tick: 0,
             listing: 0,
             pass: 0,
             listed_at: None,
             timer_walks: Vec::new(),
+            rotation: 0,
+            cfi,
+            active: Vec::new(),
+            relist_every: RELIST_INTERVAL,
         })
     }
 
@@ -431,7 +535,11 @@ impl SamplerLoop {
                     .serve(request, table, threads, &stats, Arch::host());
             }
         };
-        // Every CPU reading first, then no timer fires again.
+        // Every CPU reading first, then no timer fires again. Periods
+        // lost to a blocked signal since the last listing are counted too.
+        if self.timers() {
+            self.watch_blocked_threads();
+        }
         self.account_cpu();
         for state in self.threads.values_mut() {
             state.timer = None;
@@ -464,8 +572,9 @@ impl SamplerLoop {
         self.collect(false);
         if self
             .listed_at
-            .is_none_or(|at| at.elapsed() >= RELIST_INTERVAL)
+            .is_none_or(|at| at.elapsed() >= self.relist_every)
         {
+            let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
             self.listing += 1;
@@ -476,12 +585,29 @@ impl SamplerLoop {
             if self.timers() {
                 self.watch_blocked_threads();
                 self.open_timers();
+            } else {
+                self.recheck_blocked_threads();
+                self.choose_active();
             }
+            // A listing reads every thread's clock: with thousands of
+            // threads it costs milliseconds. Keep it under 1/LISTING_SHARE
+            // of the sampler's time, so ticks stay cheap and on time (a new
+            // thread is then found later in such a process).
+            // (Measured in the sampler's own CPU time: on a busy machine
+            // its wall time says more about the load than the listing.)
+            let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu));
+            self.relist_every = RELIST_INTERVAL.max(cost * LISTING_SHARE);
         } else {
             self.refresh_regions_if_stale();
         }
         if !self.timers() {
             self.signal_due_threads();
+        }
+        // After the threads are signalled or their timers opened, so that
+        // reading the modules (the first time, copying their unwind
+        // sections) never delays a sample.
+        if let Some(cfi) = self.cfi.as_mut() {
+            cfi.refresh_modules();
         }
         self.progress
             .threads
@@ -489,11 +615,33 @@ impl SamplerLoop {
         Ok(())
     }
 
-    /// Sampler-thread path: signals every thread due this tick.
+    /// Sampler-thread path: signals every thread due this tick that is
+    /// running user code, starting where the last tick ran out of slots.
+    ///
+    /// A thread that is not running user code is never interrupted: a
+    /// signal would make its blocking call (`poll`, `nanosleep`, `select`,
+    /// `epoll_wait`, a `read` with a timeout…) fail with `EINTR`. In cpu
+    /// mode its owed CPU time waits until it runs again. In wall mode a
+    /// thread whose CPU clock has not moved since its last sample has not
+    /// run, so its last stack is counted again; one that ran and is blocked
+    /// now is counted under `[btprof: blocked]` below its last known stack
+    /// (or below the blocked system call's pc, when it has none yet).
+    ///
+    /// Only threads found active at the last listing are looked at
+    /// ([`Self::choose_active`]): with thousands of idle threads, reading
+    /// every thread's clock every tick would cost more than the period.
     fn signal_due_threads(&mut self) {
-        for i in 0..self.tids.len() {
-            let tid = self.tids[i];
+        let count = self.active.len();
+        let start = if count == 0 { 0 } else { self.rotation % count };
+        let mut ran_out_at = None;
+        for n in 0..count {
+            let i = (start + n) % count;
+            let tid = self.active[i];
             let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let Some(cpu) = threads::thread_cpu_ns(tid) else {
+                // Exited since listed: counted when the list is re-read.
                 continue;
             };
             let mut weight = 1;
@@ -501,10 +649,6 @@ impl SamplerLoop {
             // to tell whether the thread waited for a CPU meanwhile.
             let mut read_at = (0, 0);
             if self.config.mode == Mode::Cpu {
-                let Some(cpu) = threads::thread_cpu_ns(tid) else {
-                    // Exited since listed: counted when the list is re-read.
-                    continue;
-                };
                 read_at = (monotonic_ns(), cpu);
                 // The CPU time used since the last tick is owed to the next
                 // sample; a sample is due once a full period is owed.
@@ -522,19 +666,70 @@ impl SamplerLoop {
                 }
                 weight = state.owed_ns / self.period_ns;
             }
+            if state.blocked.is_some() {
+                // It blocks the signal: not signalled, its samples counted.
+                if self.config.mode == Mode::Cpu {
+                    state.owed_ns -= weight * self.period_ns;
+                }
+                self.stats.signal_blocked_samples += weight;
+                self.stats.add_signal_blocked(tid as u64, weight);
+                continue;
+            }
+            if self.config.mode == Mode::Wall {
+                // Being sampled costs a thread some CPU (the handler): less
+                // than IDLE_SLACK_NS of progress is not running.
+                let ran = cpu >= state.walk_cpu_ns + IDLE_SLACK_NS;
+                if let (false, Some(walk)) = (ran, &state.last_walk) {
+                    let weight = self.tick.saturating_sub(state.counted_tick).max(1);
+                    state.counted_tick = self.tick;
+                    let (key, walk) = (state.key, walk.clone());
+                    self.stats.reused_samples += weight;
+                    self.intern(key, &walk.as_collected(), weight);
+                    continue;
+                }
+            }
             if state.pending || !state.regions_ready {
                 self.stats.skipped_samples += 1;
                 continue;
             }
+            match threads::run_state(tid) {
+                Some(threads::RunState::Running) => {}
+                Some(threads::RunState::Blocked) => {
+                    if self.config.mode == Mode::Wall {
+                        self.count_blocked(tid, cpu);
+                    }
+                    continue;
+                }
+                None => continue,
+            }
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            if !state.mask_checked {
+                state.mask_checked = true;
+                let signal = self.sender.signal();
+                if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
+                    state.blocked = Some(BlockedSince {
+                        cpu_ns: cpu,
+                        owed_ns: 0,
+                        recheck_listing: self.listing + BLOCKED_RECHECK_LISTINGS,
+                    });
+                    self.stats.signal_blocked_samples += weight;
+                    self.stats.add_signal_blocked(tid as u64, weight);
+                    continue;
+                }
+            }
             let key = state.key;
             let Some(armed) = self.slots.arm(self.config.max_depth) else {
-                self.stats.skipped_samples += 1;
+                self.stats.slots_full += 1;
+                ran_out_at.get_or_insert(i);
                 continue;
             };
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             match self.sender.send(tid, armed.signal_value()) {
                 Ok(()) => {
                     state.pending = true;
+                    state.counted_tick = self.tick;
                     if self.config.mode == Mode::Cpu {
                         state.owed_ns -= weight * self.period_ns;
                     }
@@ -560,6 +755,80 @@ impl SamplerLoop {
                 }
             }
         }
+        self.rotation = ran_out_at.unwrap_or(0);
+    }
+
+    /// Wall mode: counts a thread that ran since its last sample but is
+    /// blocked in the kernel now, without interrupting it: its last known
+    /// stack (or the blocked system call's pc) marked blocked. That stack
+    /// is then counted again while its CPU clock stays put.
+    fn count_blocked(&mut self, tid: i32, cpu: u64) {
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let walk = match &state.last_walk {
+            Some(last) => OwnedWalk {
+                end: WalkEnd::Blocked,
+                ..last.clone()
+            },
+            None => match threads::blocked_syscall_pc(tid) {
+                Some(pc) => OwnedWalk {
+                    frames: vec![pc],
+                    lr: 0,
+                    end: WalkEnd::Blocked,
+                },
+                None => {
+                    self.stats.skipped_samples += 1;
+                    return;
+                }
+            },
+        };
+        state.walk_cpu_ns = cpu;
+        state.last_walk = Some(walk.clone());
+        let weight = self.tick.saturating_sub(state.counted_tick).max(1);
+        state.counted_tick = self.tick;
+        let key = state.key;
+        self.intern(key, &walk.as_collected(), weight);
+    }
+
+    /// Sampler-thread path, at each listing: picks the threads the ticks
+    /// look at until the next listing: those whose CPU clock moved since
+    /// the last listing, and those with a sample in flight or owed. An
+    /// idle thread's CPU time is not lost (it is owed from its last reading
+    /// when it runs again); in wall mode the ticks it sat idle are counted
+    /// here, in one weighted sample of its last stack.
+    fn choose_active(&mut self) {
+        let mut active = std::mem::take(&mut self.active);
+        active.clear();
+        for i in 0..self.tids.len() {
+            let tid = self.tids[i];
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let Some(now) = threads::thread_cpu_ns(tid) else {
+                continue;
+            };
+            let moved = state
+                .listing_cpu_ns
+                .is_none_or(|before| now >= before + IDLE_SLACK_NS);
+            state.listing_cpu_ns = Some(now);
+            let busy = moved || state.pending || state.owed_ns >= self.period_ns;
+            if busy || state.blocked.is_some() {
+                active.push(tid);
+            } else if self.config.mode == Mode::Wall && self.tick > state.counted_tick {
+                if state.last_walk.is_some() {
+                    let weight = self.tick - state.counted_tick;
+                    state.counted_tick = self.tick;
+                    let key = state.key;
+                    let walk = state.last_walk.clone().expect("checked");
+                    self.stats.reused_samples += weight;
+                    self.intern(key, &walk.as_collected(), weight);
+                } else {
+                    self.count_blocked(tid, now);
+                }
+            }
+        }
+        self.active = active;
     }
 
     /// Registers threads seen for the first time and re-reads names that
@@ -673,7 +942,9 @@ impl SamplerLoop {
                 };
                 blocked.owed_ns += cpu.saturating_sub(blocked.cpu_ns);
                 blocked.cpu_ns = cpu;
-                self.stats.failed_samples += blocked.owed_ns / period;
+                let lost = blocked.owed_ns / period;
+                self.stats.signal_blocked_samples += lost;
+                self.stats.add_signal_blocked(tid as u64, lost);
                 blocked.owed_ns %= period;
                 if listing >= blocked.recheck_listing {
                     blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
@@ -688,8 +959,17 @@ impl SamplerLoop {
             };
             let silent = state.timer_samples == 0
                 && count.saturating_sub(state.timer_checked_ns) >= SILENT_PERIODS * period;
-            if silent && threads::blocks_signal(tid, signal) == Some(true) {
-                self.stats.failed_samples += count.saturating_sub(state.timer_checked_ns) / period;
+            // Blocked and pending: `SigBlk` alone also holds the signal
+            // while the thread runs btprof's own handler, and a silent
+            // spell (the sampler thread starved on a busy machine) taken
+            // with that moment would close a working thread's timer.
+            if silent
+                && threads::blocks_signal(tid, signal) == Some(true)
+                && threads::signal_pending(tid, signal) == Some(true)
+            {
+                let lost = count.saturating_sub(state.timer_checked_ns) / period;
+                self.stats.signal_blocked_samples += lost;
+                self.stats.add_signal_blocked(tid as u64, lost);
                 state.timer = None;
                 // CPU time is accounted from its clock from now on.
                 state.accounted_ns = threads::thread_cpu_ns(tid);
@@ -719,6 +999,20 @@ impl SamplerLoop {
             {
                 continue;
             }
+            if !state.mask_checked {
+                // A thread that blocks the signal gets no timer: its
+                // overflows would queue up (real-time signals) or be taken
+                // by its `sigwait`. Counted by `watch_blocked_threads`.
+                state.mask_checked = true;
+                if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
+                    state.blocked = Some(BlockedSince {
+                        cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
+                        owed_ns: 0,
+                        recheck_listing: self.listing + BLOCKED_RECHECK_LISTINGS,
+                    });
+                    continue;
+                }
+            }
             match ThreadTimer::open(tid, period, signal) {
                 Ok(timer) => {
                     // The timer counts from zero: CPU time is accounted from
@@ -740,13 +1034,31 @@ impl SamplerLoop {
         }
     }
 
+    /// Re-reads `/proc/self/maps` when walks missed the snapshot or new
+    /// threads appeared, at most every [`REGIONS_REFRESH_INTERVAL`]: with
+    /// thousands of mappings one read costs milliseconds, and the snapshot
+    /// only tightens walk bounds (reads are fault-safe without it).
     fn refresh_regions_if_stale(&mut self) {
         let missing = slots::MISSING_REGIONS.load(Ordering::Relaxed);
         if missing != self.missing_regions_seen {
             self.missing_regions_seen = missing;
             self.regions_stale = true;
         }
-        if self.regions_stale && stack_regions::refresh(&mut self.regions_scratch) {
+        if !self.regions_stale
+            || self
+                .regions_read_at
+                .is_some_and(|at| at.elapsed() < self.regions_every)
+        {
+            return;
+        }
+        self.regions_read_at = Some(Instant::now());
+        let cpu_before = threads::own_cpu_ns();
+        let refreshed = stack_regions::refresh(&mut self.regions_scratch);
+        // With thousands of mappings a read costs milliseconds: keep it
+        // under 1/LISTING_SHARE of the sampler's time too.
+        let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(cpu_before));
+        self.regions_every = REGIONS_REFRESH_INTERVAL.max(cost * LISTING_SHARE);
+        if refreshed {
             self.regions_stale = false;
             for state in self.threads.values_mut() {
                 state.regions_ready = true;
@@ -789,8 +1101,9 @@ impl SamplerLoop {
                 continue;
             };
             let mut finished_walk = None;
+            let (cfi, stats, max_depth) = (&mut self.cfi, &mut self.stats, self.config.max_depth);
             let finished = match self.slots.poll(slot, |walk| {
-                finished_walk = Some(OwnedWalk::of(&walk));
+                finished_walk = Some(OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats));
             }) {
                 Poll::Collected => true,
                 Poll::Late => {
@@ -813,6 +1126,10 @@ impl SamplerLoop {
                     if (exited || expired) && self.slots.cancel(slot) {
                         if exited {
                             self.stats.exited_threads += 1;
+                        } else if !cancel_all && self.cannot_take_signal(slot_use.tid) {
+                            self.stats.signal_blocked_samples += slot_use.weight;
+                            self.stats
+                                .add_signal_blocked(slot_use.tid as u64, slot_use.weight);
                         } else {
                             self.stats.failed_samples += slot_use.weight;
                         }
@@ -827,6 +1144,13 @@ impl SamplerLoop {
                     .key_for_sample(slot_use.tid, Some(slot_use.key))
                     .unwrap_or(slot_use.key);
                 self.intern(key, &walk.as_collected(), slot_use.weight);
+                if self.config.mode == Mode::Wall {
+                    if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                        // Its clock now includes what taking the sample cost.
+                        state.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
+                        state.last_walk = Some(walk);
+                    }
+                }
             }
             if finished {
                 self.slot_uses[slot] = None;
@@ -841,13 +1165,59 @@ impl SamplerLoop {
         writing
     }
 
+    /// Sampler-thread path: a signal sent to `tid` was not taken in time.
+    /// If the thread blocks the signal (or it is still queued on it), it
+    /// is marked blocked and not signalled again until it unblocks, so at
+    /// most one signal is ever outstanding for it; returns whether it was.
+    fn cannot_take_signal(&mut self, tid: i32) -> bool {
+        let signal = self.sender.signal();
+        let Some(status) = threads::signal_status(tid, signal) else {
+            return false;
+        };
+        if !(status.blocked || status.pending) {
+            return false;
+        }
+        let listing = self.listing;
+        if let Some(state) = self.threads.get_mut(&tid) {
+            state.blocked = Some(BlockedSince {
+                cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
+                owed_ns: 0,
+                recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
+            });
+        }
+        true
+    }
+
+    /// Sampler-thread path: lets threads that blocked the signal have
+    /// samples again once they unblocked it and nothing of ours is queued
+    /// on them any more.
+    fn recheck_blocked_threads(&mut self) {
+        let (signal, listing) = (self.sender.signal(), self.listing);
+        for (&tid, state) in self.threads.iter_mut() {
+            let Some(blocked) = &mut state.blocked else {
+                continue;
+            };
+            if listing < blocked.recheck_listing {
+                continue;
+            }
+            blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
+            if let Some(status) = threads::signal_status(tid, signal) {
+                if !status.blocked && !status.pending {
+                    state.blocked = None;
+                }
+            }
+        }
+    }
+
     /// Interns every sample a timer handler left; returns how many slots
     /// handlers are still writing.
     fn collect_timer_samples(&mut self) -> usize {
         let mut walks = std::mem::take(&mut self.timer_walks);
         walks.clear();
+        let (cfi, stats) = (&mut self.cfi, &mut self.stats);
+        let max_depth = self.config.max_depth;
         let writing = self.slots.collect_claimed(|tid, walk| {
-            walks.push((tid, OwnedWalk::of(&walk)));
+            walks.push((tid, OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats)));
         });
         for (tid, walk) in walks.drain(..) {
             if let Some(state) = self.threads.get_mut(&tid) {

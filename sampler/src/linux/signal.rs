@@ -1,16 +1,38 @@
 //! Installing the profiling signal, sending it, and putting everything back.
 
+use std::cell::UnsafeCell;
 use std::io;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Once;
 
-use super::slots;
+use super::{slots, stack_regions};
 use crate::Error;
 
 /// The previous disposition of the profiling signal, restored on drop.
 pub(crate) struct InstalledHandler {
     signal: libc::c_int,
     previous: libc::sigaction,
+    /// The process that installed it: a forked child holds a copy of this
+    /// value but must not act on it (see [`after_fork_in_child`]).
+    pid: libc::pid_t,
 }
+
+/// The signal whose handler is installed now (0: none), for the fork
+/// handler, which cannot reach the `Sampler`.
+static INSTALLED_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// The action that was in place before ours, for the fork handler.
+struct SavedAction(UnsafeCell<MaybeUninit<libc::sigaction>>);
+
+// SAFETY: written only by `install` before it publishes `INSTALLED_SIGNAL`
+// (Release), and read only after an Acquire load of it saw the signal;
+// one sampler runs per process, so installs never overlap.
+unsafe impl Sync for SavedAction {}
+
+static SAVED_ACTION: SavedAction = SavedAction(UnsafeCell::new(MaybeUninit::zeroed()));
+
+static REGISTER_FORK_HANDLER: Once = Once::new();
 
 impl InstalledHandler {
     /// Installs `slots::on_signal` for `signal` with
@@ -34,28 +56,90 @@ impl InstalledHandler {
         // SAFETY: `sa_mask` is a valid sigset; the signal itself is blocked
         // during the handler by default (no SA_NODEFER).
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        REGISTER_FORK_HANDLER.call_once(|| {
+            // SAFETY: registering a child handler that only makes
+            // async-signal-safe calls; it stays valid for the process's life.
+            unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        });
+        // SAFETY: no other sampler runs (the claim is held), so nobody reads
+        // the saved action until `INSTALLED_SIGNAL` is stored below.
+        unsafe { (*SAVED_ACTION.0.get()).write(previous) };
         // SAFETY: installing a valid action; the handler is async-signal-safe.
         if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
             return Err(Error::Io(io::Error::last_os_error()));
         }
-        Ok(InstalledHandler { signal, previous })
+        INSTALLED_SIGNAL.store(signal, Ordering::Release);
+        Ok(InstalledHandler {
+            signal,
+            previous,
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
+        })
     }
 }
 
+/// Whether our handler is `signal`'s action right now.
+fn handler_is_ours(signal: libc::c_int) -> bool {
+    let mut current = MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: querying the current action into a valid out-pointer.
+    if unsafe { libc::sigaction(signal, std::ptr::null(), current.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: sigaction filled it in.
+    let current = unsafe { current.assume_init() };
+    current.sa_sigaction == slots::on_signal as *const () as usize
+}
+
+/// Puts the previous action back if ours is still installed; a handler
+/// the application installed after ours is left in place. Any instance of
+/// the signal still pending is discarded first (by setting `SIG_IGN`, which
+/// POSIX and Linux define to do that): restoring `SIG_DFL` directly could
+/// let a late, still-queued real-time signal terminate the process.
+/// Async-signal-safe (only `sigaction`).
+fn restore_if_ours(signal: libc::c_int, previous: &libc::sigaction) {
+    if !handler_is_ours(signal) {
+        return;
+    }
+    // SAFETY: an all-zero sigaction with SIG_IGN (0 is SIG_DFL; set it).
+    let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
+    ignore.sa_sigaction = libc::SIG_IGN;
+    // SAFETY: valid actions for a valid signal number.
+    unsafe {
+        libc::sigaction(signal, &ignore, std::ptr::null_mut());
+        libc::sigaction(signal, previous, std::ptr::null_mut());
+    }
+}
+
+/// `pthread_atfork` child handler: a forked child starts clean. The
+/// sampler thread does not exist in the child, so the child gets back the
+/// handler it had before btprof, and the slots and region readers that
+/// threads of the parent held mid-handler (they do not exist here either)
+/// are released, so the child can start a profiler of its own. Runs in
+/// the only thread of the child: async-signal-safe calls only.
+extern "C" fn after_fork_in_child() {
+    let signal = INSTALLED_SIGNAL.swap(0, Ordering::Acquire);
+    if signal != 0 {
+        // SAFETY: the Acquire above saw `install` publish the signal, which
+        // it did after writing the saved action.
+        let previous = unsafe { (*SAVED_ACTION.0.get()).assume_init_ref() };
+        restore_if_ours(signal, previous);
+    }
+    slots::reset_after_fork();
+    stack_regions::reset_after_fork();
+}
+
 impl Drop for InstalledHandler {
-    /// Discards any instance of the signal still pending in any thread (by
-    /// setting `SIG_IGN`, which POSIX and Linux define to do that), then
-    /// restores the previous action. Restoring `SIG_DFL` directly could
-    /// let a late, still-queued signal terminate the process.
+    /// Restores the previous action if ours is still in place
+    /// ([`restore_if_ours`]). A forked child's copy does nothing: the fork
+    /// handler already restored the child's action, and the child may run
+    /// a profiler of its own by now.
     fn drop(&mut self) {
-        // SAFETY: an all-zero sigaction with SIG_IGN (0 is SIG_DFL; set it).
-        let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
-        ignore.sa_sigaction = libc::SIG_IGN;
-        // SAFETY: valid actions for a valid signal number.
-        unsafe {
-            libc::sigaction(self.signal, &ignore, std::ptr::null_mut());
-            libc::sigaction(self.signal, &self.previous, std::ptr::null_mut());
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != self.pid {
+            return;
         }
+        INSTALLED_SIGNAL.store(0, Ordering::Release);
+        restore_if_ours(self.signal, &self.previous);
     }
 }
 

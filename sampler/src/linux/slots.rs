@@ -24,9 +24,11 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 
-use crate::walker::{self, Arch, DirectMemory, Registers, StackBounds, WalkEnd};
+use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
 
+use super::checked_memory::WINDOW_WORDS;
 use super::stack_regions;
+use super::unwind::stack_copy::{CopiedStack, StackCopy};
 
 /// Slots in flight at once; more threads than this are sampled on the
 /// following ticks (and counted as skipped on this one). With per-thread
@@ -56,6 +58,15 @@ struct FrameBuf(UnsafeCell<[u64; MAX_DEPTH]>);
 // an `Acquire` load of `Done`, which the writer stored with `Release`.
 unsafe impl Sync for FrameBuf {}
 
+/// The copy of the stack a handler walks through ([`CheckedMemory`]),
+/// owned like [`FrameBuf`]: static, so it never sits on the handler's
+/// stack (a thread may have little left).
+struct WindowBuf(UnsafeCell<[u64; WINDOW_WORDS]>);
+
+// SAFETY: as for `FrameBuf`: only the handler that won `Armed -> Writing`
+// touches it, and only until it stores `Done`; the sampler never does.
+unsafe impl Sync for WindowBuf {}
+
 struct Slot {
     state: AtomicU64,
     max_depth: AtomicU32,
@@ -73,6 +84,9 @@ struct Slot {
     /// The handler found the signal late and walked nothing.
     late: AtomicU32,
     frames: FrameBuf,
+    window: WindowBuf,
+    /// Registers and stack top for CFI unwinding in the sampler thread.
+    copy: StackCopy,
 }
 
 impl Slot {
@@ -88,6 +102,8 @@ impl Slot {
             sent_cpu_ns: AtomicU64::new(0),
             late: AtomicU32::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
+            window: WindowBuf(UnsafeCell::new([0; WINDOW_WORDS])),
+            copy: StackCopy::new(),
         }
     }
 }
@@ -123,6 +139,19 @@ static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 /// sampled on a later tick.
 pub(crate) const LATE_NS: u64 = 50_000;
 
+/// In a forked child: frees every slot. Only the forking thread exists
+/// there, so a slot a parent's handler was writing will never be finished,
+/// and no sampler runs yet to own any. Async-signal-safe.
+pub(crate) fn reset_after_fork() {
+    for slot in &SLOT_TABLE {
+        slot.state.store(IDLE, Release);
+    }
+}
+
+/// How far above the stack pointer a walk may go when the snapshot does not
+/// know the stack's mapping: the default size of a thread's stack (8 MiB).
+const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
+
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Armed {
@@ -142,6 +171,8 @@ pub(crate) struct Collected<'a> {
     pub frames: &'a [u64],
     pub lr: u64,
     pub end: WalkEnd,
+    /// The handler's registers and stack copy, for CFI unwinding.
+    pub copy: Option<CopiedStack<'a>>,
 }
 
 /// The sampler side of the slots. Only the sampler thread holds one, and it
@@ -249,13 +280,16 @@ impl SlotOwner {
         self.scratch.extend_from_slice(frames);
         let lr = s.lr.load(Relaxed);
         let end = WalkEnd::from_u8(s.end.load(Relaxed) as u8);
-        s.state.store(IDLE, Release);
         self.armed[slot] = None;
         collect(Collected {
             frames: &self.scratch,
             lr,
             end,
+            // SAFETY: the slot stays `Done` until the store below, so no
+            // handler writes the copy while `collect` reads it.
+            copy: unsafe { s.copy.view() },
         });
+        s.state.store(IDLE, Release);
         Poll::Collected
     }
 
@@ -301,15 +335,18 @@ impl SlotOwner {
             let lr = s.lr.load(Relaxed);
             let end = WalkEnd::from_u8(s.end.load(Relaxed) as u8);
             let tid = s.tid.load(Relaxed);
-            s.state.store(IDLE, Release);
             collect(
                 tid,
                 Collected {
                     frames: &self.scratch,
                     lr,
                     end,
+                    // SAFETY: the slot stays `Done` until the store below,
+                    // so no handler writes the copy while `collect` reads it.
+                    copy: unsafe { s.copy.view() },
                 },
             );
+            s.state.store(IDLE, Release);
         }
         writing
     }
@@ -480,15 +517,31 @@ unsafe fn poll_fd(info: &libc::siginfo_t) -> i32 {
 unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *const libc::c_void) {
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
     let regs = unsafe { registers(&*(context as *const libc::ucontext_t)) };
-    let bounds = stack_regions::region_containing(regs.sp)
-        .map(|(_, high)| StackBounds { low: regs.sp, high });
-    if bounds.is_none() {
-        MISSING_REGIONS.fetch_add(1, Relaxed);
-    }
+    // The snapshot bounds the walk where it knows the stack's mapping.
+    // Where it does not (a thread or mapping newer than it, or more
+    // mappings than it holds), the walk is bounded by a span above sp
+    // instead of being cut to the leaf: every read is fault-safe
+    // ([`CheckedMemory`]), so the bound only limits how far a corrupt chain
+    // can wander, and the sampler is told to refresh the snapshot.
+    let high = match stack_regions::region_containing(regs.sp) {
+        Some((_, high)) => high,
+        None => {
+            MISSING_REGIONS.fetch_add(1, Relaxed);
+            regs.sp.saturating_add(UNKNOWN_STACK_SPAN)
+        }
+    };
+    let bounds = Some(StackBounds { low: regs.sp, high });
     // SAFETY: we won `-> Writing`, so we are the slot's only writer and the
     // sampler does not read it until we store `Done`.
     let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
-    let walk = walker::walk(Arch::host(), &regs, bounds, &mut DirectMemory, frames);
+    // SAFETY: as above, the window is ours until we store `Done`.
+    let window = unsafe { &mut *slot.window.0.get() };
+    // Bounds come from a snapshot, which proves nothing about now; every
+    // read goes through the kernel's fault-safe copy. The copy of the stack
+    // top it starts with is kept for CFI unwinding in the sampler thread.
+    // SAFETY: we won `-> Writing`: the slot's copy is ours too.
+    let mut memory = unsafe { slot.copy.capture(&regs, high, window) };
+    let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);

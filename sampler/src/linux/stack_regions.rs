@@ -5,8 +5,11 @@
 //! (`pthread_getattr_np` allocates and, for the main thread, reads
 //! `/proc/self/maps`). Instead the sampler thread parses `/proc/self/maps`
 //! and publishes the `rw` mappings here; the handler finds the mapping that
-//! contains the interrupted stack pointer. The thread is running on that
-//! stack, so `[sp, end of mapping)` is mapped memory.
+//! contains the interrupted stack pointer, and bounds the walk by its end.
+//! The snapshot only bounds the walk; it proves nothing about what is
+//! mapped at the moment of a read (a coroutine runtime may have unmapped
+//! part of it since), so the handler reads through
+//! [`super::checked_memory`], which cannot fault.
 //!
 //! The snapshot is refreshed whenever a new thread appears (before that
 //! thread is signalled), so a stack mapped for a new thread is always in it.
@@ -71,6 +74,15 @@ pub(crate) fn region_containing(addr: u64) -> Option<(u64, u64)> {
     });
     READERS[index].fetch_sub(1, SeqCst);
     found
+}
+
+/// In a forked child: forgets the readers. A parent thread that was inside
+/// [`region_containing`] does not exist in the child and would hold its
+/// buffer forever. Async-signal-safe.
+pub(crate) fn reset_after_fork() {
+    for readers in &READERS {
+        readers.store(0, SeqCst);
+    }
 }
 
 /// Publishes `regions` (sorted, non-overlapping). Returns `false`, changing

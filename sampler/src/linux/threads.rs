@@ -139,6 +139,102 @@ pub(crate) fn blocks_signal(tid: i32, signal: libc::c_int) -> Option<bool> {
     Some(mask & (1u64 << (signal - 1)) != 0)
 }
 
+/// Whether `signal` is pending for thread `tid` (its `SigPnd` or the
+/// process's `ShdPnd` in `/proc`), or `None` if it exited. A thread that
+/// merely runs btprof's handler right now has the signal in `SigBlk` too
+/// (the handler blocks it while it runs), but not pending: one that really
+/// blocks it, and whose timer fired, has it pending.
+pub(crate) fn signal_pending(tid: i32, signal: libc::c_int) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let bit = 1u64 << (signal - 1);
+    let pending = status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .any(|mask| mask & bit != 0);
+    Some(pending)
+}
+
+/// Whether a thread is running user code or blocked in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunState {
+    /// Running or runnable (`R` in `/proc`): interrupting it interrupts
+    /// user code (or a system call that is not blocking).
+    Running,
+    /// Sleeping, in uninterruptible wait, stopped or traced: interrupting
+    /// it would make a blocking call fail with `EINTR`.
+    Blocked,
+}
+
+/// The state of thread `tid` (field 3 of `/proc/self/task/TID/stat`), or
+/// `None` if it exited.
+pub(crate) fn run_state(tid: i32) -> Option<RunState> {
+    let mut buf = [0u8; 512];
+    let stat = read_small(&format!("/proc/self/task/{tid}/stat\0"), &mut buf)?;
+    // `pid (comm) S ...`: comm may hold spaces and parentheses; the state
+    // follows the last ')'.
+    let after = stat.iter().rposition(|&b| b == b')')?;
+    let state = *stat.get(after + 2)?;
+    Some(if state == b'R' {
+        RunState::Running
+    } else {
+        RunState::Blocked
+    })
+}
+
+/// The pc of the system call thread `tid` is blocked in (the last field
+/// of `/proc/self/task/TID/syscall`), or `None` if it is running or gone.
+pub(crate) fn blocked_syscall_pc(tid: i32) -> Option<u64> {
+    let mut buf = [0u8; 256];
+    let text = read_small(&format!("/proc/self/task/{tid}/syscall\0"), &mut buf)?;
+    let text = std::str::from_utf8(text).ok()?;
+    let last = text.split_ascii_whitespace().last()?;
+    u64::from_str_radix(last.strip_prefix("0x")?, 16).ok()
+}
+
+/// Reads a small `/proc` file into `buf` with one open, read and close
+/// (no allocation beyond the path). `path` must end with a NUL.
+fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+    // SAFETY: `path` is NUL-terminated (the callers add it).
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `buf` is valid for its length; `fd` is ours and closed below.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: closing the fd opened above.
+    unsafe { libc::close(fd) };
+    (n > 0).then(|| &buf[..n as usize])
+}
+
+/// What a thread's `/proc` status says about one signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SignalStatus {
+    /// In its `SigBlk` mask.
+    pub blocked: bool,
+    /// Queued for it and not yet taken (`SigPnd`, thread-directed).
+    pub pending: bool,
+}
+
+/// Thread `tid`'s mask and pending set for `signal`, or `None` if it exited.
+pub(crate) fn signal_status(tid: i32, signal: libc::c_int) -> Option<SignalStatus> {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    };
+    let bit = 1u64 << (signal - 1);
+    Some(SignalStatus {
+        blocked: field("SigBlk:")? & bit != 0,
+        pending: field("SigPnd:")? & bit != 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

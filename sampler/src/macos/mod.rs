@@ -76,6 +76,13 @@ impl Sampler {
         })
     }
 
+    /// Whether this sampler was started by the calling process; `false` in
+    /// a child forked while it ran, where it cannot be stopped (the child
+    /// gets [`Error::ForkedChild`] and may start its own).
+    pub fn started_in_this_process(&self) -> bool {
+        !self.thread.forked_away()
+    }
+
     /// Live counters, for progress displays.
     pub fn progress(&self) -> &Progress {
         self.thread.progress()

@@ -1,0 +1,263 @@
+//! Reading the interrupted thread's stack without ever faulting.
+//!
+//! The handler walks the stack of the thread it interrupted, bounded by a
+//! snapshot of the process's mappings ([`super::stack_regions`]). A
+//! snapshot is no proof that memory is still mapped when it is read:
+//! coroutine and green-thread runtimes unmap stacks and map smaller ones
+//! at the same address, and a plain load through a frame pointer into the
+//! part that is gone kills the process inside the handler. So every read
+//! goes through `process_vm_readv` on our own pid, which copies with the
+//! kernel's fault-safe user copy: an unmapped (or unreadable) page makes
+//! the call stop short or fail with `EFAULT`, never a `SIGSEGV`. It takes
+//! no lock and allocates nothing, so it is allowed in a signal handler.
+//!
+//! A system call per frame record would cost more than the rest of the
+//! walk, so the reader copies a window of the stack at once into the
+//! slot's preallocated buffer (never onto the handler's stack): the first
+//! copy runs from the stack pointer, which covers most walks in one call,
+//! and a record beyond the window is read with another window starting at
+//! it. A window that crosses into unmapped memory is cut at the last page
+//! copied. The walk through the window is the copy, taken at the moment
+//! of the read.
+//!
+//! Where `process_vm_readv` is refused (a seccomp profile that forbids it,
+//! checked once at start by [`probe`]), nothing past the interrupted pc is
+//! read: walks keep one frame and end [`WalkEnd::Unreadable`], counted as
+//! truncated, instead of trusting the snapshot.
+//!
+//! [`WalkEnd::Unreadable`]: crate::walker::WalkEnd::Unreadable
+
+use core::cell::Cell;
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use crate::walker::StackMemory;
+
+/// Words per copy window: 4 KiB, one page, covers the live stack of most
+/// walks (measured: the self-check's deepest workload stack uses about
+/// 1.5 KiB), and 64 slots of it cost 256 KiB of memory, touched only as
+/// slots are used.
+pub const WINDOW_WORDS: usize = 512;
+
+/// Whether `process_vm_readv` works on our own pid here.
+static AVAILABLE: AtomicBool = AtomicBool::new(false);
+
+/// Checks once (at sampler start, outside any handler) that
+/// `process_vm_readv` can read this process; returns whether it can.
+pub fn probe() -> bool {
+    let word = [0x5a5a_5a5a_5a5a_5a5au64; 1];
+    let mut out = [0u64; 1];
+    // SAFETY: both buffers are valid for 8 bytes.
+    let n = unsafe { read_self(word.as_ptr() as u64, out.as_mut_ptr(), 8) };
+    let works = n == 8 && out == word;
+    AVAILABLE.store(works, Relaxed);
+    works
+}
+
+/// Copies `[addr, addr + 8 * out.len())` of this process into `out` with
+/// the fault-safe read; returns the words copied (a prefix up to the first
+/// unreadable page; 0 where `process_vm_readv` is refused). For the
+/// handler's stack copy ([`super::unwind::stack_copy`]). Async-signal-safe.
+pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
+    if !AVAILABLE.load(Relaxed) || out.is_empty() {
+        return 0;
+    }
+    // SAFETY: `out` is valid for writes of its own length in bytes.
+    let bytes = unsafe { read_self(addr, out.as_mut_ptr(), 8 * out.len()) };
+    bytes / 8
+}
+
+/// Copies up to `bytes` bytes at `addr` of this process into `out`, with
+/// `process_vm_readv`. Returns how many bytes were copied: a prefix up to
+/// the first unreadable page, 0 if none (or on any error).
+///
+/// # Safety
+/// `out` must be valid for writes of `bytes` bytes.
+unsafe fn read_self(addr: u64, out: *mut u64, bytes: usize) -> usize {
+    let local = libc::iovec {
+        iov_base: out.cast(),
+        iov_len: bytes,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: bytes,
+    };
+    // SAFETY: one local iovec valid for `bytes` bytes (the caller's
+    // promise); the remote one is only read by the kernel, which checks
+    // it. The raw syscall, with the pid from `getpid`, keeps this
+    // async-signal-safe (no libc wrapper state).
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_readv,
+            libc::getpid(),
+            &local as *const libc::iovec,
+            1usize,
+            &remote as *const libc::iovec,
+            1usize,
+            0usize,
+        )
+    };
+    if n < 0 {
+        0
+    } else {
+        n as usize
+    }
+}
+
+/// A [`StackMemory`] that copies windows of the stack into a slot's buffer
+/// with `process_vm_readv`. One per walk; async-signal-safe.
+pub struct CheckedMemory<'a> {
+    window: &'a [Cell<u64>],
+    /// Address of `window[0]`.
+    base: Cell<u64>,
+    /// Words of `window` holding a copy of `[base, base + 8 * len)`.
+    len: Cell<usize>,
+    /// Where the live stack starts (the interrupted sp) and ends: copies
+    /// stay inside it.
+    low: u64,
+    high: u64,
+    /// Copies made, for tests and measurement.
+    copies: Cell<u32>,
+}
+
+impl<'a> CheckedMemory<'a> {
+    /// A reader of `[low, high)` copying into `window`, which holds
+    /// nothing yet (whatever an earlier walk left there is never read).
+    pub fn new(window: &'a mut [u64], low: u64, high: u64) -> CheckedMemory<'a> {
+        CheckedMemory {
+            window: Cell::from_mut(window).as_slice_of_cells(),
+            base: Cell::new(0),
+            len: Cell::new(0),
+            low,
+            high,
+            copies: Cell::new(0),
+        }
+    }
+
+    /// The copies this reader made.
+    pub fn copies(&self) -> u32 {
+        self.copies.get()
+    }
+
+    fn holds(&self, addr: u64) -> bool {
+        let base = self.base.get();
+        addr >= base && addr + 16 <= base + 8 * self.len.get() as u64
+    }
+
+    /// Copies a window holding the record at `addr`: from the stack
+    /// pointer when the record lies within one window of it (the first
+    /// copy of most walks), else from the record; never past `high`.
+    fn refill(&self, addr: u64) -> bool {
+        if !AVAILABLE.load(Relaxed) {
+            return false;
+        }
+        let window_bytes = 8 * self.window.len() as u64;
+        let start = if self.low % 8 == 0 && addr + 16 - self.low <= window_bytes {
+            self.low
+        } else {
+            addr
+        };
+        let end = self.high.min(start.saturating_add(window_bytes));
+        let bytes = (end.saturating_sub(start) & !7) as usize;
+        if addr + 16 > start + bytes as u64 {
+            return false;
+        }
+        self.copies.set(self.copies.get() + 1);
+        // SAFETY: the window is valid for `bytes` (at most its length in
+        // bytes); `Cell` permits writes through a shared reference, and no
+        // reference into the window is held across this call.
+        let copied = unsafe { read_self(start, self.window.as_ptr() as *mut u64, bytes) };
+        self.base.set(start);
+        self.len.set(copied / 8);
+        self.holds(addr)
+    }
+}
+
+impl StackMemory for CheckedMemory<'_> {
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
+        if addr % 8 != 0
+            || addr < self.low
+            || addr.checked_add(16).is_none_or(|end| end > self.high)
+        {
+            return None;
+        }
+        if !self.holds(addr) && !self.refill(addr) {
+            return None;
+        }
+        let i = ((addr - self.base.get()) / 8) as usize;
+        Some([self.window[i].get(), self.window[i + 1].get()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::walker::{walk, Arch, Registers, StackBounds, WalkEnd};
+
+    const PAGE: usize = 4096;
+
+    /// Two pages mapped, a frame chain across them; then the upper page is
+    /// unmapped and a walk through it must stop, not fault.
+    #[test]
+    fn reads_what_is_mapped_and_stops_where_it_is_not() {
+        assert!(probe(), "process_vm_readv on our own pid");
+        // SAFETY: an anonymous private mapping anywhere.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as u64;
+        let word = |i: u64| base + 8 * i;
+        // Records at word 8 (page 0) -> word 700 (page 1) -> word 1100
+        // (page 2) -> end; each 16 bytes: [next fp, return address].
+        let records = [
+            (8u64, word(700), 0x111u64),
+            (700, word(1100), 0x222),
+            (1100, 0, 0x333),
+        ];
+        for (at, next, ret) in records {
+            // SAFETY: inside our mapping.
+            unsafe {
+                *(word(at) as *mut u64) = next;
+                *(word(at + 1) as *mut u64) = ret;
+            }
+        }
+        let regs = Registers {
+            pc: 0x99,
+            fp: word(8),
+            sp: word(2),
+            lr: 0,
+        };
+        let bounds = StackBounds {
+            low: regs.sp,
+            high: base + 4 * PAGE as u64,
+        };
+        let mut window = [0u64; WINDOW_WORDS];
+        let mut out = [0u64; 16];
+        let mut memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
+        let w = walk(Arch::X86_64, &regs, Some(bounds), &mut memory, &mut out);
+        assert_eq!(&out[..w.depth], &[0x99, 0x111, 0x222, 0x333]);
+        assert_eq!(w.end, WalkEnd::Complete);
+        assert_eq!(
+            memory.copies(),
+            2,
+            "one window from sp, one more for page 2"
+        );
+
+        // Unmap page 2 onwards (the bounds still claim it, as a stale
+        // snapshot would): the walk ends unreadable at the record there.
+        // SAFETY: our own mapping.
+        let rc = unsafe { libc::munmap((base + 2 * PAGE as u64) as *mut _, 2 * PAGE) };
+        assert_eq!(rc, 0);
+        let mut memory = CheckedMemory::new(&mut window, bounds.low, bounds.high);
+        let w = walk(Arch::X86_64, &regs, Some(bounds), &mut memory, &mut out);
+        assert_eq!(&out[..w.depth], &[0x99, 0x111, 0x222]);
+        assert_eq!(w.end, WalkEnd::Unreadable);
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(base as *mut _, 2 * PAGE) };
+    }
+}

@@ -1,0 +1,168 @@
+//! The handler's half of CFI unwinding: a copy of the interrupted
+//! registers and of the top of the stack, left in the sample's slot.
+//!
+//! The handler copies `[sp, sp + 8 KiB)` (cut at the stack's end) with the
+//! fault-safe read of [`super::super::checked_memory`] into the slot's
+//! static buffer, and walks its frame-pointer chain through that copy
+//! first ([`CopyThenChecked`]), so the copy costs no second read. The
+//! sampler thread later unwinds the copy with the modules' CFI
+//! ([`super::CfiWalker`]) and joins the handler's frame-pointer walk for
+//! what lies beyond it.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use crate::walker::{Registers, StackMemory};
+
+use super::super::checked_memory::{self, CheckedMemory};
+
+/// Words of stack copied per sample: 8 KiB. Frames without frame pointers
+/// sit at the top of the stack (the leaf and its C callers), so this is
+/// what CFI unwinding needs; frames beyond it come from the frame-pointer
+/// walk. Measured: the self-check's deepest stack, 25 frames, uses
+/// about 1.5 KiB; glibc's `qsort` with its callback about 0.5 KiB more.
+pub(crate) const COPY_WORDS: usize = 1024;
+
+/// Whether handlers copy the stack for CFI unwinding (set at sampler
+/// start from the configuration; off means frame pointers only).
+pub(crate) static CAPTURE: AtomicBool = AtomicBool::new(false);
+
+/// One slot's copy: written only by the handler that owns the slot in
+/// `Writing`, read only by the sampler after it saw `Done` (the slot's
+/// state machine orders both, as for its frame buffer).
+pub(crate) struct StackCopy {
+    pc: AtomicU64,
+    sp: AtomicU64,
+    fp: AtomicU64,
+    lr: AtomicU64,
+    /// Address of `words[0]` (the stack pointer, 8-aligned down).
+    base: AtomicU64,
+    /// Words of `words` holding the copy; 0: no copy.
+    len: AtomicU32,
+    words: UnsafeCell<[u64; COPY_WORDS]>,
+}
+
+// SAFETY: `words` is written only by the handler that claimed the slot and
+// read only by the sampler after an `Acquire` load of the slot's `Done`,
+// which that handler stored with `Release` (see `slots`).
+unsafe impl Sync for StackCopy {}
+
+/// A finished copy, as the sampler thread reads it.
+pub(crate) struct CopiedStack<'a> {
+    /// The interrupted registers, as captured (pointer-authentication
+    /// bits not stripped).
+    pub regs: Registers,
+    base: u64,
+    words: &'a [u64],
+}
+
+impl CopiedStack<'_> {
+    /// The word at `addr`, if the copy holds it.
+    #[inline]
+    pub fn read(&self, addr: u64) -> Option<u64> {
+        if addr % 8 != 0 || addr < self.base {
+            return None;
+        }
+        let i = usize::try_from((addr - self.base) / 8).ok()?;
+        self.words.get(i).copied()
+    }
+
+    /// One past the highest copied address.
+    pub fn end(&self) -> u64 {
+        self.base + 8 * self.words.len() as u64
+    }
+}
+
+impl StackCopy {
+    pub const fn new() -> Self {
+        StackCopy {
+            pc: AtomicU64::new(0),
+            sp: AtomicU64::new(0),
+            fp: AtomicU64::new(0),
+            lr: AtomicU64::new(0),
+            base: AtomicU64::new(0),
+            len: AtomicU32::new(0),
+            words: UnsafeCell::new([0; COPY_WORDS]),
+        }
+    }
+
+    /// Handler side: records `regs` and copies the stack from `regs.sp` up
+    /// to `high` (at most [`COPY_WORDS`]) when capturing is on; returns
+    /// the walker's memory, which reads the copy first. Async-signal-safe.
+    ///
+    /// # Safety
+    /// The caller owns the slot this copy belongs to (it won `Writing`),
+    /// and `window` is that slot's window buffer.
+    pub unsafe fn capture<'a>(
+        &'a self,
+        regs: &Registers,
+        high: u64,
+        window: &'a mut [u64],
+    ) -> CopyThenChecked<'a> {
+        self.pc.store(regs.pc, Relaxed);
+        self.sp.store(regs.sp, Relaxed);
+        self.fp.store(regs.fp, Relaxed);
+        self.lr.store(regs.lr, Relaxed);
+        let base = regs.sp & !7;
+        // SAFETY: the caller owns the slot, so nobody else touches `words`.
+        let words = unsafe { &mut *self.words.get() };
+        let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
+        let len = if CAPTURE.load(Relaxed) && room > 0 {
+            checked_memory::copy_words(base, &mut words[..room])
+        } else {
+            0
+        };
+        self.base.store(base, Relaxed);
+        self.len.store(len as u32, Relaxed);
+        CopyThenChecked {
+            base,
+            words: &words[..len],
+            rest: CheckedMemory::new(window, regs.sp, high),
+        }
+    }
+
+    /// Sampler side: the copy, or `None` if the handler made none.
+    ///
+    /// # Safety
+    /// The slot is `Done` (seen with `Acquire`) and stays so while the
+    /// result is used: no handler can write the copy meanwhile.
+    pub unsafe fn view(&self) -> Option<CopiedStack<'_>> {
+        let len = (self.len.load(Relaxed) as usize).min(COPY_WORDS);
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: the caller's promise: the writer finished and none runs.
+        let words = unsafe { &(&*self.words.get())[..len] };
+        Some(CopiedStack {
+            regs: Registers {
+                pc: self.pc.load(Relaxed),
+                fp: self.fp.load(Relaxed),
+                sp: self.sp.load(Relaxed),
+                lr: self.lr.load(Relaxed),
+            },
+            base: self.base.load(Relaxed),
+            words,
+        })
+    }
+}
+
+/// The handler's [`StackMemory`]: frame records inside the stack copy are
+/// read from it, the rest through [`CheckedMemory`] (fault-safe).
+pub(crate) struct CopyThenChecked<'a> {
+    base: u64,
+    words: &'a [u64],
+    rest: CheckedMemory<'a>,
+}
+
+impl StackMemory for CopyThenChecked<'_> {
+    #[inline]
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
+        if addr % 8 == 0 && addr >= self.base {
+            let i = ((addr - self.base) / 8) as usize;
+            if let (Some(&a), Some(&b)) = (self.words.get(i), self.words.get(i + 1)) {
+                return Some([a, b]);
+            }
+        }
+        self.rest.read_record(addr)
+    }
+}

@@ -1,0 +1,360 @@
+//! Stacks through code without frame pointers (issue 11): a C library
+//! built with `-O2 -fomit-frame-pointer` (`tests/c/noframes.c`, built by
+//! the build script) that calls back into Rust, and glibc (`memcpy`,
+//! `qsort` calling a Rust comparator). With CFI the callers are present
+//! and the walk reaches the thread's entry in (nearly) every sample; with
+//! frame pointers only they are not, which each test also checks, so it
+//! could not pass on a frame-pointer-only walker.
+#![cfg(target_os = "linux")]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig};
+use btprof_symbols::Resolver;
+
+/// One sampler per process: the tests here take turns.
+static SAMPLER: Mutex<()> = Mutex::new(());
+
+/// CPU time the sampled thread must get: about 600 samples at 1000 Hz.
+const WORK_CPU: Duration = Duration::from_millis(600);
+/// Fails the test rather than waiting forever on a starved machine.
+const WALL_LIMIT: Duration = Duration::from_secs(60);
+
+type Callback = extern "C" fn(u64) -> u64;
+type NoframesCall = unsafe extern "C" fn(Callback, u64, u64) -> u64;
+
+/// The frameless C library, loaded once.
+fn noframes_call() -> NoframesCall {
+    static CALL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let addr = *CALL.get_or_init(|| {
+        let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
+            panic!(
+                "the frameless C test library was not built: the sampler's build script \
+                 needs a C compiler (see its cargo warning)"
+            );
+        };
+        let path = std::ffi::CString::new(path).unwrap();
+        // SAFETY: our own test library; it has no initialisers.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null(), "dlopen {path:?}");
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let sym = unsafe { libc::dlsym(handle, c"noframes_call".as_ptr()) };
+        assert!(!sym.is_null(), "noframes_call not found");
+        sym as usize
+    });
+    // SAFETY: `noframes_call` has this signature (tests/c/noframes.c).
+    unsafe { std::mem::transmute::<usize, NoframesCall>(addr) }
+}
+
+#[inline(never)]
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Rust work called back from C: the leaf of some samples.
+#[inline(never)]
+extern "C" fn rust_callback(x: u64) -> u64 {
+    let mut v = x | 1;
+    for i in 0..20_000u64 {
+        v = std::hint::black_box(v.wrapping_mul(0x2545_f491_4f6c_dd1d).wrapping_add(i));
+    }
+    v
+}
+
+/// Rust calling into the frameless C library.
+#[inline(never)]
+fn rust_calls_c(rounds: u64) -> u64 {
+    // SAFETY: the library's function with a valid callback.
+    let r = unsafe { noframes_call()(rust_callback, rounds, 40_000) };
+    std::hint::black_box(r)
+}
+
+/// Rust copying large buffers: the leaf is glibc's `memcpy`.
+#[inline(never)]
+fn rust_copies(src: &[u8], dst: &mut [u8]) {
+    for _ in 0..8 {
+        // SAFETY: both buffers are valid for their common length and do
+        // not overlap.
+        unsafe {
+            libc::memcpy(
+                dst.as_mut_ptr().cast(),
+                src.as_ptr().cast(),
+                src.len().min(dst.len()),
+            )
+        };
+        std::hint::black_box(&mut *dst);
+    }
+}
+
+extern "C" fn compare_u64(a: *const libc::c_void, b: *const libc::c_void) -> libc::c_int {
+    // SAFETY: qsort hands two elements of the u64 array being sorted.
+    let (a, b) = unsafe { (*(a as *const u64), *(b as *const u64)) };
+    a.cmp(&b) as libc::c_int
+}
+
+/// Rust sorting with glibc's `qsort` and a Rust comparator.
+#[inline(never)]
+fn rust_sorts(values: &mut [u64], seed: u64) {
+    let mut x = seed | 1;
+    for v in values.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *v = x;
+    }
+    // SAFETY: a valid array of `len` u64 and a comparator for u64.
+    unsafe {
+        libc::qsort(
+            values.as_mut_ptr().cast(),
+            values.len(),
+            8,
+            Some(compare_u64),
+        )
+    };
+    // Used after the call, so `qsort` is not a tail call that would take
+    // this frame off the stack.
+    std::hint::black_box(&mut *values);
+}
+
+/// Runs `work` on a thread named `name` until it used [`WORK_CPU`], under
+/// a sampler with the given walk, and returns the profile.
+fn profile(name: &str, frame_pointers_only: bool, work: fn(u64)) -> RawProfile {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let (s, d) = (stop.clone(), done.clone());
+    let sampler = Sampler::start(SamplerConfig {
+        hz: 1000,
+        mode: Mode::Cpu,
+        frame_pointers_only,
+        ..SamplerConfig::default()
+    })
+    .unwrap();
+    let worker = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let start = thread_cpu();
+            let mut round = 0;
+            while !s.load(Ordering::Relaxed) && thread_cpu() - start < WORK_CPU {
+                work(round);
+                round += 1;
+            }
+            d.store(true, Ordering::Relaxed);
+        })
+        .unwrap();
+    let started = Instant::now();
+    while !done.load(Ordering::Relaxed) {
+        if started.elapsed() > WALL_LIMIT {
+            stop.store(true, Ordering::Relaxed);
+            panic!("{name}: the worker did not get {WORK_CPU:?} of CPU in {WALL_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let raw = sampler.stop().unwrap();
+    worker.join().unwrap();
+    raw
+}
+
+/// Functions a thread's stack begins with (as in the root crate's
+/// `walk_ends`).
+fn is_entry(name: &str) -> bool {
+    matches!(
+        name,
+        "start_thread" | "clone" | "__clone" | "clone3" | "__clone3"
+    ) || name.ends_with("::thread_start")
+}
+
+/// What the samples of thread `name` show.
+#[derive(Debug, Default)]
+struct Tally {
+    samples: u64,
+    /// Samples with `must` among their frames.
+    with_caller: u64,
+    /// Samples with `must` among their frames that reach the entry.
+    complete: u64,
+    /// Leaf names, most frequent first, for failure messages.
+    leaves: Vec<(String, u64)>,
+    /// A few incomplete stacks (leaf first, with how they ended), for
+    /// failure messages.
+    incomplete: Vec<(Vec<String>, String)>,
+}
+
+fn tally(raw: &RawProfile, name: &str, must: &str) -> Tally {
+    let mut resolver = Resolver::for_current_process().unwrap();
+    let mut t = Tally::default();
+    let mut leaves: HashMap<String, u64> = HashMap::new();
+    for (key, count) in raw.table.iter() {
+        if raw.threads[key.thread as usize].name != name {
+            continue;
+        }
+        let names: Vec<String> = key
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                let lookup = if i == 0 { a } else { a - 1 };
+                resolver.resolve(lookup).name.to_string()
+            })
+            .collect();
+        // The harness's own CPU-clock reads are not the work under test.
+        if names.iter().any(|n| n.ends_with("cfi_walk::thread_cpu")) {
+            continue;
+        }
+        t.samples += count;
+        *leaves.entry(names[0].clone()).or_default() += count;
+        let with_caller = names.iter().any(|n| n.ends_with(must));
+        let complete = with_caller && names.iter().any(|n| is_entry(n));
+        if with_caller {
+            t.with_caller += count;
+        }
+        if complete {
+            t.complete += count;
+        } else if t.incomplete.len() < 3 {
+            t.incomplete.push((names, format!("{:?}", key.end)));
+        }
+    }
+    t.leaves = leaves.into_iter().collect();
+    t.leaves.sort_by_key(|l| std::cmp::Reverse(l.1));
+    t.leaves.truncate(6);
+    t
+}
+
+/// Checks that with CFI at least 99% of the thread's samples hold `must`
+/// and reach the entry, and that frame pointers alone fall clearly short.
+fn check(name: &str, must: &str, work: fn(u64)) {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let cfi = profile(name, false, work);
+    let t = tally(&cfi, name, must);
+    assert!(t.samples >= 200, "{name}: {t:?} {:?}", cfi.stats);
+    assert!(
+        t.complete * 100 >= t.samples * 99,
+        "{name}: with CFI only {} of {} samples hold `{must}` and reach the thread's entry: \
+         {t:?}",
+        t.complete,
+        t.samples
+    );
+    assert!(cfi.stats.cfi_frames > 0, "{:?}", cfi.stats);
+
+    let fp = profile(name, true, work);
+    let f = tally(&fp, name, must);
+    assert!(f.samples >= 200, "{name}: {f:?}");
+    assert!(
+        f.complete * 100 < f.samples * 90,
+        "{name}: frame pointers alone kept `{must}` and the entry in {} of {} samples; \
+         the test does not exercise frameless code: {f:?}",
+        f.complete,
+        f.samples
+    );
+    assert_eq!(fp.stats.cfi_frames, 0);
+    println!(
+        "{name}: complete with `{must}`: CFI {}/{} ({:.1}%), frame pointers only {}/{} ({:.1}%); \
+         CFI frames {} of {}",
+        t.complete,
+        t.samples,
+        100.0 * t.complete as f64 / t.samples as f64,
+        f.complete,
+        f.samples,
+        100.0 * f.complete as f64 / f.samples as f64,
+        cfi.stats.cfi_frames,
+        cfi.stats.cfi_frames + cfi.stats.frame_pointer_frames,
+    );
+    for (stack, end) in &t.incomplete {
+        println!("  incomplete ({end}): {}", stack.join(" <- "));
+    }
+}
+
+#[test]
+fn stacks_through_a_frameless_c_library_are_complete() {
+    check("through-c", "rust_calls_c", |_| {
+        rust_calls_c(16);
+    });
+}
+
+#[test]
+fn stacks_with_a_memcpy_leaf_are_complete() {
+    check("memcpy", "rust_copies", |_| {
+        thread_local! {
+            static BUFS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+                std::cell::RefCell::new((vec![1u8; 8 << 20], vec![0u8; 8 << 20]));
+        }
+        BUFS.with(|b| {
+            let (src, dst) = &mut *b.borrow_mut();
+            rust_copies(src, dst);
+        });
+    });
+}
+
+#[test]
+fn stacks_through_qsort_callbacks_are_complete() {
+    check("qsort", "rust_sorts", |round| {
+        let mut values = vec![0u64; 100_000];
+        rust_sorts(&mut values, round + 1);
+    });
+}
+
+/// Objects loaded and unloaded while sampling: the module list follows,
+/// and nothing crashes (the handler never reads unwind data; the sampler
+/// thread unwinds with copies of it).
+#[test]
+fn dlopen_and_dlclose_while_profiling() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
+        panic!("the frameless C test library was not built (see the build script's warning)");
+    };
+    // Two copies, so each dlopen maps a new object (one path would only
+    // raise the reference count of the one loaded above).
+    let dir = std::env::temp_dir().join(format!("btprof-cfi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copies: Vec<std::ffi::CString> = (0..2)
+        .map(|i| {
+            let p = dir.join(format!("libnoframes{i}.so"));
+            std::fs::copy(path, &p).unwrap();
+            std::ffi::CString::new(p.to_str().unwrap()).unwrap()
+        })
+        .collect();
+    let sampler = Sampler::start(SamplerConfig::default()).unwrap();
+    let worker = std::thread::Builder::new()
+        .name("dl-churn".into())
+        .spawn(move || {
+            let start = thread_cpu();
+            let mut cycles = 0u64;
+            while thread_cpu() - start < Duration::from_millis(400) {
+                let lib = &copies[(cycles % 2) as usize];
+                // SAFETY: our own test library; no initialisers.
+                let handle =
+                    unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+                assert!(!handle.is_null());
+                // SAFETY: a valid handle and name.
+                let sym = unsafe { libc::dlsym(handle, c"noframes_call".as_ptr()) };
+                // SAFETY: the library's function (see `noframes_call`).
+                let call = unsafe { std::mem::transmute::<*mut libc::c_void, NoframesCall>(sym) };
+                // SAFETY: a valid callback.
+                std::hint::black_box(unsafe { call(rust_callback, 2, 20_000) });
+                // SAFETY: nothing from the library is in use any more.
+                assert_eq!(unsafe { libc::dlclose(handle) }, 0);
+                cycles += 1;
+            }
+            cycles
+        })
+        .unwrap();
+    let cycles = worker.join().unwrap();
+    let raw = sampler.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(cycles > 10, "{cycles} load/unload cycles");
+    let samples: u64 = raw
+        .table
+        .iter()
+        .filter(|(k, _)| raw.threads[k.thread as usize].name == "dl-churn")
+        .map(|(_, c)| c)
+        .sum();
+    assert!(samples > 50, "{samples} samples: {:?}", raw.stats);
+    println!("dl-churn: {cycles} dlopen/dlclose cycles, {samples} samples");
+}

@@ -1,0 +1,48 @@
+//! The profiled program cannot tell it is profiled (DESIGN.md rule 8):
+//! `exec` while profiling, `fork`, a handler installed after ours, stale
+//! memory maps under a coroutine stack, threads with little stack left.
+//!
+//! Every case runs in a child process of its own under a watchdog: the
+//! runner starts this binary again with `--case NAME`, kills the child if
+//! it does not finish within the case's limit and fails the case, so a
+//! hang fails CI instead of stalling it, and a crash (the outcome several
+//! of these cases guard against) fails only its own case. No libtest
+//! harness: arguments that do not start with `-` filter cases by name, as
+//! `cargo test` filters do.
+//! Linux only: elsewhere (the macOS build check) `main` says so.
+
+#[cfg(target_os = "linux")]
+mod cases;
+#[cfg(target_os = "linux")]
+mod small_stack;
+#[cfg(target_os = "linux")]
+mod watchdog;
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    println!("host_unchanged: these cases run on Linux only");
+}
+
+#[cfg(target_os = "linux")]
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--case") {
+        let name = args.get(i + 1).expect("--case NAME");
+        let case = cases::ALL
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no case {name}"));
+        (case.body)();
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--role") {
+        cases::run_role(&args[i + 1..]);
+        return;
+    }
+    let filters: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        .collect();
+    std::process::exit(watchdog::run_all(cases::ALL, &filters));
+}

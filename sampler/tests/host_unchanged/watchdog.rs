@@ -1,0 +1,123 @@
+//! Runs each case in a child process and fails it if it outlives its limit.
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One case: a body run in its own process, and how long it may take.
+pub struct Case {
+    pub name: &'static str,
+    pub limit: Duration,
+    pub body: fn(),
+}
+
+/// The two ways cpu-mode samples are paced on Linux; every case runs under
+/// both, because every fix must hold on both.
+pub const CLOCKS: [(&str, bool); 2] = [("thread timers", false), ("sampler thread", true)];
+
+/// Runs the cases whose names contain one of `filters` (all without
+/// filters), each in a child process, once per clock; returns the exit
+/// code.
+pub fn run_all(cases: &[Case], filters: &[&str]) -> i32 {
+    let exe = std::env::current_exe().expect("own path");
+    let mut failed = Vec::new();
+    let mut passed = 0;
+    for case in cases {
+        if !filters.is_empty() && !filters.iter().any(|f| case.name.contains(f)) {
+            continue;
+        }
+        for (clock, forced) in CLOCKS {
+            let started = Instant::now();
+            let result = run_one(&exe, case, forced);
+            let took = started.elapsed();
+            let name = format!("{} [{clock}]", case.name);
+            match result {
+                Ok(out) => {
+                    passed += 1;
+                    println!("test {name} ... ok ({took:.1?})");
+                    for line in out.lines().filter(|l| l.starts_with("measured:")) {
+                        println!("    {line}");
+                    }
+                }
+                Err(why) => {
+                    println!("test {name} ... FAILED ({took:.1?})\n{why}");
+                    failed.push(name);
+                }
+            }
+        }
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    if failed.is_empty() {
+        0
+    } else {
+        println!("failures: {failed:?}");
+        1
+    }
+}
+
+/// Runs one case; with `force_sampler_thread`, on the sampler-thread
+/// fallback (through the environment variable, which its grandchildren
+/// inherit too).
+fn run_one(
+    exe: &std::path::Path,
+    case: &Case,
+    force_sampler_thread: bool,
+) -> Result<String, String> {
+    let mut command = Command::new(exe);
+    if force_sampler_thread {
+        command.env(btprof_sampler::FORCE_SAMPLER_THREAD_ENV, "1");
+    } else {
+        command.env_remove(btprof_sampler::FORCE_SAMPLER_THREAD_ENV);
+    }
+    let mut child = command
+        .args(["--case", case.name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the case: {e}"))?;
+    // Drain both pipes on threads, so a chatty child never blocks on them.
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + case.limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("waiting for the case: {e}")),
+        }
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    let output = format!("--- stdout:\n{out}--- stderr:\n{err}");
+    match status {
+        None => Err(format!(
+            "WATCHDOG: did not finish within {:?}: killed (the profiler hung the process)\n{output}",
+            case.limit
+        )),
+        Some(s) if s.success() => Ok(out),
+        Some(s) => Err(match s.signal() {
+            Some(sig) => format!("the case's process was killed by signal {sig}\n{output}"),
+            None => format!("the case failed with {s}\n{output}"),
+        }),
+    }
+}

@@ -1,0 +1,133 @@
+//! A walk counts as complete only when it reaches its thread's entry
+//! (issue 10, item 12): a thread whose chain runs up to the std thread
+//! start is complete; a thread whose frame pointer is 0 in the middle of
+//! its own code (what code built without frame pointers can leave there)
+//! is truncated, although its raw walk ended at a zero frame pointer; and
+//! the profile's truncation count, which the CLI and the sidecar report,
+//! is exactly those stacks. Runs under a watchdog.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use btprof::{Mode, Profiler};
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[inline(never)]
+fn whole_chain_leaf(cpu: Duration) -> u64 {
+    let end = thread_cpu() + cpu;
+    let mut x = 1u64;
+    while thread_cpu() < end {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+/// Spins with rbp = 0: the walk sees a chain that ends right at the leaf.
+#[inline(never)]
+fn zero_frame_pointer_leaf(cpu: Duration) {
+    let end = thread_cpu() + cpu;
+    while thread_cpu() < end {
+        // SAFETY: saves rbp, zeroes it for a loop that touches no memory,
+        // and restores it.
+        unsafe {
+            std::arch::asm!(
+                "push rbp",
+                "xor ebp, ebp",
+                "2:",
+                "dec {n}",
+                "jnz 2b",
+                "pop rbp",
+                n = inout(reg) 2_000_000u64 => _,
+            );
+        }
+    }
+}
+
+#[test]
+fn only_walks_that_reach_the_thread_entry_are_complete() {
+    let (tx, rx) = mpsc::channel();
+    let body = thread::spawn(move || {
+        let profiler = Profiler::builder()
+            .hz(1000)
+            .mode(Mode::Cpu)
+            .start()
+            .unwrap();
+        let cpu = Duration::from_millis(300);
+        let whole = thread::Builder::new()
+            .name("whole-chain".into())
+            .spawn(move || whole_chain_leaf(cpu))
+            .unwrap();
+        let zero = thread::Builder::new()
+            .name("zero-fp".into())
+            .spawn(move || zero_frame_pointer_leaf(cpu))
+            .unwrap();
+        whole.join().unwrap();
+        zero.join().unwrap();
+        let profile = profiler.stop().unwrap();
+        let _ = tx.send(());
+        profile
+    });
+    if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        eprintln!("WATCHDOG: profiling two threads did not finish within 60 s. Aborting.");
+        std::process::abort();
+    }
+    let profile = body.join().unwrap();
+    // Samples taken inside each leaf's own loop (the loops also call the
+    // CPU clock, with an intact chain, and may be sampled there).
+    let in_leaf = |leaf: &str| -> (u64, u64) {
+        let stacks = profile
+            .stacks()
+            .filter(|s| s.frames().last().is_some_and(|f| f.ends_with(leaf)));
+        stacks.fold((0, 0), |(all, truncated), s| {
+            (
+                all + s.count(),
+                truncated + if s.truncated() { s.count() } else { 0 },
+            )
+        })
+    };
+    let (whole, whole_truncated) = in_leaf("whole_chain_leaf");
+    let (zero, zero_truncated) = in_leaf("zero_frame_pointer_leaf");
+    println!(
+        "whole_chain_leaf: {whole_truncated} of {whole} truncated; \
+         zero_frame_pointer_leaf: {zero_truncated} of {zero} truncated"
+    );
+    assert!(whole > 50 && zero > 50, "both loops were sampled");
+    // The walk from the leaf reaches the std thread start: complete.
+    assert_eq!(whole_truncated, 0, "{whole_truncated} of {whole}");
+    // rbp = 0 in our own code ends the raw walk "normally" (a zero frame
+    // pointer), but nowhere near the thread's entry.
+    assert_eq!(zero_truncated, zero, "{zero_truncated} of {zero}");
+    let listed: u64 = profile
+        .stacks()
+        .filter(|s| s.truncated())
+        .map(|s| s.count())
+        .sum();
+    assert_eq!(profile.truncated_samples(), listed);
+    assert_eq!(profile.run_info().unwrap().truncated_walks, listed);
+    // The CLI names the module where most truncated walks stopped: here
+    // this test program, where rbp was zeroed.
+    let (module, count) = profile.truncated_by_module()[0].clone();
+    assert!(module.starts_with("walk_ends"), "{module}");
+    assert!(count >= zero_truncated, "{count} < {zero_truncated}");
+    assert_eq!(
+        profile
+            .truncated_by_module()
+            .iter()
+            .map(|m| m.1)
+            .sum::<u64>(),
+        listed
+    );
+}
