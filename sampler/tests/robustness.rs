@@ -877,7 +877,8 @@ fn no_samples_of_the_sampler_thread() {
 
 /// Threads that name themselves half a millisecond after they start are
 /// never sampled under their first name: a young thread's name is read
-/// again whenever one of its samples is interned. On either clock.
+/// again whenever one of its samples is interned. On either clock. Linux
+/// only: it names the thread with `prctl` and forces the fallback clock.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {

@@ -838,6 +838,10 @@ impl SamplerLoop {
         for i in 0..self.tids.len() {
             let tid = self.tids[i];
             if tid == self.own_tid || exclusions::is_excluded(tid as u64) {
+                // A profiler thread (the dump thread) may be listed once
+                // before it excludes itself: forget it now, before its CPU
+                // time or its blocked signals are counted.
+                self.threads.remove(&tid);
                 continue;
             }
             let listing = self.listing;

@@ -9,7 +9,6 @@
 //! of these cases guard against) fails only its own case. No libtest
 //! harness: arguments that do not start with `-` filter cases by name, as
 //! `cargo test` filters do.
-//! Linux only: elsewhere (the macOS build check) `main` says so.
 
 #[cfg(target_os = "linux")]
 mod cases;
@@ -18,9 +17,11 @@ mod small_stack;
 #[cfg(target_os = "linux")]
 mod watchdog;
 
+/// Every case checks signals, `/proc` or `fork` behaviour of the Linux
+/// backend; the Mach sampler sends no signal.
 #[cfg(not(target_os = "linux"))]
 fn main() {
-    println!("host_unchanged: these cases run on Linux only");
+    println!("host_unchanged: Linux only (the cases test the signal backend); nothing run");
 }
 
 #[cfg(target_os = "linux")]
