@@ -175,6 +175,15 @@ impl SelfCheck {
         let worker_samples: u64 = per_thread.iter().sum();
         let fraction = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
         let truth_shares = truth.shares();
+        // A share's error depends on how many stacks were observed, not on
+        // how many periods they stand for: where samples carried several
+        // periods each (the sampler-thread path on a busy machine), count
+        // the independent observations.
+        let observed = if stats.recorded > 0 && stats.samples > stats.recorded {
+            (worker_samples as f64 * stats.recorded as f64 / stats.samples as f64).max(1.0)
+        } else {
+            worker_samples.max(1) as f64
+        };
         SelfCheck {
             requested_hz: stats.requested_hz,
             thread_rates: std::array::from_fn(|i| {
@@ -192,7 +201,7 @@ impl SelfCheck {
                 .enumerate()
                 .map(|(i, &name)| {
                     let truth = truth_shares[i];
-                    let noise = (truth * (1.0 - truth) / worker_samples.max(1) as f64).sqrt();
+                    let noise = (truth * (1.0 - truth) / observed).sqrt();
                     FunctionShare {
                         name,
                         measured: fraction(leaf_counts[i], worker_samples),
@@ -354,6 +363,16 @@ mod tests {
 
     /// As [`profile`], with each worker's CPU time given, in seconds.
     fn profile_with_cpu(leaves: [u64; 6], truncated: bool, cpu_secs: [f64; 2]) -> Profile {
+        profile_with_stats(leaves, truncated, cpu_secs, |_| {})
+    }
+
+    /// As [`profile_with_cpu`], with the stats adjusted by `adjust`.
+    fn profile_with_stats(
+        leaves: [u64; 6],
+        truncated: bool,
+        cpu_secs: [f64; 2],
+        adjust: impl FnOnce(&mut Stats),
+    ) -> Profile {
         let mut builder = Builder::new();
         for (i, &count) in leaves.iter().enumerate() {
             let mut frames: Vec<String> = vec!["btprof_cli::workload::worker_main".into()];
@@ -392,6 +411,7 @@ mod tests {
         for (i, cpu) in cpu_secs.iter().enumerate() {
             stats.add_thread_cpu(100 + i as u64, Duration::from_secs_f64(*cpu));
         }
+        adjust(&mut stats);
         builder.finish(stats)
     }
 
@@ -484,6 +504,24 @@ mod tests {
             Thresholds::default(),
         );
         assert!(many.shares.iter().all(|s| s.allowed_points == 3.0));
+    }
+
+    #[test]
+    fn samples_standing_for_several_periods_count_as_fewer_observations() {
+        // 20,000 periods, but only 2,000 stacks were observed (each stood
+        // for ten periods): alpha's share is as uncertain as with 2,000.
+        let leaves = [4000, 5000, 1000, 1000, 8000, 1000];
+        let with = |recorded| {
+            let profile = profile_with_stats(leaves, false, [10.0, 10.0], |stats| {
+                stats.samples = 20_000;
+                stats.recorded = recorded;
+            });
+            SelfCheck::evaluate(&profile, &truth(), Thresholds::default())
+        };
+        let one_each = with(20_000);
+        assert!(one_each.shares.iter().all(|s| s.allowed_points == 3.0));
+        let heavy = with(200);
+        assert!(heavy.shares[0].allowed_points > 11.0, "{heavy}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod stack_copy;
 pub mod stack_table;
 pub mod walker;
 
+mod cpu_debt;
 mod exclusions;
 mod own_threads;
 mod profile;

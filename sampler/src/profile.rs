@@ -208,8 +208,15 @@ pub struct SamplerStats {
     pub ticks: u64,
     /// Deadlines skipped because the sampler woke too late.
     pub missed_ticks: u64,
-    /// Stacks recorded.
+    /// Stacks recorded, each counted by the periods it stands for: in cpu
+    /// mode, samples per CPU-second are this over the threads' CPU time.
     pub samples: u64,
+    /// Stacks recorded, each counted once. Fewer than [`Self::samples`]
+    /// where one stack stands for several periods (the sampler-thread path
+    /// on a busy machine pays CPU time it could not sample with later
+    /// samples): the number of independent observations, which is what a
+    /// share's statistical error depends on.
+    pub recorded: u64,
     /// Recorded stacks by why their walk ended, indexed by `WalkEnd as usize`.
     pub walk_ends: [u64; WalkEnd::ALL.len()],
     /// Samples that were due but never taken: the signal could not be sent
@@ -217,8 +224,8 @@ pub struct SamplerStats {
     pub failed_samples: u64,
     /// Samples not attempted on a tick because the thread's previous one
     /// was still in flight or all slots were busy; on the sampler-thread
-    /// path in cpu mode also periods of CPU time beyond the most one
-    /// sample may stand for (the thread kept missing its samples).
+    /// path in cpu mode also periods of CPU time beyond the most a thread
+    /// may be owed (it kept missing its samples for a long time).
     pub skipped_samples: u64,
     /// Samples not taken because every slot was in flight (more threads
     /// due at once than slots; the next tick starts where this one
@@ -236,8 +243,10 @@ pub struct SamplerStats {
     pub reused_samples: u64,
     /// Sampler-thread path: signals a thread took too late (it was waiting
     /// for a CPU, so the sample would have landed where it was preempted,
-    /// not where its CPU time went). Nothing was recorded; the thread was
-    /// sampled again on a later tick, for the same CPU time.
+    /// not where its CPU time went) or on its way out of a system call
+    /// (where threads are preempted far more often than their CPU time
+    /// says). Nothing was recorded; the thread was sampled again on a later
+    /// tick, for the same CPU time.
     pub late_samples: u64,
     /// Samples not taken because the thread had exited after it was
     /// listed (the list is re-read every few milliseconds).
@@ -272,6 +281,7 @@ impl SamplerStats {
             ticks: 0,
             missed_ticks: 0,
             samples: 0,
+            recorded: 0,
             walk_ends: [0; WalkEnd::ALL.len()],
             failed_samples: 0,
             skipped_samples: 0,
@@ -407,6 +417,7 @@ impl SamplerStats {
             ticks: self.ticks.saturating_sub(earlier.ticks),
             missed_ticks: self.missed_ticks.saturating_sub(earlier.missed_ticks),
             samples: self.samples.saturating_sub(earlier.samples),
+            recorded: self.recorded.saturating_sub(earlier.recorded),
             walk_ends,
             failed_samples: self.failed_samples.saturating_sub(earlier.failed_samples),
             skipped_samples: self.skipped_samples.saturating_sub(earlier.skipped_samples),
@@ -435,6 +446,7 @@ impl SamplerStats {
         self.ticks += later.ticks;
         self.missed_ticks += later.missed_ticks;
         self.samples += later.samples;
+        self.recorded += later.recorded;
         for (sum, add) in self.walk_ends.iter_mut().zip(later.walk_ends) {
             *sum += add;
         }

@@ -335,6 +335,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
                     weight,
                 );
                 self.stats.samples += weight;
+                self.stats.recorded += 1;
                 self.stats.walk_ends[walk.end as usize] += weight;
             }
             Err(e) => count_failure(&mut self.stats, e),

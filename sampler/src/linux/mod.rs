@@ -16,10 +16,11 @@
 //! says which): it sleeps to absolute deadlines and, each tick, sends the
 //! profiling signal with `rt_tgsigqueueinfo` to every thread due: in wall
 //! mode every thread, in cpu mode each thread whose CPU time since its last
-//! sample reached one period (the remainder is carried; a thread that used
-//! several periods since, because the sampler ran late, gets one sample
-//! weighted by them). It never waits for a handler, so a thread that is
-//! slow to take its signal delays only its own sample.
+//! sample reached one period. A thread that could not be sampled when due
+//! (it waited for a CPU, or the sampler ran late) is owed the periods, paid
+//! by later samples weighted as [`CpuDebt`] says. It never waits for a
+//! handler, so a thread that is slow to take its signal delays only its
+//! own sample.
 
 pub(crate) mod checked_memory;
 mod scheduling;
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 use hashbrown::HashMap;
 
 use crate::clock::TickSchedule;
+use crate::cpu_debt::CpuDebt;
 use crate::sampler_thread::{Claim, SamplerThread};
 use crate::stack_table::{StackKey, StackTable};
 use crate::walker::{Arch, WalkEnd};
@@ -63,12 +65,6 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
-/// Sampler-thread path: the most periods one sample may stand for. A
-/// thread owed more (the sampler ran late, or its signals kept arriving
-/// while it waited for a CPU) has the excess counted as skipped: one
-/// heavy sample would otherwise put a long stretch of CPU time on one
-/// stack.
-const MAX_WEIGHT: u64 = 5;
 /// How long a thread counts as young: its name is re-read whenever one of
 /// its samples is interned, because threads often name themselves right
 /// after they start.
@@ -226,9 +222,9 @@ struct ThreadState {
     /// Sampler-thread path, cpu mode: the thread's CPU clock on the
     /// previous tick.
     last_cpu_ns: Option<u64>,
-    /// Sampler-thread path, cpu mode: CPU time used since the last sample
-    /// that no sample stands for yet (the carried remainder).
-    owed_ns: u64,
+    /// Cpu mode, sampler-thread path: CPU time used and not yet stood for
+    /// by a sample.
+    debt: CpuDebt,
     /// The last reading of the thread's CPU time (its timer's count, or its
     /// CPU clock) added to [`SamplerStats::thread_cpu`].
     accounted_ns: Option<u64>,
@@ -302,7 +298,7 @@ impl ThreadState {
         ThreadState {
             key: u32::MAX,
             last_cpu_ns: None,
-            owed_ns: 0,
+            debt: CpuDebt::default(),
             accounted_ns: None,
             pending: false,
             // Walks are fault-safe and bounded without the snapshot too
@@ -653,23 +649,19 @@ impl SamplerLoop {
                 // The CPU time used since the last tick is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
-                    state.owed_ns += cpu.saturating_sub(last);
+                    self.stats.skipped_samples +=
+                        state.debt.accrue(cpu.saturating_sub(last), self.period_ns);
                 }
                 state.last_cpu_ns = Some(cpu);
-                let most = MAX_WEIGHT * self.period_ns;
-                if state.owed_ns > most {
-                    self.stats.skipped_samples += (state.owed_ns - most) / self.period_ns;
-                    state.owed_ns = most + (state.owed_ns - most) % self.period_ns;
-                }
-                if state.owed_ns < self.period_ns {
+                let Some(due) = state.debt.due(self.period_ns) else {
                     continue;
-                }
-                weight = state.owed_ns / self.period_ns;
+                };
+                weight = due;
             }
             if state.blocked.is_some() {
                 // It blocks the signal: not signalled, its samples counted.
                 if self.config.mode == Mode::Cpu {
-                    state.owed_ns -= weight * self.period_ns;
+                    state.debt.pay(weight, self.period_ns);
                 }
                 self.stats.signal_blocked_samples += weight;
                 self.stats.add_signal_blocked(tid as u64, weight);
@@ -731,7 +723,7 @@ impl SamplerLoop {
                     state.pending = true;
                     state.counted_tick = self.tick;
                     if self.config.mode == Mode::Cpu {
-                        state.owed_ns -= weight * self.period_ns;
+                        state.debt.pay(weight, self.period_ns);
                     }
                     self.slot_uses[armed.slot] = Some(SlotUse {
                         tid,
@@ -812,7 +804,7 @@ impl SamplerLoop {
                 .listing_cpu_ns
                 .is_none_or(|before| now >= before + IDLE_SLACK_NS);
             state.listing_cpu_ns = Some(now);
-            let busy = moved || state.pending || state.owed_ns >= self.period_ns;
+            let busy = moved || state.pending || state.debt.due(self.period_ns).is_some();
             if busy || state.blocked.is_some() {
                 active.push(tid);
             } else if self.config.mode == Mode::Wall && self.tick > state.counted_tick {
@@ -1116,7 +1108,7 @@ impl SamplerLoop {
                     self.stats.late_samples += 1;
                     if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                         if self.config.mode == Mode::Cpu {
-                            state.owed_ns += slot_use.weight * self.period_ns;
+                            state.debt.refund(slot_use.weight, self.period_ns);
                         }
                     }
                     true
@@ -1249,6 +1241,7 @@ impl SamplerLoop {
             weight,
         );
         self.stats.samples += weight;
+        self.stats.recorded += 1;
         self.stats.walk_ends[walk.end as usize] += weight;
     }
 

@@ -408,6 +408,19 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     let Some((slot, generation, max_depth)) = claimed else {
         return;
     };
+    // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
+    let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
+    if slot.sent_ns.load(Relaxed) != 0 && after_system_call(pc) {
+        // Cpu mode, sampler-thread path: taken at the return from a system
+        // call. A thread is preempted there far more often than its user
+        // CPU time says (the scheduler preempts on the way out of the
+        // kernel, and reading a CPU clock can end a time slice), so a signal
+        // that waited for it would land there too often. Given up like a
+        // late one; its periods go to a sample at an unbiased point.
+        slot.late.store(1, Relaxed);
+        slot.state.store(state(generation, DONE), Release);
+        return;
+    }
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
     // we own `slot` in `Writing` for `generation`.
     unsafe { walk_into(slot, generation, max_depth, context) };
@@ -451,6 +464,38 @@ fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
         return None;
     }
     Some((slot, generation, max_depth))
+}
+
+/// Whether the instruction just before `pc` is a system call (x86_64
+/// `syscall`, aarch64 `svc #0`): the thread is returning from the kernel.
+/// Reads code with the fault-safe copy; unreadable means no.
+/// Async-signal-safe.
+fn after_system_call(pc: u64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    const LEN: u64 = 2;
+    #[cfg(target_arch = "x86_64")]
+    const CODE: u32 = 0x050f;
+    #[cfg(target_arch = "aarch64")]
+    const LEN: u64 = 4;
+    #[cfg(target_arch = "aarch64")]
+    const CODE: u32 = 0xd400_0001;
+    let Some(start) = pc.checked_sub(LEN) else {
+        return false;
+    };
+    let base = start & !7;
+    let at = (start - base) as usize;
+    let mut words = [0u64; 2];
+    if super::checked_memory::copy_words(base, &mut words) * 8 < at + LEN as usize {
+        return false;
+    }
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&words[0].to_ne_bytes());
+    bytes[8..].copy_from_slice(&words[1].to_ne_bytes());
+    let mut code = 0u32;
+    for i in (0..LEN as usize).rev() {
+        code = code << 8 | u32::from(bytes[at + i]);
+    }
+    code == CODE
 }
 
 /// `clock` in nanoseconds. Async-signal-safe (`clock_gettime` is).
@@ -567,5 +612,33 @@ fn registers(uc: &libc::ucontext_t) -> Registers {
         fp: m.regs[29],
         sp: m.sp,
         lr: m.regs[30],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pc_right_after_a_system_call_instruction_is_recognised() {
+        assert!(super::super::checked_memory::probe());
+        #[cfg(target_arch = "x86_64")]
+        let code: &[u8] = &[0x0f, 0x05];
+        #[cfg(target_arch = "aarch64")]
+        let code: &[u8] = &[0x01, 0x00, 0x00, 0xd4];
+        // Every alignment, so the instruction straddles a word boundary too.
+        let mut buffer = [0u8; 64];
+        for offset in 0..16 {
+            buffer.fill(0x90);
+            buffer[offset..offset + code.len()].copy_from_slice(code);
+            // Read through the kernel, which the compiler cannot see.
+            std::hint::black_box(&mut buffer);
+            let end = buffer.as_ptr() as u64 + (offset + code.len()) as u64;
+            assert!(after_system_call(end), "offset {offset}");
+            assert!(!after_system_call(end - 1), "offset {offset}");
+            assert!(!after_system_call(end + 1), "offset {offset}");
+        }
+        assert!(!after_system_call(0));
+        assert!(!after_system_call(8));
     }
 }
