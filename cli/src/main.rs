@@ -533,7 +533,8 @@ fn print_summary(profile: &Profile) {
     println!(
         "truncated walks: {} of {}{} (stopped short of the thread's entry; the main thread's expected \
          end in the C start code is not counted), callers from CFI: {} of {} ({:.1}%), \
-         failed samples: {}, skipped samples: {}, late signals retried: {}, sampler CPU: {:.1} ms",
+         failed samples: {}, skipped samples: {}, lost to a blocked signal: {}, late signals \
+         retried: {}, sampler CPU: {:.1} ms",
         profile.truncated_samples(),
         s.samples,
         most_truncated_in(profile),
@@ -542,6 +543,7 @@ fn print_summary(profile: &Profile) {
         100.0 * s.cfi_frames as f64 / callers.max(1) as f64,
         s.failed_samples,
         s.skipped_samples,
+        s.signal_blocked_samples,
         s.late_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );

@@ -71,6 +71,20 @@ pub mod bench_support {
     pub use crate::linux::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
 }
 #[cfg(target_os = "linux")]
+#[doc(hidden)]
+pub mod test_hooks {
+    //! For btprof's own tests: not part of the API.
+
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::Duration;
+
+    /// Makes every handler spend `cpu` of its thread's CPU time after it
+    /// claimed its slot (zero: off), as a slow walk would.
+    pub fn set_handler_delay(cpu: Duration) {
+        crate::linux::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
+    }
+}
+#[cfg(target_os = "linux")]
 pub use linux::{default_signal, Sampler, MAX_DEPTH};
 
 #[cfg(target_os = "macos")]

@@ -25,7 +25,7 @@
 pub(crate) mod checked_memory;
 mod scheduling;
 mod signal;
-mod slots;
+pub(crate) mod slots;
 mod stack_regions;
 mod thread_timers;
 mod threads;
@@ -258,6 +258,11 @@ struct ThreadState {
     /// its due samples are counted in `signal_blocked_samples` until it
     /// unblocks.
     blocked: Option<BlockedSince>,
+    /// Timer path: the timer count at the start of a silent spell in which
+    /// the thread was seen with the signal blocked. It is taken for one
+    /// that blocks the signal only if the next look, a listing later,
+    /// finds it silent and blocked again ([`blocks_signal_now`]).
+    suspect_since_ns: Option<u64>,
     /// Sampler-thread path, wall mode: the thread's last stack, counted
     /// again while its CPU clock does not move (or under
     /// `[btprof: blocked]` when it ran and blocked since), and its CPU
@@ -293,6 +298,19 @@ const SILENT_PERIODS: u64 = 20;
 /// Listings between two looks at a blocking thread's signal mask.
 const BLOCKED_RECHECK_LISTINGS: u64 = 20;
 
+/// Whether thread `tid` blocks `signal` itself: `SigBlk` has it, and the
+/// thread is not inside (or just leaving) btprof's own handler, whose
+/// `sa_mask` puts the signal in `SigBlk` while it runs
+/// ([`slots::in_handler`], looked at before and after the mask is read).
+/// A thread that just entered the handler and has not claimed its slot yet
+/// still looks blocked here: callers take the verdict as final only when
+/// a later look agrees, or undo it at the next listing.
+fn blocks_signal_now(tid: i32, signal: libc::c_int) -> bool {
+    !slots::in_handler(tid)
+        && threads::blocks_signal(tid, signal) == Some(true)
+        && !slots::in_handler(tid)
+}
+
 impl ThreadState {
     fn new(now: Instant, listing: u64) -> Self {
         ThreadState {
@@ -314,6 +332,7 @@ impl ThreadState {
             timer_samples: 0,
             timer_checked_ns: 0,
             blocked: None,
+            suspect_since_ns: None,
             last_walk: None,
             walk_cpu_ns: 0,
             counted_tick: 0,
@@ -644,6 +663,8 @@ impl SamplerLoop {
             // The thread's CPU clock and when it was read: for the handler
             // to tell whether the thread waited for a CPU meanwhile.
             let mut read_at = (0, 0);
+            // Whether its CPU clock moved since the last tick: see below.
+            let progressed = state.last_cpu_ns.is_none_or(|last| cpu > last);
             if self.config.mode == Mode::Cpu {
                 read_at = (monotonic_ns(), cpu);
                 // The CPU time used since the last tick is owed to the next
@@ -684,6 +705,17 @@ impl SamplerLoop {
                 self.stats.skipped_samples += 1;
                 continue;
             }
+            // Cpu mode: `R` alone is not proof that a thread runs user
+            // code: a thread woken from `poll` (or `select`, ...) is `R`
+            // while it waits for a CPU, still inside the call, and a signal
+            // then makes the call fail with `EINTR` instead of returning
+            // its timeout (on a busy machine, up to 34 of 300 calls did).
+            // Such a thread has not run since the last tick; one that runs
+            // user code has (or was preempted there, when its sample would
+            // come late anyway). Its owed CPU time waits for a later tick.
+            if self.config.mode == Mode::Cpu && !progressed {
+                continue;
+            }
             match threads::run_state(tid) {
                 Some(threads::RunState::Running) => {}
                 Some(threads::RunState::Blocked) => {
@@ -700,11 +732,13 @@ impl SamplerLoop {
             if !state.mask_checked {
                 state.mask_checked = true;
                 let signal = self.sender.signal();
-                if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
+                if blocks_signal_now(tid, signal) {
                     state.blocked = Some(BlockedSince {
                         cpu_ns: cpu,
                         owed_ns: 0,
-                        recheck_listing: self.listing + BLOCKED_RECHECK_LISTINGS,
+                        // Looked at again at the next listing: one look
+                        // cannot tell a thread entering btprof's handler.
+                        recheck_listing: self.listing + 1,
                     });
                     self.stats.signal_blocked_samples += weight;
                     self.stats.add_signal_blocked(tid as u64, weight);
@@ -955,15 +989,26 @@ impl SamplerLoop {
             };
             let silent = state.timer_samples == 0
                 && count.saturating_sub(state.timer_checked_ns) >= SILENT_PERIODS * period;
-            // Blocked and pending: `SigBlk` alone also holds the signal
-            // while the thread runs btprof's own handler, and a silent
-            // spell (the sampler thread starved on a busy machine) taken
-            // with that moment would close a working thread's timer.
-            if silent
-                && threads::blocks_signal(tid, signal) == Some(true)
-                && threads::signal_pending(tid, signal) == Some(true)
-            {
-                let lost = count.saturating_sub(state.timer_checked_ns) / period;
+            // `SigBlk` also holds the signal while the thread runs btprof's
+            // own handler: a silent spell (kernel time, or the sampler
+            // thread starved on a busy machine) looked at in that moment
+            // would close a working thread's timer and count its samples as
+            // lost. So the handler's own slots are looked at too, and it
+            // takes two silent spells in a row, each of many periods of the
+            // thread's CPU time without a single sample, with the signal
+            // blocked at both looks: a thread that takes its signals
+            // leaves a sample in between.
+            let suspect = silent && blocks_signal_now(tid, signal);
+            if !suspect {
+                state.suspect_since_ns = None;
+            } else if state.suspect_since_ns.is_none() {
+                state.suspect_since_ns = Some(state.timer_checked_ns);
+            } else {
+                let since = state
+                    .suspect_since_ns
+                    .take()
+                    .unwrap_or(state.timer_checked_ns);
+                let lost = count.saturating_sub(since) / period;
                 self.stats.signal_blocked_samples += lost;
                 self.stats.add_signal_blocked(tid as u64, lost);
                 state.timer = None;
@@ -1000,11 +1045,13 @@ impl SamplerLoop {
                 // overflows would queue up (real-time signals) or be taken
                 // by its `sigwait`. Counted by `watch_blocked_threads`.
                 state.mask_checked = true;
-                if threads::signal_status(tid, signal).is_some_and(|s| s.blocked) {
+                if blocks_signal_now(tid, signal) {
                     state.blocked = Some(BlockedSince {
                         cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
                         owed_ns: 0,
-                        recheck_listing: self.listing + BLOCKED_RECHECK_LISTINGS,
+                        // Looked at again at the next listing: one look
+                        // cannot tell a thread entering btprof's handler.
+                        recheck_listing: self.listing + 1,
                     });
                     continue;
                 }
@@ -1170,7 +1217,11 @@ impl SamplerLoop {
         let Some(status) = threads::signal_status(tid, signal) else {
             return false;
         };
-        if !(status.blocked || status.pending) {
+        // Still pending: it has not taken the signal, whatever its mask,
+        // and another must not be queued on it. Blocked (not inside
+        // btprof's handler, whose `sa_mask` blocks it too): it may be
+        // one that blocks the signal.
+        if !(status.pending || (status.blocked && !slots::in_handler(tid))) {
             return false;
         }
         let listing = self.listing;
@@ -1178,7 +1229,9 @@ impl SamplerLoop {
             state.blocked = Some(BlockedSince {
                 cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
                 owed_ns: 0,
-                recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
+                // Looked at again at the next listing, so a thread that
+                // was only slow to take its signal is soon sampled again.
+                recheck_listing: listing + 1,
             });
         }
         true

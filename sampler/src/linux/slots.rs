@@ -128,6 +128,28 @@ pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 /// different threads do not all contend for slot 0.
 static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 
+/// Tests only ([`crate::test_hooks`]): CPU time each handler spends after
+/// claiming its slot, as a slow walk would, so a test can catch threads
+/// inside the handler (where the profiling signal is in their `SigBlk`).
+pub(crate) static HANDLER_TEST_DELAY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether thread `tid` is inside btprof's handler, or just left it: it
+/// holds a slot it is writing, or one it finished that the sampler has not
+/// collected yet.
+///
+/// While the handler runs, the kernel blocks the profiling signal for
+/// that thread (the handler's `sa_mask`), so its `SigBlk` says "blocked"
+/// just as for a thread that really blocks the signal: look here before
+/// taking `SigBlk` as proof. A `true` is conservative (a slot may still
+/// name a thread from an earlier use); the moments the slots cannot show
+/// (the handler's first instructions, before it claims a slot) are left to
+/// the callers, which want the mask seen twice, at looks far enough apart.
+pub(crate) fn in_handler(tid: i32) -> bool {
+    SLOT_TABLE.iter().any(|slot| {
+        matches!(slot.state.load(Acquire) & 3, WRITING | DONE) && slot.tid.load(Relaxed) == tid
+    })
+}
+
 /// How long a thread may have been off CPU between the sampler's decision
 /// and the signal's delivery and still be sampled. A signal to a thread
 /// running on another CPU is taken within microseconds while the thread
@@ -421,6 +443,13 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         slot.state.store(state(generation, DONE), Release);
         return;
     }
+    let delay = HANDLER_TEST_DELAY_NS.load(Relaxed);
+    if delay != 0 {
+        let until = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_add(delay);
+        while clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) < until {
+            core::hint::spin_loop();
+        }
+    }
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
     // we own `slot` in `Writing` for `generation`.
     unsafe { walk_into(slot, generation, max_depth, context) };
@@ -445,6 +474,8 @@ fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
         STRAY_SIGNALS.fetch_add(1, Relaxed);
         return None;
     };
+    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    slot.tid.store(unsafe { libc::gettid() }, Relaxed);
     let max_depth = (slot.max_depth.load(Relaxed) as usize).min(MAX_DEPTH);
     let sent = slot.sent_ns.load(Relaxed);
     let late = sent != 0 && {

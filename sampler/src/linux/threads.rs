@@ -139,25 +139,6 @@ pub(crate) fn blocks_signal(tid: i32, signal: libc::c_int) -> Option<bool> {
     Some(mask & (1u64 << (signal - 1)) != 0)
 }
 
-/// Whether `signal` is pending for thread `tid` (its `SigPnd` or the
-/// process's `ShdPnd` in `/proc`), or `None` if it exited. A thread that
-/// merely runs btprof's handler right now has the signal in `SigBlk` too
-/// (the handler blocks it while it runs), but not pending: one that really
-/// blocks it, and whose timer fired, has it pending.
-pub(crate) fn signal_pending(tid: i32, signal: libc::c_int) -> Option<bool> {
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
-    let bit = 1u64 << (signal - 1);
-    let pending = status
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("SigPnd:")
-                .or_else(|| l.strip_prefix("ShdPnd:"))
-        })
-        .filter_map(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .any(|mask| mask & bit != 0);
-    Some(pending)
-}
-
 /// Whether a thread is running user code or blocked in the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RunState {

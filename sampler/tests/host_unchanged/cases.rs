@@ -47,6 +47,11 @@ pub const ALL: &[Case] = &[
         body: threads_blocking_the_signal_are_counted_not_queued,
     },
     Case {
+        name: "a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal",
+        limit: Duration::from_secs(90),
+        body: a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal,
+    },
+    Case {
         name: "wall_mode_samples_every_one_of_300_idle_threads",
         limit: Duration::from_secs(60),
         body: wall_mode_samples_every_one_of_300_idle_threads,
@@ -700,6 +705,93 @@ fn threads_blocking_the_signal_are_counted_not_queued() {
             "{queued} signals were queued for the blocking thread"
         );
     }
+}
+
+/// Item 3, the other way round: while btprof's handler runs, the kernel
+/// blocks the profiling signal for that thread (the handler's `sa_mask`),
+/// so its `SigBlk` looks like that of a thread that blocks the signal. A
+/// thread looked at in that moment, after a spell without samples, must
+/// not be taken for one: its timer was closed and its samples counted as
+/// lost (tests of periodic dumps lost a fifth of their samples this way).
+/// Here every handler takes 50 ms of CPU (a test hook standing in for a
+/// slow walk), so the busy thread goes 50 periods between two samples and
+/// is inside the handler nearly all the time. (Its timer fires again
+/// during each handler, so it re-enters at once and makes no progress of
+/// its own: it is stopped from outside, by its CPU clock.)
+fn a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal() {
+    use std::os::unix::thread::JoinHandleExt;
+    const HANDLER_CPU: Duration = Duration::from_millis(50);
+    const WORK_CPU: Duration = Duration::from_millis(1500);
+    btprof_sampler::test_hooks::set_handler_delay(HANDLER_CPU);
+    let tid = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start");
+    let worker = {
+        let (tid, stop) = (tid.clone(), stop.clone());
+        thread::Builder::new()
+            .name("in-handler".into())
+            .spawn(move || {
+                tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
+                spin_until(&stop)
+            })
+            .unwrap()
+    };
+    // Its CPU time, handler included: a busy machine only makes this take
+    // longer.
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: the thread is alive until joined below; valid out-pointer.
+    let rc = unsafe { libc::pthread_getcpuclockid(worker.as_pthread_t(), &mut clock) };
+    assert_eq!(rc, 0);
+    let worker_cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid clock id and out-pointer.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    };
+    // (Or 10 s: in its handler loop the thread spends most of its time in
+    // the kernel, and its clock can lag behind its timer's count.)
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while worker_cpu() < WORK_CPU && Instant::now() < give_up {
+        thread::sleep(Duration::from_millis(20));
+    }
+    btprof_sampler::test_hooks::set_handler_delay(Duration::ZERO);
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    let raw = sampler.stop().expect("stop");
+    check_clock(&raw);
+    let tid = tid.load(Ordering::Acquire);
+    let lost = raw
+        .stats
+        .thread_cpu
+        .iter()
+        .find(|t| t.tid == tid)
+        .map_or(0, |t| t.signal_blocked);
+    let sampled: u64 = raw
+        .table
+        .iter()
+        .filter(|(k, _)| raw.threads[k.thread as usize].tid == tid)
+        .map(|(_, c)| c)
+        .sum();
+    let cpu = raw.stats.cpu_of(tid).unwrap_or_default();
+    println!(
+        "measured: a thread inside a {} ms handler for {:.0} ms of CPU: {sampled} samples, \
+         {lost} counted as lost to a blocked signal ({} in all)",
+        HANDLER_CPU.as_millis(),
+        cpu.as_secs_f64() * 1e3,
+        raw.stats.signal_blocked_samples
+    );
+    assert_eq!(
+        lost, 0,
+        "a thread inside btprof's handler was taken for one blocking the signal"
+    );
+    assert_eq!(raw.stats.signal_blocked_samples, 0);
+    // A sample per handler visit on the timers (WORK_CPU / HANDLER_CPU =
+    // 30, less the visit cut off by the end): a closed timer would leave
+    // far fewer. (The sampler thread weighs a sample by the periods owed.)
+    assert!(sampled >= 15, "only {sampled} samples");
 }
 
 // ------------------------------------------------ many idle threads
