@@ -25,45 +25,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use btprof_sampler::bench_support::TaskClock;
+
 /// Which floor a worker sets up for itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Floor {
     Interrupt,
     Signal,
-}
-
-/// The first 64 bytes of `struct perf_event_attr` (`PERF_ATTR_SIZE_VER0`):
-/// every field the floor needs, and a size every kernel since 2.6.31 takes.
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
-
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
-/// `exclude_kernel` and `exclude_hv`: required for unprivileged use.
-const FLAGS_EXCLUDE_KERNEL_HV: u64 = (1 << 5) | (1 << 6);
-/// From `<linux/perf_event.h>`.
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-/// From `<fcntl.h>`; the same on x86_64 and aarch64.
-const F_SETSIG: libc::c_int = 10;
-const F_SETOWN_EX: libc::c_int = 15;
-const F_OWNER_TID: libc::c_int = 0;
-
-#[repr(C)]
-struct FOwnerEx {
-    kind: libc::c_int,
-    pid: libc::pid_t,
 }
 
 /// Signals the [`Floor::Signal`] handler received, all threads.
@@ -114,88 +82,26 @@ impl Drop for Handler {
     }
 }
 
-/// A per-thread CPU-time timer, closed on drop.
+/// A per-thread CPU-time timer (btprof's own [`TaskClock`], so the floor
+/// measures the very event the sampler uses), closed on drop.
 pub struct Timer {
-    fd: libc::c_int,
+    clock: TaskClock,
 }
 
 impl Timer {
     /// Starts a 1 ms task-clock timer on the calling thread.
     pub fn start(floor: Floor) -> std::io::Result<Timer> {
-        let attr = PerfEventAttr {
-            kind: PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: PERF_COUNT_SW_TASK_CLOCK,
-            sample_period: 1_000_000,
-            flags: FLAGS_EXCLUDE_KERNEL_HV,
-            wakeup_events: 1,
-            ..PerfEventAttr::default()
-        };
-        // SAFETY: `attr` is a valid, fully initialised perf_event_attr
-        // prefix whose `size` says how much of it there is; pid 0 and cpu
-        // -1 mean "the calling thread, on any CPU".
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                0,
-                -1,
-                -1,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let timer = Timer {
-            fd: fd as libc::c_int,
-        };
+        let clock = TaskClock::open(0, 1_000_000)?;
         if floor == Floor::Signal {
-            // SAFETY: plain syscalls on our own descriptor; `owner` lives
-            // across the call.
-            unsafe {
-                let owner = FOwnerEx {
-                    kind: F_OWNER_TID,
-                    pid: libc::gettid(),
-                };
-                check(libc::fcntl(
-                    timer.fd,
-                    F_SETOWN_EX,
-                    &owner as *const FOwnerEx,
-                ))?;
-                check(libc::fcntl(timer.fd, F_SETSIG, signal()))?;
-                let flags = libc::fcntl(timer.fd, libc::F_GETFL);
-                check(libc::fcntl(timer.fd, libc::F_SETFL, flags | libc::O_ASYNC))?;
-            }
+            // SAFETY: gettid has no preconditions.
+            clock.signal_thread(unsafe { libc::gettid() }, signal())?;
         }
-        Ok(timer)
+        clock.enable()?;
+        Ok(Timer { clock })
     }
 
     /// Timer expiries so far (CPU time on the clock / period).
     pub fn expiries(&self) -> u64 {
-        let mut ns = 0u64;
-        // SAFETY: reading a counter from our own perf descriptor into a u64
-        // (no read_format flags: the value is one u64).
-        let n = unsafe { libc::read(self.fd, (&mut ns as *mut u64).cast(), 8) };
-        if n == 8 {
-            ns / 1_000_000
-        } else {
-            0
-        }
-    }
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        // SAFETY: closing the descriptor this timer owns.
-        unsafe { libc::close(self.fd) };
-    }
-}
-
-fn check(rc: libc::c_int) -> std::io::Result<()> {
-    if rc < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
+        self.clock.cpu_ns().unwrap_or(0) / 1_000_000
     }
 }

@@ -64,11 +64,13 @@ pub fn current_thread_id() -> u64 {
 #[cfg(target_os = "linux")]
 mod linux;
 
-/// For `benches/stack_reads.rs` only: not part of the API.
+/// For btprof's benchmarks only (`sampler/benches/stack_reads.rs`, the
+/// overhead benchmark's floor): not part of the API.
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
 pub mod bench_support {
     pub use crate::linux::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
+    pub use crate::linux::task_clock::TaskClock;
 }
 #[cfg(target_os = "linux")]
 #[doc(hidden)]

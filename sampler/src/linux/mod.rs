@@ -27,6 +27,7 @@ mod scheduling;
 mod signal;
 pub(crate) mod slots;
 mod stack_regions;
+pub(crate) mod task_clock;
 mod thread_timers;
 mod threads;
 mod unwind;

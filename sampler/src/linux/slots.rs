@@ -161,6 +161,11 @@ pub(crate) fn in_handler(tid: i32) -> bool {
 /// sampled on a later tick.
 pub(crate) const LATE_NS: u64 = 50_000;
 
+/// How long a thread may have been off CPU before a signal that finds it
+/// returning from a system call is given up (see [`claim_armed`]): above
+/// what delivering a signal to a running thread takes in a VM.
+const SYSCALL_EXIT_LATE_NS: u64 = 10_000;
+
 /// In a forked child: frees every slot. Only the forking thread exists
 /// there, so a slot a parent's handler was writing will never be finished,
 /// and no sampler runs yet to own any. Async-signal-safe.
@@ -412,7 +417,10 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         } else {
-            claim_armed(value)
+            // SAFETY: `context` is the kernel's `ucontext_t` for this
+            // delivery (checked non-null above).
+            let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
+            claim_armed(value, pc)
         }
     } else if POLL_CODES.contains(&info.si_code) {
         // SAFETY: a poll-band signal carries `si_band` and `si_fd`.
@@ -430,19 +438,6 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     let Some((slot, generation, max_depth)) = claimed else {
         return;
     };
-    // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
-    let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
-    if slot.sent_ns.load(Relaxed) != 0 && after_system_call(pc) {
-        // Cpu mode, sampler-thread path: taken at the return from a system
-        // call. A thread is preempted there far more often than its user
-        // CPU time says (the scheduler preempts on the way out of the
-        // kernel, and reading a CPU clock can end a time slice), so a signal
-        // that waited for it would land there too often. Given up like a
-        // late one; its periods go to a sample at an unbiased point.
-        slot.late.store(1, Relaxed);
-        slot.state.store(state(generation, DONE), Release);
-        return;
-    }
     let delay = HANDLER_TEST_DELAY_NS.load(Relaxed);
     if delay != 0 {
         let until = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_add(delay);
@@ -456,9 +451,10 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
 }
 
 /// The slot a queued signal's `si_value` names, claimed `Armed -> Writing`
-/// (counted as stray if there is none). A late signal publishes the slot
-/// `Done` and marked late at once, and returns `None`.
-fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
+/// (counted as stray if there is none). A late signal (judged with `pc`,
+/// where it interrupted the thread) publishes the slot `Done` and marked
+/// late at once, and returns `None`.
+fn claim_armed(value: usize, pc: u64) -> Option<(&'static Slot, u64, usize)> {
     let generation = (value >> 8) as u64;
     let claimed = SLOT_TABLE.get(value & 0xff).filter(|slot| {
         slot.state
@@ -487,7 +483,13 @@ fn claim_armed(value: usize) -> Option<(&'static Slot, u64, usize)> {
                 clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
                     .saturating_sub(slot.sent_cpu_ns.load(Relaxed)),
             );
-        waited > LATE_NS
+        // A thread is preempted on its way out of a system call far more
+        // often than its CPU time there says (the scheduler preempts at the
+        // return to user space, and reading a CPU clock can end a time
+        // slice), so even a short wait that ends there is given up: its
+        // periods go to a sample at an unbiased point. A thread that was
+        // running in the call when the signal came takes it there at once.
+        waited > LATE_NS || (waited > SYSCALL_EXIT_LATE_NS && after_system_call(pc))
     };
     slot.late.store(u32::from(late), Relaxed);
     if late {
