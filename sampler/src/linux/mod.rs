@@ -860,9 +860,16 @@ impl SamplerLoop {
             let Some(now) = threads::thread_cpu_ns(tid) else {
                 continue;
             };
-            let moved = state
-                .listing_cpu_ns
-                .is_none_or(|before| now >= before + IDLE_SLACK_NS);
+            // A thread seen for the first time counts as moving only if it
+            // used a period of CPU in its life: thousands of new idle
+            // threads would otherwise all be looked at on every tick until
+            // the next listing (which, with that many threads, is long in
+            // coming): the sampler thread spent 28-38% of a core so. A
+            // thread with less is owed no cpu-mode sample yet.
+            let moved = match state.listing_cpu_ns {
+                Some(before) => now >= before + IDLE_SLACK_NS,
+                None => now >= self.period_ns,
+            };
             state.listing_cpu_ns = Some(now);
             let busy = moved || state.pending || state.owed_ns >= self.period_ns;
             if busy || state.blocked.is_some() {
