@@ -104,7 +104,8 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
         .unwrap_or_default();
     assert!(
         samples > 300 && samples as f64 >= cpu.as_secs_f64() * 1000.0 * 0.9,
-        "only {samples} samples of the spinning thread for {cpu:?} of CPU"
+        "only {samples} samples of the spinning thread for {cpu:?} of CPU\n{:#?}",
+        profile.stats()
     );
     // Nearly every sample of the spinner ends in the leaf under its caller:
     // the interrupted function is the leaf. (This package is optimised in

@@ -80,9 +80,10 @@ pub mod test_hooks {
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::Duration;
 
-    /// Makes every handler spend `cpu` of its thread's CPU time after it
-    /// claimed its slot (zero: off), as a slow walk would.
-    pub fn set_handler_delay(cpu: Duration) {
+    /// Makes every handler on thread `tid` spend `cpu` of its CPU time
+    /// after it claimed its slot (zero: off), as a slow walk would.
+    pub fn set_handler_delay(tid: u64, cpu: Duration) {
+        crate::linux::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
         crate::linux::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
     }
 }

@@ -666,6 +666,9 @@ impl SamplerLoop {
             let mut read_at = (0, 0);
             // Whether its CPU clock moved since the last tick: see below.
             let progressed = state.last_cpu_ns.is_none_or(|last| cpu > last);
+            if self.config.mode == Mode::Wall {
+                state.last_cpu_ns = Some(cpu);
+            }
             if self.config.mode == Mode::Cpu {
                 read_at = (monotonic_ns(), cpu);
                 // The CPU time used since the last tick is owed to the next
@@ -713,11 +716,26 @@ impl SamplerLoop {
             // its timeout (on a busy machine, up to 34 of 300 calls did).
             // Such a thread has not run since the last tick; one that runs
             // user code has (or was preempted there, when its sample would
-            // come late anyway). Its owed CPU time waits for a later tick.
-            if self.config.mode == Mode::Cpu && !progressed {
+            // come late anyway). Its owed CPU time waits for a later tick,
+            // up to MAX_WEIGHT periods: a thread whose wake-ups fall in
+            // step with the ticks (a 2 ms `poll` loop at 1000 Hz) would
+            // otherwise never be sampled, so it then gets its one signal
+            // (the `EINTR` that remains, one per MAX_WEIGHT periods at most).
+            let starved = state.owed_ns >= MAX_WEIGHT * self.period_ns;
+            if self.config.mode == Mode::Cpu && !progressed && !starved {
                 continue;
             }
             match threads::run_state(tid) {
+                // Wall mode: `R` without progress since the last tick is a
+                // thread woken inside a blocking call (or preempted), still
+                // waiting for a CPU: counted like a blocked one, not
+                // signalled (see the cpu-mode note above).
+                Some(threads::RunState::Running)
+                    if self.config.mode == Mode::Wall && !progressed =>
+                {
+                    self.count_blocked(tid, cpu);
+                    continue;
+                }
                 Some(threads::RunState::Running) => {}
                 Some(threads::RunState::Blocked) => {
                     if self.config.mode == Mode::Wall {
@@ -835,9 +853,16 @@ impl SamplerLoop {
             let Some(now) = threads::thread_cpu_ns(tid) else {
                 continue;
             };
-            let moved = state
-                .listing_cpu_ns
-                .is_none_or(|before| now >= before + IDLE_SLACK_NS);
+            // A thread seen for the first time counts as moving only if it
+            // used a period of CPU in its life: thousands of new idle
+            // threads would otherwise all be looked at on every tick until
+            // the next listing (which, with that many threads, is long in
+            // coming): the sampler thread spent 28-38% of a core so. A
+            // thread with less is owed no cpu-mode sample yet.
+            let moved = match state.listing_cpu_ns {
+                Some(before) => now >= before + IDLE_SLACK_NS,
+                None => now >= self.period_ns,
+            };
             state.listing_cpu_ns = Some(now);
             let busy = moved || state.pending || state.debt.due(self.period_ns).is_some();
             if busy || state.blocked.is_some() {

@@ -132,6 +132,8 @@ static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 /// claiming its slot, as a slow walk would, so a test can catch threads
 /// inside the handler (where the profiling signal is in their `SigBlk`).
 pub(crate) static HANDLER_TEST_DELAY_NS: AtomicU64 = AtomicU64::new(0);
+/// The one thread whose handlers take [`HANDLER_TEST_DELAY_NS`].
+pub(crate) static HANDLER_TEST_DELAY_TID: AtomicI32 = AtomicI32::new(0);
 
 /// Whether thread `tid` is inside btprof's handler, or just left it: it
 /// holds a slot it is writing, or one it finished that the sampler has not
@@ -439,7 +441,8 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         return;
     };
     let delay = HANDLER_TEST_DELAY_NS.load(Relaxed);
-    if delay != 0 {
+    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    if delay != 0 && HANDLER_TEST_DELAY_TID.load(Relaxed) == unsafe { libc::gettid() } {
         let until = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_add(delay);
         while clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) < until {
             core::hint::spin_loop();

@@ -713,7 +713,7 @@ fn threads_blocking_the_signal_are_counted_not_queued() {
 /// thread looked at in that moment, after a spell without samples, must
 /// not be taken for one: its timer was closed and its samples counted as
 /// lost (tests of periodic dumps lost a fifth of their samples this way).
-/// Here every handler takes 50 ms of CPU (a test hook standing in for a
+/// Here every handler of the busy thread takes 50 ms of CPU (a test hook standing in for a
 /// slow walk), so the busy thread goes 50 periods between two samples and
 /// is inside the handler nearly all the time. (Its timer fires again
 /// during each handler, so it re-enters at once and makes no progress of
@@ -722,7 +722,6 @@ fn a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal() {
     use std::os::unix::thread::JoinHandleExt;
     const HANDLER_CPU: Duration = Duration::from_millis(50);
     const WORK_CPU: Duration = Duration::from_millis(1500);
-    btprof_sampler::test_hooks::set_handler_delay(HANDLER_CPU);
     let tid = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start");
@@ -731,7 +730,11 @@ fn a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal() {
         thread::Builder::new()
             .name("in-handler".into())
             .spawn(move || {
-                tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
+                let me = btprof_sampler::current_thread_id();
+                // Only this thread's handlers are slow (others, such as the
+                // main thread, must go on to end the test).
+                btprof_sampler::test_hooks::set_handler_delay(me, HANDLER_CPU);
+                tid.store(me, Ordering::Release);
                 spin_until(&stop)
             })
             .unwrap()
@@ -757,7 +760,7 @@ fn a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal() {
     while worker_cpu() < WORK_CPU && Instant::now() < give_up {
         thread::sleep(Duration::from_millis(20));
     }
-    btprof_sampler::test_hooks::set_handler_delay(Duration::ZERO);
+    btprof_sampler::test_hooks::set_handler_delay(0, Duration::ZERO);
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
     let raw = sampler.stop().expect("stop");
