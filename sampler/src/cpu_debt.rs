@@ -82,7 +82,6 @@ impl CpuDebt {
     }
 
     /// CPU time owed, in nanoseconds.
-    #[cfg(test)]
     pub fn owed_ns(&self) -> u64 {
         self.owed_ns
     }

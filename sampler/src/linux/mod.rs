@@ -77,6 +77,10 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
 /// count as not having run: taking a sample costs the thread a few
 /// microseconds of handler (up to ~10 in a VM, more under load).
 const IDLE_SLACK_NS: u64 = 50_000;
+/// Cpu fallback: how many periods of CPU time an `R` thread whose clock did
+/// not move since the last tick may be owed before it is signalled anyway
+/// (see `SamplerLoop::signal_due_threads`).
+const WAIT_FOR_PROGRESS_PERIODS: u64 = 5;
 /// The least time between two reads of `/proc/self/maps`.
 const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 /// How long `stop` waits for handlers still walking.
@@ -717,11 +721,12 @@ impl SamplerLoop {
             // Such a thread has not run since the last tick; one that runs
             // user code has (or was preempted there, when its sample would
             // come late anyway). Its owed CPU time waits for a later tick,
-            // up to MAX_WEIGHT periods: a thread whose wake-ups fall in
-            // step with the ticks (a 2 ms `poll` loop at 1000 Hz) would
-            // otherwise never be sampled, so it then gets its one signal
-            // (the `EINTR` that remains, one per MAX_WEIGHT periods at most).
-            let starved = state.owed_ns >= MAX_WEIGHT * self.period_ns;
+            // up to WAIT_FOR_PROGRESS_PERIODS periods: a thread whose
+            // wake-ups fall in step with the ticks (a 2 ms `poll` loop at
+            // 1000 Hz) would otherwise never be sampled, so it then gets its
+            // one signal (the `EINTR` that remains, one per that many
+            // periods of its CPU time at most).
+            let starved = state.debt.owed_ns() >= WAIT_FOR_PROGRESS_PERIODS * self.period_ns;
             if self.config.mode == Mode::Cpu && !progressed && !starved {
                 continue;
             }
