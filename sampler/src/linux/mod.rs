@@ -295,6 +295,25 @@ struct BlockedSince {
     owed_ns: u64,
     /// The listing at which to look at its signal mask again.
     recheck_listing: u64,
+    /// Whether a second look agreed. A single look at `SigBlk` cannot tell
+    /// a thread that blocks the signal from one that is starting (glibc's
+    /// `pthread_create` runs a new thread's first instructions with every
+    /// signal blocked) or entering btprof's handler: until the recheck at
+    /// the next listing agrees, its failed periods are held in `owed_ns`,
+    /// not counted, and dropped if the thread turns out to take signals.
+    confirmed: bool,
+}
+
+impl BlockedSince {
+    /// Seen blocking once: to be looked at again at the next listing.
+    fn provisional(cpu_ns: u64, listing: u64) -> Self {
+        BlockedSince {
+            cpu_ns,
+            owed_ns: 0,
+            recheck_listing: listing + 1,
+            confirmed: false,
+        }
+    }
 }
 
 /// Timer periods a thread may run without one sample before its signal
@@ -687,13 +706,18 @@ impl SamplerLoop {
                 };
                 weight = due;
             }
-            if state.blocked.is_some() {
-                // It blocks the signal: not signalled, its samples counted.
+            if let Some(blocked) = &mut state.blocked {
+                // It blocks the signal: not signalled, its samples counted
+                // (held until a second look confirms it).
                 if self.config.mode == Mode::Cpu {
                     state.debt.pay(weight, self.period_ns);
                 }
-                self.stats.signal_blocked_samples += weight;
-                self.stats.add_signal_blocked(tid as u64, weight);
+                if blocked.confirmed {
+                    self.stats.signal_blocked_samples += weight;
+                    self.stats.add_signal_blocked(tid as u64, weight);
+                } else {
+                    blocked.owed_ns += weight * self.period_ns;
+                }
                 continue;
             }
             if self.config.mode == Mode::Wall {
@@ -757,15 +781,9 @@ impl SamplerLoop {
                 state.mask_checked = true;
                 let signal = self.sender.signal();
                 if blocks_signal_now(tid, signal) {
-                    state.blocked = Some(BlockedSince {
-                        cpu_ns: cpu,
-                        owed_ns: 0,
-                        // Looked at again at the next listing: one look
-                        // cannot tell a thread entering btprof's handler.
-                        recheck_listing: self.listing + 1,
-                    });
-                    self.stats.signal_blocked_samples += weight;
-                    self.stats.add_signal_blocked(tid as u64, weight);
+                    // Its due periods stay owed: the next tick holds them
+                    // on the provisional verdict.
+                    state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
                     continue;
                 }
             }
@@ -1003,6 +1021,21 @@ impl SamplerLoop {
                 };
                 blocked.owed_ns += cpu.saturating_sub(blocked.cpu_ns);
                 blocked.cpu_ns = cpu;
+                if !blocked.confirmed && listing >= blocked.recheck_listing {
+                    // The second look: a thread that was starting, or in
+                    // btprof's handler, gets its timer at this listing;
+                    // the CPU time held meanwhile was never sampled, like
+                    // any thread's before its timer opened.
+                    blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
+                    if !blocks_signal_now(tid, signal) {
+                        state.blocked = None;
+                        continue;
+                    }
+                    blocked.confirmed = true;
+                }
+                if !blocked.confirmed {
+                    continue;
+                }
                 let lost = blocked.owed_ns / period;
                 self.stats.signal_blocked_samples += lost;
                 self.stats.add_signal_blocked(tid as u64, lost);
@@ -1045,10 +1078,12 @@ impl SamplerLoop {
                 state.timer = None;
                 // CPU time is accounted from its clock from now on.
                 state.accounted_ns = threads::thread_cpu_ns(tid);
+                // Two looks agreed already.
                 state.blocked = Some(BlockedSince {
                     cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
                     owed_ns: 0,
                     recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
+                    confirmed: true,
                 });
                 continue;
             }
@@ -1077,13 +1112,8 @@ impl SamplerLoop {
                 // by its `sigwait`. Counted by `watch_blocked_threads`.
                 state.mask_checked = true;
                 if blocks_signal_now(tid, signal) {
-                    state.blocked = Some(BlockedSince {
-                        cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
-                        owed_ns: 0,
-                        // Looked at again at the next listing: one look
-                        // cannot tell a thread entering btprof's handler.
-                        recheck_listing: self.listing + 1,
-                    });
+                    let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                    state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
                     continue;
                 }
             }
@@ -1263,6 +1293,9 @@ impl SamplerLoop {
                 // Looked at again at the next listing, so a thread that
                 // was only slow to take its signal is soon sampled again.
                 recheck_listing: listing + 1,
+                // Its signal went untaken for SAMPLE_TIMEOUT: evidence
+                // enough.
+                confirmed: true,
             });
         }
         true
@@ -1281,6 +1314,22 @@ impl SamplerLoop {
                 continue;
             }
             blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
+            if !blocked.confirmed {
+                // The second look (see `BlockedSince::confirmed`): the
+                // periods held meanwhile are counted, or owed again.
+                let periods = blocked.owed_ns / self.period_ns;
+                if blocks_signal_now(tid, signal) {
+                    blocked.confirmed = true;
+                    self.stats.signal_blocked_samples += periods;
+                    self.stats.add_signal_blocked(tid as u64, periods);
+                } else {
+                    if self.config.mode == Mode::Cpu {
+                        state.debt.refund(periods, self.period_ns);
+                    }
+                    state.blocked = None;
+                }
+                continue;
+            }
             if let Some(status) = threads::signal_status(tid, signal) {
                 if !status.blocked && !status.pending {
                     state.blocked = None;
