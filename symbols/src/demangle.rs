@@ -1,21 +1,156 @@
-//! Symbol-name demangling.
+//! Symbol-name demangling: Rust, C++ and (through the Swift runtime, when it is loaded) Swift.
+//!
+//! Every path falls back to the raw name: the profiler must never lose a name it cannot
+//! interpret.
 
-/// Demangles a symbol name.
+use std::ffi::{c_char, CStr};
+
+/// Demangles a symbol name (Rust and C++; Swift names need the Swift runtime, which the
+/// resolver uses when the process has it loaded).
 ///
-/// Rust symbols (legacy `_ZN…E` and v0 `_R…`) are demangled without the trailing hash
-/// (`{:#}`), because the hash differs between builds and would split otherwise identical
-/// frames in a flamegraph. Anything that is not a Rust symbol (C names, C++ names) is
-/// returned unchanged: the profiler must never lose a name it cannot interpret.
+/// Rust symbols (legacy `_ZN…17h<hash>E` and v0 `_R…`) are demangled without the trailing
+/// hash (`{:#}`), because the hash differs between builds and would split otherwise
+/// identical frames in a flamegraph. Other Itanium-mangled names (`_Z…`: C++) are demangled
+/// with `cpp_demangle`, parameters included, as perf shows them. Anything else (C names,
+/// names no demangler accepts) is returned unchanged.
 pub fn demangle(raw: &str) -> String {
+    if let Some(rust) = demangle_rust(raw) {
+        return rust;
+    }
+    if raw.starts_with("_Z") {
+        if let Some(cpp) = demangle_cpp(raw) {
+            return cpp;
+        }
+    }
+    // A legacy-scheme name without a hash is valid C++ *and* Rust; C++ was tried first
+    // above, so this is only reached for names cpp_demangle rejected.
     match rustc_demangle::try_demangle(raw) {
         Ok(demangled) => format!("{demangled:#}"),
         Err(_) => raw.to_owned(),
     }
 }
 
+/// A Rust symbol for certain: v0 (`_R`), or legacy with rustc's `17h<16 hex digits>E` hash
+/// suffix. (A legacy name without a hash is also a valid C++ name, so it is left to C++.)
+fn demangle_rust(raw: &str) -> Option<String> {
+    let demangled = rustc_demangle::try_demangle(raw).ok()?;
+    let v0 = raw.starts_with("_R") || raw.starts_with("__R");
+    let hashed = raw
+        .strip_suffix('E')
+        .and_then(|s| s.get(s.len().checked_sub(19)?..))
+        .is_some_and(|tail| {
+            tail.starts_with("17h") && tail[3..].bytes().all(|b| b.is_ascii_hexdigit())
+        });
+    (v0 || hashed).then(|| format!("{demangled:#}"))
+}
+
+/// An Itanium C++ name, demangled with its parameters; `None` when it does not parse.
+fn demangle_cpp(raw: &str) -> Option<String> {
+    let symbol = cpp_demangle::Symbol::new(raw.as_bytes()).ok()?;
+    symbol.demangle().ok()
+}
+
+/// Whether `raw` looks like a Swift mangled name (Swift 4+ `$s`, Swift 4.0 `$S`, embedded
+/// Swift `$e`, Swift 3 `_T0`), with or without the Mach-O underscore.
+pub(crate) fn is_swift(raw: &str) -> bool {
+    let raw = raw
+        .strip_prefix('_')
+        .filter(|r| r.starts_with('$'))
+        .unwrap_or(raw);
+    ["$s", "$S", "$e", "_T0"].iter().any(|p| raw.starts_with(p))
+}
+
+/// `char *swift_demangle(const char *mangledName, size_t mangledNameLength,
+/// char *outputBuffer, size_t *outputBufferSize, uint32_t flags)`, exported by
+/// `libswiftCore`: with a null output buffer it returns a `malloc`ed string (or null when the
+/// name is not a Swift name), which the caller frees.
+pub(crate) type SwiftDemangleFn =
+    unsafe extern "C" fn(*const c_char, usize, *mut c_char, *mut usize, u32) -> *mut c_char;
+
+/// The demangler the resolver uses: [`demangle`] plus the Swift runtime's own demangler when
+/// the process has `libswiftCore` loaded.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Demangler {
+    swift: Option<SwiftDemangleFn>,
+}
+
+impl Demangler {
+    /// Looks `swift_demangle` up in the loaded images (`dlsym(RTLD_DEFAULT, …)`), which finds
+    /// it only when `libswiftCore` is already loaded: nothing is loaded for it.
+    ///
+    /// `dlsym` takes the dynamic loader's lock, so this must never run while a sampled
+    /// thread is stopped; the resolver calls it when it is built or refreshed, after
+    /// sampling.
+    #[cfg(unix)]
+    pub(crate) fn for_current_process() -> Demangler {
+        // SAFETY: `dlsym` with `RTLD_DEFAULT` and a NUL-terminated name only searches the
+        // loaded images; it returns null when no image exports the name.
+        let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"swift_demangle".as_ptr()) };
+        let swift = (!symbol.is_null()).then(|| {
+            // SAFETY: `swift_demangle` is exported by the Swift runtime with exactly the
+            // signature of `SwiftDemangleFn` (swift/include/swift/Demangling/Demangle.h), so
+            // the address may be called through that type.
+            unsafe { std::mem::transmute::<*mut libc::c_void, SwiftDemangleFn>(symbol) }
+        });
+        Demangler { swift }
+    }
+
+    /// No Swift runtime lookup where there is no `dlsym`.
+    #[cfg(not(unix))]
+    pub(crate) fn for_current_process() -> Demangler {
+        Demangler::default()
+    }
+
+    /// A demangler that calls `swift` for Swift names (tests give a fake).
+    #[cfg(test)]
+    pub(crate) fn with_swift(swift: SwiftDemangleFn) -> Demangler {
+        Demangler { swift: Some(swift) }
+    }
+
+    /// Demangles `raw`: Swift names through the runtime when it is loaded, everything else
+    /// with [`demangle`]. Falls back to the raw name.
+    pub(crate) fn demangle(&self, raw: &str) -> String {
+        if let Some(swift) = self.swift.filter(|_| is_swift(raw)) {
+            if let Some(name) = call_swift_demangle(swift, raw) {
+                return name;
+            }
+            return raw.to_owned();
+        }
+        demangle(raw)
+    }
+}
+
+/// Calls the runtime's `swift_demangle` on `raw`; `None` when it declines.
+fn call_swift_demangle(swift: SwiftDemangleFn, raw: &str) -> Option<String> {
+    // SAFETY: `raw` is valid for `raw.len()` bytes (the runtime reads exactly that many, no
+    // NUL needed); a null output buffer and size pointer ask the runtime to allocate the
+    // result with `malloc`, and flags 0 is the default. `swift` is the runtime's function
+    // (see `for_current_process`) or a test's fake with the same contract.
+    let out = unsafe {
+        swift(
+            raw.as_ptr().cast::<c_char>(),
+            raw.len(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if out.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null result is a NUL-terminated string the runtime allocated with
+    // `malloc`; it is copied before being freed, and freed exactly once.
+    let name = unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: see above: `out` came from `malloc` and is not used after this.
+    unsafe { libc::free(out.cast()) };
+    (!name.is_empty()).then_some(name)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::demangle;
+    use super::*;
 
     #[test]
     fn legacy_rust_symbol_loses_its_hash() {
@@ -27,7 +162,6 @@ mod tests {
 
     #[test]
     fn v0_rust_symbol_is_demangled() {
-        // `std::panicking::begin_panic` style v0 name for a crate-local function.
         let name = demangle("_RNvCs1234_7mycrate3foo");
         assert_eq!(name, "mycrate::foo");
     }
@@ -39,7 +173,65 @@ mod tests {
     }
 
     #[test]
-    fn non_rust_mangled_name_is_unchanged() {
-        assert_eq!(demangle("_Z3fooi"), "_Z3fooi");
+    fn cpp_names_are_demangled_with_parameters() {
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(demangle("_ZN5space3fooEibc"), "space::foo(int, bool, char)");
+        assert_eq!(
+            demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"),
+            "std::vector<int, std::allocator<int> >::push_back(int const&)"
+        );
+    }
+
+    #[test]
+    fn garbage_after_z_is_kept_raw() {
+        assert_eq!(demangle("_Z"), "_Z");
+        assert_eq!(demangle("_Zfoo bar"), "_Zfoo bar");
+    }
+
+    #[test]
+    fn swift_names_are_recognised() {
+        assert!(is_swift("$s4main3fooyyF"));
+        assert!(is_swift("_$s4main3fooyyF"));
+        assert!(is_swift("_T04main3fooyyF"));
+        assert!(!is_swift("_ZN3foo3barE"));
+        assert!(!is_swift("main"));
+    }
+
+    /// Stands in for the runtime: demangles one name, declines everything else, and
+    /// allocates its answer with `malloc` as the runtime does.
+    unsafe extern "C" fn fake_swift_demangle(
+        name: *const c_char,
+        len: usize,
+        _out: *mut c_char,
+        _size: *mut usize,
+        _flags: u32,
+    ) -> *mut c_char {
+        // SAFETY: the caller passes `len` readable bytes at `name`.
+        let name = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) };
+        if name != b"$s4main3fooyyF" {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: `strdup` copies a NUL-terminated literal into `malloc`ed memory.
+        unsafe { libc::strdup(c"main.foo() -> ()".as_ptr()) }
+    }
+
+    #[test]
+    fn swift_names_go_through_the_runtime_and_fall_back_to_raw() {
+        let d = Demangler::with_swift(fake_swift_demangle);
+        assert_eq!(d.demangle("$s4main3fooyyF"), "main.foo() -> ()");
+        assert_eq!(d.demangle("$s4main3baryyF"), "$s4main3baryyF");
+        // Non-Swift names never reach the runtime.
+        assert_eq!(d.demangle("_Z3fooi"), "foo(int)");
+        // Without the runtime a Swift name stays raw.
+        assert_eq!(
+            Demangler::default().demangle("$s4main3fooyyF"),
+            "$s4main3fooyyF"
+        );
+    }
+
+    #[test]
+    fn no_swift_runtime_in_this_process() {
+        // The test binary links no Swift: the lookup must find nothing rather than guess.
+        assert!(Demangler::for_current_process().swift.is_none());
     }
 }

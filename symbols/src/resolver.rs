@@ -1,164 +1,56 @@
-//! The cached address-to-symbol resolver and its module bookkeeping.
+//! The cached address-to-symbol resolver: the module list of a snapshot, the per-address
+//! caches, and the public entry points.
 //!
-//! This part is platform-neutral: it works on a list of [`Module`]s (load bias, mapped
-//! address ranges, where to read symbols from). Platform code (`linux.rs`, `macos.rs`) only
-//! produces that list and reads in-memory images.
+//! This part is platform-neutral: it works on the [`LoadedModule`]s the platform layer
+//! (`crate::platform`) reports and never reaches into platform code except to ask for a
+//! fresh snapshot.
 
-use std::ops::Range;
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use crate::macho_image::{ImageMemory, MachImage, MachOError};
-use crate::{demangle, Symbol, SymbolTable};
+use crate::debug_files::DebugSearch;
+use crate::demangle::Demangler;
+use crate::module::{DwarfFile, Module};
+use crate::platform::macho_image::{ImageMemory, MachImage, MachOError};
+use crate::platform::{LoadedModule, Source};
+use crate::{Frame, Symbol};
 
-/// Where a module's symbols come from.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Source {
-    /// An object file on disk (for the main executable: `/proc/self/exe`, which stays valid
-    /// even if the file was replaced or deleted after start). Only Linux discovers file
-    /// modules (on macOS images are read in memory), but the variant stays on every platform
-    /// because the platform-independent tests use it for a file that cannot be read.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    File(PathBuf),
-    /// An image that exists only in this process's memory (the Linux vDSO), as an address
-    /// and length of a mapping that stays mapped for the life of the process.
-    #[cfg(target_os = "linux")]
-    Memory { start: u64, len: u64 },
-    /// A Mach-O image that dyld mapped in this process (macOS), read in place because system
-    /// libraries live only in the dyld shared cache. `header` is its load address; the
-    /// module's bias is its slide.
-    #[cfg(target_os = "macos")]
-    MachImage { header: u64 },
-    /// No known source: the module is resolved as `module+0xoffset` only.
-    None,
-}
-
-/// One loaded module (executable, shared library, vDSO).
-#[derive(Debug)]
-pub(crate) struct Module {
-    /// File name shown in `module+0xoffset` and in [`Symbol::module`].
-    pub(crate) name: Arc<str>,
-    pub(crate) source: Source,
-    /// Load bias: runtime address = link-time address + bias (the slide, on macOS).
-    pub(crate) bias: u64,
-    /// Where `module+0xoffset` offsets count from. The bias on Linux, where offsets are
-    /// link-time addresses as in `nm` output; the load address (header) on macOS, as in
-    /// Apple's crash reports, where an executable's link-time addresses start at 4 GiB.
-    offset_base: u64,
-    /// Runtime address ranges of the module's loadable segments, used to map an address to
-    /// its module.
-    pub(crate) ranges: Vec<Range<u64>>,
-    /// Symbol table, loaded on first lookup; a module whose file cannot be read or parsed
-    /// gets an empty table so that the failure is not retried on every address.
-    table: Option<SymbolTable>,
-    /// Demangled names by function start, so that all addresses of one function share a
-    /// single allocation and demangling runs once per function.
-    names: HashMap<u64, Arc<str>>,
-}
-
-impl Module {
-    pub(crate) fn new(name: Arc<str>, source: Source, bias: u64, ranges: Vec<Range<u64>>) -> Self {
-        Module {
-            name,
-            source,
-            bias,
-            offset_base: bias,
-            ranges,
-            table: None,
-            names: HashMap::new(),
-        }
-    }
-
-    /// Counts `module+0xoffset` offsets from `base` instead of from the bias.
-    pub(crate) fn with_offset_base(self, base: u64) -> Self {
-        Module {
-            offset_base: base,
-            ..self
-        }
-    }
-
-    /// Two snapshots describe the same module when it was loaded from the same source at the
-    /// same place; only then may its cached table be reused.
-    fn same_as(&self, other: &Module) -> bool {
-        self.source == other.source
-            && self.bias == other.bias
-            && self.offset_base == other.offset_base
-            && self.ranges == other.ranges
-    }
-
-    /// The module's table, loading it if needed (tests of the Linux process inspect real
-    /// tables through this).
-    #[cfg(all(test, target_os = "linux"))]
-    fn table(&mut self) -> &SymbolTable {
-        let (source, bias) = (&self.source, self.bias);
-        self.table.get_or_insert_with(|| load_table(source, bias))
-    }
-
-    /// Resolves `addr`, which lies inside this module.
-    fn resolve(&mut self, addr: u64) -> Symbol {
-        let (source, bias) = (&self.source, self.bias);
-        // Borrow the table and the name cache as separate fields so the raw name can be
-        // demangled straight from the table without copying it.
-        let table = self.table.get_or_insert_with(|| load_table(source, bias));
-        let module = Some(Arc::clone(&self.name));
-        match table.lookup(addr) {
-            Some((start, raw)) => {
-                let name = self
-                    .names
-                    .entry(start)
-                    .or_insert_with(|| Arc::from(demangle(raw)));
-                Symbol {
-                    name: Arc::clone(name),
-                    function_start: Some(start),
-                    module,
-                }
-            }
-            None => Symbol {
-                name: format!("{}+{:#x}", self.name, addr.wrapping_sub(self.offset_base)).into(),
-                function_start: None,
-                module,
-            },
-        }
-    }
-}
-
-/// Reads a module's symbols. Never fails: an unreadable or unparsable module (missing file,
-/// no permission, unknown format) simply has no symbols and resolves as `module+0xoffset`.
-fn load_table(source: &Source, bias: u64) -> SymbolTable {
-    match source {
-        Source::File(path) => match std::fs::read(path) {
-            Ok(data) => table_from_image(&data, bias),
-            Err(_) => SymbolTable::default(),
-        },
-        #[cfg(target_os = "linux")]
-        Source::Memory { start, len } => {
-            crate::linux::with_memory_image(*start, *len, |data| table_from_image(data, bias))
-        }
-        #[cfg(target_os = "macos")]
-        Source::MachImage { header } => crate::macos::symbol_table(*header, bias),
-        Source::None => SymbolTable::default(),
-    }
-}
-
-/// Parses an object image (any format `object` was built with) into a table.
-pub(crate) fn table_from_image(data: &[u8], bias: u64) -> SymbolTable {
-    match object::File::parse(data) {
-        Ok(file) => SymbolTable::from_object(&file, bias),
-        Err(_) => SymbolTable::default(),
-    }
-}
-
-/// Cached resolver for the current process.
+/// Cached resolver for the current process (or for given modules).
 ///
 /// Holds a snapshot of the loaded modules; call [`Resolver::refresh`] after libraries may
 /// have been loaded or unloaded. Not thread-safe by design (`&mut self`): it is used by the
 /// one thread that turns recorded samples into names.
 ///
+/// Two lookups, both cached per address:
+///
+/// - [`Resolver::resolve`]: the function containing an address, from symbol tables (one
+///   [`Symbol`]); cheap, no DWARF.
+/// - [`Resolver::resolve_frames`]: the inline chain at an address, outermost first, with
+///   file and line ([`Frame`]s), from DWARF where the module has any.
+///
+/// ```
+/// # #[cfg(any(target_os = "linux", target_os = "macos"))] {
+/// use btprof_symbols::Resolver;
+///
+/// let mut resolver = Resolver::for_current_process().expect("module discovery");
+/// let here = Resolver::for_current_process as fn() -> _ as usize as u64;
+/// // One name per address: the machine function.
+/// let symbol = resolver.resolve(here);
+/// assert!(symbol.name.contains("for_current_process"));
+/// // The inline chain: outermost (the machine function) first, innermost last.
+/// let frames = resolver.resolve_frames(here);
+/// assert!(!frames[0].inlined);
+/// assert_eq!(frames.iter().filter(|f| !f.inlined).count(), 1);
+/// assert_eq!(frames[0].function_start, symbol.function_start);
+/// # }
+/// ```
+///
 /// Nothing here may run while a sampled thread is stopped: building, refreshing and
-/// resolving allocate, and on macOS call into dyld, whose lock the stopped thread may hold.
-/// Samplers resolve after every thread has been resumed.
+/// resolving allocate, read files, and on macOS call into dyld, whose lock the stopped
+/// thread may hold. Samplers resolve after every thread has been resumed.
 #[derive(Debug)]
 pub struct Resolver {
     modules: Vec<Module>,
@@ -166,20 +58,27 @@ pub struct Resolver {
     /// that an address finds its module by binary search.
     ranges: Vec<(u64, u64, usize)>,
     /// Every address resolved so far. Stacks repeat heavily, so most lookups end here.
-    cache: HashMap<u64, Symbol>,
+    cache: HashMap<u64, (Symbol, bool)>,
+    /// Every inline chain resolved so far.
+    frames: HashMap<u64, Arc<[Frame]>>,
     /// Whether the modules are this process's (so [`Resolver::refresh`] re-reads them) or
     /// were given by the caller (so it keeps them).
     of_current_process: bool,
+    search: DebugSearch,
+    demangler: Demangler,
 }
 
 impl Resolver {
     /// Builds a resolver over an explicit module list (platform snapshots and tests).
-    pub(crate) fn from_modules(modules: Vec<Module>) -> Resolver {
+    pub(crate) fn from_modules(modules: Vec<LoadedModule>) -> Resolver {
         let mut resolver = Resolver {
-            modules,
+            modules: modules.into_iter().map(Module::new).collect(),
             ranges: Vec::new(),
             cache: HashMap::new(),
+            frames: HashMap::new(),
             of_current_process: false,
+            search: DebugSearch::default(),
+            demangler: Demangler::default(),
         };
         resolver.rebuild_ranges();
         resolver
@@ -187,14 +86,13 @@ impl Resolver {
 
     /// A resolver over this process's modules, which [`Resolver::refresh`] keeps current.
     #[cfg(any(target_os = "linux", target_os = "macos"))]
-    fn for_process_modules(modules: Vec<Module>) -> std::io::Result<Resolver> {
+    fn for_process_modules(modules: Vec<LoadedModule>) -> io::Result<Resolver> {
         if modules.is_empty() {
-            return Err(std::io::Error::other(
-                "the dynamic loader reported no modules",
-            ));
+            return Err(io::Error::other("the dynamic loader reported no modules"));
         }
         Ok(Resolver {
             of_current_process: true,
+            demangler: Demangler::for_current_process(),
             ..Resolver::from_modules(modules)
         })
     }
@@ -203,31 +101,75 @@ impl Resolver {
     ///
     /// The main executable (empty `dlpi_name`) is read through `/proc/self/exe`; the vDSO,
     /// which has no file, is parsed from its in-memory image. Symbol tables are loaded lazily
-    /// per module on first lookup (file read once; `.symtab` and `.dynsym` merged and
-    /// deduplicated).
+    /// per module on first lookup (file read once; `.symtab`, `.dynsym`, a separate debug
+    /// file or MiniDebugInfo, and `.eh_frame` function extents merged), DWARF on the first
+    /// [`Resolver::resolve_frames`] in the module.
     #[cfg(target_os = "linux")]
-    pub fn for_current_process() -> std::io::Result<Resolver> {
-        Resolver::for_process_modules(crate::linux::current_modules())
+    pub fn for_current_process() -> io::Result<Resolver> {
+        Resolver::for_process_modules(crate::platform::linux::current_modules())
     }
 
     /// Snapshot of the images dyld has loaded in this process (`_dyld_image_count` and
-    /// friends).
+    /// `_dyld_get_image_header`; each slide derived from the image's own header).
     ///
     /// Symbol tables are read lazily per image on first lookup, from the image's mapping in
-    /// memory (`LC_SYMTAB` through `__LINKEDIT`), which also covers system libraries that
-    /// exist only in the dyld shared cache.
+    /// memory (`LC_SYMTAB` and `LC_FUNCTION_STARTS` through `__LINKEDIT`), which also covers
+    /// system libraries that exist only in the dyld shared cache. DWARF comes from a `.dSYM`
+    /// bundle beside the image's file, when its UUID matches.
     #[cfg(target_os = "macos")]
-    pub fn for_current_process() -> std::io::Result<Resolver> {
-        Resolver::for_process_modules(crate::macos::current_modules())
+    pub fn for_current_process() -> io::Result<Resolver> {
+        Resolver::for_process_modules(crate::platform::macos::current_modules())
     }
 
     /// Module discovery is implemented for Linux and macOS only.
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-    pub fn for_current_process() -> std::io::Result<Resolver> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
+    pub fn for_current_process() -> io::Result<Resolver> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
             "module discovery is not implemented on this platform",
         ))
+    }
+
+    /// A resolver over object files (ELF on any platform) as if each were loaded with load
+    /// bias `bias` (runtime address = link-time address + bias): for symbolising another
+    /// machine's or process's addresses offline, for tests and for benchmarks.
+    ///
+    /// Each file's segments are read now (to map addresses to files); symbols, debug files
+    /// and DWARF load lazily as for the current process. Fails when a file cannot be read or
+    /// parsed, naming it.
+    pub fn from_object_files(
+        files: impl IntoIterator<Item = (PathBuf, u64)>,
+    ) -> io::Result<Resolver> {
+        use object::{Object, ObjectSegment};
+        let modules = files
+            .into_iter()
+            .map(|(path, bias)| {
+                let data = crate::mapped_file::FileBytes::open(&path)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+                let file = object::File::parse(&*data).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{}: not an object file: {e}", path.display()),
+                    )
+                })?;
+                let ranges = file
+                    .segments()
+                    .filter(|s| s.size() != 0)
+                    .map(|s| {
+                        let start = s.address().wrapping_add(bias);
+                        start..start.saturating_add(s.size())
+                    })
+                    .collect();
+                let name: Arc<str> = path
+                    .file_name()
+                    .map_or_else(|| Arc::from("[file]"), |n| Arc::from(&*n.to_string_lossy()));
+                Ok(
+                    LoadedModule::new(name, Source::File(path.clone()), bias, ranges)
+                        .with_path(Some(path)),
+                )
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Resolver::from_modules(modules))
     }
 
     /// A resolver over Mach-O images mapped in `memory` the way dyld maps them (each image
@@ -242,39 +184,87 @@ impl Resolver {
         memory: &impl ImageMemory,
         images: impl IntoIterator<Item = (&'a str, &'a MachImage)>,
     ) -> Result<Resolver, MachOError> {
+        Self::from_macho_images_at(
+            memory,
+            images
+                .into_iter()
+                .map(|(name, image)| (std::path::Path::new(name), image)),
+        )
+    }
+
+    /// Like [`Resolver::from_macho_images`], with each image given by the path of its file
+    /// (the module name is the path's last component). Inline frames and lines then come
+    /// from a `.dSYM` bundle beside that path (`<path>.dSYM/Contents/Resources/DWARF/<name>`)
+    /// whose `LC_UUID` matches the image's, as for the images of the current process on
+    /// macOS.
+    pub fn from_macho_images_at<'a>(
+        memory: &impl ImageMemory,
+        images: impl IntoIterator<Item = (&'a std::path::Path, &'a MachImage)>,
+    ) -> Result<Resolver, MachOError> {
         let modules = images
             .into_iter()
-            .map(|(name, image)| {
-                let mut module = image.module(Arc::from(name), Source::None);
+            .map(|(path, image)| {
+                let name = path.file_name().map_or_else(
+                    || Arc::from("[image]"),
+                    |n| Arc::from(&*n.to_string_lossy()),
+                );
+                let mut module = Module::new(
+                    image
+                        .module(name, Source::None)
+                        .with_path(Some(path.to_owned())),
+                );
                 module.table = Some(image.symbol_table(memory)?);
+                module.dwarf_file = image.uuid().map(|uuid| DwarfFile::Dsym {
+                    binary: path.to_owned(),
+                    uuid,
+                });
                 Ok(module)
             })
             .collect::<Result<Vec<_>, MachOError>>()?;
-        Ok(Resolver::from_modules(modules))
+        let mut resolver = Resolver::from_modules(Vec::new());
+        resolver.modules = modules;
+        resolver.rebuild_ranges();
+        Ok(resolver)
+    }
+
+    /// Uses `search` to find separate debug files (build-id directories, debuginfod's
+    /// cache) instead of the system's [`DebugSearch::default`]. Symbols already loaded are
+    /// dropped, so the new search applies to every module.
+    pub fn with_debug_search(mut self, search: DebugSearch) -> Resolver {
+        self.search = search;
+        let modules = std::mem::take(&mut self.modules);
+        self.modules = modules.into_iter().map(|m| Module::new(m.loaded)).collect();
+        self.cache.clear();
+        self.frames.clear();
+        self
     }
 
     /// Re-reads the module list if it changed (dlopen/dlclose), keeping the cached tables of
-    /// modules that are still present. The address cache is dropped on any change because an
-    /// address may now belong to a different module. Does nothing for a resolver built from
-    /// given modules.
+    /// modules that are still present. The address caches are dropped on any change because
+    /// an address may now belong to a different module. Does nothing for a resolver built
+    /// from given modules.
     #[cfg(target_os = "linux")]
     pub fn refresh(&mut self) {
         if self.of_current_process {
-            let fresh = crate::linux::current_modules();
+            let fresh = crate::platform::linux::current_modules();
             self.replace_modules(fresh);
+            self.demangler = Demangler::for_current_process();
         }
     }
 
     /// Re-reads the image list if it changed (dlopen/dlclose), keeping the cached tables of
     /// images that are still loaded at the same place. The check compares each image's load
-    /// address and slide with the snapshot, so an unchanged list costs two dyld calls per
-    /// image and reads no load commands. Does nothing for a resolver built from given
-    /// modules.
+    /// address with the snapshot, so an unchanged list costs one dyld call per image and
+    /// reads no load commands. Does nothing for a resolver built from given modules.
     #[cfg(target_os = "macos")]
     pub fn refresh(&mut self) {
-        if self.of_current_process && !crate::macos::same_images(&self.modules) {
-            let fresh = crate::macos::current_modules();
-            self.replace_modules(fresh);
+        if self.of_current_process {
+            let loaded: Vec<LoadedModule> = self.modules.iter().map(|m| m.loaded.clone()).collect();
+            if !crate::platform::macos::same_images(&loaded) {
+                let fresh = crate::platform::macos::current_modules();
+                self.replace_modules(fresh);
+            }
+            self.demangler = Demangler::for_current_process();
         }
     }
 
@@ -282,24 +272,30 @@ impl Resolver {
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     pub fn refresh(&mut self) {}
 
-    /// Installs a new module snapshot, reusing tables of unchanged modules.
-    fn replace_modules(&mut self, mut fresh: Vec<Module>) {
+    /// Installs a new module snapshot, reusing what unchanged modules already loaded.
+    fn replace_modules(&mut self, fresh: Vec<LoadedModule>) {
         let unchanged = fresh.len() == self.modules.len()
-            && fresh.iter().zip(&self.modules).all(|(a, b)| a.same_as(b));
+            && fresh
+                .iter()
+                .zip(&self.modules)
+                .all(|(a, b)| a.same_as(&b.loaded));
         if unchanged {
             return;
         }
         let mut old = std::mem::take(&mut self.modules);
-        for module in &mut fresh {
-            if let Some(pos) = old.iter().position(|o| o.same_as(module)) {
-                let previous = old.swap_remove(pos);
-                module.table = previous.table;
-                module.names = previous.names;
-            }
-        }
-        self.modules = fresh;
+        self.modules = fresh
+            .into_iter()
+            .map(|loaded| {
+                let mut module = Module::new(loaded);
+                if let Some(pos) = old.iter().position(|o| o.loaded.same_as(&module.loaded)) {
+                    module.adopt(old.swap_remove(pos));
+                }
+                module
+            })
+            .collect();
         self.rebuild_ranges();
         self.cache.clear();
+        self.frames.clear();
     }
 
     fn rebuild_ranges(&mut self) {
@@ -307,7 +303,7 @@ impl Resolver {
             .modules
             .iter()
             .enumerate()
-            .flat_map(|(index, m)| m.ranges.iter().map(move |r| (r.start, r.end, index)))
+            .flat_map(|(index, m)| m.loaded.ranges.iter().map(move |r| (r.start, r.end, index)))
             .filter(|&(start, end, _)| start < end)
             .collect();
         self.ranges.sort_unstable_by_key(|&(start, _, _)| start);
@@ -320,24 +316,66 @@ impl Resolver {
         (addr < end).then_some(index)
     }
 
-    /// Resolves an exact address (callers have already subtracted 1 from return addresses).
+    /// Resolves an exact address (callers have already subtracted 1 from return addresses)
+    /// to the machine function containing it.
     ///
     /// Cached per address, so resolving the same address again is a hash lookup. The result
-    /// always has a non-empty name: a symbol, else `module+0xoffset`, else `[unknown]+0xADDR`.
+    /// always has a non-empty name: a demangled symbol; else, in a function known only by
+    /// its extent (`.eh_frame` on Linux, `LC_FUNCTION_STARTS` on macOS),
+    /// `module+0x<function start>` with `function_start` set, the same for every address of
+    /// the function; else `module+0x<address>`; else `[unknown]+0x<address>`.
     pub fn resolve(&mut self, addr: u64) -> Symbol {
-        if let Some(symbol) = self.cache.get(&addr) {
-            return symbol.clone();
+        self.resolve_named(addr).0
+    }
+
+    /// [`Resolver::resolve`], with whether a symbol named the function.
+    fn resolve_named(&mut self, addr: u64) -> (Symbol, bool) {
+        if let Some(hit) = self.cache.get(&addr) {
+            return hit.clone();
         }
-        let symbol = match self.module_index(addr) {
-            Some(index) => self.modules[index].resolve(addr),
-            None => Symbol {
-                name: format!("[unknown]+{addr:#x}").into(),
-                function_start: None,
-                module: None,
-            },
+        let hit = match self.module_index(addr) {
+            Some(index) => self.modules[index].resolve(addr, &self.search, &self.demangler),
+            None => (
+                Symbol {
+                    name: format!("[unknown]+{addr:#x}").into(),
+                    function_start: None,
+                    module: None,
+                },
+                false,
+            ),
         };
-        self.cache.insert(addr, symbol.clone());
-        symbol
+        self.cache.insert(addr, hit.clone());
+        hit
+    }
+
+    /// Resolves an exact address into its inline chain: **outermost first**, so the first
+    /// frame is the machine function (the one [`Resolver::resolve`] names, `inlined: false`)
+    /// and each later frame was inlined into the one before it (`inlined: true`); the last
+    /// is the code actually at `addr`. Append the frames in this order below the caller's
+    /// frames to get a stack with inlined functions as ordinary frames.
+    ///
+    /// Every frame carries the module, the machine function's start (`function_start` is the
+    /// same for the whole chain: it identifies the code that is running, which is what the
+    /// link-register rule and per-function tables compare) and, where DWARF says, the source
+    /// file and line: for the innermost frame the line of `addr` itself, for each outer
+    /// frame the line of the call that was inlined.
+    ///
+    /// Without DWARF for the address the chain is the single frame of
+    /// [`Resolver::resolve`], with no file or line. DWARF is loaded on the first call for
+    /// each module (its units parsed on first use); results are cached per address.
+    pub fn resolve_frames(&mut self, addr: u64) -> Arc<[Frame]> {
+        if let Some(frames) = self.frames.get(&addr) {
+            return Arc::clone(frames);
+        }
+        let (symbol, named) = self.resolve_named(addr);
+        let frames: Arc<[Frame]> = match self.module_index(addr) {
+            Some(index) => self.modules[index]
+                .frames(addr, symbol, named, &self.demangler)
+                .into(),
+            None => Arc::from([Frame::from_symbol(symbol)]),
+        };
+        self.frames.insert(addr, Arc::clone(&frames));
+        frames
     }
 
     /// Number of modules in the current snapshot.
@@ -347,20 +385,22 @@ impl Resolver {
 
     /// File names of the modules in the current snapshot, in loader order.
     pub fn module_names(&self) -> impl Iterator<Item = &str> + '_ {
-        self.modules.iter().map(|m| &*m.name)
+        self.modules.iter().map(|m| &*m.loaded.name)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SymbolTable;
+    use std::ops::Range;
 
     /// The single segment of the fabricated `libfoo.so`.
     const LIBFOO: Range<u64> = 0x7000_0000..0x7000_2000;
 
     fn fabricated() -> Resolver {
-        let mut lib = Module::new("libfoo.so".into(), Source::None, 0x7000_0000, vec![LIBFOO]);
-        lib.table = Some(SymbolTable::from_entries(vec![
+        let lib = LoadedModule::new("libfoo.so".into(), Source::None, 0x7000_0000, vec![LIBFOO]);
+        let table = Some(SymbolTable::from_entries(vec![
             (
                 0x7000_1000,
                 0x100,
@@ -368,13 +408,15 @@ mod tests {
             ),
             (0x7000_1100, 0, "plain_c".to_owned()),
         ]));
-        let missing = Module::new(
+        let missing = LoadedModule::new(
             "gone.so".into(),
             Source::File("/nonexistent/btprof/gone.so".into()),
             0x9000_0000,
             vec![0x9000_0000..0x9000_1000, 0x9000_3000..0x9000_4000],
         );
-        Resolver::from_modules(vec![lib, missing])
+        let mut r = Resolver::from_modules(vec![lib, missing]);
+        r.modules[0].table = table;
+        r
     }
 
     #[test]
@@ -428,7 +470,7 @@ mod tests {
         let mut r = fabricated();
         assert_eq!(&*r.resolve(0x7000_1010).name, "foo::bar");
         // Same libfoo (whose fabricated table is not loadable from its source), gone.so unloaded.
-        let fresh = vec![Module::new(
+        let fresh = vec![LoadedModule::new(
             "libfoo.so".into(),
             Source::None,
             0x7000_0000,
@@ -453,7 +495,7 @@ mod process_tests {
             Ok(r) => r,
             Err(e) => panic!("module discovery failed: {e}"),
         };
-        let exe = &r.modules[0];
+        let exe = &r.modules[0].loaded;
         assert_eq!(exe.source, Source::File("/proc/self/exe".into()));
         let (name, bias) = (Arc::clone(&exe.name), exe.bias);
         let header = exe.ranges[0].start;
@@ -465,7 +507,7 @@ mod process_tests {
 
     #[test]
     fn vdso_function_resolves_by_name() {
-        let Some(ehdr) = crate::linux::vdso_header() else {
+        let Some(ehdr) = crate::platform::linux::vdso_header() else {
             return;
         };
         let mut r = match Resolver::for_current_process() {
@@ -475,7 +517,8 @@ mod process_tests {
         let Some(index) = r.module_index(ehdr) else {
             panic!("vDSO not among the modules");
         };
-        let Some(start) = r.modules[index].table().starts().next() else {
+        let search = DebugSearch::default();
+        let Some(start) = r.modules[index].table(&search).named_starts().next() else {
             panic!("vDSO has no function symbols");
         };
         let s = r.resolve(start + 1);

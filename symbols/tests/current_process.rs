@@ -168,3 +168,93 @@ fn module_names_are_file_names() {
         assert!(!name.contains('/'), "{name}");
     }
 }
+
+/// Inlined into [`btprof_inline_caller`] even in unoptimised builds (`inline(always)`).
+#[inline(always)]
+fn btprof_inlined_helper(x: u64) -> u64 {
+    let y = x.wrapping_mul(0x9E37_79B9_7F4A_7C15); // INLINED_HELPER_BODY
+    y ^ (y >> 29)
+}
+
+#[inline(never)]
+fn btprof_inline_caller(n: u64) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..std::hint::black_box(n) {
+        acc = acc.wrapping_add(btprof_inlined_helper(acc ^ i)); // INLINE_CALL_SITE
+    }
+    std::hint::black_box(acc)
+}
+
+/// The test binary's own DWARF: an `#[inline(always)]` function hot in a loop appears as an
+/// inlined frame under its caller, with this file and its lines.
+///
+/// On macOS the DWARF must be in a `.dSYM` beside the test binary, which cargo makes with
+/// `CARGO_PROFILE_DEV_SPLIT_DEBUGINFO=packed`; by default it stays in the object files of
+/// the debug map, which are not read, and the test says so and checks nothing.
+#[test]
+fn inlined_rust_function_is_its_own_frame_with_file_and_line() {
+    assert_ne!(btprof_inline_caller(3), 0);
+    if cfg!(target_os = "macos") {
+        let exe = std::env::current_exe().expect("own path");
+        let mut bundle = exe.into_os_string();
+        bundle.push(".dSYM");
+        if !std::path::Path::new(&bundle).exists() {
+            println!(
+                "skipped: no .dSYM beside the test binary; rerun with \
+                 CARGO_PROFILE_DEV_SPLIT_DEBUGINFO=packed to check inline frames on macOS"
+            );
+            return;
+        }
+    }
+    let source = include_str!("current_process.rs");
+    let line_of = |marker: &str| {
+        let index = source
+            .lines()
+            .position(|l| l.contains(marker) && !l.contains("line_of"))
+            .expect("marker");
+        u32::try_from(index + 1).unwrap()
+    };
+    let (body, call_site) = (line_of("INLINED_HELPER_BODY"), line_of("INLINE_CALL_SITE"));
+    let f: fn(u64) -> u64 = btprof_inline_caller;
+    let start = f as usize as u64;
+    let mut r = resolver();
+    let mut found = 0;
+    // Walk the caller's code until the symbol ends.
+    let mut addr = start;
+    while r.resolve(addr).function_start == Some(start) && addr < start + 4096 {
+        let frames = r.resolve_frames(addr);
+        assert!(
+            frames[0].name.ends_with("btprof_inline_caller"),
+            "{frames:?}"
+        );
+        assert!(!frames[0].inlined);
+        if let Some(index) = frames
+            .iter()
+            .position(|f| f.name.ends_with("btprof_inlined_helper"))
+        {
+            let inner = &frames[index];
+            assert!(inner.inlined, "{frames:?}");
+            assert_eq!(inner.function_start, Some(start));
+            assert!(
+                inner
+                    .file
+                    .as_deref()
+                    .is_some_and(|f| f.ends_with("current_process.rs")),
+                "{inner:?}"
+            );
+            assert!(
+                matches!(inner.line, Some(l) if l == body || l == body + 1),
+                "{inner:?}, body at {body}"
+            );
+            // Its caller's frame is at the call site; deeper frames (core's `wrapping_mul`,
+            // itself inlined) may follow it.
+            assert_eq!(frames[index - 1].line, Some(call_site), "{frames:?}");
+            found += 1;
+        }
+        addr += 1;
+    }
+    assert!(
+        found > 0,
+        "no address of the caller expanded into the inlined helper"
+    );
+}

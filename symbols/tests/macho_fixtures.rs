@@ -347,7 +347,7 @@ fn table_holds_exactly_the_functions() {
             let (start, raw) = table.lookup(f.start + SLIDE).expect("covered");
             assert_eq!(start, f.start + SLIDE);
             // One Mach-O underscore removed, the rest kept for the demangler.
-            assert_eq!(raw, &f.raw[1..], "{name}");
+            assert_eq!(raw, Some(&f.raw[1..]), "{name}");
         }
         // Past the last function's end is `__text`'s end: nothing covers it.
         let text_end = expected_functions(&file)
@@ -453,12 +453,15 @@ fn function_starts_end_a_symbol_at_an_unnamed_function() {
         let mut resolver = mapped.resolver(name, SLIDE);
         assert_eq!(&*resolver.resolve(alpha.start + SLIDE).name, alpha.name);
         assert_eq!(&*resolver.resolve(unnamed - 1 + SLIDE).name, alpha.name);
-        let symbol = resolver.resolve(unnamed + SLIDE);
-        assert_eq!(
-            &*symbol.name,
-            format!("{name}+{:#x}", unnamed + SLIDE - mapped.load_address)
-        );
-        assert_eq!(symbol.function_start, None);
+        // The unnamed function is one frame: every address in it has the same name, counted
+        // from its start, and the same function start.
+        let expected = format!("{name}+{:#x}", unnamed + SLIDE - mapped.load_address);
+        for addr in [unnamed, unnamed + 4, alpha.end - 1] {
+            let symbol = resolver.resolve(addr + SLIDE);
+            assert_eq!(&*symbol.name, expected, "{name} at {addr:#x}");
+            assert_eq!(symbol.function_start, Some(unnamed + SLIDE), "{name}");
+            assert_eq!(symbol.module.as_deref(), Some(name));
+        }
         for f in &functions[1..] {
             assert_eq!(&*resolver.resolve(f.start + SLIDE).name, f.name, "{name}");
             assert_eq!(&*resolver.resolve(f.end - 1 + SLIDE).name, f.name, "{name}");
@@ -560,5 +563,199 @@ fn only_64_bit_images_are_read() {
     match MachImage::parse(&memory, 0x1000, 0) {
         Err(MachOError::Malformed(_)) => {}
         other => panic!("expected a malformed-image error, got {other:?}"),
+    }
+}
+
+#[test]
+fn stripped_image_with_function_starts_gives_one_frame_per_function() {
+    // A stripped executable (no function symbols at all) whose LC_FUNCTION_STARTS lists its
+    // functions, as Apple's linker writes it: each address resolves to its function's start,
+    // never to a frame of its own.
+    for name in STRIPPED {
+        let file = fixture(name);
+        let object = parse(&file);
+        let text = object.section_by_name("__text").expect("__text");
+        let (text_start, text_end) = (text.address(), text.address() + text.size());
+        // Three functions: the start of __text, a quarter in and half-way (4-aligned).
+        let quarter = text_start + (((text_end - text_start) / 4) & !3);
+        let half = text_start + (((text_end - text_start) / 2) & !3);
+        let starts = [text_start, quarter, half];
+        let mut mapped = map_like_dyld(&file, SLIDE, 0);
+        mapped.add_function_starts(&file, SLIDE, &starts);
+        let mut resolver = mapped.resolver(name, SLIDE);
+        let load = mapped.load_address;
+        for (index, &start) in starts.iter().enumerate() {
+            let end = starts.get(index + 1).copied().unwrap_or(text_end);
+            let first = resolver.resolve(start + SLIDE);
+            let second = resolver.resolve(start + SLIDE + (end - start) / 2);
+            let last = resolver.resolve(end - 1 + SLIDE);
+            let expected = format!("{name}+{:#x}", start + SLIDE - load);
+            for symbol in [&first, &second, &last] {
+                assert_eq!(&*symbol.name, expected, "{name}");
+                assert_eq!(symbol.function_start, Some(start + SLIDE), "{name}");
+            }
+        }
+        // The header is in no function.
+        assert_eq!(resolver.resolve(load).function_start, None);
+    }
+}
+
+#[test]
+fn slide_is_derived_from_the_header() {
+    // dyld's header, slide and name come from separate indexed calls that a dlclose can
+    // interleave; the backend derives the slide from the header instead. The derivation must
+    // give the slide the image was mapped with, for executables (__TEXT at 4 GiB) and dylibs
+    // (__TEXT at 0), also when __LINKEDIT sits far away as in the shared cache.
+    for name in SYMBOLISED.iter().chain(&STRIPPED) {
+        let file = fixture(name);
+        for slide in [0, SLIDE, 0x7_1234_0000] {
+            for moved in [0, 0x20_0000] {
+                let mapped = map_like_dyld(&file, slide, moved);
+                let image = MachImage::parse_at(&mapped.memory(), mapped.load_address)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(image.slide(), slide, "{name}");
+                assert_eq!(image.load_address(), mapped.load_address);
+                assert_eq!(image.ranges(), mapped.image(slide).ranges(), "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_slide_that_does_not_match_the_header_is_refused() {
+    // The race's outcome: image A's header paired with image B's slide. Reading on with it
+    // would compute every __LINKEDIT address wrong.
+    let name = "libhello-arm64.dylib";
+    let file = fixture(name);
+    let mapped = map_like_dyld(&file, SLIDE, 0);
+    match MachImage::parse(&mapped.memory(), mapped.load_address, SLIDE + 0x4000) {
+        Err(MachOError::Malformed(what)) => assert!(what.contains("slide"), "{what}"),
+        other => panic!("expected a slide mismatch, got {other:?}"),
+    }
+}
+
+fn fixture_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/macho")
+        .join(name)
+}
+
+/// The line of `dsym.c` holding `marker`.
+fn dsym_line(marker: &str) -> u32 {
+    let source = std::fs::read_to_string(fixture_path("dsym.c")).expect("dsym.c");
+    let index = source
+        .lines()
+        .position(|l| l.contains(marker))
+        .expect("marker in dsym.c");
+    u32::try_from(index + 1).unwrap()
+}
+
+/// Link-time extent of `dsym_outer` (up to the next function symbol).
+fn dsym_outer(file: &[u8]) -> Range<u64> {
+    let object = parse(file);
+    let start = symbol_address(&object, "_dsym_outer");
+    let end = object
+        .symbols()
+        .map(|s| s.address())
+        .filter(|&a| a > start)
+        .min()
+        .expect("a function after dsym_outer");
+    start..end
+}
+
+/// Inline chains of every instruction-aligned address of `dsym_outer` in the image at
+/// `path` (a copy of a fixture, so its `.dSYM` may be beside it or not).
+fn dsym_chains(path: &std::path::Path, arch: &str) -> Vec<Vec<btprof_symbols::Frame>> {
+    let file = std::fs::read(path).expect("read image");
+    let mapped = map_like_dyld(&file, SLIDE, 0);
+    let image = mapped.image(SLIDE);
+    assert!(image.uuid().is_some(), "{arch}: the image has an LC_UUID");
+    let mut resolver = Resolver::from_macho_images_at(&mapped.memory(), [(path, &image)])
+        .unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let step = if arch == "arm64" { 4 } else { 1 };
+    dsym_outer(&file)
+        .step_by(step)
+        .map(|addr| resolver.resolve_frames(addr + SLIDE).to_vec())
+        .collect()
+}
+
+#[test]
+fn dsym_beside_the_binary_gives_inline_frames_and_lines() {
+    let (body, call_site) = (dsym_line("DSYM_INLINED_BODY"), dsym_line("DSYM_CALL_SITE"));
+    for arch in ["arm64", "x86_64"] {
+        let path = fixture_path(&format!("hello-dsym-{arch}"));
+        let start = dsym_outer(&fixture(&format!("hello-dsym-{arch}"))).start + SLIDE;
+        let chains = dsym_chains(&path, arch);
+        let (mut expanded, mut with_lines) = (0, 0);
+        for chain in &chains {
+            assert_eq!(&*chain[0].name, "dsym_outer", "{arch}: {chain:?}");
+            assert!(!chain[0].inlined);
+            // Alignment padding after the function is covered by the symbol but not by
+            // DWARF: a lone frame without a file there.
+            match chain[0].file.as_deref() {
+                Some(file) => {
+                    assert!(file.ends_with("dsym.c"), "{arch}: {chain:?}");
+                    with_lines += 1;
+                }
+                None => assert_eq!(chain.len(), 1, "{arch}: {chain:?}"),
+            }
+            for frame in chain {
+                assert_eq!(frame.function_start, Some(start), "{arch}");
+            }
+            if let [outer, inner] = &chain[..] {
+                assert_eq!(&*inner.name, "dsym_inlined_step", "{arch}");
+                assert!(inner.inlined);
+                assert_eq!(outer.line, Some(call_site), "{arch}: {chain:?}");
+                // Line 0 (no line: compiler-generated code) is `None`; any real line is
+                // in the inlined body.
+                if let Some(l) = inner.line {
+                    assert!(l == body || l == body + 1, "{arch}: {chain:?}");
+                    expanded += 1;
+                }
+            }
+        }
+        assert!(
+            expanded > 0,
+            "{arch}: no address expanded into the inlined step"
+        );
+        assert!(
+            with_lines * 4 > chains.len() * 3,
+            "{arch}: {with_lines} of {} addresses have a line",
+            chains.len()
+        );
+    }
+}
+
+#[test]
+fn dsym_of_another_build_or_none_gives_no_lines() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("btprof-dsym-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for arch in ["arm64", "x86_64"] {
+        let name = format!("hello-dsym-{arch}");
+        let binary = dir.join(&name);
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        std::fs::copy(fixture_path(&name), &binary).expect("copy image");
+        // No bundle beside the copy: symbols only.
+        for chain in dsym_chains(&binary, arch) {
+            assert_eq!(chain.len(), 1, "{arch}");
+            assert_eq!(&*chain[0].name, "dsym_outer");
+            assert_eq!(chain[0].file, None);
+        }
+        // The other architecture's bundle under this image's name: its UUID differs.
+        let other = if arch == "arm64" { "x86_64" } else { "arm64" };
+        let dwarf_dir = dir.join(format!("{name}.dSYM/Contents/Resources/DWARF"));
+        std::fs::create_dir_all(&dwarf_dir).expect("bundle");
+        std::fs::copy(
+            fixture_path(&format!(
+                "hello-dsym-{other}.dSYM/Contents/Resources/DWARF/hello-dsym-{other}"
+            )),
+            dwarf_dir.join(&name),
+        )
+        .expect("copy other bundle");
+        for chain in dsym_chains(&binary, arch) {
+            assert_eq!(chain.len(), 1, "{arch}: a foreign .dSYM was used");
+            assert_eq!(chain[0].line, None);
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::resolver::{Module, Source};
+use super::{LoadedModule, Source};
 
 /// What the loader reports for one module, copied out inside the callback so that all
 /// further work (readlink, reading `/proc`) happens after the loader lock is released.
@@ -77,7 +77,7 @@ fn loaded_objects() -> Vec<LoadedObject> {
 }
 
 /// Snapshot of the current process's modules, ready for the resolver.
-pub(crate) fn current_modules() -> Vec<Module> {
+pub(crate) fn current_modules() -> Vec<LoadedModule> {
     let vdso = vdso_mapping();
     loaded_objects()
         .into_iter()
@@ -88,9 +88,9 @@ pub(crate) fn current_modules() -> Vec<Module> {
 }
 
 /// Decides the display name and symbol source of one loaded object.
-fn to_module(index: usize, object: LoadedObject, vdso: Option<&Range<u64>>) -> Module {
+fn to_module(index: usize, object: LoadedObject, vdso: Option<&Range<u64>>) -> LoadedModule {
     let contains = |addr: u64| object.ranges.iter().any(|r| r.contains(&addr));
-    let (name, source): (Arc<str>, Source) = match vdso {
+    let (name, source, path): (Arc<str>, Source, Option<PathBuf>) = match vdso {
         // The vDSO is reported with a name ("linux-vdso.so.1") but has no file.
         Some(image) if contains(image.start) => (
             display_name(&object.name, "[vdso]"),
@@ -98,22 +98,29 @@ fn to_module(index: usize, object: LoadedObject, vdso: Option<&Range<u64>>) -> M
                 start: image.start,
                 len: image.end - image.start,
             },
+            None,
         ),
         // glibc reports the main executable first, with an empty name.
         _ if object.name.is_empty() && index == 0 => {
-            let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+            let exe = std::fs::read_link("/proc/self/exe").ok();
+            let shown = exe.as_deref().unwrap_or(Path::new(""));
             (
-                display_name(exe.as_os_str().as_bytes(), "[exe]"),
+                display_name(shown.as_os_str().as_bytes(), "[exe]"),
                 Source::File(PathBuf::from("/proc/self/exe")),
+                exe,
             )
         }
-        _ if object.name.is_empty() => (Arc::from("[anonymous]"), Source::None),
-        _ => (
-            display_name(&object.name, "[anonymous]"),
-            Source::File(PathBuf::from(OsStr::from_bytes(&object.name))),
-        ),
+        _ if object.name.is_empty() => (Arc::from("[anonymous]"), Source::None, None),
+        _ => {
+            let path = PathBuf::from(OsStr::from_bytes(&object.name));
+            (
+                display_name(&object.name, "[anonymous]"),
+                Source::File(path.clone()),
+                Some(path),
+            )
+        }
     };
-    Module::new(name, source, object.bias, object.ranges)
+    LoadedModule::new(name, source, object.bias, object.ranges).with_path(path)
 }
 
 /// The last path component of `path`, or `fallback` when there is none.
@@ -199,7 +206,7 @@ mod tests {
             return;
         };
         let table = with_memory_image(vdso.start, vdso.end - vdso.start, |image| {
-            crate::resolver::table_from_image(image, 0)
+            crate::elf_symbols::table_from_image(image, 0)
         });
         assert!(
             !table.is_empty(),

@@ -16,8 +16,10 @@
 //! Mach-O symbols carry no size, and shared-cache images keep only their exported symbols in
 //! memory (local ones are in a separate, unmapped file), so the symbol before an address is
 //! not necessarily its function. `LC_FUNCTION_STARTS`, which lists every function, named or
-//! not, bounds each symbol at the next function start; an address in an unnamed function
-//! then resolves to `image+0xoffset` instead of to the named function before it.
+//! not, bounds each symbol at the next function start, and every start without a symbol
+//! becomes an unnamed function of its own: all addresses in it resolve to one
+//! `image+0x<start>` frame with a function start, instead of to the named function before
+//! it or to one frame per address.
 //!
 //! This module is platform-independent: it reads through [`ImageMemory`], which the macOS
 //! backend implements over the process's own memory and tests implement over a buffer in
@@ -29,13 +31,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use object::macho::{
-    LinkeditDataCommand, MachHeader64, Nlist64, LC_FUNCTION_STARTS, N_SECT,
+    LinkeditDataCommand, MachHeader64, Nlist64, UuidCommand, LC_FUNCTION_STARTS, LC_UUID, N_SECT,
     S_ATTR_PURE_INSTRUCTIONS, S_ATTR_SOME_INSTRUCTIONS, VM_PROT_READ,
 };
 use object::read::macho::{MachHeader, Nlist, Section, Segment};
 use object::Endianness;
 
-use crate::resolver::{Module, Source};
+use super::{LoadedModule, Source};
 use crate::SymbolTable;
 
 /// Read access to the memory an image is mapped in, addressed by runtime addresses.
@@ -152,6 +154,7 @@ pub struct MachImage {
     sections: Vec<SectionInfo>,
     symtab: Option<SymtabInfo>,
     function_starts: Option<LinkeditData>,
+    uuid: Option<[u8; 16]>,
 }
 
 /// Size of `mach_header_64`.
@@ -164,7 +167,27 @@ impl MachImage {
     /// address `load_address` and whose segments are mapped at `vmaddr + slide`.
     ///
     /// Reads `memory` only at `load_address .. load_address + header + sizeofcmds`.
+    ///
+    /// Fails when `slide` is not `load_address - __TEXT.vmaddr`: a header and a slide that do
+    /// not belong together (see [`MachImage::parse_at`], which derives the slide instead).
     pub fn parse(
+        memory: &impl ImageMemory,
+        load_address: u64,
+        slide: u64,
+    ) -> Result<MachImage, MachOError> {
+        let image = Self::parse_commands(memory, load_address, slide)?;
+        if image.slide_from_header() != Some(slide) {
+            // A header paired with another image's slide (dyld's indexed calls raced with a
+            // `dlclose`) would send every later read to the wrong place.
+            return Err(MachOError::Malformed(
+                "the slide does not match the header's address and __TEXT's vmaddr",
+            ));
+        }
+        Ok(image)
+    }
+
+    /// Reads the header and load commands, trusting `slide`.
+    fn parse_commands(
         memory: &impl ImageMemory,
         load_address: u64,
         slide: u64,
@@ -189,6 +212,7 @@ impl MachImage {
             sections: Vec::new(),
             symtab: None,
             function_starts: None,
+            uuid: None,
         };
         while let Some(command) = commands
             .next()
@@ -204,6 +228,11 @@ impl MachImage {
                     stroff: symtab.stroff.get(endian).into(),
                     strsize: symtab.strsize.get(endian).into(),
                 });
+            } else if command.cmd() == LC_UUID {
+                let uuid = command
+                    .data::<UuidCommand<Endianness>>()
+                    .map_err(malformed)?;
+                image.uuid = Some(uuid.uuid);
             } else if command.cmd() == LC_FUNCTION_STARTS {
                 let starts = command
                     .data::<LinkeditDataCommand<Endianness>>()
@@ -215,6 +244,36 @@ impl MachImage {
             }
         }
         Ok(image)
+    }
+
+    /// Reads the image whose Mach-O header is at runtime address `load_address`, deriving its
+    /// slide from the header itself: `load_address - __TEXT.vmaddr` (the header starts
+    /// `__TEXT`, at file offset 0).
+    ///
+    /// This is how the macOS backend reads dyld's images: dyld's header, slide and name come
+    /// from three separate indexed calls, and a `dlclose` between them can pair one image's
+    /// header with another's slide. A slide derived from the header cannot disagree with it.
+    pub fn parse_at(memory: &impl ImageMemory, load_address: u64) -> Result<MachImage, MachOError> {
+        // Parse once with a placeholder slide to read the segments, then derive the real one.
+        let mut image = Self::parse_commands(memory, load_address, 0)?;
+        image.slide = image
+            .slide_from_header()
+            .ok_or(MachOError::Malformed("no __TEXT segment"))?;
+        Ok(image)
+    }
+
+    /// `load_address - __TEXT.vmaddr`: the header is the first thing in `__TEXT`, in an
+    /// image file and in the shared cache alike (where `__TEXT`'s file offset is the image's
+    /// place in the cache, not 0). dyld computes the slide the same way
+    /// (`MachOLoaded::getSlide`).
+    fn slide_from_header(&self) -> Option<u64> {
+        let text = self.segments.iter().find(|s| s.is_named("__TEXT"))?;
+        Some(self.load_address.wrapping_sub(text.vmaddr))
+    }
+
+    /// The image's `LC_UUID`, which its `.dSYM` bundle's DWARF file shares.
+    pub fn uuid(&self) -> Option<[u8; 16]> {
+        self.uuid
     }
 
     fn add_segment(
@@ -292,35 +351,47 @@ impl MachImage {
     /// function ends at the next function start (a symbol, or an entry of
     /// `LC_FUNCTION_STARTS`, which also lists unnamed functions), or at its section's end. The
     /// leading underscore Mach-O adds to every C-level name is removed (`_main` → `main`,
-    /// `__ZN…E` → `_ZN…E`), so names demangle as on Linux.
+    /// `__ZN…E` → `_ZN…E`), so names demangle as on Linux. Starts listed in
+    /// `LC_FUNCTION_STARTS` that no symbol names are added as unnamed functions.
     ///
-    /// An image without `LC_SYMTAB` (or with an empty one) gives an empty table; an error
+    /// An image without `LC_SYMTAB` (or with an empty one) gives a table of its unnamed
+    /// function starts only (empty without `LC_FUNCTION_STARTS`); an error
     /// means the symbol table is not where the load commands say or cannot be read.
     pub fn symbol_table(&self, memory: &impl ImageMemory) -> Result<SymbolTable, MachOError> {
-        let Some(symtab) = self.symtab.filter(|s| s.nsyms != 0) else {
-            return Ok(SymbolTable::default());
+        let symtab = self.symtab.filter(|s| s.nsyms != 0);
+        let Some(linkedit) = self.linkedit() else {
+            return match symtab {
+                Some(_) => Err(MachOError::Malformed(
+                    "LC_SYMTAB without a __LINKEDIT segment",
+                )),
+                None => Ok(SymbolTable::default()),
+            };
         };
-        let linkedit = self.linkedit().ok_or(MachOError::Malformed(
-            "LC_SYMTAB without a __LINKEDIT segment",
-        ))?;
-        let nlist_len = symtab
-            .nsyms
-            .checked_mul(NLIST_SIZE)
-            .ok_or(MachOError::Malformed("symbol count overflows"))?;
-        let symbols = read_linkedit(memory, linkedit, self.slide, symtab.symoff, nlist_len)?;
-        let strings = read_linkedit(memory, linkedit, self.slide, symtab.stroff, symtab.strsize)?;
-        let nlists = object::pod::slice_from_all_bytes::<Nlist64<Endianness>>(symbols)
-            .map_err(|_| MachOError::Malformed("symbol table size"))?;
-
-        let functions: Vec<Function<'_>> = nlists
-            .iter()
-            .filter_map(|nlist| self.function(nlist, strings))
-            .collect();
-        let mut starts = self.function_starts(memory, linkedit);
+        let functions: Vec<Function<'_>> = match symtab {
+            Some(symtab) => {
+                let nlist_len = symtab
+                    .nsyms
+                    .checked_mul(NLIST_SIZE)
+                    .ok_or(MachOError::Malformed("symbol count overflows"))?;
+                let symbols =
+                    read_linkedit(memory, linkedit, self.slide, symtab.symoff, nlist_len)?;
+                let strings =
+                    read_linkedit(memory, linkedit, self.slide, symtab.stroff, symtab.strsize)?;
+                let nlists = object::pod::slice_from_all_bytes::<Nlist64<Endianness>>(symbols)
+                    .map_err(|_| MachOError::Malformed("symbol table size"))?;
+                nlists
+                    .iter()
+                    .filter_map(|nlist| self.function(nlist, strings))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let listed = self.function_starts(memory, linkedit);
+        let mut starts = listed.clone();
         starts.extend(functions.iter().map(|f| f.start));
         starts.sort_unstable();
         starts.dedup();
-        let entries = functions
+        let named = functions
             .iter()
             .map(|f| {
                 let end = function_end(f.start, f.section_end, &starts);
@@ -331,11 +402,25 @@ impl MachImage {
                 )
             })
             .collect();
-        Ok(SymbolTable::from_entries(entries))
+        // Every listed start becomes a function of its own, named `image+0x<start>` by the
+        // resolver when no symbol names it, so that all addresses of an unnamed function
+        // share one frame and one function start.
+        let unnamed: Vec<(u64, u64)> = listed
+            .iter()
+            .filter_map(|&start| {
+                let section = self
+                    .sections
+                    .iter()
+                    .find(|s| s.code && s.range.contains(&start))?;
+                let end = function_end(start, section.range.end, &starts);
+                Some((start.wrapping_add(self.slide), end - start))
+            })
+            .collect();
+        Ok(SymbolTable::from_functions(named, &unnamed))
     }
 
     /// Link-time addresses from `LC_FUNCTION_STARTS`, ascending; empty when the image has
-    /// none or they cannot be read. They only narrow symbols, so a problem with them is no
+    /// none or they cannot be read. They only add to symbols, so a problem with them is no
     /// reason to lose the symbols.
     fn function_starts(&self, memory: &impl ImageMemory, linkedit: &SegmentInfo) -> Vec<u64> {
         let (Some(data), Some(text)) = (
@@ -374,8 +459,11 @@ impl MachImage {
 
     /// The resolver's module for this image: segments from [`MachImage::ranges`], symbol
     /// values slid by the image's slide, fallback offsets counted from the load address.
-    pub(crate) fn module(&self, name: Arc<str>, source: Source) -> Module {
-        Module::new(name, source, self.slide, self.ranges()).with_offset_base(self.load_address)
+    pub(crate) fn module(&self, name: Arc<str>, source: Source) -> LoadedModule {
+        let mut module = LoadedModule::new(name, source, self.slide, self.ranges())
+            .with_offset_base(self.load_address);
+        module.uuid = self.uuid;
+        module
     }
 }
 

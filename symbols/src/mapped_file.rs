@@ -1,0 +1,87 @@
+//! Read-only file contents for the symbol readers: mapped rather than read, where possible.
+//!
+//! A module's file is often far larger than what the resolver needs from it (a debug build's
+//! executable is tens of megabytes of DWARF around a symbol table of a few hundred
+//! kilobytes). Reading it whole costs its full size in time and memory at the first dump;
+//! mapping it costs only the pages the parsers touch. Where mapping fails the file is read.
+
+use std::fs::File;
+use std::io;
+use std::ops::Deref;
+use std::path::Path;
+
+/// The bytes of a file, mapped (`MAP_PRIVATE`, read-only) or read into memory.
+pub(crate) enum FileBytes {
+    #[cfg(unix)]
+    Mapped {
+        ptr: *const u8,
+        len: usize,
+    },
+    Read(Vec<u8>),
+}
+
+// SAFETY: the mapping is read-only and private to this value, which frees it exactly once (in
+// `Drop`); sharing or sending the pointer is like sharing or sending a `&[u8]`.
+unsafe impl Send for FileBytes {}
+// SAFETY: as above: only shared reads happen through the pointer.
+unsafe impl Sync for FileBytes {}
+
+impl FileBytes {
+    /// Opens `path` and maps it; reads it when it is empty or cannot be mapped.
+    ///
+    /// A mapped file that another process truncates while it is mapped would fault on the
+    /// next access to the lost pages, as in every symboliser that maps files (perf, gdb,
+    /// samply). Executables and libraries are replaced by rename, not rewritten in place,
+    /// which keeps the mapped (old) file intact.
+    pub(crate) fn open(path: &Path) -> io::Result<FileBytes> {
+        let file = File::open(path)?;
+        let len = usize::try_from(file.metadata()?.len()).map_err(io::Error::other)?;
+        #[cfg(unix)]
+        if len != 0 {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a fresh private read-only mapping of a file we opened for reading; the
+            // kernel picks the address. The result is checked against MAP_FAILED.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            if ptr != libc::MAP_FAILED {
+                return Ok(FileBytes::Mapped {
+                    ptr: ptr.cast::<u8>().cast_const(),
+                    len,
+                });
+            }
+        }
+        std::fs::read(path).map(FileBytes::Read)
+    }
+}
+
+impl Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            #[cfg(unix)]
+            // SAFETY: `ptr..ptr + len` is the live mapping made in `open`, readable and unmapped
+            // only in `Drop`, so it outlives this borrow of `self`.
+            FileBytes::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            FileBytes::Read(bytes) => bytes,
+        }
+    }
+}
+
+impl Drop for FileBytes {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let FileBytes::Mapped { ptr, len } = *self {
+            // SAFETY: the mapping made in `open`, unmapped once, after its last borrow ended.
+            unsafe { libc::munmap(ptr.cast_mut().cast(), len) };
+        }
+    }
+}
