@@ -37,7 +37,7 @@ pub use formats::flamegraph::FlamegraphOptions;
 pub use formats::folded::{self as folded, FoldOptions, ReadError};
 pub use profile::{Profile, RunInfo, Stack};
 pub use record::scope::{self as scope, profile_scope, ProfileScope};
-pub use record::{DumpStats, Profiler, ProfilerBuilder};
+pub use record::{DumpStats, Profiler, ProfilerBuilder, Symbolize};
 
 /// This btprof's version, as written into run metadata.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

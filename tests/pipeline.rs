@@ -90,6 +90,7 @@ fn merged_threads_and_svg() {
     let profile = profile_spinner("pipe-svg", Mode::Wall, Duration::from_millis(300));
     let merged = profile.folded_lines(FoldOptions {
         merge_threads: true,
+        ..FoldOptions::default()
     });
     assert!(merged.iter().all(|l| !l.starts_with("pipe-svg;")));
     assert!(merged.iter().any(|l| l.contains("pipeline::pipeline_leaf")));

@@ -5,7 +5,7 @@ use std::fmt;
 
 use btprof::{Profile, Stats};
 
-use crate::workload::{Truth, FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
+use crate::workload::{Truth, FUNCTIONS, INLINED, INLINED_LINES, THREADS, THREAD_PREFIX, THREAD_ROOT};
 
 /// When the self-check fails.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -67,8 +67,34 @@ pub struct SelfCheck {
     /// Fraction of `chain_inner` samples whose callers are exactly
     /// `chain_middle` then `chain_outer`.
     pub chain_intact: f64,
+    /// The inlined function ([`INLINED`]) as its own frame; `None` when the
+    /// profile has no inlined frames at all (no DWARF for the binary).
+    pub inlined: Option<InlinedCheck>,
     /// The thresholds applied.
     pub thresholds: Thresholds,
+}
+
+/// How the `#[inline(always)]` [`INLINED`] showed up: per workload
+/// function, its samples as an inlined frame directly under that function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InlinedCheck {
+    /// Per function, in [`FUNCTIONS`] order: fraction of worker samples
+    /// whose stack is `...;function;timed_spin[;...]` with `timed_spin`
+    /// inlined, against the function's measured time (all spent in
+    /// `timed_spin`).
+    pub shares: Vec<FunctionShare>,
+    /// Fraction of those frames whose file is `workload.rs` and whose
+    /// line lies in `timed_spin`'s body.
+    pub with_line: f64,
+}
+
+impl InlinedCheck {
+    /// The largest gap to the truth, in percentage points.
+    fn worst(&self) -> Option<&FunctionShare> {
+        self.shares
+            .iter()
+            .max_by(|a, b| a.error_points().abs().total_cmp(&b.error_points().abs()))
+    }
 }
 
 fn is_workload_fn(frame: &str, function: &str) -> bool {
@@ -89,8 +115,14 @@ impl SelfCheck {
         let mut per_thread = [0u64; THREADS];
         let mut leaf_counts = [0u64; FUNCTIONS.len()];
         let (mut complete, mut inner, mut inner_intact) = (0u64, 0u64, 0u64);
+        let mut inlined_counts = [0u64; FUNCTIONS.len()];
+        let (mut inlined_frames, mut inlined_with_line) = (0u64, 0u64);
         for stack in profile.stacks() {
-            let frames: Vec<&str> = stack.frames().collect();
+            // Shares, completeness and the call chain are judged on machine
+            // functions (inlined frames left out), as before inline
+            // expansion; the inlined frame is judged on its own below.
+            let all: Vec<_> = stack.frame_ids().iter().map(|&id| profile.frame(id)).collect();
+            let frames: Vec<&str> = all.iter().filter(|f| !f.inlined).map(|f| f.name).collect();
             let (count, truncated) = (stack.count(), stack.truncated());
             let Some(index) = stack
                 .thread()
@@ -104,6 +136,19 @@ impl SelfCheck {
             let leaf = frames.last().copied().unwrap_or("");
             if let Some(f) = FUNCTIONS.iter().position(|f| is_workload_fn(leaf, f)) {
                 leaf_counts[f] += count;
+                // The frame right after the leaf machine function: the
+                // first inlined into it.
+                let machine = all.iter().rposition(|f| !f.inlined);
+                let first_inlined = machine.and_then(|m| all.get(m + 1));
+                if let Some(frame) = first_inlined.filter(|i| is_workload_fn(i.name, INLINED)) {
+                    inlined_counts[f] += count;
+                    inlined_frames += count;
+                    let in_body = frame.file.is_some_and(|p| p.ends_with("workload.rs"))
+                        && frame.line.is_some_and(|l| INLINED_LINES.contains(&l));
+                    if in_body {
+                        inlined_with_line += count;
+                    }
+                }
             }
             if !truncated && frames.iter().any(|f| is_workload_fn(f, THREAD_ROOT)) {
                 complete += count;
@@ -122,22 +167,30 @@ impl SelfCheck {
         let worker_samples: u64 = per_thread.iter().sum();
         let fraction = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
         let truth_shares = truth.shares();
+        let share_of = |counts: &[u64; FUNCTIONS.len()]| -> Vec<FunctionShare> {
+            FUNCTIONS
+                .iter()
+                .enumerate()
+                .map(|(i, &name)| FunctionShare {
+                    name,
+                    measured: fraction(counts[i], worker_samples),
+                    truth: truth_shares[i],
+                })
+                .collect()
+        };
+        let inlined = profile.has_inlined_frames().then(|| InlinedCheck {
+            shares: share_of(&inlined_counts),
+            with_line: fraction(inlined_with_line, inlined_frames),
+        });
         SelfCheck {
             requested_hz: stats.requested_hz,
             min_thread_hz: per_thread.iter().copied().min().unwrap_or(0) as f64 / secs,
             mean_thread_hz: worker_samples as f64 / THREADS as f64 / secs,
             worker_samples,
-            shares: FUNCTIONS
-                .iter()
-                .enumerate()
-                .map(|(i, &name)| FunctionShare {
-                    name,
-                    measured: fraction(leaf_counts[i], worker_samples),
-                    truth: truth_shares[i],
-                })
-                .collect(),
+            shares: share_of(&leaf_counts),
             complete: fraction(complete, worker_samples),
             chain_intact: fraction(inner_intact, inner),
+            inlined,
             thresholds,
         }
     }
@@ -180,6 +233,27 @@ impl SelfCheck {
                 "only {:.2}% of chain_inner stacks show chain_outer -> chain_middle -> chain_inner",
                 self.chain_intact * 100.0
             ));
+        }
+        if let Some(inlined) = &self.inlined {
+            for s in &inlined.shares {
+                if s.error_points().abs() > t.max_share_error {
+                    failures.push(format!(
+                        "inlined {INLINED} under {} measured {:.2}% but ran {:.2}% of the time ({:+.2} points)",
+                        s.name,
+                        s.measured * 100.0,
+                        s.truth * 100.0,
+                        s.error_points()
+                    ));
+                }
+            }
+            if inlined.with_line < t.min_complete {
+                failures.push(format!(
+                    "only {:.2}% of inlined {INLINED} frames have their file and line (workload.rs:{}-{})",
+                    inlined.with_line * 100.0,
+                    INLINED_LINES.start(),
+                    INLINED_LINES.end()
+                ));
+            }
         }
         failures
     }
@@ -229,12 +303,32 @@ impl fmt::Display for SelfCheck {
             self.complete * 100.0,
             ok(self.complete >= t.min_complete)
         )?;
-        write!(
+        writeln!(
             f,
             "call chain: {:.2}% of chain_inner samples under chain_outer -> chain_middle  {}",
             self.chain_intact * 100.0,
             ok(self.chain_intact >= t.min_complete)
-        )
+        )?;
+        match &self.inlined {
+            Some(inlined) => {
+                let worst = inlined.worst();
+                let good = worst.is_none_or(|w| w.error_points().abs() <= t.max_share_error);
+                write!(
+                    f,
+                    "inlined frame: {INLINED} under each function, largest gap {:+.2} points{}; \
+                     {:.2}% with file and line  {}",
+                    worst.map_or(0.0, FunctionShare::error_points),
+                    worst.map_or(String::new(), |w| format!(" ({})", w.name)),
+                    inlined.with_line * 100.0,
+                    ok(good && inlined.with_line >= t.min_complete)
+                )
+            }
+            None => write!(
+                f,
+                "inlined frame: not checked: the profile has no inlined frames (no DWARF \
+                 line tables found for this binary; see the README)"
+            ),
+        }
     }
 }
 

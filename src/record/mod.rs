@@ -10,3 +10,4 @@ mod symbolize;
 
 pub use dump::DumpStats;
 pub use profiler::{Profiler, ProfilerBuilder};
+pub use symbolize::Symbolize;
