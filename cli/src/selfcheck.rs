@@ -140,7 +140,10 @@ impl SelfCheck {
                 // first inlined into it.
                 let machine = all.iter().rposition(|f| !f.inlined);
                 let first_inlined = machine.and_then(|m| all.get(m + 1));
-                if let Some(frame) = first_inlined.filter(|i| is_workload_fn(i.name, INLINED)) {
+                // With `line-tables-only` DWARF names an inlined function
+                // without its path (no linkage name), so both forms count.
+                let is_inlined_fn = |name: &str| name == INLINED || is_workload_fn(name, INLINED);
+                if let Some(frame) = first_inlined.filter(|i| is_inlined_fn(i.name)) {
                     inlined_counts[f] += count;
                     inlined_frames += count;
                     let in_body = frame.file.is_some_and(|p| p.ends_with("workload.rs"))
@@ -421,6 +424,49 @@ mod tests {
             Thresholds::default(),
         );
         assert!(slow.failures().iter().any(|f| f.starts_with("rate 500.0")));
+    }
+
+    /// The faithful profile's stacks with `timed_spin` inlined under each
+    /// leaf function, at `line`.
+    fn profile_with_inlined(line: u32) -> Profile {
+        use btprof::profile::FrameInfo;
+        let plain = profile([400, 600, 100, 100, 800], false);
+        let mut builder = Builder::new();
+        for stack in plain.stacks() {
+            let thread = builder.thread(stack.thread().unwrap(), None).unwrap();
+            let frames = stack.frames().map(FrameInfo::named).chain([FrameInfo {
+                file: Some("/x/cli/src/workload.rs"),
+                line: Some(line),
+                inlined: true,
+                ..FrameInfo::named(INLINED)
+            }]);
+            builder
+                .add_frames(Some(thread), frames, false, stack.count())
+                .unwrap();
+        }
+        builder.finish(plain.stats().unwrap().clone())
+    }
+
+    #[test]
+    fn an_inlined_frame_under_each_function_is_judged_on_its_own() {
+        let good = profile_with_inlined(*INLINED_LINES.start() + 1);
+        let check = SelfCheck::evaluate(&good, &truth(), Thresholds::default());
+        assert!(check.passed(), "{:?}\n{check}", check.failures());
+        let inlined = check.inlined.as_ref().expect("inlined frames seen");
+        assert_eq!(inlined.with_line, 1.0);
+        assert!((inlined.shares[4].measured - 0.4).abs() < 1e-9);
+        // Lines outside timed_spin's body fail.
+        let wrong = profile_with_inlined(*INLINED_LINES.end() + 1);
+        let check = SelfCheck::evaluate(&wrong, &truth(), Thresholds::default());
+        assert!(check.failures().iter().any(|f| f.contains("file and line")));
+        // Without inlined frames: said, not judged.
+        let plain = SelfCheck::evaluate(
+            &profile([400, 600, 100, 100, 800], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(plain.inlined.is_none());
+        assert!(plain.to_string().contains("inlined frame: not checked"));
     }
 
     #[test]

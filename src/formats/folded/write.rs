@@ -182,6 +182,51 @@ mod tests {
     }
 
     #[test]
+    fn inlined_frames_fold_as_frames_or_not_and_equal_lines_merge() {
+        use crate::profile::FrameInfo;
+        let mut b = Builder::new();
+        let t = b.thread("main", Some(1)).unwrap();
+        let at = |name, address, line, inlined| FrameInfo {
+            address: Some(address),
+            file: Some("/src/lib.rs"),
+            line: Some(line),
+            inlined,
+            ..FrameInfo::named(name)
+        };
+        // `hot` inlined into `run` at two addresses (two lines), and `run`
+        // calling `leaf` directly.
+        for (address, line, count) in [(0x10, 7, 3), (0x14, 8, 4)] {
+            let stack = [at("main", 0x1, 1, false), at("run", address, 2, false)];
+            let hot = at("hot", address, line, true);
+            b.add_frames(Some(t), stack.into_iter().chain([hot]), false, count)
+                .unwrap();
+        }
+        b.add_stack(Some(t), ["main", "run", "leaf"], false, 5)
+            .unwrap();
+        b.add_stack(Some(t), ["main", "run"], false, 1).unwrap();
+        let p = b.finish(Stats::new(&Default::default()));
+        // The model keeps both lines of `hot` apart...
+        assert_eq!(p.distinct_stacks(), 4);
+        assert!(p.has_inlined_frames());
+        // ...folded output merges them into one line.
+        assert_eq!(
+            p.folded_lines(FoldOptions::default()),
+            vec!["main;main;run 1", "main;main;run;hot 7", "main;main;run;leaf 5"]
+        );
+        let hidden = FoldOptions {
+            hide_inlined: true,
+            ..FoldOptions::default()
+        };
+        assert_eq!(
+            p.folded_lines(hidden),
+            vec!["main;main;run 8", "main;main;run;leaf 5"]
+        );
+        let mut out = Vec::new();
+        p.write_folded_with(hidden, &mut out).unwrap();
+        assert_eq!(out, b"main;main;run 8\nmain;main;run;leaf 5\n");
+    }
+
+    #[test]
     fn truncated_stacks_are_marked() {
         let p = recording(&[("w", &["mid", "leaf"], true, 1)]);
         assert_eq!(
