@@ -79,7 +79,10 @@ fn an_inlined_hot_function_is_a_frame_with_file_and_line_and_folds_both_ways() {
             .iter()
             .map(|&id| profile.frame(id))
             .collect();
-        let Some(at) = frames.iter().position(|f| ends_with_fn(f.name, "inline_hot")) else {
+        let Some(at) = frames
+            .iter()
+            .position(|f| ends_with_fn(f.name, "inline_hot"))
+        else {
             continue;
         };
         let hot = frames[at];
@@ -120,7 +123,9 @@ fn an_inlined_hot_function_is_a_frame_with_file_and_line_and_folds_both_ways() {
     let count = |l: &String| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap();
     let shown: u64 = lines
         .iter()
-        .filter(|l| l.starts_with(THREAD) && l.contains("::inline_caller;") && l.contains("::inline_hot"))
+        .filter(|l| {
+            l.starts_with(THREAD) && l.contains("::inline_caller;") && l.contains("::inline_hot")
+        })
         .map(count)
         .sum();
     assert_eq!(shown, under_caller);
@@ -131,7 +136,10 @@ fn an_inlined_hot_function_is_a_frame_with_file_and_line_and_folds_both_ways() {
         hide_inlined: true,
         ..FoldOptions::default()
     });
-    assert!(hidden.iter().all(|l| !l.contains("inline_hot")), "{hidden:?}");
+    assert!(
+        hidden.iter().all(|l| !l.contains("inline_hot")),
+        "{hidden:?}"
+    );
     let sum = |lines: &[String]| lines.iter().map(count).sum::<u64>();
     assert_eq!(sum(&hidden), sum(&lines));
     let on_caller: u64 = hidden

@@ -5,7 +5,9 @@ use std::fmt;
 
 use btprof::{Profile, Stats};
 
-use crate::workload::{Truth, FUNCTIONS, INLINED, INLINED_LINES, THREADS, THREAD_PREFIX, THREAD_ROOT};
+use crate::workload::{
+    Truth, FUNCTIONS, INLINED, INLINED_LINES, THREADS, THREAD_PREFIX, THREAD_ROOT,
+};
 
 /// When the self-check fails.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,7 +123,11 @@ impl SelfCheck {
             // Shares, completeness and the call chain are judged on machine
             // functions (inlined frames left out), as before inline
             // expansion; the inlined frame is judged on its own below.
-            let all: Vec<_> = stack.frame_ids().iter().map(|&id| profile.frame(id)).collect();
+            let all: Vec<_> = stack
+                .frame_ids()
+                .iter()
+                .map(|&id| profile.frame(id))
+                .collect();
             let frames: Vec<&str> = all.iter().filter(|f| !f.inlined).map(|f| f.name).collect();
             let (count, truncated) = (stack.count(), stack.truncated());
             let Some(index) = stack

@@ -37,7 +37,8 @@ pub const THREAD_ROOT: &str = "worker_main";
 pub const INLINED: &str = "timed_spin";
 /// The source lines of [`INLINED`] (the self-check expects its frames'
 /// lines in this range, in `workload.rs`).
-pub const INLINED_LINES: std::ops::RangeInclusive<u32> = TIMED_SPIN_FIRST_LINE..=TIMED_SPIN_LAST_LINE;
+pub const INLINED_LINES: std::ops::RangeInclusive<u32> =
+    TIMED_SPIN_FIRST_LINE..=TIMED_SPIN_LAST_LINE;
 /// Thread names start with this.
 pub const THREAD_PREFIX: &str = "btprof-work-";
 /// Worker threads.

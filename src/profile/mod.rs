@@ -151,16 +151,13 @@ impl<'a> Stack<'a> {
         } else {
             None
         };
-        thread
-            .into_iter()
-            .chain(truncated)
-            .chain(
-                self.ids
-                    .iter()
-                    .map(move |&id| profile.frames.get(id))
-                    .filter(move |f| !(hide_inlined && f.inlined))
-                    .map(|f| f.name),
-            )
+        thread.into_iter().chain(truncated).chain(
+            self.ids
+                .iter()
+                .map(move |&id| profile.frames.get(id))
+                .filter(move |f| !(hide_inlined && f.inlined))
+                .map(|f| f.name),
+        )
     }
 
     /// The names of this stack's folded line (see

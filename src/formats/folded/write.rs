@@ -211,7 +211,11 @@ mod tests {
         // ...folded output merges them into one line.
         assert_eq!(
             p.folded_lines(FoldOptions::default()),
-            vec!["main;main;run 1", "main;main;run;hot 7", "main;main;run;leaf 5"]
+            vec![
+                "main;main;run 1",
+                "main;main;run;hot 7",
+                "main;main;run;leaf 5"
+            ]
         );
         let hidden = FoldOptions {
             hide_inlined: true,
