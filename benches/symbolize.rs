@@ -24,6 +24,8 @@
 //! `cargo bench --bench symbolize`. Always exits 0: it reports, it does
 //! not gate.
 
+// Only `median` of the shared helpers is needed here.
+#[allow(dead_code)]
 #[path = "support/measure.rs"]
 mod measure;
 
