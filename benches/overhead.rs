@@ -11,7 +11,10 @@
 //!    Stopping and symbolising happen after the job and are reported apart.
 //! 2. Per-sample CPU cost: the same loop at the bottom of a deep chain of
 //!    recursive calls, sampled with [`btprof_sampler::Sampler`] directly (no
-//!    symbolisation). The workers' own CPU clocks
+//!    symbolisation), on each path in the same rounds: per-thread CPU
+//!    timers (the default on Linux) and the sampler-thread path (forced,
+//!    as where perf events are refused), with the job's wall overhead
+//!    against the round's baseline. The workers' own CPU clocks
 //!    (`CLOCK_THREAD_CPUTIME_ID`, which include the signal handler and the
 //!    kernel's signal delivery) plus the sampler thread's CPU time, less the
 //!    baseline workers' CPU for the same work, divided by the samples taken.
@@ -479,83 +482,87 @@ struct CpuResult {
     sampler_only_us: f64,
     depth: Option<f64>,
     noise_us: f64,
+    /// The same, for the sampler-thread path (forced) in the same rounds.
+    fallback_per_sample_us: f64,
+    fallback_sampler_only_us: f64,
+    /// Wall-time overhead (%) of the job against the same round's
+    /// baseline: per-thread timers, sampler thread.
+    wall_pct: [f64; 2],
+}
+
+/// One profiled run of job 2.
+struct Profiled {
+    worker_cpu: f64,
+    sampler_cpu: f64,
+    samples: u64,
+    worker_samples: u64,
+    depth: Option<usize>,
+    wall: f64,
+    clock: btprof_sampler::SampleClock,
 }
 
 fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
-    let config = SamplerConfig {
+    let config = |force: bool| SamplerConfig {
         hz: HZ,
         mode: Mode::Cpu,
+        force_sampler_thread: force,
         ..SamplerConfig::default()
     };
     let mut base_cpu = Vec::new();
-    let mut prof = Vec::new(); // (worker cpu, sampler cpu, samples, worker samples, depth, wall)
+    let mut base_wall = Vec::new();
+    // Per path: [per-thread timers, sampler thread].
+    let mut prof: [Vec<Profiled>; 2] = Default::default();
 
-    let profiled = || {
-        let sampler = Sampler::start(config.clone()).expect("start sampler");
+    let profiled = |force: bool| {
+        let sampler = Sampler::start(config(force)).expect("start sampler");
         let job = run_job(iters, Some(CHAIN_DEPTH));
         let raw = sampler.stop().expect("stop sampler");
         let (depth, worker_samples) = worker_depth(&raw, &job);
-        (
-            job.worker_cpu().as_secs_f64(),
-            raw.stats.sampler_cpu.as_secs_f64(),
-            raw.stats.samples,
+        Profiled {
+            worker_cpu: job.worker_cpu().as_secs_f64(),
+            sampler_cpu: raw.stats.sampler_cpu.as_secs_f64(),
+            samples: raw.stats.samples,
             worker_samples,
             depth,
-            job.wall.as_secs_f64(),
-        )
+            wall: job.wall.as_secs_f64(),
+            clock: raw.stats.clock,
+        }
     };
 
     for round in 0..runs {
-        let (b, p) = if round % 2 == 0 {
-            let b = run_job(iters, Some(CHAIN_DEPTH));
-            (b, profiled())
-        } else {
-            let p = profiled();
-            (run_job(iters, Some(CHAIN_DEPTH)), p)
-        };
+        // Rotate the three runs' order so drift hits each alike.
+        let mut b = None;
+        for k in 0..3 {
+            match (round + k) % 3 {
+                0 => b = Some(run_job(iters, Some(CHAIN_DEPTH))),
+                1 => prof[0].push(profiled(false)),
+                _ => prof[1].push(profiled(true)),
+            }
+        }
+        let b = b.expect("the baseline ran");
         let bc = b.worker_cpu().as_secs_f64();
         base_cpu.push(bc);
-        eprintln!(
-            "  [cpu] round {}/{runs}: baseline worker cpu {:.3} s, profiled {:.3} s, sampler {:.1} ms, {} samples, depth {:?}",
-            round + 1,
-            bc,
-            p.0,
-            p.1 * 1e3,
-            p.2,
-            p.4
-        );
-        prof.push(p);
+        base_wall.push(b.wall.as_secs_f64());
+        for (name, p) in ["timers", "sampler thread"].iter().zip(&prof) {
+            let p = p.last().expect("this round's run");
+            eprintln!(
+                "  [cpu] round {}/{runs} {name} ({}): baseline worker cpu {bc:.3} s, profiled {:.3} s, sampler {:.1} ms, {} samples, depth {:?}",
+                round + 1,
+                p.clock,
+                p.worker_cpu,
+                p.sampler_cpu * 1e3,
+                p.samples,
+                p.depth
+            );
+        }
     }
 
     let base = summarize(&base_cpu);
-    let per_sample: Vec<f64> = prof
-        .iter()
-        .map(|&(wc, sc, n, ..)| (wc - base.median + sc) / n as f64 * 1e6)
-        .collect();
-    let worker_side: Vec<f64> = prof
-        .iter()
-        .map(|&(wc, _, n, ..)| (wc - base.median) / n as f64 * 1e6)
-        .collect();
-    let sampler_only: Vec<f64> = prof
-        .iter()
-        .map(|&(_, sc, n, ..)| sc / n as f64 * 1e6)
-        .collect();
-    let rate: Vec<f64> = prof
-        .iter()
-        .map(|&(.., ws, _, wall)| ws as f64 / WORKERS as f64 / wall)
-        .collect();
-    let rate_cpu: Vec<f64> = prof
-        .iter()
-        .map(|&(wc, _, _, ws, ..)| ws as f64 / wc)
-        .collect();
-    let depths: Vec<f64> = prof
-        .iter()
-        .map(|p| p.4.map_or(f64::NAN, |d| d as f64))
-        .collect();
-    let median_samples = summarize(&prof.iter().map(|p| p.2 as f64).collect::<Vec<_>>()).median;
-
+    let median_samples =
+        summarize(&prof[0].iter().map(|p| p.samples as f64).collect::<Vec<_>>()).median;
     header(&format!(
-        "[2] per-sample CPU cost: {WORKERS} threads, loop under a {CHAIN_DEPTH}-call recursive chain, btprof_sampler::Sampler at {HZ} Hz cpu mode"
+        "[2] per-sample CPU cost: {WORKERS} threads, loop under a {CHAIN_DEPTH}-call recursive chain, btprof_sampler::Sampler at {HZ} Hz cpu mode, \
+         per-thread CPU timers and the sampler-thread path in the same rounds"
     ));
     println!(
         "  worker CPU = CLOCK_THREAD_CPUTIME_ID inside each worker, summed (includes handler + kernel signal delivery)"
@@ -563,28 +570,64 @@ fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
     println!(
         "  per-sample = (profiled worker CPU - median baseline worker CPU + sampler_cpu) / stats.samples"
     );
-    let d = row("sampled stack depth, worker threads (frames)", &depths, 0);
     row("baseline worker CPU, sum of 2 (s)", &base_cpu, 4);
-    row(
-        "profiled worker CPU, sum of 2 (s)",
-        &prof.iter().map(|p| p.0).collect::<Vec<_>>(),
-        4,
-    );
-    row(
-        "sampler thread CPU, stats.sampler_cpu (ms)",
-        &prof.iter().map(|p| p.1 * 1e3).collect::<Vec<_>>(),
-        1,
-    );
-    row(
-        "samples (all threads)",
-        &prof.iter().map(|p| p.2 as f64).collect::<Vec<_>>(),
-        0,
-    );
-    row("achieved samples/s per worker (wall)", &rate, 0);
-    row("samples per worker CPU-second", &rate_cpu, 0);
-    let total = row("per-sample CPU cost, total (us)", &per_sample, 2);
-    row("  of which worker side (us)", &worker_side, 2);
-    let sampler = row("  of which sampler thread only (us)", &sampler_only, 2);
+    let mut results = Vec::new();
+    for (i, name) in ["per-thread timers", "sampler thread"].iter().enumerate() {
+        let p = &prof[i];
+        let col = |f: &dyn Fn(&Profiled) -> f64| p.iter().map(f).collect::<Vec<f64>>();
+        println!(
+            "  -- {name} ({}):",
+            p.first().map_or("?".into(), |p| p.clock.to_string())
+        );
+        let d = row(
+            "  sampled stack depth, worker threads (frames)",
+            &col(&|p| p.depth.map_or(f64::NAN, |d| d as f64)),
+            0,
+        );
+        row(
+            "  profiled worker CPU, sum of 2 (s)",
+            &col(&|p| p.worker_cpu),
+            4,
+        );
+        row(
+            "  sampler thread CPU, stats.sampler_cpu (ms)",
+            &col(&|p| p.sampler_cpu * 1e3),
+            1,
+        );
+        row("  samples (all threads)", &col(&|p| p.samples as f64), 0);
+        row(
+            "  achieved samples/s per worker (wall)",
+            &col(&|p| p.worker_samples as f64 / WORKERS as f64 / p.wall),
+            0,
+        );
+        row(
+            "  samples per worker CPU-second",
+            &col(&|p| p.worker_samples as f64 / p.worker_cpu),
+            0,
+        );
+        let total = row(
+            "  per-sample CPU cost, total (us)",
+            &col(&|p| (p.worker_cpu - base.median + p.sampler_cpu) / p.samples as f64 * 1e6),
+            2,
+        );
+        row(
+            "    of which worker side (us)",
+            &col(&|p| (p.worker_cpu - base.median) / p.samples as f64 * 1e6),
+            2,
+        );
+        let sampler = row(
+            "    of which sampler thread only (us)",
+            &col(&|p| p.sampler_cpu / p.samples as f64 * 1e6),
+            2,
+        );
+        let wall: Vec<f64> = p
+            .iter()
+            .zip(&base_wall)
+            .map(|(p, b)| (p.wall / b - 1.0) * 100.0)
+            .collect();
+        let w = row("  job wall overhead vs the round's baseline (%)", &wall, 2);
+        results.push((total.median, sampler.median, d.median, w.median));
+    }
     // What the baseline's own run-to-run spread would look like as a cost
     // per sample: the resolution of this measurement.
     let noise_us = (base.max - base.min) / median_samples * 1e6;
@@ -598,14 +641,17 @@ fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
         );
     }
     CpuResult {
-        per_sample_us: total.median,
-        sampler_only_us: sampler.median,
-        depth: if d.median.is_finite() {
-            Some(d.median)
+        per_sample_us: results[0].0,
+        sampler_only_us: results[0].1,
+        depth: if results[0].2.is_finite() {
+            Some(results[0].2)
         } else {
             None
         },
         noise_us,
+        fallback_per_sample_us: results[1].0,
+        fallback_sampler_only_us: results[1].1,
+        wall_pct: [results[0].3, results[1].3],
     }
 }
 
@@ -774,6 +820,22 @@ fn main() {
         "  sampler thread only: {:.2} us/sample (target <= {TARGET_SAMPLE_US} us) {}",
         cpu.sampler_only_us,
         cost_verdict(cpu.sampler_only_us, 0.0)
+    );
+    let ratio = cpu.per_sample_us / cpu.fallback_per_sample_us;
+    println!(
+        "  per-thread timers vs the sampler-thread path, same rounds: {:.2} us vs {:.2} us per sample = {ratio:.2}x \
+         (target <= 1.10x) {}; sampler thread alone {:.2} vs {:.2} us; job wall {:+.2}% vs {:+.2}%",
+        cpu.per_sample_us,
+        cpu.fallback_per_sample_us,
+        if (cpu.per_sample_us - cpu.fallback_per_sample_us * 1.10).abs() <= cpu.noise_us {
+            "INCONCLUSIVE (within noise)"
+        } else {
+            verdict(ratio <= 1.10)
+        },
+        cpu.sampler_only_us,
+        cpu.fallback_sampler_only_us,
+        cpu.wall_pct[0],
+        cpu.wall_pct[1],
     );
     let depth_ok = cpu
         .depth

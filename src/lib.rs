@@ -30,7 +30,9 @@ pub mod profile;
 pub mod record;
 
 pub use analysis::{diff, report};
-pub use btprof_sampler::{Mode, Progress, SamplerStats as Stats, DEFAULT_MAX_STACKS};
+pub use btprof_sampler::{
+    Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, DEFAULT_MAX_STACKS,
+};
 pub use diff::{DiffOptions, DiffReport};
 pub use error::Error;
 pub use formats::flamegraph::FlamegraphOptions;

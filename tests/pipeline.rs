@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use btprof::profile::Builder;
 use btprof::{Error, FoldOptions, Mode, Profile, Profiler, Stats};
@@ -27,7 +27,9 @@ fn pipeline_caller(stop: &AtomicBool) -> u64 {
 }
 
 /// Profiles a thread named `name` spinning in `pipeline_caller ->
-/// pipeline_leaf` for `time`.
+/// pipeline_leaf` for `time`: of wall time in wall mode; in cpu mode, until
+/// the sampled threads used that much CPU time, so a loaded machine only
+/// makes the test slower.
 fn profile_spinner(name: &str, mode: Mode, time: Duration) -> Profile {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stop = Arc::new(AtomicBool::new(false));
@@ -37,7 +39,18 @@ fn profile_spinner(name: &str, mode: Mode, time: Duration) -> Profile {
         .spawn(move || pipeline_caller(&stop2))
         .unwrap();
     let profiler = Profiler::builder().hz(1000).mode(mode).start().unwrap();
-    std::thread::sleep(time);
+    match mode {
+        Mode::Wall => std::thread::sleep(time),
+        Mode::Cpu => {
+            let give_up = Instant::now() + Duration::from_secs(60);
+            while profiler.progress().sampled_cpu_ns.load(Ordering::Relaxed)
+                < time.as_nanos() as u64
+                && Instant::now() < give_up
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
     let profile = profiler.stop().unwrap();
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
@@ -46,7 +59,7 @@ fn profile_spinner(name: &str, mode: Mode, time: Duration) -> Profile {
 
 #[test]
 fn folded_lines_name_the_thread_caller_and_leaf() {
-    let profile = profile_spinner("pipe-spin", Mode::Cpu, Duration::from_millis(700));
+    let profile = profile_spinner("pipe-spin", Mode::Cpu, Duration::from_millis(400));
     // Machine functions only: the leaf's loop has std's arithmetic
     // inlined into it (tests/inline_frames.rs checks inlined frames).
     let lines = profile.folded_lines(FoldOptions {
@@ -61,9 +74,19 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
         .iter()
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
         .sum();
+    // A sample per millisecond of the spinner's CPU time.
+    let tid = profile
+        .threads()
+        .find(|t| t.name == "pipe-spin")
+        .and_then(|t| t.tid)
+        .expect("the spinner was seen, with its id");
+    let cpu = profile
+        .stats()
+        .and_then(|s| s.cpu_of(tid))
+        .unwrap_or_default();
     assert!(
-        samples > 300,
-        "only {samples} samples of the spinning thread"
+        samples > 300 && samples as f64 >= cpu.as_secs_f64() * 1000.0 * 0.9,
+        "only {samples} samples of the spinning thread for {cpu:?} of CPU"
     );
     // Nearly every sample of the spinner ends in the leaf under its caller:
     // the interrupted function is the leaf. (This package is optimised in

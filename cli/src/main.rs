@@ -136,6 +136,22 @@ struct Args {
     /// No status line.
     #[arg(long, short)]
     quiet: bool,
+
+    /// Pace cpu-mode samples from the sampler thread, by the CPU time each
+    /// thread used, instead of each thread's own CPU-time timer (Linux
+    /// perf events). This is what btprof falls back to where perf events
+    /// are refused (perf_event_paranoid 3 and up, seccomp); the summary
+    /// says which clock ran. Same as BTPROF_FORCE_SAMPLER_THREAD=1.
+    #[arg(long)]
+    no_thread_timers: bool,
+
+    /// Run the built-in workload for --duration without profiling it, and
+    /// print the CPU split it measured (each function's share, each
+    /// worker's CPU time): the truth to hold another profiler's output
+    /// against, e.g. `perf record -e cpu-clock -F 1000 --call-graph fp --
+    /// btprof --workload-only`.
+    #[arg(long)]
+    workload_only: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -148,6 +164,15 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(command) = &args.command {
         return command.run();
+    }
+    if args.workload_only {
+        return match run_workload_only(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("btprof: {message}");
+                ExitCode::from(2)
+            }
+        };
     }
     if !args.pid_self {
         eprintln!(
@@ -237,6 +262,36 @@ fn run(args: &Args) -> Result<bool, String> {
     Ok(check.passed())
 }
 
+/// Runs the workload unprofiled and prints what it measured.
+fn run_workload_only(args: &Args) -> Result<(), String> {
+    let mut work = Work::default();
+    for function in &args.slow {
+        work = work.slow(function)?;
+    }
+    let workload =
+        Workload::start_with(work).map_err(|e| format!("cannot start the workload: {e}"))?;
+    workload.set_recording(true);
+    std::thread::sleep(args.duration);
+    workload.set_recording(false);
+    let truth = workload.stop();
+    println!(
+        "workload ran {:.2} s unprofiled: {:.3} CPU-s in its workers",
+        args.duration.as_secs_f64(),
+        truth.total_seconds()
+    );
+    for i in 0..btprof_cli::workload::THREADS {
+        println!(
+            "  thread {}{i}: {:.3} CPU-s",
+            btprof_cli::workload::THREAD_PREFIX,
+            truth.thread_seconds(i)
+        );
+    }
+    for (name, share) in FUNCTIONS.iter().zip(truth.shares()) {
+        println!("  truth {name} {:.4}%", share * 100.0);
+    }
+    Ok(())
+}
+
 /// The profiler the arguments describe.
 fn builder(args: &Args) -> btprof::ProfilerBuilder {
     let mode = match args.mode {
@@ -247,7 +302,8 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
         .hz(args.hz)
         .mode(mode)
         .max_depth(args.max_depth as usize)
-        .max_stacks(usize::try_from(args.max_stacks).unwrap_or(usize::MAX));
+        .max_stacks(usize::try_from(args.max_stacks).unwrap_or(usize::MAX))
+        .force_sampler_thread(args.no_thread_timers);
     if let Some(every) = args.dump_every {
         builder = builder
             .dump_every(every)
@@ -260,18 +316,34 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
     builder
 }
 
-/// The status line: elapsed, samples, achieved rate, threads, dumps.
+/// The status line: elapsed, samples, achieved rate, threads, which clock
+/// paces the samples, dumps.
 fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
     let p = profiler.progress();
     let secs = elapsed.as_secs_f64();
-    let ticks = p.ticks.load(Ordering::Relaxed);
+    let samples = p.samples.load(Ordering::Relaxed);
+    let rate = match args.mode {
+        ModeArg::Cpu => {
+            let cpu = p.sampled_cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
+            let rate = if cpu > 0.0 { samples as f64 / cpu } else { 0.0 };
+            format!("{rate:.0}/CPU-s (of {})", args.hz)
+        }
+        ModeArg::Wall => {
+            let ticks = p.ticks.load(Ordering::Relaxed);
+            let rate = if secs > 0.0 { ticks as f64 / secs } else { 0.0 };
+            format!("{rate:.0} ticks/s (of {})", args.hz)
+        }
+    };
+    let clock = if p.thread_timers.load(Ordering::Relaxed) {
+        btprof::SampleClock::ThreadTimers
+    } else {
+        btprof::SampleClock::SamplerThread
+    };
     let mut line = format!(
-        "\r  {secs:>6.2} s / {:.2} s   {} samples   {:.0} Hz (of {})   {} threads",
+        "\r  {secs:>6.2} s / {:.2} s   {samples} samples   {rate}   {} threads   {}",
         args.duration.as_secs_f64(),
-        p.samples.load(Ordering::Relaxed),
-        if secs > 0.0 { ticks as f64 / secs } else { 0.0 },
-        args.hz,
         p.threads.load(Ordering::Relaxed),
+        clock.describe(),
     );
     if args.dump_every.is_some() {
         let d = profiler.dump_stats();
@@ -381,19 +453,24 @@ fn warn_if_truncated(profile: &Profile) {
 fn print_summary(profile: &Profile) {
     let Some(s) = profile.stats() else { return };
     println!(
-        "sampled {} stacks over {:.2} s: {:.1} ticks/s (requested {} Hz, {} mode), {} missed ticks",
+        "sampled {} stacks over {:.2} s ({} mode, {}): {:.1} samples per CPU-second of the sampled threads \
+         ({:.3} CPU-s; requested {} Hz); sampler thread {:.1} ticks/s, {} missed ticks",
         s.samples,
         s.duration.as_secs_f64(),
-        s.achieved_hz(),
-        s.requested_hz,
         s.mode,
+        s.clock.describe(),
+        s.samples_per_cpu_second(),
+        s.sampled_cpu().as_secs_f64(),
+        s.requested_hz,
+        s.ticks_per_second(),
         s.missed_ticks,
     );
     println!(
-        "truncated walks: {}, failed samples: {}, skipped samples: {}, sampler CPU: {:.1} ms",
+        "truncated walks: {}, failed samples: {}, skipped samples: {}, late signals retried: {}, sampler CPU: {:.1} ms",
         s.truncated(),
         s.failed_samples,
         s.skipped_samples,
+        s.late_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );
 }

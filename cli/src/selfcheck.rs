@@ -1,5 +1,11 @@
 //! Checks a profile of the built-in workload against the workload's own
 //! measurements: rate, per-function shares, complete stacks, call chain.
+//!
+//! Everything is judged against CPU time, so the check means the same on
+//! a busy machine as on an idle one: the rate is samples per CPU-second
+//! each worker actually got (from its own CPU clock, as the profiler read
+//! it), and the shares are compared with the split of CPU time the workers
+//! measured inside each function.
 
 use std::fmt;
 
@@ -18,9 +24,13 @@ pub struct Thresholds {
     /// Smallest allowed fraction of worker stacks that reach the thread
     /// root.
     pub min_complete: f64,
-    /// Smallest allowed samples per second per worker, as a fraction of the
-    /// requested rate.
+    /// Smallest allowed samples per CPU-second of each worker, as a
+    /// fraction of the requested rate.
     pub min_rate: f64,
+    /// Largest allowed samples per CPU-second of each worker, as a
+    /// fraction of the requested rate: more samples than the CPU a thread
+    /// used is as wrong as fewer.
+    pub max_rate: f64,
 }
 
 impl Default for Thresholds {
@@ -29,6 +39,7 @@ impl Default for Thresholds {
             max_share_error: 3.0,
             min_complete: 0.95,
             min_rate: 0.90,
+            max_rate: 1.10,
         }
     }
 }
@@ -42,24 +53,45 @@ pub struct FunctionShare {
     pub measured: f64,
     /// Fraction of worker CPU time measured inside the function.
     pub truth: f64,
+    /// The largest gap allowed, in points: the threshold, or four standard
+    /// errors of a share estimated from this many samples if that is more
+    /// (on a busy machine a 3 s run may get only a few hundred samples,
+    /// whose shares are that uncertain however faithful the sampler).
+    pub allowed_points: f64,
 }
+
+/// Standard errors of sampling noise a share may be off by before the
+/// check calls the profile wrong: four leaves one false alarm in about
+/// 16,000 comparisons.
+const NOISE_SIGMAS: f64 = 4.0;
 
 impl FunctionShare {
     /// `measured - truth` in percentage points.
     pub fn error_points(&self) -> f64 {
         (self.measured - self.truth) * 100.0
     }
+
+    /// Whether the gap is within what is allowed.
+    pub fn ok(&self) -> bool {
+        self.error_points().abs() <= self.allowed_points
+    }
 }
 
 /// The self-check's findings.
 #[derive(Clone, Debug)]
 pub struct SelfCheck {
-    /// Requested rate.
+    /// Requested rate (samples per CPU-second in cpu mode).
     pub requested_hz: u32,
-    /// Samples per second of the slowest-sampled worker thread.
-    pub min_thread_hz: f64,
-    /// Samples per second per worker thread, averaged.
-    pub mean_thread_hz: f64,
+    /// Samples per CPU-second of each worker thread, in worker order:
+    /// its samples over the CPU time its own clock says it used while
+    /// sampled (0 when that CPU time is unknown).
+    pub thread_rates: [f64; THREADS],
+    /// CPU time each worker used while sampled, seconds.
+    pub thread_cpu_secs: [f64; THREADS],
+    /// Samples per wall-clock second per worker thread, averaged (for
+    /// information: on a busy machine it is what the worker's share of a
+    /// CPU allows).
+    pub mean_wall_hz: f64,
     /// Worker samples in all.
     pub worker_samples: u64,
     /// Per function, in [`FUNCTIONS`] order.
@@ -114,6 +146,15 @@ impl SelfCheck {
             .cloned()
             .unwrap_or_else(|| Stats::new(&Default::default()));
         let secs = stats.duration.as_secs_f64().max(1e-9);
+        let thread_cpu_secs: [f64; THREADS] = std::array::from_fn(|i| {
+            let name = format!("{THREAD_PREFIX}{i}");
+            profile
+                .threads()
+                .find(|t| t.name == name)
+                .and_then(|t| t.tid)
+                .and_then(|tid| stats.cpu_of(tid))
+                .map_or(0.0, |cpu| cpu.as_secs_f64())
+        });
         let mut per_thread = [0u64; THREADS];
         let mut leaf_counts = [0u64; FUNCTIONS.len()];
         let (mut complete, mut inner, mut inner_intact) = (0u64, 0u64, 0u64);
@@ -180,10 +221,17 @@ impl SelfCheck {
             FUNCTIONS
                 .iter()
                 .enumerate()
-                .map(|(i, &name)| FunctionShare {
-                    name,
-                    measured: fraction(counts[i], worker_samples),
-                    truth: truth_shares[i],
+                .map(|(i, &name)| {
+                    let truth = truth_shares[i];
+                    let noise = (truth * (1.0 - truth) / worker_samples.max(1) as f64).sqrt();
+                    FunctionShare {
+                        name,
+                        measured: fraction(counts[i], worker_samples),
+                        truth,
+                        allowed_points: thresholds
+                            .max_share_error
+                            .max(NOISE_SIGMAS * noise * 100.0),
+                    }
                 })
                 .collect()
         };
@@ -193,8 +241,15 @@ impl SelfCheck {
         });
         SelfCheck {
             requested_hz: stats.requested_hz,
-            min_thread_hz: per_thread.iter().copied().min().unwrap_or(0) as f64 / secs,
-            mean_thread_hz: worker_samples as f64 / THREADS as f64 / secs,
+            thread_rates: std::array::from_fn(|i| {
+                if thread_cpu_secs[i] > 0.0 {
+                    per_thread[i] as f64 / thread_cpu_secs[i]
+                } else {
+                    0.0
+                }
+            }),
+            thread_cpu_secs,
+            mean_wall_hz: worker_samples as f64 / THREADS as f64 / secs,
             worker_samples,
             shares: share_of(&leaf_counts),
             complete: fraction(complete, worker_samples),
@@ -212,21 +267,33 @@ impl SelfCheck {
             failures.push("no samples of the workload threads".to_owned());
             return failures;
         }
-        let min_hz = t.min_rate * f64::from(self.requested_hz);
-        if self.min_thread_hz < min_hz {
-            failures.push(format!(
-                "rate {:.1} samples/s per worker is under {min_hz:.0}",
-                self.min_thread_hz
-            ));
+        for (i, (&rate, &cpu)) in self
+            .thread_rates
+            .iter()
+            .zip(&self.thread_cpu_secs)
+            .enumerate()
+        {
+            if cpu <= 0.0 {
+                failures.push(format!(
+                    "{THREAD_PREFIX}{i}: its CPU time while sampled is unknown, so its rate cannot be judged"
+                ));
+            } else if !self.rate_ok(rate) {
+                failures.push(format!(
+                    "{THREAD_PREFIX}{i}: {rate:.1} samples per CPU-second is outside {:.0}..={:.0}",
+                    t.min_rate * f64::from(self.requested_hz),
+                    t.max_rate * f64::from(self.requested_hz),
+                ));
+            }
         }
         for s in &self.shares {
-            if s.error_points().abs() > t.max_share_error {
+            if !s.ok() {
                 failures.push(format!(
-                    "{} measured {:.2}% but ran {:.2}% of the time ({:+.2} points)",
+                    "{} measured {:.2}% but ran {:.2}% of the time ({:+.2} points, {:.2} allowed)",
                     s.name,
                     s.measured * 100.0,
                     s.truth * 100.0,
-                    s.error_points()
+                    s.error_points(),
+                    s.allowed_points
                 ));
             }
         }
@@ -245,7 +312,7 @@ impl SelfCheck {
         }
         if let Some(inlined) = &self.inlined {
             for s in &inlined.shares {
-                if s.error_points().abs() > t.max_share_error {
+                if !s.ok() {
                     failures.push(format!(
                         "inlined {INLINED} under {} measured {:.2}% but ran {:.2}% of the time ({:+.2} points)",
                         s.name,
@@ -271,19 +338,34 @@ impl SelfCheck {
     pub fn passed(&self) -> bool {
         self.failures().is_empty()
     }
+
+    fn rate_ok(&self, rate: f64) -> bool {
+        let hz = f64::from(self.requested_hz);
+        (self.thresholds.min_rate * hz..=self.thresholds.max_rate * hz).contains(&rate)
+    }
 }
 
 impl fmt::Display for SelfCheck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.thresholds;
         let ok = |good: bool| if good { "ok" } else { "FAIL" };
+        let rates: Vec<String> = self
+            .thread_rates
+            .iter()
+            .zip(&self.thread_cpu_secs)
+            .map(|(r, c)| format!("{r:.1} ({:.0} ms CPU)", c * 1e3))
+            .collect();
         writeln!(
             f,
-            "rate: {:.1} samples/s per worker thread (slowest {:.1}; requested {})  {}",
-            self.mean_thread_hz,
-            self.min_thread_hz,
+            "rate: {} samples per CPU-second per worker (requested {}; {:.1} samples per wall-second)  {}",
+            rates.join(", "),
             self.requested_hz,
-            ok(self.min_thread_hz >= t.min_rate * f64::from(self.requested_hz))
+            self.mean_wall_hz,
+            ok(self
+                .thread_rates
+                .iter()
+                .zip(&self.thread_cpu_secs)
+                .all(|(&r, &c)| c > 0.0 && self.rate_ok(r)))
         )?;
         writeln!(
             f,
@@ -292,18 +374,19 @@ impl fmt::Display for SelfCheck {
         )?;
         writeln!(
             f,
-            "  {:<14} {:>9} {:>9} {:>8}",
-            "function", "measured", "truth", "points"
+            "  {:<14} {:>9} {:>9} {:>8} {:>8}",
+            "function", "measured", "truth", "points", "allowed"
         )?;
         for s in &self.shares {
             writeln!(
                 f,
-                "  {:<14} {:>8.2}% {:>8.2}% {:>+8.2}  {}",
+                "  {:<14} {:>8.2}% {:>8.2}% {:>+8.2} {:>8.2}  {}",
                 s.name,
                 s.measured * 100.0,
                 s.truth * 100.0,
                 s.error_points(),
-                ok(s.error_points().abs() <= t.max_share_error)
+                s.allowed_points,
+                ok(s.ok())
             )?;
         }
         writeln!(
@@ -321,7 +404,7 @@ impl fmt::Display for SelfCheck {
         match &self.inlined {
             Some(inlined) => {
                 let worst = inlined.worst();
-                let good = worst.is_none_or(|w| w.error_points().abs() <= t.max_share_error);
+                let good = inlined.shares.iter().all(FunctionShare::ok);
                 write!(
                     f,
                     "inlined frame: {INLINED} under each function, largest gap {:+.2} points{}; \
@@ -351,8 +434,16 @@ mod tests {
 
     /// A 1 s profile of both workers whose leaves are split as `leaves`
     /// (samples per function, `FUNCTIONS` order), all under the thread root
-    /// unless `truncated`.
+    /// unless `truncated`; each worker used its share of 2 s of CPU in
+    /// proportion to its samples at 1000 per CPU-second.
     fn profile(leaves: [u64; 5], truncated: bool) -> Profile {
+        let w0 = leaves[0] + leaves[1];
+        let w1 = leaves[2..].iter().sum::<u64>();
+        profile_with_cpu(leaves, truncated, [w0 as f64 / 1000.0, w1 as f64 / 1000.0])
+    }
+
+    /// As [`profile`], with each worker's CPU time given, in seconds.
+    fn profile_with_cpu(leaves: [u64; 5], truncated: bool, cpu_secs: [f64; 2]) -> Profile {
         let mut builder = Builder::new();
         for (i, &count) in leaves.iter().enumerate() {
             let mut frames: Vec<String> = vec!["btprof_cli::workload::worker_main".into()];
@@ -365,8 +456,12 @@ mod tests {
             if i != 2 && i != 3 {
                 frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
             }
+            let worker = usize::from(i >= 2);
             let thread = builder
-                .thread(&format!("{THREAD_PREFIX}{}", usize::from(i >= 2)), None)
+                .thread(
+                    &format!("{THREAD_PREFIX}{worker}"),
+                    Some(100 + worker as u64),
+                )
                 .unwrap();
             builder
                 .add_stack(
@@ -379,6 +474,9 @@ mod tests {
         }
         let mut stats = Stats::new(&Default::default());
         stats.duration = Duration::from_secs(1);
+        for (i, cpu) in cpu_secs.iter().enumerate() {
+            stats.add_thread_cpu(100 + i as u64, Duration::from_secs_f64(*cpu));
+        }
         builder.finish(stats)
     }
 
@@ -395,7 +493,7 @@ mod tests {
             Thresholds::default(),
         );
         assert!(check.passed(), "{:?}\n{check}", check.failures());
-        assert!((check.min_thread_hz - 1000.0).abs() < 1e-6);
+        assert!(check.thread_rates.iter().all(|r| (r - 1000.0).abs() < 1e-6));
         assert_eq!(check.complete, 1.0);
         assert_eq!(check.chain_intact, 1.0);
     }
@@ -424,12 +522,94 @@ mod tests {
             .failures()
             .iter()
             .any(|f| f.contains("reach worker_main")));
+        // Half the samples for the same CPU time: 500 per CPU-second.
         let slow = SelfCheck::evaluate(
-            &profile([200, 300, 50, 50, 400], false),
+            &profile_with_cpu([200, 300, 50, 50, 400], false, [1.0, 1.0]),
             &truth(),
             Thresholds::default(),
         );
-        assert!(slow.failures().iter().any(|f| f.starts_with("rate 500.0")));
+        assert!(
+            slow.failures()
+                .iter()
+                .any(|f| f.contains("500.0 samples per CPU-second")),
+            "{:?}",
+            slow.failures()
+        );
+    }
+
+    #[test]
+    fn few_samples_widen_the_allowance_but_a_wrong_profile_still_fails() {
+        // 200 worker samples: alpha's share (true 20%) is uncertain by
+        // 2.8 points per standard error, so 5 points off is noise...
+        let noisy = SelfCheck::evaluate(
+            &profile([50, 50, 10, 10, 80], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(noisy.shares[0].allowed_points > 11.0, "{noisy}");
+        assert!(noisy.passed(), "{:?}\n{noisy}", noisy.failures());
+        // ...but 25 points off is not.
+        let wrong = SelfCheck::evaluate(
+            &profile([90, 10, 10, 10, 80], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(
+            wrong
+                .failures()
+                .iter()
+                .any(|f| f.starts_with("alpha measured 45.00%")),
+            "{:?}",
+            wrong.failures()
+        );
+        // With many samples the threshold itself applies.
+        let many = SelfCheck::evaluate(
+            &profile([4000, 6000, 1000, 1000, 8000], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(many.shares.iter().all(|s| s.allowed_points == 3.0));
+    }
+
+    #[test]
+    fn a_busy_machine_does_not_fail_a_faithful_profile() {
+        // Each worker got a fifth of a CPU for 1 s (other processes took
+        // the rest): 200 samples per wall-second, but 1000 per CPU-second.
+        let check = SelfCheck::evaluate(
+            &profile_with_cpu([40, 60, 10, 10, 80], false, [0.1, 0.1]),
+            &Truth::from_ns([400, 600, 100, 100, 800], 2000),
+            Thresholds::default(),
+        );
+        assert!(check.passed(), "{:?}\n{check}", check.failures());
+        assert!((check.mean_wall_hz - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn too_many_samples_for_the_cpu_used_fail() {
+        // 1.4 samples per millisecond of CPU: the old sampler's over-count
+        // under load.
+        let check = SelfCheck::evaluate(
+            &profile_with_cpu([400, 600, 100, 100, 800], false, [0.7, 0.7]),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert_eq!(check.failures().len(), 2, "{:?}", check.failures());
+        assert!(check.failures()[0].contains("1428.6 samples per CPU-second is outside 900..=1100"));
+    }
+
+    #[test]
+    fn an_unknown_cpu_time_fails_rather_than_passing_blindly() {
+        let check = SelfCheck::evaluate(
+            &profile_with_cpu([400, 600, 100, 100, 800], false, [1.0, 0.0]),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert_eq!(
+            check.failures(),
+            vec![format!(
+                "{THREAD_PREFIX}1: its CPU time while sampled is unknown, so its rate cannot be judged"
+            )]
+        );
     }
 
     /// The faithful profile's stacks with `timed_spin` inlined under each

@@ -97,6 +97,8 @@ pub struct Truth {
     function_ns: [AtomicU64; 5],
     /// All worker CPU time while recording, timed functions or not.
     total_ns: AtomicU64,
+    /// The same per worker thread.
+    thread_ns: [AtomicU64; THREADS],
 }
 
 impl Truth {
@@ -105,7 +107,14 @@ impl Truth {
         Truth {
             function_ns: function_ns.map(AtomicU64::new),
             total_ns: AtomicU64::new(total_ns),
+            thread_ns: Default::default(),
         }
+    }
+
+    /// CPU time worker `index` used while recording, in seconds (complete
+    /// iterations only).
+    pub fn thread_seconds(&self, index: usize) -> f64 {
+        self.thread_ns[index].load(Ordering::Relaxed) as f64 / 1e9
     }
 
     /// Each function's measured share of worker CPU time, in
@@ -219,6 +228,7 @@ fn worker_main(
                 sum.fetch_add(ns, Ordering::Relaxed);
             }
             truth.total_ns.fetch_add(end - start, Ordering::Relaxed);
+            truth.thread_ns[index].fetch_add(end - start, Ordering::Relaxed);
         }
     }
 }

@@ -401,10 +401,18 @@ fn flamegraph_rerenders_a_folded_file() {
 
 /// Attempts at a faithful profile before a real-run test gives up.
 const PROFILE_ATTEMPTS: usize = 3;
+/// Worker samples a real-run profile needs for the diff's significance
+/// test to see a 15-point change; on a loaded machine the workers get
+/// less CPU per wall-second, so the run is made longer until it has them.
+const MIN_WORKER_SAMPLES: u64 = 1500;
+/// The longest run tried.
+const MAX_SECONDS: u64 = 16;
 
-/// Profiles the built-in workload for 2 s into `name` until its self-check
-/// passes (at most [`PROFILE_ATTEMPTS`] runs); returns the passing run
-/// and the folded path, or fails with the last run's self-check.
+/// Profiles the built-in workload into `name` until its self-check passes
+/// with at least [`MIN_WORKER_SAMPLES`] worker samples: runs start at 2 s
+/// and double (up to [`MAX_SECONDS`]) while the workers got too little CPU
+/// for that many samples; at most [`PROFILE_ATTEMPTS`] failed self-checks.
+/// Returns the passing run and the folded path.
 ///
 /// The diff can only be judged on profiles that are faithful: on a machine
 /// busy with other work a run's samples can miss the workload's true
@@ -415,32 +423,50 @@ const PROFILE_ATTEMPTS: usize = 3;
 fn faithful_profile(dir: &TempDir, name: &str, extra: &[&str]) -> (Run, String) {
     let folded = path_str(&dir.path(name)).to_owned();
     let svg = format!("{folded}.svg");
-    let mut args = vec![
-        "--pid-self",
-        "--hz",
-        "1000",
-        "--duration",
-        "2s",
-        "--quiet",
-        "--folded",
-        &folded,
-        "--output",
-        &svg,
-    ];
-    args.extend(extra);
+    let mut seconds = 2;
     let mut failures = Vec::new();
-    for _ in 0..PROFILE_ATTEMPTS {
+    while failures.len() < PROFILE_ATTEMPTS {
+        let duration = format!("{seconds}s");
+        let mut args = vec![
+            "--pid-self",
+            "--hz",
+            "1000",
+            "--duration",
+            &duration,
+            "--quiet",
+            "--folded",
+            &folded,
+            "--output",
+            &svg,
+        ];
+        args.extend(extra);
         let run = btprof(dir, &args);
-        if run.code == Some(0) {
+        if run.code != Some(0) {
+            failures.push(run.describe());
+            continue;
+        }
+        let samples = worker_samples(&run.stdout);
+        if samples >= MIN_WORKER_SAMPLES || seconds >= MAX_SECONDS {
             return (run, folded);
         }
-        failures.push(run.describe());
+        seconds *= 2;
     }
     panic!(
-        "btprof {args:?}: no faithful profile in {PROFILE_ATTEMPTS} attempts \
+        "btprof {name} {extra:?}: no faithful profile in {PROFILE_ATTEMPTS} attempts \
          (is the machine busy?)\n{}",
         failures.join("\n\n")
     );
+}
+
+/// The worker samples a self-check reports ("function shares of N worker
+/// samples").
+fn worker_samples(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("function shares of "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 #[test]

@@ -1,22 +1,72 @@
 //! The sampler's configuration, counters and result, shared by platforms.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, SystemTime};
 
 use crate::stack_table::{Limit, StackTable};
 use crate::walker::{Arch, WalkEnd};
 
-/// Which threads a tick interrupts.
+/// What a sample stands for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Mode {
-    /// Only threads whose CPU clock advanced since the previous tick: a
-    /// CPU profile, and idle threads are never disturbed.
+    /// One period (1/hz) of a thread's own CPU time: a CPU profile. Idle
+    /// threads are never disturbed, and a thread that got 30% of a CPU gets
+    /// 30% of the samples a fully busy one gets, on an idle machine or a
+    /// loaded one.
     #[default]
     Cpu,
-    /// Every thread, running or blocked: where wall-clock time goes.
+    /// One wall-clock tick: every thread, running or blocked, is sampled at
+    /// each tick of the sampler thread. Under contention a runnable thread
+    /// waiting for a CPU is sampled too (where it was preempted): per-thread
+    /// counts follow wall time by design, not CPU time.
     Wall,
 }
+
+/// What paced the samples of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SampleClock {
+    /// Each thread had its own CPU-time timer (Linux: a `perf_event_open`
+    /// task-clock event whose overflow signals that thread), so each
+    /// sample landed while its thread ran, at the instruction where the
+    /// CPU time was spent. The sampler thread only collected.
+    ThreadTimers,
+    /// A sampler thread ticked on absolute wall-clock deadlines and, in
+    /// [`Mode::Cpu`], sampled a thread whenever the CPU time it used since
+    /// its last sample reached one period (macOS; Linux in wall mode or
+    /// when perf events are refused).
+    #[default]
+    SamplerThread,
+}
+
+impl SampleClock {
+    /// `"thread-timers"` or `"sampler-thread"`, as in the JSON sidecar.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SampleClock::ThreadTimers => "thread-timers",
+            SampleClock::SamplerThread => "sampler-thread",
+        }
+    }
+
+    /// A short human description, for status lines.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            SampleClock::ThreadTimers => "per-thread CPU timers",
+            SampleClock::SamplerThread => "sampler-thread ticks",
+        }
+    }
+}
+
+impl fmt::Display for SampleClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The environment variable that forces the sampler-thread path on Linux
+/// (any value but empty or `0`), as [`SamplerConfig::force_sampler_thread`]
+/// does: for tests and comparisons of the two paths.
+pub const FORCE_SAMPLER_THREAD_ENV: &str = "BTPROF_FORCE_SAMPLER_THREAD";
 
 impl Mode {
     /// `"cpu"` or `"wall"`.
@@ -37,9 +87,11 @@ impl fmt::Display for Mode {
 /// How to sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
-    /// Ticks per second.
+    /// In [`Mode::Cpu`], samples per second of each thread's own CPU time
+    /// (one sample per 1/hz of CPU a thread uses); in [`Mode::Wall`],
+    /// ticks per wall-clock second, each sampling every thread.
     pub hz: u32,
-    /// Which threads each tick interrupts.
+    /// What a sample stands for.
     pub mode: Mode,
     /// Frames kept per stack, pc included; deeper walks are marked
     /// truncated.
@@ -50,6 +102,11 @@ pub struct SamplerConfig {
     /// How many distinct stacks (and frames) one window keeps; samples of
     /// new stacks beyond it are counted as overflow, not stored.
     pub limit: Limit,
+    /// Linux, cpu mode: do not give threads their own CPU-time timers even
+    /// where perf events are allowed; pace samples from the sampler thread
+    /// instead (see [`SampleClock`]). The environment variable
+    /// [`FORCE_SAMPLER_THREAD_ENV`] does the same. No effect elsewhere.
+    pub force_sampler_thread: bool,
 }
 
 /// Distinct stacks a window keeps by default: far more than a real
@@ -65,6 +122,7 @@ impl Default for SamplerConfig {
             max_depth: 256,
             signal: None,
             limit: Limit::stacks(DEFAULT_MAX_STACKS),
+            force_sampler_thread: false,
         }
     }
 }
@@ -107,6 +165,18 @@ pub struct ThreadInfo {
     pub name: String,
 }
 
+/// CPU time one thread used while it was sampled, from its own CPU clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ThreadCpu {
+    /// The OS thread id, as in [`ThreadInfo::tid`].
+    pub tid: u64,
+    /// CPU time the thread used between sampling's start (or the window's)
+    /// and its stop, as far as the sampler saw it (read every few
+    /// milliseconds; a thread's last moments before it exits may be
+    /// missed).
+    pub cpu: Duration,
+}
+
 /// Counters describing how a profile was taken. Nothing is dropped
 /// silently: every interrupted, skipped or failed sample is counted here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,11 +185,15 @@ pub struct SamplerStats {
     pub requested_hz: u32,
     /// The mode used.
     pub mode: Mode,
+    /// What paced the samples.
+    pub clock: SampleClock,
     /// When sampling started.
     pub start_time: SystemTime,
     /// Wall time from start to stop, measured (not derived from the rate).
     pub duration: Duration,
-    /// Ticks that ran.
+    /// Ticks of the sampler thread that ran: with [`SampleClock::ThreadTimers`]
+    /// the sampler thread only wakes to collect, and this counts those
+    /// wake-ups.
     pub ticks: u64,
     /// Deadlines skipped because the sampler woke too late.
     pub missed_ticks: u64,
@@ -131,8 +205,15 @@ pub struct SamplerStats {
     /// or the thread did not take it in time.
     pub failed_samples: u64,
     /// Samples not attempted on a tick because the thread's previous one
-    /// was still in flight or all slots were busy.
+    /// was still in flight or all slots were busy; on the sampler-thread
+    /// path in cpu mode also periods of CPU time beyond the most one
+    /// sample may stand for (the thread kept missing its samples).
     pub skipped_samples: u64,
+    /// Sampler-thread path: signals a thread took too late (it was waiting
+    /// for a CPU, so the sample would have landed where it was preempted,
+    /// not where its CPU time went). Nothing was recorded; the thread was
+    /// sampled again on a later tick, for the same CPU time.
+    pub late_samples: u64,
     /// Samples not taken because the thread had exited after it was
     /// listed (the list is re-read every few milliseconds).
     pub exited_threads: u64,
@@ -142,6 +223,8 @@ pub struct SamplerStats {
     pub sampler_cpu: Duration,
     /// Profiling signals that arrived with nothing to fill (late ones).
     pub stray_signals: u64,
+    /// CPU time each sampled thread used, by thread id (sorted).
+    pub thread_cpu: Vec<ThreadCpu>,
 }
 
 impl SamplerStats {
@@ -150,6 +233,7 @@ impl SamplerStats {
         SamplerStats {
             requested_hz: config.hz,
             mode: config.mode,
+            clock: SampleClock::SamplerThread,
             start_time: SystemTime::now(),
             duration: Duration::ZERO,
             ticks: 0,
@@ -158,20 +242,70 @@ impl SamplerStats {
             walk_ends: [0; 7],
             failed_samples: 0,
             skipped_samples: 0,
+            late_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
             sampler_cpu: Duration::ZERO,
             stray_signals: 0,
+            thread_cpu: Vec::new(),
         }
     }
 
-    /// Ticks per second actually achieved, from timestamps.
+    /// The achieved rate in the unit [`SamplerConfig::hz`] asks for, so the
+    /// two compare: in [`Mode::Cpu`], samples per CPU-second of the sampled
+    /// threads ([`Self::samples_per_cpu_second`]); in [`Mode::Wall`], ticks
+    /// per wall-clock second ([`Self::ticks_per_second`]). Both come from
+    /// clocks (the threads' CPU clocks, the monotonic clock), never from
+    /// the requested rate.
     pub fn achieved_hz(&self) -> f64 {
+        match self.mode {
+            Mode::Cpu => self.samples_per_cpu_second(),
+            Mode::Wall => self.ticks_per_second(),
+        }
+    }
+
+    /// Sampler-thread ticks per wall-clock second. With
+    /// [`SampleClock::ThreadTimers`] the sampler thread does not pace
+    /// samples and this is its collection rate.
+    pub fn ticks_per_second(&self) -> f64 {
         let secs = self.duration.as_secs_f64();
         if secs > 0.0 {
             self.ticks as f64 / secs
         } else {
             0.0
+        }
+    }
+
+    /// CPU time the sampled threads used, all together.
+    pub fn sampled_cpu(&self) -> Duration {
+        self.thread_cpu.iter().map(|t| t.cpu).sum()
+    }
+
+    /// Samples per CPU-second of the sampled threads, all together: in
+    /// [`Mode::Cpu`] this should equal the requested rate on a busy machine
+    /// as on an idle one. Zero when no CPU time was seen.
+    pub fn samples_per_cpu_second(&self) -> f64 {
+        let secs = self.sampled_cpu().as_secs_f64();
+        if secs > 0.0 {
+            self.samples as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// CPU time thread `tid` used while sampled, if it was seen.
+    pub fn cpu_of(&self, tid: u64) -> Option<Duration> {
+        self.thread_cpu
+            .binary_search_by_key(&tid, |t| t.tid)
+            .ok()
+            .map(|i| self.thread_cpu[i].cpu)
+    }
+
+    /// Records that thread `tid` used `cpu` more CPU time.
+    pub fn add_thread_cpu(&mut self, tid: u64, cpu: Duration) {
+        match self.thread_cpu.binary_search_by_key(&tid, |t| t.tid) {
+            Ok(i) => self.thread_cpu[i].cpu += cpu,
+            Err(i) => self.thread_cpu.insert(i, ThreadCpu { tid, cpu }),
         }
     }
 
@@ -183,9 +317,20 @@ impl SamplerStats {
         for (now, then) in walk_ends.iter_mut().zip(earlier.walk_ends) {
             *now = now.saturating_sub(then);
         }
+        let thread_cpu = self
+            .thread_cpu
+            .iter()
+            .map(|t| ThreadCpu {
+                tid: t.tid,
+                cpu: t
+                    .cpu
+                    .saturating_sub(earlier.cpu_of(t.tid).unwrap_or(Duration::ZERO)),
+            })
+            .collect();
         SamplerStats {
             requested_hz: self.requested_hz,
             mode: self.mode,
+            clock: self.clock,
             start_time: self.start_time,
             duration: self.duration.saturating_sub(earlier.duration),
             ticks: self.ticks.saturating_sub(earlier.ticks),
@@ -194,10 +339,12 @@ impl SamplerStats {
             walk_ends,
             failed_samples: self.failed_samples.saturating_sub(earlier.failed_samples),
             skipped_samples: self.skipped_samples.saturating_sub(earlier.skipped_samples),
+            late_samples: self.late_samples.saturating_sub(earlier.late_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
             sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
             stray_signals: self.stray_signals.saturating_sub(earlier.stray_signals),
+            thread_cpu,
         }
     }
 
@@ -213,10 +360,14 @@ impl SamplerStats {
         }
         self.failed_samples += later.failed_samples;
         self.skipped_samples += later.skipped_samples;
+        self.late_samples += later.late_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);
         self.sampler_cpu += later.sampler_cpu;
         self.stray_signals += later.stray_signals;
+        for t in &later.thread_cpu {
+            self.add_thread_cpu(t.tid, t.cpu);
+        }
     }
 
     /// Recorded stacks whose walk did not reach the end of the chain.
@@ -238,6 +389,12 @@ pub struct Progress {
     pub samples: AtomicU64,
     /// Threads known on the last tick.
     pub threads: AtomicU64,
+    /// CPU time the sampled threads used so far, in nanoseconds (read every
+    /// few milliseconds): samples / this is the rate per CPU-second.
+    pub sampled_cpu_ns: AtomicU64,
+    /// Whether per-thread CPU timers pace the samples
+    /// ([`SampleClock::ThreadTimers`]); set before the first sample.
+    pub thread_timers: AtomicBool,
 }
 
 /// A stopped sampler's result: stacks of raw addresses.

@@ -9,6 +9,7 @@ mod fake_control;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use btprof_sampler::clock::Clock;
 use btprof_sampler::control::{holding_a_thread_stopped, SamplingLoop, StackRange};
@@ -77,7 +78,7 @@ fn a_tick_stops_walks_and_resumes_every_other_thread_once() {
         .iter()
         .map(|t| (t.name.clone(), t.expected_frames()))
         .collect();
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Cpu);
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
     ticks(&mut lp, 1);
     assert_followed_the_rules(&lp);
     for port in [10, 11, 12] {
@@ -123,7 +124,7 @@ fn a_failing_thread_get_state_still_resumes_the_thread_once() {
         FakeThread::new(11, "exits-while-stopped").with_fault(Fault::ExitsWhileStopped),
         FakeThread::new(12, "fine"),
     ];
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Cpu);
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
     ticks(&mut lp, 5);
     assert_followed_the_rules(&lp);
     for port in [10, 11, 12] {
@@ -140,7 +141,7 @@ fn a_failing_thread_get_state_still_resumes_the_thread_once() {
 fn a_walk_into_unreadable_memory_resumes_the_thread_and_is_marked_truncated() {
     let bad = FakeThread::new(10, "bad-stack").with_fault(Fault::UnreadableStack);
     let pc = bad.pc();
-    let mut lp = sampling(FakeControl::new(OWN, vec![bad]), Mode::Cpu);
+    let mut lp = sampling(FakeControl::new(OWN, vec![bad]), Mode::Wall);
     ticks(&mut lp, 3);
     assert_followed_the_rules(&lp);
     assert_eq!(count_of(&lp, Call::Resume(10)), 3);
@@ -310,16 +311,18 @@ fn many_ticks_release_every_port_and_listing_and_match_every_stop_with_one_resum
     ];
     let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Cpu);
     let mut next_id = 5000;
-    for round in 0..30 {
+    for round in 0..30u32 {
         ticks(&mut lp, 10);
         // Between ticks a short-lived thread exits and a new one takes its
-        // port name, as Mach may reuse a released name for another thread.
+        // port name's slot, as Mach reuses a released name's index for
+        // another thread (with the next generation in the name's low
+        // bits, so the name itself differs).
         let fake = lp.control_mut();
         if round > 0 {
-            fake.remove_thread(20);
+            fake.remove_thread(20 + ((round - 1) << 8));
         }
         next_id += 1;
-        fake.add_thread(FakeThread::new(20, "short-lived").with_id(next_id));
+        fake.add_thread(FakeThread::new(20 + (round << 8), "short-lived").with_id(next_id));
     }
     assert_followed_the_rules(&lp);
     let fake = lp.control();
@@ -408,15 +411,18 @@ fn cpu_mode_stops_only_threads_whose_cpu_time_advanced() {
     let mut cpu = sampling(FakeControl::new(OWN, threads()), Mode::Cpu);
     ticks(&mut cpu, 10);
     assert_followed_the_rules(&cpu);
-    assert_eq!(count_of(&cpu, Call::Stop { port: 10, ok: true }), 10);
-    // Sampled when first seen (nothing to compare with), then left alone.
-    assert_eq!(count_of(&cpu, Call::Stop { port: 11, ok: true }), 1);
+    // The first look only reads the clock; then one period per tick.
+    assert_eq!(count_of(&cpu, Call::Stop { port: 10, ok: true }), 9);
+    // The idle thread is never disturbed.
+    assert_eq!(count_of(&cpu, Call::Stop { port: 11, ok: true }), 0);
+    // One look at CPU time and run state per thread per tick.
+    assert_eq!(count_of(&cpu, Call::CpuTime(10)), 10);
 
     let mut wall = sampling(FakeControl::new(OWN, threads()), Mode::Wall);
     ticks(&mut wall, 10);
     assert_eq!(count_of(&wall, Call::Stop { port: 11, ok: true }), 10);
-    // Wall mode has no use for CPU times.
-    assert_eq!(wall.control().count(|c| matches!(c, Call::CpuTime(_))), 0);
+    // Wall mode reads CPU times only for the stats, once per thread per tick.
+    assert_eq!(count_of(&wall, Call::CpuTime(11)), 10);
 }
 
 #[test]
@@ -426,14 +432,19 @@ fn names_and_stack_bounds_are_read_before_stopping_and_not_every_tick() {
         Mode::Wall,
     );
     ticks(&mut lp, 1);
+    // A thread names itself right after it starts: the next sample
+    // already carries the new name.
     lp.control_mut().rename(10, "named-later");
-    ticks(&mut lp, 99);
+    ticks(&mut lp, 299);
     assert_followed_the_rules(&lp);
     let fake = lp.control();
     // The stack range is cached per thread id.
     assert_eq!(count_of(&lp, Call::StackRange(10)), 1);
-    // Names are re-read at ticks 1, 2, 4, 8, ..., 64: seven reads in 100.
-    assert_eq!(count_of(&lp, Call::Name(10)), 7);
+    // The id is read once while the listing stays the same.
+    assert_eq!(count_of(&lp, Call::ThreadId(10)), 1);
+    // The name is read on every tick of the thread's first 100 ms (100
+    // ticks at 1000 Hz), then no more while the listing stays the same.
+    assert_eq!(count_of(&lp, Call::Name(10)), 100);
     // Both reads come before the thread's first stop.
     let first_stop = fake
         .calls()
@@ -454,7 +465,140 @@ fn names_and_stack_bounds_are_read_before_stopping_and_not_every_tick() {
         .collect();
     assert_eq!(names, vec![("starting", 1010), ("named-later", 1010)]);
     assert_eq!(stacks_of(&raw, "starting")[0].2, 1);
-    assert_eq!(stacks_of(&raw, "named-later")[0].2, 99);
+    assert_eq!(stacks_of(&raw, "named-later")[0].2, 299);
+}
+
+#[test]
+fn a_changed_listing_reads_ids_and_names_again() {
+    let mut lp = sampling(
+        FakeControl::new(OWN, vec![FakeThread::new(10, "old")]),
+        Mode::Wall,
+    );
+    ticks(&mut lp, 200);
+    // Renamed late in life: not seen while the listing is unchanged...
+    lp.control_mut().rename(10, "renamed");
+    ticks(&mut lp, 10);
+    assert_eq!(count_of(&lp, Call::ThreadId(10)), 1);
+    assert_eq!(count_of(&lp, Call::Name(10)), 100);
+    // ...but a thread starting changes it: ids and names are read again.
+    lp.control_mut().add_thread(FakeThread::new(11, "new"));
+    ticks(&mut lp, 1);
+    assert_eq!(count_of(&lp, Call::ThreadId(10)), 2);
+    assert_eq!(count_of(&lp, Call::Name(10)), 101);
+    ticks(&mut lp, 10);
+    assert_eq!(count_of(&lp, Call::ThreadId(10)), 2);
+    assert_followed_the_rules(&lp);
+    let raw = lp.finish();
+    assert_eq!(stacks_of(&raw, "old")[0].2, 210);
+    assert_eq!(stacks_of(&raw, "renamed")[0].2, 11);
+}
+
+/// Samples of `raw` on the thread named `name`, all stacks.
+fn samples_named(raw: &RawProfile, name: &str) -> u64 {
+    stacks_of(raw, name).iter().map(|s| s.2).sum()
+}
+
+#[test]
+fn cpu_mode_samples_each_thread_by_the_cpu_time_it_used() {
+    // At 1000 Hz a period is 1 ms. A thread on 30% of a CPU gains 0.3 ms
+    // per tick and is sampled every 3-4 ticks, the remainder carried.
+    let mut lp = sampling(
+        FakeControl::new(
+            OWN,
+            vec![
+                FakeThread::new(10, "full"),
+                FakeThread::new(11, "thirty").using(300_000),
+                FakeThread::new(12, "trickle").using(20_000),
+            ],
+        ),
+        Mode::Cpu,
+    );
+    ticks(&mut lp, 1001);
+    assert_followed_the_rules(&lp);
+    let raw = lp.finish();
+    // CPU time after the first look: 1000 ms, 300 ms and 20 ms.
+    assert_eq!(samples_named(&raw, "full"), 1000);
+    assert_eq!(samples_named(&raw, "thirty"), 300);
+    assert_eq!(samples_named(&raw, "trickle"), 20);
+    // Samples per CPU-second equal the rate, overall and per thread.
+    assert_eq!(raw.stats.sampled_cpu(), Duration::from_millis(1320));
+    assert!((raw.stats.samples_per_cpu_second() - 1000.0).abs() < 1e-9);
+    assert_eq!(raw.stats.cpu_of(1011), Some(Duration::from_millis(300)));
+}
+
+#[test]
+fn a_late_tick_takes_one_sample_weighted_by_the_periods_owed() {
+    // 3.5 ms of CPU per tick (the loop ran late): one stop per tick, each
+    // sample standing for the periods owed, the half carried.
+    let mut lp = sampling(
+        FakeControl::new(OWN, vec![FakeThread::new(10, "w").using(3_500_000)]),
+        Mode::Cpu,
+    );
+    ticks(&mut lp, 11);
+    assert_eq!(count_of(&lp, Call::Stop { port: 10, ok: true }), 10);
+    let raw = lp.finish();
+    assert_eq!(samples_named(&raw, "w"), 35);
+}
+
+#[test]
+fn a_running_thread_whose_clock_lags_is_sampled_as_busy() {
+    // As on macOS: the thread spins in user mode and its clock catches up
+    // only every 10 ticks, while the scheduler reports it running.
+    let mut running = sampling(
+        FakeControl::new(
+            OWN,
+            vec![FakeThread::new(10, "spinner").spinning_with_lagging_clock(10)],
+        ),
+        Mode::Cpu,
+    );
+    ticks(&mut running, 201);
+    assert_followed_the_rules(&running);
+    // Sampled on every tick, where the CPU time goes, not in bursts when
+    // the clock catches up...
+    let stops = count_of(&running, Call::Stop { port: 10, ok: true });
+    assert!(stops >= 195, "{stops} stops in 200 ticks");
+    // ...and the credit is paid back by the clock: one sample per period
+    // of CPU time all the same (200 ms; at most the outstanding credit
+    // more).
+    let raw = running.finish();
+    let samples = samples_named(&raw, "spinner");
+    assert!((200..=220).contains(&samples), "{samples} samples");
+
+    // Without the run state, the same thread is only seen busy when its
+    // clock moves: a few heavy samples instead of one per tick.
+    let mut blind = sampling(
+        FakeControl::new(
+            OWN,
+            vec![FakeThread::new(10, "spinner")
+                .spinning_with_lagging_clock(10)
+                .with_running(false)],
+        ),
+        Mode::Cpu,
+    );
+    ticks(&mut blind, 201);
+    assert_eq!(count_of(&blind, Call::Stop { port: 10, ok: true }), 20);
+    assert_eq!(samples_named(&blind.finish(), "spinner"), 200);
+}
+
+#[test]
+fn a_runnable_thread_that_gets_no_cpu_is_not_over_sampled() {
+    // The run state also says "running" for a thread waiting for a CPU;
+    // its credit is capped, so a thread that never runs costs at most a
+    // few samples, not one per tick.
+    let mut lp = sampling(
+        FakeControl::new(
+            OWN,
+            vec![FakeThread::new(10, "waiting").idle().with_running(true)],
+        ),
+        Mode::Cpu,
+    );
+    ticks(&mut lp, 1000);
+    let raw = lp.finish();
+    let samples = samples_named(&raw, "waiting");
+    assert!(
+        samples <= 20,
+        "{samples} samples of a thread that never ran"
+    );
 }
 
 #[test]

@@ -100,13 +100,45 @@ impl Rng {
 /// Burns CPU until `stop` is set.
 #[inline(never)]
 fn spin_until(stop: &AtomicBool) -> u64 {
+    spin_counting(stop, &AtomicU64::new(0))
+}
+
+/// Spins until `stop`, publishing the thread's CPU time in `cpu_ns` about
+/// every 0.1 ms (reading the clock is a system call; doing it much more
+/// often would put a sizeable share of the thread's time in the kernel,
+/// where samples are not taken).
+#[inline(never)]
+fn spin_counting(stop: &AtomicBool, cpu_ns: &AtomicU64) -> u64 {
     let mut x = 1u64;
     while !stop.load(Ordering::Relaxed) {
-        for _ in 0..1000 {
+        for _ in 0..100_000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
+        cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
     x
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Waits until a thread publishing its CPU time in `cpu_ns` used `more`
+/// beyond now, or `limit` of wall time passed: tests wait for CPU time the
+/// sampled threads got, so a loaded machine makes them slower, not wrong.
+fn wait_for_cpu(cpu_ns: &AtomicU64, more: Duration, limit: Duration) {
+    let target = cpu_ns.load(Ordering::Relaxed) + more.as_nanos() as u64;
+    let give_up = Instant::now() + limit;
+    while cpu_ns.load(Ordering::Relaxed) < target && Instant::now() < give_up {
+        thread::sleep(Duration::from_micros(500));
+    }
 }
 
 /// Burns CPU for `d` of wall time.
@@ -122,15 +154,17 @@ fn spin_for(d: Duration) -> u64 {
     x
 }
 
-/// A named thread spinning until the returned flag is set.
-fn busy_thread(name: &str) -> (Arc<AtomicBool>, JoinHandle<u64>) {
+/// A named thread spinning until the returned flag is set, publishing its
+/// CPU time in the returned counter.
+fn busy_thread(name: &str) -> (Arc<AtomicBool>, JoinHandle<u64>, Arc<AtomicU64>) {
     let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
+    let cpu = Arc::new(AtomicU64::new(0));
+    let (stop2, cpu2) = (stop.clone(), cpu.clone());
     let handle = thread::Builder::new()
         .name(name.into())
-        .spawn(move || spin_until(&stop2))
+        .spawn(move || spin_counting(&stop2, &cpu2))
         .expect("spawn busy thread");
-    (stop, handle)
+    (stop, handle, cpu)
 }
 
 /// Samples recorded on threads called `name`.
@@ -332,19 +366,30 @@ fn allocating_thread_survives_1000hz() {
         || {
             let stop = Arc::new(AtomicBool::new(false));
             let allocations = Arc::new(AtomicU64::new(0));
+            let cpu: [Arc<AtomicU64>; 2] = Default::default();
             let workers: Vec<_> = (0..2)
                 .map(|i| {
-                    let (stop, allocations) = (stop.clone(), allocations.clone());
+                    let (stop, allocations, cpu) =
+                        (stop.clone(), allocations.clone(), cpu[i].clone());
                     thread::Builder::new()
                         .name(format!("btp-alloc-{i}"))
                         .spawn(move || {
-                            allocate_until(&stop, &allocations, 0x9e37_79b9_7f4a_7c15 + i)
+                            allocate_until(
+                                &stop,
+                                &allocations,
+                                &cpu,
+                                0x9e37_79b9_7f4a_7c15 + i as u64,
+                            )
                         })
                         .expect("spawn allocator")
                 })
                 .collect();
             let sampler = Sampler::start(config(1000, Mode::Cpu)).expect("start");
-            thread::sleep(Duration::from_secs(3));
+            // Half a second of CPU each, however long the machine takes to
+            // give it.
+            for c in &cpu {
+                wait_for_cpu(c, Duration::from_millis(500), Duration::from_secs(20));
+            }
             let raw = sampler.stop().expect("stop");
             stop.store(true, Ordering::Relaxed);
             for w in workers {
@@ -364,12 +409,26 @@ fn allocating_thread_survives_1000hz() {
         "the workload barely allocated: {allocations}"
     );
     for (i, n) in per_thread.iter().enumerate() {
+        let tid = raw
+            .threads
+            .iter()
+            .find(|t| t.name == format!("btp-alloc-{i}"))
+            .map(|t| t.tid)
+            .expect("the allocating thread was seen");
+        let cpu = stats.cpu_of(tid).unwrap_or_default();
         assert!(
-            // A tenth of the rate: this test is about surviving, and the
-            // machine may be busy with other tests; rates are checked by
-            // the CLI self-check and the benchmark.
-            *n > 300,
-            "btp-alloc-{i} got only {n} samples in 3 s at 1000 Hz ({stats:?})"
+            cpu >= Duration::from_millis(400),
+            "btp-alloc-{i} got only {cpu:?} of CPU while sampled ({stats:?})"
+        );
+        // A sample per millisecond of CPU spent in user code: these threads
+        // spend much of theirs in the kernel (mmap, munmap, page faults),
+        // where no sample is taken, so only a quarter is required; this
+        // test is about surviving, and the rates are checked by the CLI
+        // self-check and the benchmarks.
+        let floor = cpu.as_secs_f64() * 1000.0 / 4.0;
+        assert!(
+            *n as f64 > floor,
+            "btp-alloc-{i} got only {n} samples for {cpu:?} of CPU at 1000 Hz ({stats:?})"
         );
     }
     assert!(
@@ -385,7 +444,7 @@ fn allocating_thread_survives_1000hz() {
 /// Allocates and frees blocks of varying sizes (small, medium, above the
 /// mmap threshold) in several shapes until `stop`.
 #[inline(never)]
-fn allocate_until(stop: &AtomicBool, count: &AtomicU64, seed: u64) {
+fn allocate_until(stop: &AtomicBool, count: &AtomicU64, cpu_ns: &AtomicU64, seed: u64) {
     let mut rng = Rng(seed);
     let mut live: Vec<Option<Box<dyn std::any::Any + Send>>> = (0..64).map(|_| None).collect();
     let mut n = 0u64;
@@ -405,6 +464,7 @@ fn allocate_until(stop: &AtomicBool, count: &AtomicU64, seed: u64) {
         n += 1;
         if n % 1024 == 0 {
             count.fetch_add(1024, Ordering::Relaxed);
+            cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
         }
     }
     std::hint::black_box(&live);
@@ -414,14 +474,16 @@ fn allocate_until(stop: &AtomicBool, count: &AtomicU64, seed: u64) {
 // 2. Thread churn
 // ---------------------------------------------------------------------------
 
-/// Spawns short-lived threads for `duration` (some exit at once, others
-/// spin 0.5-3 ms), a few alive at a time; returns how many it spawned.
-fn churn_threads(duration: Duration) -> u64 {
+/// Spawns short-lived threads (some exit at once, others spin 0.5-3 ms), a
+/// few alive at a time, for `duration` and until at least `count` were
+/// spawned (a loaded machine spawns more slowly; the test waits rather
+/// than asserts a rate); returns how many it spawned.
+fn churn_threads(duration: Duration, count: u64) -> u64 {
     let deadline = Instant::now() + duration;
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut live = VecDeque::new();
     let mut spawned = 0u64;
-    while Instant::now() < deadline {
+    while spawned < count || Instant::now() < deadline {
         let spin = match rng.below(4) {
             0 => None,
             _ => Some(Duration::from_micros(500 + rng.below(2500))),
@@ -465,7 +527,7 @@ fn threads_starting_and_exiting_during_sampling() {
                 let sampler = Sampler::start(config(1000, mode)).expect("start");
                 let spawned = thread::Builder::new()
                     .name("btp-spawner".into())
-                    .spawn(move || churn_threads(churn))
+                    .spawn(move || churn_threads(churn, 200 * churn.as_secs().max(1)))
                     .expect("spawn spawner")
                     .join()
                     .expect("spawner panicked");
@@ -477,10 +539,6 @@ fn threads_starting_and_exiting_during_sampling() {
         eprintln!(
             "{mode}: {spawned} threads spawned, {short} samples on them; {:?}",
             raw.stats
-        );
-        assert!(
-            spawned >= 100 * churn.as_secs().max(1),
-            "{mode}: only {spawned} threads spawned in {churn:?}"
         );
         assert!(
             raw.stats.samples > 0 && raw.table.samples() == raw.stats.samples,
@@ -520,17 +578,17 @@ fn churn_duration() -> Duration {
 // 3. Start/stop cycles
 // ---------------------------------------------------------------------------
 
-/// Runs `cycles` start -> ~`sample_for` of 1000 Hz sampling -> stop cycles
-/// with a busy thread present, so signals are in flight when each stop
-/// comes; returns the samples recorded in all of them.
+/// Runs `cycles` start -> 1000 Hz sampling while a busy thread uses
+/// `sample_for` of CPU -> stop cycles, so signals are in flight when each
+/// stop comes; returns the samples recorded in all of them.
 fn start_stop_cycles(cycles: u32, sample_for: Duration) -> u64 {
-    with_watchdog("start/stop cycles", Duration::from_secs(30), move || {
-        let (stop, busy) = busy_thread("btp-cycle-busy");
+    with_watchdog("start/stop cycles", Duration::from_secs(60), move || {
+        let (stop, busy, cpu) = busy_thread("btp-cycle-busy");
         let mut samples = 0;
         for cycle in 0..cycles {
             let sampler = Sampler::start(config(1000, Mode::Cpu))
                 .unwrap_or_else(|e| panic!("cycle {cycle}: start: {e}"));
-            thread::sleep(sample_for);
+            wait_for_cpu(&cpu, sample_for, Duration::from_secs(1));
             let raw = sampler
                 .stop()
                 .unwrap_or_else(|e| panic!("cycle {cycle}: stop: {e}"));
@@ -659,7 +717,7 @@ fn refuses_a_signal_with_a_foreign_handler() {
 fn second_sampler_is_refused() {
     let _guard = lock();
     with_watchdog("second sampler", Duration::from_secs(20), || {
-        let (stop, busy) = busy_thread("btp-second");
+        let (stop, busy, cpu) = busy_thread("btp-second");
         let first = Sampler::start(config(1000, Mode::Cpu)).expect("first start");
         for signal in [None, Some(libc::SIGRTMAX() - 7)] {
             match Sampler::start(SamplerConfig {
@@ -671,7 +729,7 @@ fn second_sampler_is_refused() {
                 Ok(_) => panic!("second start with {signal:?}: a second sampler started"),
             }
         }
-        thread::sleep(Duration::from_millis(200));
+        wait_for_cpu(&cpu, Duration::from_millis(100), Duration::from_secs(10));
         let raw = first.stop().expect("first stop");
         assert!(
             samples_of(&raw, "btp-second") > 20,
@@ -679,7 +737,7 @@ fn second_sampler_is_refused() {
             raw.stats
         );
         let again = Sampler::start(config(1000, Mode::Cpu)).expect("start after the first stopped");
-        thread::sleep(Duration::from_millis(100));
+        wait_for_cpu(&cpu, Duration::from_millis(50), Duration::from_secs(10));
         let raw = again.stop().expect("stop again");
         assert!(samples_of(&raw, "btp-second") > 0, "{:?}", raw.stats);
         stop.store(true, Ordering::Relaxed);
@@ -809,6 +867,76 @@ fn no_samples_of_the_sampler_thread() {
                 .filter(|(k, _)| k.thread == i as u32)
                 .map(|(_, c)| c)
                 .sum::<u64>()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 7. Thread names in time
+// ---------------------------------------------------------------------------
+
+/// Threads that name themselves half a millisecond after they start are
+/// never sampled under their first name: a young thread's name is read
+/// again whenever one of its samples is interned. On either clock.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
+    let _guard = lock();
+    for force in [false, true] {
+        let raw = with_watchdog(
+            "threads naming themselves",
+            Duration::from_secs(60),
+            move || {
+                let sampler = Sampler::start(SamplerConfig {
+                    force_sampler_thread: force,
+                    ..config(1000, Mode::Cpu)
+                })
+                .expect("start");
+                for _ in 0..10 {
+                    let batch: Vec<_> = (0..5)
+                        .map(|_| {
+                            thread::Builder::new()
+                                .name("btp-unnamed".into())
+                                .spawn(|| {
+                                    let start = thread_cpu_ns();
+                                    while thread_cpu_ns() < start + 500_000 {}
+                                    // SAFETY: PR_SET_NAME with a NUL-terminated
+                                    // name of at most 16 bytes names this thread.
+                                    unsafe {
+                                        libc::prctl(libc::PR_SET_NAME, c"btp-named".as_ptr())
+                                    };
+                                    let named = thread_cpu_ns();
+                                    let mut x = 1u64;
+                                    while thread_cpu_ns() < named + 30_000_000 {
+                                        for _ in 0..100_000 {
+                                            x = std::hint::black_box(
+                                                x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                                            );
+                                        }
+                                    }
+                                    x
+                                })
+                                .expect("spawn")
+                        })
+                        .collect();
+                    for t in batch {
+                        t.join().expect("naming thread panicked");
+                    }
+                }
+                sampler.stop().expect("stop")
+            },
+        );
+        let old = samples_of(&raw, "btp-unnamed");
+        let new = samples_of(&raw, "btp-named");
+        eprintln!("force_sampler_thread {force}: {old} samples under the old name, {new} under the new; {:?}", raw.stats);
+        assert!(
+            new > 100,
+            "{new} samples of the named threads ({:?})",
+            raw.stats
+        );
+        assert_eq!(
+            old, 0,
+            "samples carried a name the thread dropped 0.5 ms after it started"
         );
     }
 }

@@ -80,12 +80,17 @@ impl FlamegraphOptions {
 pub fn default_title(profile: &Profile) -> String {
     match profile.stats() {
         Some(stats) => format!(
-            "btprof {} profile: {} samples over {:.2} s at {:.0} Hz (requested {} Hz)",
+            "btprof {} profile: {} samples over {:.2} s at {:.0} {} (requested {} Hz, {})",
             stats.mode,
             stats.samples,
             stats.duration.as_secs_f64(),
             stats.achieved_hz(),
+            match stats.mode {
+                crate::Mode::Cpu => "samples per CPU-second",
+                crate::Mode::Wall => "ticks per second",
+            },
             stats.requested_hz,
+            stats.clock.describe(),
         ),
         None => format!(
             "{}: {} samples, {} distinct stacks",

@@ -29,10 +29,28 @@ pub struct RunInfo {
     pub duration_secs: f64,
     /// `cpu` or `wall`.
     pub mode: String,
-    /// The rate asked for, ticks per second.
+    /// The rate asked for: in cpu mode samples per CPU-second of each
+    /// thread, in wall mode ticks per wall-clock second.
     pub requested_hz: u32,
-    /// The rate achieved, from timestamps.
+    /// The rate achieved, in the unit of `requested_hz`, from clocks (the
+    /// sampled threads' CPU clocks in cpu mode, the monotonic clock in wall
+    /// mode).
     pub achieved_hz: f64,
+    /// What paced the samples: `thread-timers` (each thread's own CPU-time
+    /// timer) or `sampler-thread` (the sampler thread's ticks). Empty in
+    /// metadata written before btprof recorded it.
+    #[serde(default)]
+    pub clock: String,
+    /// Samples per CPU-second of the sampled threads, all together.
+    #[serde(default)]
+    pub samples_per_cpu_second: f64,
+    /// CPU time the sampled threads used while sampled, seconds.
+    #[serde(default)]
+    pub sampled_cpu_secs: f64,
+    /// Sampler-thread ticks per wall-clock second (with `thread-timers`,
+    /// the rate at which the sampler thread collected).
+    #[serde(default)]
+    pub ticks_per_second: f64,
     /// Stacks recorded.
     pub samples: u64,
     /// Deadlines the sampler skipped because it woke too late.
@@ -64,6 +82,10 @@ impl RunInfo {
             mode: stats.mode.to_string(),
             requested_hz: stats.requested_hz,
             achieved_hz: (stats.achieved_hz() * 10.0).round() / 10.0,
+            clock: stats.clock.to_string(),
+            samples_per_cpu_second: (stats.samples_per_cpu_second() * 10.0).round() / 10.0,
+            sampled_cpu_secs: (stats.sampled_cpu().as_secs_f64() * 1e6).round() / 1e6,
+            ticks_per_second: (stats.ticks_per_second() * 10.0).round() / 10.0,
             samples: stats.samples,
             missed_ticks: stats.missed_ticks,
             truncated_walks: stats.truncated(),
@@ -200,6 +222,28 @@ mod tests {
     fn flags_incomparable_runs() {
         let stats = Stats::new(&btprof_sampler::SamplerConfig::default());
         let info = RunInfo::of_this_process(&stats, 3);
+        // It says which clock paced the samples, and the rates both ways.
+        let json = serde_json::to_string_pretty(&info).unwrap();
+        for field in [
+            "\"clock\": \"sampler-thread\"",
+            "\"samples_per_cpu_second\"",
+            "\"ticks_per_second\"",
+            "\"sampled_cpu_secs\"",
+        ] {
+            assert!(json.contains(field), "{field} missing from {json}");
+        }
+        // Metadata written before those fields existed still reads.
+        let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for field in [
+            "clock",
+            "samples_per_cpu_second",
+            "ticks_per_second",
+            "sampled_cpu_secs",
+        ] {
+            old.as_object_mut().unwrap().remove(field);
+        }
+        let old: RunInfo = serde_json::from_value(old).unwrap();
+        assert_eq!(old.clock, "");
         assert!(RunInfo::differences(Some(&info), Some(&info)).is_empty());
         let other = RunInfo {
             mode: "wall".into(),

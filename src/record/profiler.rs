@@ -24,7 +24,10 @@ pub struct ProfilerBuilder {
 }
 
 impl ProfilerBuilder {
-    /// Samples per second per thread (1..=20000).
+    /// The sampling rate (1..=20000): in [`Mode::Cpu`], samples per
+    /// second of each thread's own CPU time (a thread that used 30% of a
+    /// CPU gets 30% of this per wall-second); in [`Mode::Wall`], ticks per
+    /// wall-clock second, each sampling every thread.
     pub fn hz(mut self, hz: u32) -> Self {
         self.config.hz = hz;
         self
@@ -33,6 +36,18 @@ impl ProfilerBuilder {
     /// Which threads to sample: [`Mode::Cpu`] (running) or [`Mode::Wall`] (all).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.config.mode = mode;
+        self
+    }
+
+    /// Linux, cpu mode: pace samples from the sampler thread (by the CPU
+    /// time each thread used) instead of giving each thread its own
+    /// CPU-time timer. The timers are the default where perf events are
+    /// allowed; this is the path taken where they are refused, forced (for
+    /// tests and comparisons). The environment variable
+    /// `BTPROF_FORCE_SAMPLER_THREAD=1` does the same. [`crate::Stats::clock`]
+    /// says which one ran.
+    pub fn force_sampler_thread(mut self, force: bool) -> Self {
+        self.config.force_sampler_thread = force;
         self
     }
 

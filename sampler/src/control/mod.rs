@@ -15,7 +15,17 @@
 //!
 //! - The sampler never stops its own thread.
 //! - Everything that may lock or allocate (thread id, CPU time, name, stack
-//!   bounds) is read *before* a thread is stopped. While it is stopped the
+//!   bounds) is read *before* a thread is stopped. Ids and names are read
+//!   only when the listing differs from the previous one (and names, too,
+//!   on every tick of a thread's first 100 ms, when threads name
+//!   themselves); CPU time and run state come from one call per thread per
+//!   tick.
+//! - In cpu mode a thread is sampled when the CPU time it used since its
+//!   last sample reaches one period (1/hz), the remainder carried; a
+//!   thread whose clock did not move but that the scheduler reports
+//!   running is credited a tick's worth (and the credit paid back when its
+//!   clock catches up). A thread owed several periods, because the loop
+//!   ran late, gets one sample weighted by them. While it is stopped the
 //!   loop only reads its registers and walks its stack into a preallocated
 //!   buffer; interning into the [`StackTable`](crate::stack_table::StackTable)
 //!   happens after it runs again.
@@ -63,6 +73,19 @@ pub enum ThreadError {
     /// Anything else, with the platform's error code. Counted as a failed
     /// sample.
     Failed(i32),
+}
+
+/// What one look at a thread says about its CPU use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadUsage {
+    /// CPU time the thread has used, in nanoseconds (user and system).
+    pub cpu_ns: u64,
+    /// The scheduler reports it running (`TH_STATE_RUNNING`). On macOS a
+    /// thread spinning in user mode may show the same CPU time for a long
+    /// while (another thread's time is brought up to date only at its
+    /// kernel entries and context switches), so a running thread counts as
+    /// busy even when its clock has not moved.
+    pub running: bool,
 }
 
 /// The address range of a thread's stack: `[low, high)`, where `high` is
@@ -124,7 +147,7 @@ impl StackRange {
 /// is called while no thread is stopped.
 pub trait ThreadControl {
     /// A handle to one thread (a Mach thread port name).
-    type Thread: Copy + Eq + core::fmt::Debug;
+    type Thread: Copy + Eq + core::hash::Hash + core::fmt::Debug;
     /// One listing of the process's threads, released with
     /// [`release_list`](ThreadControl::release_list).
     type List: AsRef<[Self::Thread]>;
@@ -140,8 +163,10 @@ pub trait ThreadControl {
     /// thread once released, ids are not.
     fn thread_id(&mut self, thread: Self::Thread) -> Result<u64, ThreadError>;
 
-    /// CPU time the thread has used, in nanoseconds.
-    fn cpu_time_ns(&mut self, thread: Self::Thread) -> Result<u64, ThreadError>;
+    /// The CPU time the thread has used and whether it is running, from
+    /// one call (`THREAD_BASIC_INFO` on Mach): the loop makes at most one
+    /// such call per thread per tick.
+    fn usage(&mut self, thread: Self::Thread) -> Result<ThreadUsage, ThreadError>;
 
     /// The thread's name, for display; never empty.
     fn name(&mut self, thread: Self::Thread) -> Result<String, ThreadError>;

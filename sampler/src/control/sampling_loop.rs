@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use hashbrown::HashMap;
 
 use super::stopped::{install_abort_on_panic_hook, Stopped};
-use super::{never_stop, Resumed, StackRange, ThreadControl, ThreadError, MAX_DEPTH};
+use super::{never_stop, Resumed, StackRange, ThreadControl, ThreadError, ThreadUsage, MAX_DEPTH};
 use crate::clock::{Clock, TickSchedule};
 use crate::stack_copy::StackCopy;
 use crate::stack_table::{StackKey, StackTable};
@@ -19,11 +19,18 @@ use crate::{
     exclusions, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo,
 };
 
-/// Re-reading a thread's name is backed off to this many ticks at most.
-/// Threads usually name themselves right after they start, so a name read
-/// on the first tick a thread is seen is often the process's; it is read
-/// again after 1, 2, 4, ... ticks.
-const MAX_NAME_CHECK_INTERVAL: u64 = 1024;
+/// How long a thread counts as young, in seconds: threads usually name
+/// themselves right after they start, so a young thread's name is read
+/// again before every sample; later, names are read only when the thread
+/// list changes.
+const YOUNG_SECS: f64 = 0.1;
+/// Most periods of CPU time credited on the run state alone and not yet
+/// seen on the thread's clock. `TH_STATE_RUNNING` also covers a runnable
+/// thread waiting for a CPU, so on a busy machine not every credit is
+/// paid back by the clock; the cap bounds the over-count to this many
+/// samples per thread, while covering the stretch (a scheduler quantum or
+/// so) a spinning thread's clock may stand still.
+const MAX_CREDIT_PERIODS: u64 = 20;
 
 /// What the loop knows about one thread between ticks, by 64-bit id.
 struct ThreadState {
@@ -32,12 +39,20 @@ struct ThreadState {
     /// Read once before the thread is first stopped (and again at name
     /// checks while unknown): reading it may take the pthread list lock.
     stack: Option<StackRange>,
-    /// CPU time seen on the previous tick, for [`Mode::Cpu`].
+    /// CPU time seen on the previous tick.
     last_cpu_ns: Option<u64>,
+    /// [`Mode::Cpu`]: CPU time used since the last sample that no sample
+    /// stands for yet (the carried remainder).
+    owed_ns: u64,
+    /// Time credited because the thread was running while its clock stood
+    /// still, not yet seen on its clock: clock movement pays it back first.
+    credited_ns: u64,
     /// The last tick the thread was listed on, to forget exited threads.
     seen_tick: u64,
-    name_check_tick: u64,
-    name_check_interval: u64,
+    /// The tick the thread was first seen on.
+    first_tick: u64,
+    /// The tick its name was last read on.
+    name_tick: u64,
     /// Its name marks it as a thread never to stop ([`never_stop`]).
     protected: bool,
 }
@@ -66,6 +81,15 @@ pub struct SamplingLoop<C: ThreadControl> {
     requests: Option<mpsc::Receiver<Request>>,
     progress: Arc<Progress>,
     tick: u64,
+    /// One period of CPU time (1/hz), in nanoseconds.
+    period_ns: u64,
+    /// Ticks a thread counts as young (see [`YOUNG_SECS`]).
+    young_ticks: u64,
+    /// Thread ids by handle, from the previous listing: reused while the
+    /// listing holds the same handles.
+    ids: HashMap<C::Thread, u64>,
+    /// Whether the current listing differs from the previous one.
+    list_changed: bool,
 }
 
 impl<C: ThreadControl> SamplingLoop<C> {
@@ -91,6 +115,10 @@ impl<C: ThreadControl> SamplingLoop<C> {
             requests: None,
             progress,
             tick: 0,
+            period_ns: TickSchedule::period_for_hz(config.hz),
+            young_ticks: (f64::from(config.hz) * YOUNG_SECS).ceil().max(1.0) as u64,
+            ids: HashMap::new(),
+            list_changed: true,
         }
     }
 
@@ -179,6 +207,17 @@ impl<C: ThreadControl> SamplingLoop<C> {
             )))
         })?;
         let current = self.control.current_thread();
+        // Handles are only reused for another thread after the one they
+        // named is gone, which changes the listing (Mach port names also
+        // carry a generation), so the same listing means the same threads.
+        let threads = list.as_ref();
+        self.list_changed = threads.len() != self.ids.len() + 1
+            || threads
+                .iter()
+                .any(|t| *t != current && !self.ids.contains_key(t));
+        if self.list_changed {
+            self.ids.clear();
+        }
         for &thread in list.as_ref() {
             if thread != current {
                 self.sample(thread);
@@ -196,6 +235,10 @@ impl<C: ThreadControl> SamplingLoop<C> {
         self.progress
             .ticks
             .store(self.stats.ticks, Ordering::Relaxed);
+        self.progress.sampled_cpu_ns.store(
+            self.stats.sampled_cpu().as_nanos() as u64,
+            Ordering::Relaxed,
+        );
         self.progress
             .samples
             .store(self.stats.samples, Ordering::Relaxed);
@@ -216,17 +259,26 @@ impl<C: ThreadControl> SamplingLoop<C> {
     /// Samples one thread: reads what it needs first, stops it only for the
     /// registers and the walk, and interns the stack once it runs again.
     fn sample(&mut self, thread: C::Thread) {
-        let id = match self.control.thread_id(thread) {
-            Ok(id) => id,
-            Err(e) => return count_failure(&mut self.stats, e),
+        let id = match self.ids.get(&thread) {
+            Some(&id) => id,
+            None => match self.control.thread_id(thread) {
+                Ok(id) => id,
+                Err(e) => return count_failure(&mut self.stats, e),
+            },
         };
         // The profiler's own threads (a dump thread) are never stopped.
         if exclusions::is_excluded(id) {
+            self.ids.insert(thread, id);
             return;
         }
         if !self.know_thread(thread, id) {
             return;
         }
+        self.ids.insert(thread, id);
+        let usage = match self.control.usage(thread) {
+            Ok(usage) => usage,
+            Err(e) => return count_failure(&mut self.stats, e),
+        };
         let Some(state) = self.threads.get_mut(&id) else {
             return;
         };
@@ -235,16 +287,24 @@ impl<C: ThreadControl> SamplingLoop<C> {
         if state.protected {
             return;
         }
+        let used = match state.last_cpu_ns.replace(usage.cpu_ns) {
+            Some(last) => usage.cpu_ns.saturating_sub(last),
+            // First seen: nothing to compare with yet.
+            None => {
+                if self.mode == Mode::Cpu {
+                    return;
+                }
+                0
+            }
+        };
+        self.stats.add_thread_cpu(id, Duration::from_nanos(used));
+        let mut weight = 1;
         if self.mode == Mode::Cpu {
-            let cpu = match self.control.cpu_time_ns(thread) {
-                Ok(cpu) => cpu,
-                Err(e) => return count_failure(&mut self.stats, e),
-            };
-            let advanced = state.last_cpu_ns.is_none_or(|last| cpu > last);
-            state.last_cpu_ns = Some(cpu);
-            if !advanced {
+            state.owed_ns += owed_for(state, usage, used, self.period_ns);
+            if state.owed_ns < self.period_ns {
                 return;
             }
+            weight = state.owed_ns / self.period_ns;
         }
         let (key, stack) = (state.key, state.stack);
 
@@ -260,6 +320,11 @@ impl<C: ThreadControl> SamplingLoop<C> {
         match walked {
             Ok(Sampled { walk, exited }) => {
                 self.stats.exited_threads += u64::from(exited);
+                if self.mode == Mode::Cpu {
+                    if let Some(state) = self.threads.get_mut(&id) {
+                        state.owed_ns -= weight * self.period_ns;
+                    }
+                }
                 self.table.add(
                     StackKey {
                         thread: key,
@@ -267,26 +332,26 @@ impl<C: ThreadControl> SamplingLoop<C> {
                         lr: walk.lr,
                         end: walk.end,
                     },
-                    1,
+                    weight,
                 );
-                self.stats.samples += 1;
-                self.stats.walk_ends[walk.end as usize] += 1;
+                self.stats.samples += weight;
+                self.stats.walk_ends[walk.end as usize] += weight;
             }
             Err(e) => count_failure(&mut self.stats, e),
         }
     }
 
-    /// Registers a thread seen for the first time and re-reads its name
-    /// when due. Returns false (having counted why) if the thread could not
-    /// be described, e.g. it exited a moment ago.
+    /// Registers a thread seen for the first time, and reads its name again
+    /// when the listing changed or the thread is young. Returns false
+    /// (having counted why) if the thread could not be described, e.g. it
+    /// exited a moment ago.
     fn know_thread(&mut self, thread: C::Thread, id: u64) -> bool {
         let tick = self.tick;
-        if self
-            .threads
-            .get(&id)
-            .is_some_and(|s| s.name_check_tick > tick)
-        {
-            return true;
+        if let Some(s) = self.threads.get(&id) {
+            let young = tick.saturating_sub(s.first_tick) < self.young_ticks;
+            if s.name_tick == tick || !(young || self.list_changed) {
+                return true;
+            }
         }
         let name = match self.control.name(thread) {
             Ok(name) => name,
@@ -313,20 +378,42 @@ impl<C: ThreadControl> SamplingLoop<C> {
             key,
             stack: None,
             last_cpu_ns: None,
+            owed_ns: 0,
+            credited_ns: 0,
             seen_tick: tick,
-            name_check_tick: tick,
-            name_check_interval: 1,
+            first_tick: tick,
+            name_tick: tick,
             protected,
         });
         state.key = key;
+        state.name_tick = tick;
         state.protected = protected;
         if state.stack.is_none() {
             state.stack = control.stack_range(thread);
         }
-        state.name_check_tick = tick + state.name_check_interval;
-        state.name_check_interval = (state.name_check_interval * 2).min(MAX_NAME_CHECK_INTERVAL);
         true
     }
+}
+
+/// The CPU time a tick adds to what `state` is owed, given its `usage` and
+/// the `used` nanoseconds its clock moved since the previous tick.
+///
+/// Clock movement first pays back time credited earlier on the run state
+/// alone. A thread reported running whose (remaining) movement is less
+/// than a period is credited up to a full period: on macOS its clock may
+/// not move while it spins in user mode. At most [`MAX_CREDIT_PERIODS`]
+/// stay outstanding.
+fn owed_for(state: &mut ThreadState, usage: ThreadUsage, used: u64, period_ns: u64) -> u64 {
+    let repaid = used.min(state.credited_ns);
+    state.credited_ns -= repaid;
+    let fresh = used - repaid;
+    if usage.running && fresh < period_ns {
+        let credit = (period_ns - fresh)
+            .min((MAX_CREDIT_PERIODS * period_ns).saturating_sub(state.credited_ns));
+        state.credited_ns += credit;
+        return fresh + credit;
+    }
+    fresh
 }
 
 /// The stopped window: stop, read registers, walk a copy of the stack into
@@ -379,7 +466,7 @@ fn live_stats<C: ThreadControl>(
 ) -> SamplerStats {
     let mut live = stats.clone();
     let current = control.current_thread();
-    live.sampler_cpu = Duration::from_nanos(control.cpu_time_ns(current).unwrap_or(0));
+    live.sampler_cpu = Duration::from_nanos(control.usage(current).map_or(0, |u| u.cpu_ns));
     live.threads_seen = threads.len() as u64;
     live
 }

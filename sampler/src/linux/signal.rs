@@ -106,6 +106,11 @@ impl SignalSender {
         }
     }
 
+    /// The signal sent.
+    pub fn signal(&self) -> libc::c_int {
+        self.signal
+    }
+
     /// Sends the signal to thread `tid` carrying `value` in `si_value`.
     /// `ESRCH` means the thread exited.
     pub fn send(&self, tid: i32, value: usize) -> io::Result<()> {

@@ -128,6 +128,17 @@ pub(crate) fn thread_name(tid: i32) -> Option<String> {
     Some(name.trim_end_matches('\n').to_owned())
 }
 
+/// Whether thread `tid` has `signal` blocked (its `SigBlk` mask in
+/// `/proc`), or `None` if it exited.
+pub(crate) fn blocks_signal(tid: i32, signal: libc::c_int) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())?;
+    Some(mask & (1u64 << (signal - 1)) != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

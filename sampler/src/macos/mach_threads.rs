@@ -22,7 +22,7 @@ use mach2::vm::{mach_vm_deallocate, mach_vm_read_overwrite};
 
 use super::thread_state;
 use crate::control::kern_return::{self, Resumed};
-use crate::control::{StackRange, ThreadControl, ThreadError};
+use crate::control::{StackRange, ThreadControl, ThreadError, ThreadUsage};
 use crate::walker::Registers;
 
 /// The threads of the current task, controlled from the sampler thread.
@@ -121,9 +121,14 @@ impl ThreadControl for MachThreads {
             .map(|info| info.thread_id)
     }
 
-    fn cpu_time_ns(&mut self, thread: thread_act_t) -> Result<u64, ThreadError> {
+    fn usage(&mut self, thread: thread_act_t) -> Result<ThreadUsage, ThreadError> {
+        // One call gives both: the CPU time, and whether the scheduler has
+        // the thread running (its time may lag while it spins in user mode).
         let info = self.info::<libc::thread_basic_info>(thread, libc::THREAD_BASIC_INFO)?;
-        Ok(time_value_ns(info.user_time) + time_value_ns(info.system_time))
+        Ok(ThreadUsage {
+            cpu_ns: time_value_ns(info.user_time) + time_value_ns(info.system_time),
+            running: info.run_state == libc::TH_STATE_RUNNING,
+        })
     }
 
     fn name(&mut self, thread: thread_act_t) -> Result<String, ThreadError> {

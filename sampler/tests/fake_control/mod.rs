@@ -14,7 +14,9 @@
 pub mod counting_alloc;
 
 use btprof_sampler::control::kern_return::{self, Resumed, KERN_FAILURE, KERN_INVALID_ARGUMENT};
-use btprof_sampler::control::{holding_a_thread_stopped, StackRange, ThreadControl, ThreadError};
+use btprof_sampler::control::{
+    holding_a_thread_stopped, StackRange, ThreadControl, ThreadError, ThreadUsage,
+};
 use btprof_sampler::walker::Registers;
 
 use counting_alloc::allocator_calls_on_this_thread;
@@ -121,6 +123,13 @@ pub struct FakeThread {
     pub cpu_ns: u64,
     /// CPU time the thread gains before each listing.
     pub cpu_step_ns: u64,
+    /// The CPU time its clock shows: as on macOS, the clock of a thread
+    /// spinning in user mode is brought up to date only every
+    /// `clock_lag` listings (1: always current).
+    pub shown_cpu_ns: u64,
+    pub clock_lag: u32,
+    /// Whether the scheduler reports it running (`TH_STATE_RUNNING`).
+    pub running: bool,
     /// Return addresses in its frame chain, below the pc.
     pub depth: usize,
     /// Words between two frame records (at least 2).
@@ -139,6 +148,9 @@ impl FakeThread {
             name: name.to_owned(),
             cpu_ns: 0,
             cpu_step_ns: 1_000_000,
+            shown_cpu_ns: 0,
+            clock_lag: 1,
+            running: true,
             depth: 3,
             frame_words: 4,
             fault: Fault::None,
@@ -168,6 +180,30 @@ impl FakeThread {
     /// A thread whose CPU clock never advances (blocked).
     pub fn idle(mut self) -> FakeThread {
         self.cpu_step_ns = 0;
+        self.running = false;
+        self
+    }
+
+    /// A thread that gains `ns` of CPU time per listing (a share of a CPU)
+    /// and is not seen running at the moment it is looked at.
+    pub fn using(mut self, ns: u64) -> FakeThread {
+        self.cpu_step_ns = ns;
+        self.running = false;
+        self
+    }
+
+    /// Sets whether the scheduler reports the thread running.
+    pub fn with_running(mut self, running: bool) -> FakeThread {
+        self.running = running;
+        self
+    }
+
+    /// A thread spinning in user mode whose clock, as macOS shows another
+    /// thread's, catches up only every `lag` listings, while the scheduler
+    /// reports it running throughout.
+    pub fn spinning_with_lagging_clock(mut self, lag: u32) -> FakeThread {
+        self.clock_lag = lag.max(1);
+        self.running = true;
         self
     }
 
@@ -444,6 +480,9 @@ impl ThreadControl for FakeControl {
         };
         for t in &mut self.threads {
             t.cpu_ns += t.cpu_step_ns;
+            if id % t.clock_lag == 0 {
+                t.shown_cpu_ns = t.cpu_ns;
+            }
             t.refs += 1;
         }
         self.own_refs += 1;
@@ -478,13 +517,19 @@ impl ThreadControl for FakeControl {
         }
     }
 
-    fn cpu_time_ns(&mut self, thread: Port) -> Result<u64, ThreadError> {
+    fn usage(&mut self, thread: Port) -> Result<ThreadUsage, ThreadError> {
         self.record(Call::CpuTime(thread));
         if thread == self.own {
-            return Ok(42_000);
+            return Ok(ThreadUsage {
+                cpu_ns: 42_000,
+                running: true,
+            });
         }
         self.thread_mut(thread)
-            .map(|t| t.cpu_ns)
+            .map(|t| ThreadUsage {
+                cpu_ns: t.shown_cpu_ns,
+                running: t.running,
+            })
             .ok_or(ThreadError::Failed(-1))
     }
 

@@ -1,0 +1,400 @@
+//! Accuracy on a contended machine: the built-in workload profiled while
+//! two CPU-burning processes compete for the cores, by btprof with
+//! per-thread CPU timers, by btprof on its sampler-thread fallback, and by
+//! `perf record -e cpu-clock -F 1000 --call-graph fp`, in the same run.
+//!
+//! For each profiler and round: samples per CPU-second of each worker
+//! thread (against the CPU time the workers measured), each workload
+//! function's leaf share against the share of CPU time measured inside it
+//! (error in points), and the share of worker samples whose leaf is
+//! `clock_gettime` (where a sampler that signals threads waiting for a CPU
+//! piles its samples up). One quiet round (no hogs) of btprof with timers
+//! first gives the `clock_gettime` baseline.
+//!
+//! perf comes from Debian's `linux-perf`; without it (or when it cannot
+//! record) its row is skipped with a message saying so.
+//!
+//! `cargo bench -p btprof-cli --bench contended`; rounds from
+//! `BTPROF_BENCH_RUNS` (default 3). Always exits 0: it reports, it does
+//! not gate.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const BTPROF: &str = env!("CARGO_BIN_EXE_btprof");
+const FUNCTIONS: [&str; 5] = [
+    "alpha",
+    "beta",
+    "chain_outer",
+    "chain_middle",
+    "chain_inner",
+];
+const DURATION: &str = "3s";
+
+/// Two `sh -c 'while :; do :; done'` processes, killed by pid on drop.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start(n: usize) -> Hogs {
+        Hogs(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .stdin(Stdio::null())
+                        .spawn()
+                        .expect("spawn a CPU hog")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
+/// One profile's accuracy.
+#[derive(Clone, Debug, Default)]
+struct Accuracy {
+    /// Samples per CPU-second of each worker.
+    rates: Vec<f64>,
+    /// Measured minus true share per function, points.
+    errors: [f64; 5],
+    /// Share of worker samples with `clock_gettime` as the leaf, percent.
+    clock_gettime_pct: f64,
+    /// Extra words (the clock, PASS/FAIL).
+    note: String,
+}
+
+impl Accuracy {
+    fn max_error(&self) -> f64 {
+        self.errors.iter().fold(0.0f64, |m, e| m.max(e.abs()))
+    }
+
+    fn mean_rate(&self) -> f64 {
+        self.rates.iter().sum::<f64>() / self.rates.len().max(1) as f64
+    }
+}
+
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("btprof-contended-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// `btprof --pid-self` with `extra` arguments, judged from its self-check
+/// output and folded file.
+fn btprof_row(dir: &Path, extra: &[&str]) -> Result<Accuracy, String> {
+    let folded = dir.join("run.folded");
+    let out = Command::new(BTPROF)
+        .args([
+            "--pid-self",
+            "--hz",
+            "1000",
+            "--duration",
+            DURATION,
+            "--quiet",
+        ])
+        .arg("--output")
+        .arg(dir.join("run.svg"))
+        .arg("--folded")
+        .arg(&folded)
+        .args(extra)
+        .output()
+        .map_err(|e| format!("cannot run {BTPROF}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut acc = Accuracy::default();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("rate: ") {
+            let list = rest
+                .split(" samples per CPU-second")
+                .next()
+                .unwrap_or_default();
+            acc.rates = list
+                .split("), ")
+                .filter_map(|item| item.split_whitespace().next()?.parse().ok())
+                .collect();
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let [name, _, _, points, ..] = words[..] {
+            if let Some(i) = FUNCTIONS.iter().position(|f| *f == name) {
+                acc.errors[i] = points.parse().unwrap_or(f64::NAN);
+            }
+        }
+        if line.starts_with("sampled ") {
+            acc.note = line.split(['(', ')']).nth(1).unwrap_or_default().to_owned();
+        }
+        if line.starts_with("self-check: ") {
+            acc.note = format!("{}; {}", acc.note, line);
+        }
+    }
+    if acc.rates.is_empty() {
+        return Err(format!(
+            "no self-check in btprof's output:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let folded = std::fs::read_to_string(&folded).map_err(|e| e.to_string())?;
+    let (mut workers, mut clock) = (0u64, 0u64);
+    for line in folded.lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if !stack.starts_with("btprof-work-") {
+            continue;
+        }
+        let count: u64 = count.parse().unwrap_or(0);
+        workers += count;
+        if stack
+            .rsplit(';')
+            .next()
+            .is_some_and(|leaf| leaf.contains("clock_gettime"))
+        {
+            clock += count;
+        }
+    }
+    acc.clock_gettime_pct = clock as f64 * 100.0 / workers.max(1) as f64;
+    Ok(acc)
+}
+
+/// `perf record -e cpu-clock -F 1000 --call-graph fp` of the unprofiled
+/// workload, judged against the CPU split the workload printed.
+fn perf_row(dir: &Path) -> Result<Accuracy, String> {
+    let data = dir.join("perf.data");
+    let record = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "1000",
+            "--call-graph",
+            "fp",
+            "-o",
+        ])
+        .arg(&data)
+        .args(["--", BTPROF, "--workload-only", "--duration", DURATION])
+        .output()
+        .map_err(|e| {
+            format!("perf is not installed ({e}); install Debian's linux-perf to get this row")
+        })?;
+    if !record.status.success() {
+        return Err(format!(
+            "perf record failed ({}): {}",
+            record.status,
+            String::from_utf8_lossy(&record.stderr).trim()
+        ));
+    }
+    let truth_text = String::from_utf8_lossy(&record.stdout);
+    let mut thread_cpu = Vec::new();
+    let mut truth = [0.0; 5];
+    for line in truth_text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            ["thread", _, secs, "CPU-s"] => thread_cpu.push(secs.parse::<f64>().unwrap_or(0.0)),
+            ["truth", name, pct] => {
+                if let Some(i) = FUNCTIONS.iter().position(|f| *f == name) {
+                    truth[i] = pct.trim_end_matches('%').parse().unwrap_or(f64::NAN);
+                }
+            }
+            _ => {}
+        }
+    }
+    let script = Command::new("perf")
+        .args(["script", "-F", "comm,ip,sym", "-i"])
+        .arg(&data)
+        .output()
+        .map_err(|e| format!("perf script: {e}"))?;
+    let text = String::from_utf8_lossy(&script.stdout);
+    // Samples are blank-line separated: a header with the thread name, then
+    // one frame per line, leaf first.
+    let mut per_thread = [0u64; 2];
+    let mut leaves = [0u64; 5];
+    let (mut workers, mut clock) = (0u64, 0u64);
+    for sample in text.split("\n\n") {
+        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+        let Some(header) = lines.next() else { continue };
+        let comm = header.trim();
+        let Some(index) = comm
+            .strip_prefix("btprof-work-")
+            .and_then(|i| i.trim().parse::<usize>().ok())
+            .filter(|&i| i < 2)
+        else {
+            continue;
+        };
+        per_thread[index] += 1;
+        workers += 1;
+        let leaf = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_default();
+        let symbol = leaf.split("+0x").next().unwrap_or_default();
+        if symbol.contains("clock_gettime") {
+            clock += 1;
+        }
+        if let Some(f) = FUNCTIONS
+            .iter()
+            .position(|f| symbol == format!("btprof_cli::workload::{f}"))
+        {
+            leaves[f] += 1;
+        }
+    }
+    if workers == 0 {
+        return Err("perf recorded no sample of the workload threads".into());
+    }
+    let mut acc = Accuracy {
+        rates: per_thread
+            .iter()
+            .zip(&thread_cpu)
+            .map(|(&n, &cpu)| n as f64 / cpu.max(1e-9))
+            .collect(),
+        clock_gettime_pct: clock as f64 * 100.0 / workers as f64,
+        note: "perf cpu-clock".into(),
+        ..Accuracy::default()
+    };
+    for i in 0..5 {
+        acc.errors[i] = leaves[i] as f64 * 100.0 / workers as f64 - truth[i];
+    }
+    Ok(acc)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn print_row(name: &str, acc: &Accuracy) {
+    let errors: Vec<String> = acc.errors.iter().map(|e| format!("{e:+.2}")).collect();
+    let rates: Vec<String> = acc.rates.iter().map(|r| format!("{r:.0}")).collect();
+    println!(
+        "  {name:<22} rate/CPU-s [{}]  errors [{}] max {:.2}  clock_gettime {:.2}%  ({})",
+        rates.join(", "),
+        errors.join(" "),
+        acc.max_error(),
+        acc.clock_gettime_pct,
+        acc.note
+    );
+}
+
+fn main() {
+    let rounds = std::env::var("BTPROF_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(3);
+    let dir = scratch();
+    println!(
+        "contended accuracy: btprof --pid-self --hz 1000 --duration {DURATION} and perf, {rounds} rounds beside 2 CPU hogs on {} CPUs",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "  errors: measured minus true leaf share per function ({}), points",
+        FUNCTIONS.join(", ")
+    );
+
+    let quiet = btprof_row(&dir, &[]);
+    match &quiet {
+        Ok(acc) => print_row("quiet, btprof timers", acc),
+        Err(e) => println!("  quiet round failed: {e}"),
+    }
+
+    let names = ["btprof timers", "btprof fallback", "perf cpu-clock"];
+    let mut results: [Vec<Accuracy>; 3] = Default::default();
+    let mut perf_missing = None;
+    {
+        let _hogs = Hogs::start(2);
+        for round in 0..rounds {
+            println!("  round {}/{rounds}:", round + 1);
+            for k in 0..3 {
+                let which = (round + k) % 3;
+                let result = match which {
+                    0 => btprof_row(&dir, &[]),
+                    1 => btprof_row(&dir, &["--no-thread-timers"]),
+                    _ => {
+                        if perf_missing.is_some() {
+                            continue;
+                        }
+                        perf_row(&dir)
+                    }
+                };
+                match result {
+                    Ok(acc) => {
+                        print_row(names[which], &acc);
+                        results[which].push(acc);
+                    }
+                    Err(e) if which == 2 => {
+                        println!("  perf row skipped: {e}");
+                        perf_missing = Some(e);
+                    }
+                    Err(e) => println!("  {} failed: {e}", names[which]),
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!();
+    println!("SUMMARY (medians over rounds beside 2 hogs; reported, not enforced)");
+    let mut max_errors = [f64::NAN; 3];
+    for (i, name) in names.iter().enumerate() {
+        if results[i].is_empty() {
+            println!(
+                "  {name:<16} not measured{}",
+                if i == 2 {
+                    perf_missing
+                        .as_deref()
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            );
+            continue;
+        }
+        let rate = median(results[i].iter().map(Accuracy::mean_rate).collect());
+        let max_error = median(results[i].iter().map(Accuracy::max_error).collect());
+        let clock = median(results[i].iter().map(|a| a.clock_gettime_pct).collect());
+        max_errors[i] = max_error;
+        println!(
+            "  {name:<16} {rate:7.1} samples per worker CPU-second ({:+.2}% of 1000), largest leaf error {max_error:.2} points, clock_gettime {clock:.2}%",
+            (rate / 1000.0 - 1.0) * 100.0
+        );
+    }
+    if let Ok(q) = &quiet {
+        println!(
+            "  quiet btprof timers: clock_gettime {:.2}%",
+            q.clock_gettime_pct
+        );
+    }
+    if max_errors[2].is_finite() {
+        for i in 0..2 {
+            println!(
+                "  {} largest error {:.2} vs perf {:.2} + 0.5: {}",
+                names[i],
+                max_errors[i],
+                max_errors[2],
+                if max_errors[i] <= max_errors[2] + 0.5 {
+                    "PASS"
+                } else {
+                    "FAIL"
+                }
+            );
+        }
+    }
+}
