@@ -619,7 +619,11 @@ mod tests {
         let plain = profile([400, 600, 100, 100, 800], false);
         let mut builder = Builder::new();
         for stack in plain.stacks() {
-            let thread = builder.thread(stack.thread().unwrap(), None).unwrap();
+            let tid = stack
+                .thread_id()
+                .and_then(|t| plain.threads().nth(t as usize))
+                .and_then(|t| t.tid);
+            let thread = builder.thread(stack.thread().unwrap(), tid).unwrap();
             let frames = stack.frames().map(FrameInfo::named).chain([FrameInfo {
                 file: Some("/x/cli/src/workload.rs"),
                 line: Some(line),
