@@ -43,6 +43,12 @@ impl std::error::Error for Error {
     }
 }
 
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
 impl From<btprof_sampler::Error> for Error {
     fn from(e: btprof_sampler::Error) -> Self {
         Error::Sampler(e)

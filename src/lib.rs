@@ -10,9 +10,12 @@
 //!  Profiler ─ sampler ──►                   ──►  functions (self,  ──►  folded (write)
 //!    symbolise (symbols)    Profile              total), diff +         flamegraph (SVG,
 //!    dumps, dump signal,    names, frames,       significance,          plain and diff)
-//!    scope guard            threads, stacks,     report (text,          sidecar (JSON
-//!                           RunInfo, Stats       Markdown, JSON)        run metadata)
-//!  formats/folded (read) ─►
+//!    scope guard,           threads, stacks,     report (text,          sidecar (JSON
+//!    thread names           RunInfo, Stats       Markdown, JSON)        run metadata),
+//!                                                                       pprof; every file
+//!                                                                       all or nothing
+//!                                                                       (output_file)
+//!  formats/folded (read: folded files, other profilers' raw output) ─►
 //! ```
 //!
 //! [`Profiler::stop`] symbolises what the sampler ([`btprof_sampler`])
@@ -39,7 +42,7 @@ pub use formats::flamegraph::FlamegraphOptions;
 pub use formats::folded::{self as folded, FoldOptions, ReadError};
 pub use profile::{Profile, RunInfo, Stack};
 pub use record::scope::{self as scope, profile_scope, ProfileScope};
-pub use record::{DumpStats, Profiler, ProfilerBuilder, Symbolize};
+pub use record::{register_current_thread, DumpStats, Profiler, ProfilerBuilder, Symbolize};
 
 /// This btprof's version, as written into run metadata.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -36,7 +36,10 @@ fn profile_spinner(name: &str, mode: Mode, time: Duration) -> Profile {
     let stop2 = stop.clone();
     let worker = std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || pipeline_caller(&stop2))
+        .spawn(move || {
+            btprof::register_current_thread();
+            pipeline_caller(&stop2)
+        })
         .unwrap();
     let profiler = Profiler::builder().hz(1000).mode(mode).start().unwrap();
     match mode {
@@ -55,6 +58,26 @@ fn profile_spinner(name: &str, mode: Mode, time: Duration) -> Profile {
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
     profile
+}
+
+#[test]
+fn long_thread_names_are_kept_whole() {
+    // Linux keeps 15 bytes of a thread's name; the thread registered its
+    // full Rust name, which is what its stacks are rooted at.
+    let name = "pipeline-spinner-with-a-long-name";
+    let profile = profile_spinner(name, Mode::Cpu, Duration::from_millis(300));
+    let lines = profile.folded_lines(FoldOptions::default());
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!("{name};"))),
+        "no stack rooted at the full name:\n{}",
+        lines.join("\n")
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with(&format!("{};", &name[..15]))),
+        "a stack rooted at the cut name"
+    );
 }
 
 #[test]

@@ -2,14 +2,14 @@
 //! and folded stacks, and check the result. The commands that read folded
 //! files (`diff`, `report`, `flamegraph`) live in `btprof_cli::commands`.
 
-use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use btprof::formats::output_file::PendingFile;
 use btprof::formats::sidecar::sidecar_path;
 use btprof::{DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
 use btprof_cli::commands::Command;
@@ -34,12 +34,15 @@ use clap::{Parser, ValueEnum};
 /// metadata sidecar) per window, as an application embedding the library
 /// with periodic dumps would.
 ///
-/// Ctrl-C stops early and still writes everything collected.
+/// Ctrl-C stops early, writes everything collected so far (files, dumps,
+/// the self-check of what was sampled) and then exits 130, as interrupted
+/// programs do.
 ///
 /// The commands read folded files (btprof's, or any folded file from
 /// inferno-collapse-* or FlameGraph's stackcollapse* scripts):
 /// `btprof diff` compares two runs and exits 1 on a regression, `btprof
-/// report` lists the top functions, `btprof flamegraph` re-renders one.
+/// report` lists the top functions, `btprof flamegraph` re-renders one,
+/// `btprof export` converts one to pprof.
 /// `btprof help COMMAND` explains each.
 #[derive(Parser, Debug)]
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]
@@ -52,7 +55,8 @@ use clap::{Parser, ValueEnum};
   btprof --pid-self --slow beta --folded slow.folded
   btprof diff btprof.folded slow.folded -o diff.svg     exit 1: beta regressed
   btprof report --top 10 btprof.folded
-  btprof flamegraph btprof.folded -o btprof.svg --inverted")]
+  btprof flamegraph btprof.folded -o btprof.svg --inverted
+  btprof --pid-self --pprof btprof.pb.gz && go tool pprof -top btprof.pb.gz")]
 struct Args {
     // A command that reads folded files; none for a profiling run.
     #[command(subcommand)]
@@ -84,21 +88,29 @@ struct Args {
     #[arg(long, default_value = "btprof.folded")]
     folded: PathBuf,
 
+    /// Also write the profile as pprof (gzipped profile.proto) here, for
+    /// go tool pprof, Pyroscope, Parca or Datadog: thread names become
+    /// `thread` labels, values are samples and CPU (or wall) nanoseconds.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+
     /// Also write each window of this length as its own folded file (and
     /// metadata sidecar) in --dump-dir: 1s, 500ms.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     dump_every: Option<Duration>,
 
-    /// Directory for --dump-every files (created if missing).
-    #[arg(long, default_value = "btprof-dumps", value_name = "DIR")]
-    dump_dir: PathBuf,
+    /// Directory for --dump-every files (created if missing)
+    /// [default: btprof-dumps]. Files are named after the program:
+    /// btprof-START-SEQ.folded.
+    #[arg(long, value_name = "DIR", requires = "dump_every")]
+    dump_dir: Option<PathBuf>,
 
-    /// Keep only the newest N windows' files.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Keep only the newest N windows' files (needs --dump-every).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "dump_every")]
     keep: Option<u64>,
 
-    /// Also write an SVG flamegraph per window.
-    #[arg(long)]
+    /// Also write an SVG flamegraph per window (needs --dump-every).
+    #[arg(long, requires = "dump_every")]
     dump_svg: bool,
 
     /// Most distinct stacks kept; samples of further stacks are counted
@@ -183,8 +195,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(code) => code,
         Err(message) => {
             eprintln!("btprof: {message}");
             ExitCode::from(2)
@@ -192,9 +203,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// The exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells
+/// and other interrupted programs report it, after everything collected
+/// was written.
+const EXIT_INTERRUPTED: u8 = 130;
+
 /// Profiles the workload, writes the outputs and prints the self-check.
-/// Returns whether the check passed.
-fn run(args: &Args) -> Result<bool, String> {
+/// Returns 0 when the check passed, 1 when it failed, 130 when Ctrl-C
+/// stopped the run (the files are written all the same).
+fn run(args: &Args) -> Result<ExitCode, String> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
@@ -259,7 +276,10 @@ fn run(args: &Args) -> Result<bool, String> {
             println!("  - {f}");
         }
     }
-    Ok(check.passed())
+    if interrupted.load(Ordering::SeqCst) {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    Ok(ExitCode::from(u8::from(!check.passed())))
 }
 
 /// Runs the workload unprofiled and prints what it measured.
@@ -307,7 +327,11 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
     if let Some(every) = args.dump_every {
         builder = builder
             .dump_every(every)
-            .dump_dir(&args.dump_dir)
+            .dump_dir(
+                args.dump_dir
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_DUMP_DIR.into()),
+            )
             .dump_svg(args.dump_svg);
         if let Some(keep) = args.keep {
             builder = builder.keep(usize::try_from(keep).unwrap_or(usize::MAX));
@@ -355,22 +379,26 @@ fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
     eprint!("{line} ");
 }
 
-/// The output files, created before profiling starts.
+/// The output files, created under temporary names before profiling
+/// starts (a bad path costs nothing) and renamed into place together once
+/// every one is complete: a failure leaves the user's existing files as
+/// they were and no temporary file behind (see `btprof::output_file`).
 struct Outputs {
-    folded: BufWriter<File>,
-    svg: BufWriter<File>,
+    folded: PendingFile,
+    sidecar: PendingFile,
+    svg: PendingFile,
+    pprof: Option<PendingFile>,
 }
 
 impl Outputs {
     fn create(args: &Args) -> Result<Outputs, String> {
-        let create = |path: &PathBuf| {
-            File::create(path)
-                .map(BufWriter::new)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))
-        };
+        let create =
+            |path: &Path| PendingFile::create(path).map_err(|e| format!("cannot write {e}"));
         Ok(Outputs {
             folded: create(&args.folded)?,
+            sidecar: create(&sidecar_path(&args.folded))?,
             svg: create(&args.output)?,
+            pprof: args.pprof.as_deref().map(create).transpose()?,
         })
     }
 
@@ -380,36 +408,51 @@ impl Outputs {
             hide_inlined: args.no_inline,
         };
         profile
-            .write_folded_with(folded, &mut self.folded)
-            .and_then(|()| self.folded.flush().map_err(btprof::Error::Io))
+            .write_folded_with(folded, self.folded.writer())
             .map_err(|e| format!("{}: {e}", args.folded.display()))?;
-        println!("wrote {}", args.folded.display());
-        let sidecar = profile
+        let sidecar_path = self.sidecar.path().to_path_buf();
+        profile
             .run_info()
             .ok_or_else(|| "the recording has no run metadata".to_owned())?
-            .write_sidecar(&args.folded)
-            .map_err(|e| format!("{}: {e}", sidecar_path(&args.folded).display()))?;
-        println!("wrote {}", sidecar.display());
-
-        if profile.is_empty() {
-            drop(self.svg);
-            let _ = std::fs::remove_file(&args.output);
-            eprintln!("btprof: no samples, so no flamegraph was written");
-            return Ok(());
-        }
-        let options = FlamegraphOptions {
-            merge_threads: args.merge_threads,
-            hide_inlined: args.no_inline,
-            ..FlamegraphOptions::default()
+            .write_json(self.sidecar.writer())
+            .map_err(|e| format!("{}: {e}", sidecar_path.display()))?;
+        let svg = if profile.is_empty() {
+            None
+        } else {
+            let options = FlamegraphOptions {
+                merge_threads: args.merge_threads,
+                hide_inlined: args.no_inline,
+                ..FlamegraphOptions::default()
+            };
+            profile
+                .write_flamegraph_with(&options, self.svg.writer())
+                .map_err(|e| format!("{}: {e}", args.output.display()))?;
+            Some(self.svg)
         };
-        profile
-            .write_flamegraph_with(&options, &mut self.svg)
-            .and_then(|()| self.svg.flush().map_err(btprof::Error::Io))
-            .map_err(|e| format!("{}: {e}", args.output.display()))?;
-        println!("wrote {}", args.output.display());
+        if let Some(pprof) = &mut self.pprof {
+            let path = pprof.path().to_path_buf();
+            profile
+                .write_pprof(pprof.writer())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        // Everything is complete: now replace the old files.
+        let all = [Some(self.folded), Some(self.sidecar), svg, self.pprof];
+        for pending in all.into_iter().flatten() {
+            let path = pending.commit().map_err(|e| format!("cannot write {e}"))?;
+            println!("wrote {}", path.display());
+        }
+        if profile.is_empty() {
+            eprintln!(
+                "btprof: no samples, so no flamegraph was written ({} is unchanged)",
+                args.output.display()
+            );
+        }
         Ok(())
     }
 }
+
+/// Where --dump-every writes without --dump-dir.
+const DEFAULT_DUMP_DIR: &str = "btprof-dumps";
 
 /// What --dump-every wrote.
 fn print_dumps(dumps: &DumpStats, args: &Args) {
@@ -417,7 +460,10 @@ fn print_dumps(dumps: &DumpStats, args: &Args) {
     println!(
         "wrote {} window files to {} ({} kept{}{})",
         dumps.written,
-        args.dump_dir.display(),
+        args.dump_dir
+            .as_deref()
+            .unwrap_or(Path::new(DEFAULT_DUMP_DIR))
+            .display(),
         kept,
         if dumps.empty > 0 {
             format!(", {} empty windows skipped", dumps.empty)

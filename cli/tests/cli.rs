@@ -376,10 +376,13 @@ fn ctrl_c_still_writes_everything() {
     let waited = interrupted.elapsed();
     let result = collect(&dir, status);
     let report = result.describe();
-    assert!(
-        matches!(result.status.code(), Some(0 | 1)),
-        "SIGINT did not lead to a normal exit (after {waited:?})\n{report}"
+    assert_eq!(
+        result.status.code(),
+        Some(130),
+        "SIGINT should write everything, then exit 130 (after {waited:?})\n{report}"
     );
+    let sidecar = dir.path("out.json");
+    assert!(sidecar.is_file(), "no metadata after Ctrl-C\n{report}");
     assert!(result.stderr.contains("interrupted"), "{report}");
     assert!(svg.is_file(), "no SVG written after Ctrl-C\n{report}");
     assert!(

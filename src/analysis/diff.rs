@@ -239,8 +239,9 @@ pub struct DiffReport {
     pub tests: usize,
     /// The p-value a change must be under: `alpha / tests`.
     pub per_test_alpha: f64,
-    /// Every function of either run, largest increase of the gated share
-    /// first (ties by name).
+    /// Every function of either run: regressions first, then by the size
+    /// of the gated share's change, growth or shrinkage alike (ties by
+    /// name).
     pub functions: Vec<FunctionDiff>,
     /// Reasons the runs may not compare like for like.
     pub warnings: Vec<String>,
@@ -252,7 +253,7 @@ impl DiffReport {
         self.with_verdict(Verdict::Regressed)
     }
 
-    /// The functions that improved, in report order (smallest decrease
+    /// The functions that improved, in report order (largest decrease
     /// first).
     pub fn improvements(&self) -> impl Iterator<Item = &FunctionDiff> + '_ {
         self.with_verdict(Verdict::Improved)
@@ -322,9 +323,17 @@ pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffRepo
         })
         .collect();
     let metric = options.metric;
+    // Regressions first, then the largest changes either way: what a
+    // reader of the first rows needs to see.
     functions.sort_by(|a, b| {
-        b.change_points(metric)
-            .total_cmp(&a.change_points(metric))
+        let regressed = |f: &FunctionDiff| f.verdict != Verdict::Regressed;
+        regressed(a)
+            .cmp(&regressed(b))
+            .then_with(|| {
+                b.change_points(metric)
+                    .abs()
+                    .total_cmp(&a.change_points(metric).abs())
+            })
             .then_with(|| a.name.cmp(&b.name))
     });
 
@@ -550,8 +559,11 @@ mod tests {
         let fresh = find(&r, "fresh");
         assert_eq!(fresh.base, Samples::default());
         assert_eq!(fresh.verdict, Verdict::Regressed);
-        assert_eq!(r.functions.first().unwrap().name, "fresh");
-        assert_eq!(r.functions.last().unwrap().name, "keep");
+        // Regressions first, then by the size of the change either way.
+        assert_eq!(
+            names(&mut r.functions.iter()),
+            ["fresh", "keep", "old", "m"]
+        );
     }
 
     #[test]

@@ -21,8 +21,10 @@ use super::folded::FoldOptions;
 use crate::profile::Profile;
 use crate::Error;
 
-/// inferno's default smallest frame width, in pixels.
-pub const DEFAULT_MIN_WIDTH: f64 = 0.01;
+/// The default [`FlamegraphOptions::min_width`], in percent of the graph's
+/// width: `inferno`'s own default (0.01 %), used by every graph btprof
+/// draws.
+pub const DEFAULT_MIN_WIDTH: f64 = inferno::flamegraph::defaults::MIN_WIDTH;
 
 /// How to draw a flamegraph.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,9 +39,10 @@ pub struct FlamegraphOptions {
     pub hide_inlined: bool,
     /// Draw an icicle graph: roots at the top, growing down.
     pub inverted: bool,
-    /// Frames narrower than this many pixels are left out (default
-    /// [`DEFAULT_MIN_WIDTH`], inferno's; `btprof flamegraph` and `btprof
-    /// diff` use 0.1).
+    /// Frames narrower than this percentage of the whole graph's width
+    /// are left out: inferno's `--minwidth`, same unit and default
+    /// ([`DEFAULT_MIN_WIDTH`]), so a graph drawn by btprof and one drawn
+    /// by `inferno-flamegraph` from the same file have the same frames.
     pub min_width: f64,
     /// Image width in pixels; `None` for inferno's default (1200).
     pub image_width: Option<usize>,

@@ -1,8 +1,12 @@
 //! Files a [`Profile`](crate::Profile) is written to or read from, one
 //! module per format: [`folded`] stacks (read and write), SVG
 //! [`flamegraph`]s (plain and differential, through `inferno`) and the
-//! JSON [`sidecar`] of run metadata.
+//! JSON [`sidecar`] of run metadata, and [`pprof`] (gzipped
+//! `profile.proto`) for continuous-profiling backends. Every file is
+//! written all or nothing through [`output_file`].
 
 pub mod flamegraph;
 pub mod folded;
+pub mod output_file;
+pub mod pprof;
 pub mod sidecar;

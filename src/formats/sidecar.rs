@@ -6,16 +6,20 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::output_file::write_atomically;
 use crate::profile::RunInfo;
 
 impl RunInfo {
-    /// Writes the sidecar of the folded file at `folded`.
+    /// Writes the sidecar of the folded file at `folded`, all or nothing
+    /// (see [`crate::formats::output_file`]).
     pub fn write_sidecar(&self, folded: &Path) -> io::Result<PathBuf> {
-        let path = sidecar_path(folded);
-        let mut json = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
-        json.push('\n');
-        fs::write(&path, json)?;
-        Ok(path)
+        write_atomically(sidecar_path(folded), |w| self.write_json(w))
+    }
+
+    /// Writes the sidecar's JSON (pretty, one trailing newline) to `w`.
+    pub fn write_json<W: io::Write>(&self, mut w: W) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, self).map_err(io::Error::other)?;
+        w.write_all(b"\n")
     }
 
     /// Reads the sidecar of the folded file at `folded`: `Ok(None)` when

@@ -33,26 +33,65 @@ pub const TRUNCATED_FRAME: &str = "[btprof: truncated]";
 /// `btprof_sampler::Limit`): counted under the thread, never dropped.
 pub const TABLE_FULL_FRAME: &str = "[btprof: stack table full]";
 
-/// Makes a name safe for the folded format.
+/// The name btprof gives a frame without one, and what readers take an
+/// empty frame (`a;;b`) for.
+pub const UNKNOWN_FRAME: &str = "[unknown]";
+
+/// Makes a frame name safe for the folded format, so that every file
+/// btprof writes reads back (in btprof, inferno and FlameGraph) to the
+/// same frames.
 ///
-/// `;` separates frames and a line ends at a newline, so both are replaced
-/// (`[u8; 8]` becomes `[u8, 8]`); an empty name becomes `[unknown]`.
+/// - `;` separates frames and a line ends at a newline, so both are
+///   replaced (`[u8; 8]` becomes `[u8, 8]`, a newline a space);
+/// - whitespace at either end is dropped (readers trim a line's ends);
+/// - a name ending in whitespace and a number (`ends with number 42`)
+///   gets `_` for that whitespace (`ends with number_42`): as the leaf,
+///   it would otherwise read as a second count, which inferno draws as a
+///   differential frame and btprof rejects;
+/// - an empty name becomes `[unknown]`, as readers take an empty frame.
+///
+/// Sanitising a sanitised name changes nothing.
 pub fn sanitize_frame(name: &str) -> Cow<'_, str> {
-    if name.is_empty() {
-        return Cow::Borrowed("[unknown]");
+    let trimmed = name.trim_matches(is_space);
+    if trimmed.is_empty() {
+        return Cow::Borrowed(UNKNOWN_FRAME);
     }
-    if !name.contains([';', '\n', '\r']) {
-        return Cow::Borrowed(name);
-    }
-    Cow::Owned(
-        name.chars()
+    let mut out = if trimmed.contains([';', '\n', '\r']) {
+        let replaced: String = trimmed
+            .chars()
             .map(|c| match c {
                 ';' => ',',
                 '\n' | '\r' => ' ',
                 c => c,
             })
-            .collect(),
-    )
+            .collect();
+        Cow::Owned(replaced.trim_matches(is_space).to_owned())
+    } else {
+        Cow::Borrowed(trimmed)
+    };
+    if let Some((head, last)) = out.rsplit_once(is_space) {
+        if is_number(last) {
+            let head = head.trim_end_matches(is_space);
+            out = Cow::Owned(format!("{head}_{last}"));
+        }
+    }
+    if out.is_empty() {
+        return Cow::Borrowed(UNKNOWN_FRAME);
+    }
+    out
+}
+
+/// Whitespace as folded readers split on (and trim).
+fn is_space(c: char) -> bool {
+    c.is_whitespace()
+}
+
+/// What a folded reader could take for a sample count: `42`, `1.5`, `10.`.
+fn is_number(field: &str) -> bool {
+    let (int, frac) = field.split_once('.').unwrap_or((field, ""));
+    !int.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Distinct stacks with sample counts, interned, and how they were taken.

@@ -144,7 +144,7 @@ impl RunInfo {
 }
 
 /// The executable's file name, or `unknown`.
-fn program_name() -> String {
+pub(crate) fn program_name() -> String {
     std::env::current_exe()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))

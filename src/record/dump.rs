@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::fs;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -52,7 +52,8 @@ pub struct DumpConfig {
     pub keep: Option<usize>,
     /// Also write an SVG flamegraph per window.
     pub svg: bool,
-    /// File name prefix.
+    /// File name prefix: by default the program's executable name, so
+    /// dumps of several programs in one directory tell themselves apart.
     pub prefix: String,
     /// How windows are symbolised (the profiler's setting).
     pub symbolize: Symbolize,
@@ -65,9 +66,28 @@ impl Default for DumpConfig {
             dir: PathBuf::from("btprof-dumps"),
             keep: None,
             svg: false,
-            prefix: "btprof".into(),
+            prefix: default_prefix(),
             symbolize: Symbolize::default(),
         }
+    }
+}
+
+/// The program's executable name as a file name prefix (`[A-Za-z0-9_.-]`
+/// kept, anything else `_`), or `btprof` when it cannot be known.
+fn default_prefix() -> String {
+    let name: String = crate::profile::run_info::program_name()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match name.trim_start_matches('.') {
+        "" | "unknown" => "btprof".to_owned(),
+        name => name.to_owned(),
     }
 }
 
@@ -339,10 +359,7 @@ impl State {
             .run_info()
             .ok_or_else(|| format!("{}: the window has no run metadata", folded.display()))?;
         let sidecar = sidecar_path(&folded);
-        let json = serde_json::to_string_pretty(&info).map_err(|e| e.to_string())? + "\n";
-        write_atomically(&sidecar, |w| {
-            w.write_all(json.as_bytes()).map_err(Error::Io)
-        })?;
+        write_atomically(&sidecar, |w| info.write_json(w).map_err(Error::Io))?;
         paths.push(sidecar);
         if self.config.svg {
             let svg = folded.with_extension("svg");
@@ -373,21 +390,17 @@ impl State {
     }
 }
 
-/// Writes `path` through a temporary file renamed into place, so a reader
-/// polling the directory never sees half a file.
+/// Writes `path` all or nothing (see [`crate::formats::output_file`]), so a reader
+/// polling the directory never sees half a file; errors name the path.
 fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<fs::File>) -> Result<(), Error>,
 ) -> Result<(), String> {
-    let tmp = path.with_extension("tmp");
-    let result = (|| {
-        let mut w = BufWriter::new(fs::File::create(&tmp).map_err(Error::Io)?);
-        write(&mut w)?;
-        w.flush().map_err(Error::Io)?;
-        fs::rename(&tmp, path).map_err(Error::Io)
-    })();
-    result.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
+    crate::formats::output_file::write_atomically(path, write)
+        .map(drop)
+        .map_err(|e| match e {
+            // I/O errors from the helper already name the path.
+            Error::Io(e) => e.to_string(),
+            e => format!("{}: {e}", path.display()),
+        })
 }

@@ -7,7 +7,9 @@ mod dump_signal;
 mod profiler;
 pub mod scope;
 mod symbolize;
+mod thread_names;
 
 pub use dump::DumpStats;
 pub use profiler::{Profiler, ProfilerBuilder};
 pub use symbolize::Symbolize;
+pub use thread_names::register_current_thread;

@@ -99,7 +99,8 @@ impl ProfilerBuilder {
         self
     }
 
-    /// The dump files' name prefix (default `btprof`).
+    /// The dump files' name prefix (default: the program's executable
+    /// name, `btprof` if unknown).
     pub fn dump_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.dump_config().prefix = prefix.into();
         self
@@ -130,11 +131,14 @@ impl ProfilerBuilder {
     /// Starts sampling every other thread of this process (the profiler's
     /// own threads excepted).
     pub fn start(mut self) -> Result<Profiler, Error> {
+        // The caller's full name for its stacks' root (see
+        // `register_current_thread`).
+        super::thread_names::register_current_thread();
         if let Some(dump) = &mut self.dump {
             dump.symbolize = self.symbolize;
         }
         if let Some(dump) = &self.dump {
-            validate_dump(dump)?;
+            validate_dump(dump, self.dump_signal)?;
         }
         let signal = self.dump_signal.map(DumpSignal::install).transpose()?;
         let sampler = Arc::new(Sampler::start(self.config)?);
@@ -151,8 +155,17 @@ impl ProfilerBuilder {
     }
 }
 
-fn validate_dump(dump: &DumpConfig) -> Result<(), Error> {
+fn validate_dump(dump: &DumpConfig, signal: Option<i32>) -> Result<(), Error> {
     let invalid = |msg: String| Err(Error::Sampler(btprof_sampler::Error::InvalidConfig(msg)));
+    if dump.every.is_none() && signal.is_none() {
+        // dump_dir, keep, dump_svg or dump_prefix alone: nothing would
+        // ever write a dump, which the caller surely did not mean.
+        return invalid(
+            "dump settings (dump_dir, keep, dump_svg, dump_prefix) were given but nothing \
+             triggers a dump: add dump_every or dump_on_signal"
+                .into(),
+        );
+    }
     if dump.every.is_some_and(|e| e < MIN_INTERVAL) {
         return invalid(format!(
             "a dump interval of {:?} is too short; use at least {MIN_INTERVAL:?}",
@@ -210,8 +223,8 @@ impl Profiler {
         }
     }
 
-    /// Asks for a dump now, besides the interval. Does nothing without
-    /// dumps configured.
+    /// Asks for a dump now, besides the interval or signal. Does nothing
+    /// without dumps configured (`dump_every` or `dump_on_signal`).
     pub fn request_dump(&self) {
         if let Some(dumper) = &self.dumper {
             dumper.request();
@@ -256,5 +269,38 @@ impl Profiler {
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dump settings without a trigger are refused before anything starts
+    /// (validation runs before the sampler, so no sampler is involved).
+    #[test]
+    fn dump_settings_without_a_trigger_are_an_error() {
+        for builder in [
+            Profiler::builder().dump_dir("somewhere"),
+            Profiler::builder().keep(3),
+            Profiler::builder().dump_svg(true),
+        ] {
+            let err = builder.start().err().expect("refused");
+            let text = err.to_string();
+            assert!(
+                text.contains("dump_every") && text.contains("dump_on_signal"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn dumps_are_named_after_the_program() {
+        // The test binary's name, e.g. `btprof-0123abcd`.
+        let prefix = DumpConfig::default().prefix;
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.file_name().unwrap().to_string_lossy();
+        assert_eq!(prefix, exe);
+        assert_ne!(prefix, "btprof");
     }
 }

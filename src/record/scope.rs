@@ -23,10 +23,12 @@
 
 use std::cell::Cell;
 use std::fs;
-use std::io::{self, BufWriter};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::formats::output_file::PendingFile;
+use crate::formats::sidecar::sidecar_path;
 use crate::{Error, Profiler};
 
 /// The environment variable that switches [`profile_scope`] on.
@@ -171,22 +173,25 @@ impl ProfileScope {
         drop(turn);
         let profile = profile?;
         fs::create_dir_all(&self.dir).map_err(|e| io_at(&self.dir, e))?;
-        let folded = self.dir.join(format!("{}.folded", self.name));
-        let file = fs::File::create(&folded).map_err(|e| io_at(&folded, e))?;
-        profile.write_folded(BufWriter::new(file))?;
-        let metadata = profile
+        // All or nothing: a failure leaves the previous run's files.
+        let folded_path = self.dir.join(format!("{}.folded", self.name));
+        let mut folded = PendingFile::create(&folded_path)?;
+        profile.write_folded(folded.writer())?;
+        let mut metadata = PendingFile::create(sidecar_path(&folded_path))?;
+        profile
             .run_info()
             .ok_or_else(|| Error::Io(io::Error::other("a recording without run metadata")))?
-            .write_sidecar(&folded)
-            .map_err(|e| io_at(&folded, e))?;
+            .write_json(metadata.writer())?;
         let svg = if profile.is_empty() {
             None
         } else {
-            let path = self.dir.join(format!("{}.svg", self.name));
-            let file = fs::File::create(&path).map_err(|e| io_at(&path, e))?;
-            profile.write_flamegraph(BufWriter::new(file))?;
-            Some(path)
+            let mut svg = PendingFile::create(self.dir.join(format!("{}.svg", self.name)))?;
+            profile.write_flamegraph(svg.writer())?;
+            Some(svg)
         };
+        let folded = folded.commit()?;
+        let metadata = metadata.commit()?;
+        let svg = svg.map(PendingFile::commit).transpose()?;
         Ok(Some(ScopeFiles {
             folded,
             metadata,

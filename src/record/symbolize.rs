@@ -14,6 +14,7 @@ use btprof_sampler::walker::Arch;
 use btprof_sampler::RawProfile;
 use btprof_symbols::{Frame, Resolver};
 
+use super::thread_names::full_name;
 use crate::profile::{Builder, FrameInfo, Profile, ThreadId, TABLE_FULL_FRAME};
 
 /// How addresses become frames.
@@ -56,7 +57,9 @@ impl Profile {
         let threads: Vec<Option<ThreadId>> = raw
             .threads
             .iter()
-            .map(|t| builder.thread(&t.name, Some(t.tid)).ok())
+            // The full Rust name where the thread registered one (Linux
+            // keeps 15 bytes of a name).
+            .map(|t| builder.thread(&full_name(t.tid, &t.name), Some(t.tid)).ok())
             .collect();
         let mut unknown = None;
         let mut thread_of = |builder: &mut Builder, index: u32| match threads

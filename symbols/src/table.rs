@@ -93,16 +93,7 @@ impl SymbolTable {
     /// Used by tests and by sources that are not parsed with `object`. All entries are
     /// treated as global, so among entries sharing a start address the longest wins.
     pub fn from_entries(entries: Vec<(u64, u64, String)>) -> SymbolTable {
-        let candidates = entries
-            .into_iter()
-            .map(|(start, size, name)| Candidate {
-                start,
-                size,
-                global: true,
-                name: Some(name),
-            })
-            .collect();
-        Self::build(candidates)
+        Self::from_functions(entries, &[])
     }
 
     /// Builds a table from named `(start, size, raw name)` entries and from the

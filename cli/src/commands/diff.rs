@@ -9,7 +9,7 @@ use btprof::formats::flamegraph::write_differential;
 use btprof::{report, FlamegraphOptions};
 use clap::{Args, ValueEnum};
 
-use super::{fail, read_profile, write_file, FormatArg};
+use super::{fail, read_profile, write_file, FormatArg, InputArgs};
 
 /// Compare two folded profiles; exit 1 if a function regressed
 ///
@@ -44,11 +44,16 @@ use super::{fail, read_profile, write_file, FormatArg};
   btprof diff base.folded new.folded --share total --skip-root --threshold 5")]
 pub struct DiffArgs {
     /// The base (before) profile: a folded file from btprof,
-    /// inferno-collapse-* or FlameGraph's stackcollapse*.
+    /// inferno-collapse-* or FlameGraph's stackcollapse*, or another
+    /// profiler's raw output (`perf script`, ...).
     pub base: PathBuf,
 
-    /// The new (after) profile, in the same format.
+    /// The new (after) profile, in the same format. Either side (not
+    /// both) can be `-`, standard input.
     pub new: PathBuf,
+
+    #[command(flatten)]
+    pub input: InputArgs,
 
     /// Smallest growth, in percentage points of all samples, that can be a
     /// regression.
@@ -144,7 +149,13 @@ pub fn run(args: &DiffArgs) -> ExitCode {
     if let Err(message) = options.validate() {
         return fail(message);
     }
-    let (base, new) = match (read_profile(&args.base), read_profile(&args.new)) {
+    if args.base.as_os_str() == "-" && args.new.as_os_str() == "-" {
+        return fail("only one side of a diff can be standard input (-)");
+    }
+    let (base, new) = match (
+        read_profile(&args.base, args.input),
+        read_profile(&args.new, args.input),
+    ) {
         (Ok(base), Ok(new)) => (base, new),
         (Err(message), _) | (_, Err(message)) => return fail(message),
     };
@@ -154,7 +165,6 @@ pub fn run(args: &DiffArgs) -> ExitCode {
 
     let style = FlamegraphOptions {
         title: args.title.clone(),
-        min_width: 0.1,
         ..FlamegraphOptions::default()
     };
     let outputs = [(&args.output, false), (&args.negated_output, true)];

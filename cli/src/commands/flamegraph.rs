@@ -3,23 +3,33 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use btprof::formats::flamegraph::DEFAULT_MIN_WIDTH;
 use btprof::FlamegraphOptions;
 use clap::Args;
 
-use super::{fail, read_profile, write_file};
+use super::{fail, read_profile, write_file, InputArgs};
 
 /// Draw a folded file as an SVG flamegraph.
 ///
 /// Any folded file works: btprof's own, or the output of inferno-collapse-*
-/// or FlameGraph's stackcollapse* scripts. Colours are a hash of each
+/// or FlameGraph's stackcollapse* scripts; so does another profiler's raw
+/// output that inferno's collapsers know (`perf script`, DTrace, ...).
+/// Frames narrower than --min-width are left out exactly as
+/// inferno-flamegraph leaves them out, so both draw the same graph.
+/// Colours are a hash of each
 /// function's name, so a function looks the same in every graph.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   btprof flamegraph btprof.folded                 writes btprof.svg
-  btprof flamegraph run.folded -o run.svg --title 'nightly run' --inverted")]
+  btprof flamegraph run.folded -o run.svg --title 'nightly run' --inverted
+  perf script | btprof flamegraph - -o perf.svg")]
 pub struct FlamegraphArgs {
-    /// The folded file to draw.
+    /// The folded file to draw (or another profiler's raw output, like
+    /// `perf script`); `-` reads standard input (then give -o).
     pub file: PathBuf,
+
+    #[command(flatten)]
+    pub input: InputArgs,
 
     /// Where to write the SVG [default: FILE with the extension .svg].
     #[arg(long, short)]
@@ -33,8 +43,10 @@ pub struct FlamegraphArgs {
     #[arg(long, visible_alias = "icicle")]
     pub inverted: bool,
 
-    /// Leave out frames narrower than this many pixels.
-    #[arg(long, default_value_t = 0.1, value_parser = parse_min_width)]
+    /// Leave out frames narrower than this percentage of the graph's
+    /// width: inferno-flamegraph's --minwidth, same unit and default, so
+    /// both draw the same frames. 0 keeps every frame.
+    #[arg(long, value_name = "PERCENT", default_value_t = DEFAULT_MIN_WIDTH, value_parser = parse_min_width)]
     pub min_width: f64,
 
     /// Image width in pixels.
@@ -44,9 +56,10 @@ pub struct FlamegraphArgs {
 
 fn parse_min_width(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(w) if w.is_finite() && w >= 0.0 => Ok(w),
+        Ok(w) if w.is_finite() && (0.0..=100.0).contains(&w) => Ok(w),
         _ => Err(format!(
-            "`{text}` is not a width: expected a number of pixels, 0 or more (like 0.1)"
+            "`{text}` is not a width: expected a percentage of the graph's width from 0 \
+             to 100 (like 0.01, the default, or 0.1)"
         )),
     }
 }
@@ -58,6 +71,9 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
         Some(path) => path.clone(),
         None => {
             let derived = args.file.with_extension("svg");
+            if args.file.as_os_str() == "-" {
+                return fail("reading standard input: give the output with -o");
+            }
             if derived == args.file {
                 return fail(format!(
                     "{} already ends in .svg: give the output with -o",
@@ -67,7 +83,7 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
             derived
         }
     };
-    let profile = match read_profile(&args.file) {
+    let profile = match read_profile(&args.file, args.input) {
         Ok(p) => p,
         Err(message) => return fail(message),
     };

@@ -6,14 +6,17 @@
 //! failed check (a regression, a failed self-check), 2 bad input or usage.
 
 pub mod diff;
+pub mod export;
 pub mod flamegraph;
 pub mod report;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::Path;
 use std::process::ExitCode;
 
+use btprof::folded::ReadOptions;
+use btprof::formats::output_file::PendingFile;
 use btprof::report::Format;
 use btprof::{Profile, RunInfo};
 use clap::{Subcommand, ValueEnum};
@@ -24,6 +27,7 @@ pub enum Command {
     Diff(diff::DiffArgs),
     Report(report::ReportArgs),
     Flamegraph(flamegraph::FlamegraphArgs),
+    Export(export::ExportArgs),
 }
 
 impl Command {
@@ -33,6 +37,7 @@ impl Command {
             Command::Diff(args) => diff::run(args),
             Command::Report(args) => report::run(args),
             Command::Flamegraph(args) => flamegraph::run(args),
+            Command::Export(args) => export::run(args),
         }
     }
 }
@@ -68,28 +73,61 @@ impl From<FormatArg> for Format {
     }
 }
 
-/// Reads a folded file and, when there is one, the run metadata sidecar
-/// beside it (`run.folded` -> `run.json`, as btprof writes them), which
-/// the diff uses to warn about runs that do not compare. The error names
-/// the file and what is wrong; a sidecar that cannot be read is only
-/// warned about, since the stacks are what is compared.
-pub(crate) fn read_profile(path: &Path) -> Result<Profile, String> {
-    let profile = Profile::read_folded(path).map_err(|e| e.to_string())?;
-    let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
-        eprintln!("btprof: warning: ignoring the run metadata: {e}");
-        None
-    });
+/// How the commands read their input files: `--lenient`.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct InputArgs {
+    /// Skip malformed lines (with a warning that counts them and names
+    /// the first few) instead of failing. Off by default: a regression
+    /// gate must not judge half a file.
+    #[arg(long)]
+    pub lenient: bool,
+}
+
+/// The name standard input goes by in messages.
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// Reads a profile: a folded file (btprof's, inferno-collapse-*,
+/// FlameGraph's stackcollapse*), or another profiler's raw output that
+/// inferno's collapsers know (`perf script`, DTrace, ...); `-` reads
+/// standard input. When there is one, the run metadata sidecar beside a
+/// file (`run.folded` -> `run.json`, as btprof writes them) comes along,
+/// which the diff uses to warn about runs that do not compare. The error
+/// names the file and what is wrong; a sidecar that cannot be read is
+/// only warned about, since the stacks are what is compared. What
+/// reading noticed (rounded counts, skipped lines) is printed as warnings.
+pub(crate) fn read_profile(path: &Path, input: InputArgs) -> Result<Profile, String> {
+    let options = ReadOptions {
+        lenient: input.lenient,
+    };
+    let ((profile, notes), info) = if path.as_os_str() == "-" {
+        let stdin = std::io::stdin().lock();
+        let read = Profile::read_folded_from_with(stdin, STDIN_NAME, options)
+            .map_err(|e| e.to_string())?;
+        (read, None)
+    } else {
+        let read = Profile::read_folded_with(path, options).map_err(|e| e.to_string())?;
+        let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
+            eprintln!("btprof: warning: ignoring the run metadata: {e}");
+            None
+        });
+        (read, info)
+    };
+    for warning in notes.warnings(profile.source()) {
+        eprintln!("btprof: warning: {warning}");
+    }
     Ok(profile.with_run_info(info))
 }
 
-/// Creates `path` and writes it with `write`; errors name the file.
+/// Writes `path` with `write`, all or nothing: through a temporary file
+/// renamed into place, so a failure leaves an existing file as it was
+/// (see `btprof::output_file`). Errors name the file.
 pub(crate) fn write_file(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<(), btprof::Error>,
 ) -> Result<(), String> {
-    let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let mut out = BufWriter::new(file);
-    write(&mut out)
-        .and_then(|()| out.flush().map_err(btprof::Error::Io))
-        .map_err(|e| format!("{}: {e}", path.display()))
+    // The helper's own errors already name the path.
+    let mut pending = PendingFile::create(path).map_err(|e| format!("cannot write {e}"))?;
+    write(pending.writer()).map_err(|e| format!("{}: {e}", path.display()))?;
+    pending.commit().map_err(|e| format!("cannot write {e}"))?;
+    Ok(())
 }

@@ -8,7 +8,7 @@ use btprof::analysis::functions::FunctionTable;
 use btprof::report;
 use clap::Args;
 
-use super::{fail, read_profile, FormatArg};
+use super::{fail, read_profile, FormatArg, InputArgs};
 
 /// Show a folded file's top functions by self and by total share.
 ///
@@ -20,11 +20,18 @@ use super::{fail, read_profile, FormatArg};
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   btprof report btprof.folded
-  btprof report --top 5 --skip-root --format markdown btprof.folded")]
+  btprof report --top 5 --skip-root --format markdown btprof.folded
+  perf script | inferno-collapse-perf | btprof report -
+  perf script | btprof report -")]
 pub struct ReportArgs {
     /// A folded file: btprof's own, or from inferno-collapse-* or
-    /// FlameGraph's stackcollapse* scripts (`frame;...;frame COUNT` lines).
+    /// FlameGraph's stackcollapse* scripts (`frame;...;frame COUNT` lines),
+    /// or another profiler's raw output (`perf script`, DTrace, ...); `-`
+    /// reads standard input.
     pub file: PathBuf,
+
+    #[command(flatten)]
+    pub input: InputArgs,
 
     /// How many functions each table lists; 0 lists all.
     #[arg(long, default_value_t = 20)]
@@ -42,7 +49,7 @@ pub struct ReportArgs {
 
 /// Prints the report: exit 0, or 2 when the file cannot be read.
 pub fn run(args: &ReportArgs) -> ExitCode {
-    let profile = match read_profile(&args.file) {
+    let profile = match read_profile(&args.file, args.input) {
         Ok(p) => p,
         Err(message) => return fail(message),
     };

@@ -8,16 +8,36 @@ use crate::analysis::diff::{
 };
 
 /// Which functions a text or Markdown table shows: the first `rows`
-/// (all when `None`), and every regressed one wherever it is.
+/// (all when `None`) in report order (regressions first, then the
+/// largest changes), every regressed one wherever it is, and none whose
+/// gated share is zero in both runs (a caller that is never a leaf, in
+/// a self-share diff: a row of zeros says nothing).
 fn shown(report: &DiffReport, rows: Option<usize>) -> Vec<&FunctionDiff> {
     let limit = rows.unwrap_or(usize::MAX);
+    let metric = report.options.metric;
     report
         .functions
         .iter()
+        .filter(|f| has_samples(f, metric))
         .enumerate()
         .filter(|(i, f)| *i < limit || f.verdict == Verdict::Regressed)
         .map(|(_, f)| f)
         .collect()
+}
+
+/// Whether the function has any samples of the gated kind in either run.
+fn has_samples(f: &FunctionDiff, metric: Metric) -> bool {
+    f.base.count(metric) > 0 || f.new.count(metric) > 0
+}
+
+/// Functions a table could list, rows of zeros left out.
+fn listable(report: &DiffReport) -> usize {
+    let metric = report.options.metric;
+    report
+        .functions
+        .iter()
+        .filter(|f| has_samples(f, metric))
+        .count()
 }
 
 fn verdict_word(f: &FunctionDiff) -> &'static str {
@@ -196,7 +216,7 @@ pub fn text(report: &DiffReport, rows: Option<usize>) -> String {
     out.push('\n');
     let shown = shown(report, rows);
     out.push_str(&table(&shown, false).to_text());
-    let hidden = report.functions.len() - shown.len();
+    let hidden = listable(report) - shown.len();
     if hidden > 0 {
         out.push_str(&format!(
             "  ... {hidden} more function(s) with smaller changes (--top 0 lists all)\n"
@@ -240,7 +260,7 @@ pub fn markdown(report: &DiffReport, rows: Option<usize>) -> String {
     }
     let shown = shown(report, rows);
     out.push_str(&table(&shown, true).to_markdown());
-    let hidden = report.functions.len() - shown.len();
+    let hidden = listable(report) - shown.len();
     if hidden > 0 {
         out.push_str(&format!(
             "\n{hidden} more function(s) with smaller changes not shown.\n"
@@ -331,7 +351,7 @@ pub fn json(report: &DiffReport) -> Value {
             "test": "one-sided pooled two-proportion z-test, Bonferroni-corrected",
         },
         "warnings": report.warnings,
-        "sorted_by": format!("{}_change_points, largest first", match o.metric {
+        "sorted_by": format!("regressions first, then absolute {}_change_points, largest first", match o.metric {
             Metric::SelfShare => "self",
             Metric::TotalShare => "total",
         }),
@@ -393,7 +413,42 @@ mod tests {
         let r = report();
         let out = text(&r, Some(0));
         assert!(out.contains("REGRESSED"), "{out}");
-        assert!(out.contains(&format!("{} more function(s)", r.functions.len() - 1)));
+        // Six functions, of which `t` and `main` have no self samples in
+        // either run: not rows to list.
+        assert_eq!(r.functions.len(), 6);
+        assert!(out.contains("3 more function(s)"), "{out}");
+    }
+
+    #[test]
+    fn top_rows_are_regressions_then_the_largest_changes_either_way() {
+        // `shrunk` falls by 8 points, `grew` rises by 2 (not significant),
+        // `hot` regresses by 10; `main` is never a leaf: zero in both runs.
+        let base = Profile::read_folded_from(
+            &b"t;main;hot 500\nt;main;shrunk 900\nt;main;grew 100\nt;main;cold 3500\n"[..],
+            "base.folded",
+        )
+        .unwrap();
+        let new = Profile::read_folded_from(
+            &b"t;main;hot 1000\nt;main;shrunk 500\nt;main;grew 200\nt;main;cold 3300\n"[..],
+            "new.folded",
+        )
+        .unwrap();
+        let r = compare(&base, &new, &DiffOptions::default());
+        let order: Vec<&str> = r.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(order[..3], ["hot", "shrunk", "cold"], "{order:?}");
+        let out = text(&r, Some(3));
+        let rows: Vec<&str> = out
+            .lines()
+            .filter(|l| l.ends_with(" hot") || l.ends_with(" shrunk") || l.ends_with(" cold"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{out}");
+        assert!(
+            !out.lines()
+                .any(|l| l.ends_with(" main") || l.ends_with(" t")),
+            "{out}"
+        );
+        // grew is the one row left out: main and t are zero rows, not hidden ones.
+        assert!(out.contains("1 more function(s)"), "{out}");
     }
 
     #[test]

@@ -5,22 +5,36 @@
 //! `;`, then whitespace and a sample count. Frames may contain spaces
 //! (`[unknown]`, `operator new`, thread names), so the count is the last
 //! whitespace-separated field and everything before it is the stack.
+//!
+//! What other tools write is read as they mean it:
+//! - an empty frame (`a;;b`, a trailing `;`, from a perf sample with an
+//!   address and no symbol) is [`UNKNOWN_FRAME`], as btprof names one;
+//! - a count written as a decimal (`31.0`, `10.`) is that integer, and a
+//!   real fraction (`14.23`) is rounded to the nearest one and reported;
+//! - `#` comment lines (austin's header) and blank lines are skipped.
 
 use std::fmt;
+
+use super::escape::escape;
+pub use crate::profile::UNKNOWN_FRAME;
+
+/// The largest sample count (per line, and in total) accepted: 2^53, the
+/// largest integer every consumer holds exactly (a `f64`, which shares and
+/// JSON numbers are). Larger counts are corrupt input or an overflow
+/// elsewhere; `inferno` would overflow on them.
+pub const MAX_COUNT: u64 = 1 << 53;
 
 /// Why a line is not a folded stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LineProblem {
     /// Nothing after the stack (no whitespace in the line).
     MissingCount,
-    /// The last field is not a non-negative integer.
+    /// The last field is not a non-negative number.
     BadCount(String),
-    /// The count does not fit in a `u64`.
+    /// The count is larger than [`MAX_COUNT`].
     CountTooLarge(String),
     /// Only a count, no frames.
     NoFrames,
-    /// `;;`, or `;` at either end of the stack.
-    EmptyFrame,
     /// Two counts at the end: differential output, not a plain profile.
     TwoCounts,
     /// The line is longer than any real stack (a binary or corrupt file).
@@ -28,7 +42,7 @@ pub enum LineProblem {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// The samples so far overflow a `u64`.
+    /// The samples so far add up to more than [`MAX_COUNT`].
     TotalOverflow,
 }
 
@@ -39,15 +53,14 @@ impl fmt::Display for LineProblem {
             LineProblem::MissingCount => write!(f, "no sample count at the end ({SHAPE})"),
             LineProblem::BadCount(count) => write!(
                 f,
-                "`{count}` is not a sample count ({SHAPE} with COUNT a non-negative integer)"
+                "`{count}` is not a sample count ({SHAPE} with COUNT a non-negative number)"
             ),
-            LineProblem::CountTooLarge(count) => {
-                write!(f, "the sample count `{count}` is larger than {}", u64::MAX)
-            }
+            LineProblem::CountTooLarge(count) => write!(
+                f,
+                "the sample count `{count}` is larger than 2^53 = {MAX_COUNT}, the largest \
+                 count btprof reads exactly: the file is corrupt or was written after an overflow"
+            ),
             LineProblem::NoFrames => write!(f, "no frames before the sample count ({SHAPE})"),
-            LineProblem::EmptyFrame => {
-                f.write_str("an empty frame name (`;;`, or `;` at the start or end of the stack)")
-            }
             LineProblem::TwoCounts => f.write_str(
                 "two sample counts at the end: this looks like differential folded output; \
                  btprof reads plain folded files with one count per line",
@@ -57,24 +70,42 @@ impl fmt::Display for LineProblem {
                 "the line is longer than {} MiB: this does not look like a folded file",
                 limit >> 20
             ),
-            LineProblem::TotalOverflow => {
-                write!(f, "the total sample count is larger than {}", u64::MAX)
-            }
+            LineProblem::TotalOverflow => write!(
+                f,
+                "the samples add up to more than 2^53 = {MAX_COUNT}, the largest total \
+                 btprof counts exactly"
+            ),
         }
     }
 }
 
-/// A parsed line: the stack (frames joined by `;`, validated) and count.
+/// A parsed line: the stack (frames joined by `;`; an empty frame means
+/// [`UNKNOWN_FRAME`]) and count.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Line<'a> {
     pub(crate) stack: &'a str,
     pub(crate) count: u64,
+    /// The count had a fractional part that was rounded away.
+    pub(crate) rounded: bool,
 }
 
-/// Parses one line; `Ok(None)` for a blank one.
+impl<'a> Line<'a> {
+    /// The frames, root first, empty ones named [`UNKNOWN_FRAME`].
+    pub(crate) fn frames(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.stack.split(';').map(|f| {
+            if f.trim_matches(is_space).is_empty() {
+                UNKNOWN_FRAME
+            } else {
+                f
+            }
+        })
+    }
+}
+
+/// Parses one line; `Ok(None)` for a blank or comment line.
 pub(crate) fn parse_line(line: &str) -> Result<Option<Line<'_>>, LineProblem> {
     let line = line.trim();
-    if line.is_empty() {
+    if line.is_empty() || is_comment(line) {
         return Ok(None);
     }
     let Some((stack, count)) = line.rsplit_once(is_space) else {
@@ -84,7 +115,7 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<Line<'_>>, LineProblem> {
             LineProblem::MissingCount
         });
     };
-    let count = parse_count(count)?;
+    let (count, rounded) = parse_count(count)?;
     let stack = stack.trim_end_matches(is_space);
     if stack
         .rsplit_once(is_space)
@@ -92,28 +123,49 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<Line<'_>>, LineProblem> {
     {
         return Err(LineProblem::TwoCounts);
     }
-    if stack.starts_with(';') || stack.ends_with(';') || stack.contains(";;") {
-        return Err(LineProblem::EmptyFrame);
-    }
-    Ok(Some(Line { stack, count }))
+    Ok(Some(Line {
+        stack,
+        count,
+        rounded,
+    }))
+}
+
+/// `# ...` (austin's header, comments in hand-written files) or a lone `#`.
+fn is_comment(line: &str) -> bool {
+    line == "#" || line.starts_with("# ") || line.starts_with("#\t")
 }
 
 fn is_space(c: char) -> bool {
     c == ' ' || c == '\t'
 }
 
+/// Digits, optionally with a decimal point and more digits: `12`, `31.0`,
+/// `10.`, `14.23`.
 fn is_count(field: &str) -> bool {
-    !field.is_empty() && field.bytes().all(|b| b.is_ascii_digit())
+    let (int, frac) = field.split_once('.').unwrap_or((field, ""));
+    !int.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit())
 }
 
-fn parse_count(field: &str) -> Result<u64, LineProblem> {
+/// The count, rounded to the nearest integer (ties up), and whether a
+/// non-zero fraction was rounded away.
+fn parse_count(field: &str) -> Result<(u64, bool), LineProblem> {
     // `u64::from_str` also takes `+5`; a count is digits only.
     if !is_count(field) {
-        return Err(LineProblem::BadCount(field.to_owned()));
+        return Err(LineProblem::BadCount(escape(field)));
     }
-    field
-        .parse()
-        .map_err(|_| LineProblem::CountTooLarge(field.to_owned()))
+    let too_large = || LineProblem::CountTooLarge(escape(field));
+    let (int, frac) = field.split_once('.').unwrap_or((field, ""));
+    let mut count: u64 = int.parse().map_err(|_| too_large())?;
+    let rounded = frac.bytes().any(|b| b != b'0');
+    if frac.as_bytes().first().is_some_and(|&d| d >= b'5') {
+        count = count.checked_add(1).ok_or_else(too_large)?;
+    }
+    if count > MAX_COUNT {
+        return Err(too_large());
+    }
+    Ok((count, rounded))
 }
 
 #[cfg(test)]
@@ -123,6 +175,10 @@ mod tests {
     fn ok(line: &str) -> (&str, u64) {
         let l = parse_line(line).unwrap().unwrap();
         (l.stack, l.count)
+    }
+
+    fn frames(line: &str) -> Vec<&str> {
+        parse_line(line).unwrap().unwrap().frames().collect()
     }
 
     #[test]
@@ -149,9 +205,36 @@ mod tests {
     }
 
     #[test]
-    fn blank_lines_are_skipped() {
+    fn blank_and_comment_lines_are_skipped() {
         assert_eq!(parse_line(""), Ok(None));
         assert_eq!(parse_line("   \r\n"), Ok(None));
+        assert_eq!(parse_line("# austin: 3.6.0"), Ok(None));
+        assert_eq!(parse_line("#"), Ok(None));
+        // A frame that merely starts with `#` is still a stack.
+        assert_eq!(ok("#main;f 2"), ("#main;f", 2));
+    }
+
+    #[test]
+    fn empty_frames_are_unknown() {
+        assert_eq!(frames("a;;b 1"), ["a", UNKNOWN_FRAME, "b"]);
+        assert_eq!(frames(";a 1"), [UNKNOWN_FRAME, "a"]);
+        assert_eq!(frames("a; 1"), ["a", UNKNOWN_FRAME]);
+        assert_eq!(frames("a;  10"), ["a", UNKNOWN_FRAME]);
+        assert_eq!(frames("a;  ;b 10"), ["a", UNKNOWN_FRAME, "b"]);
+    }
+
+    #[test]
+    fn decimal_counts_are_integers_and_fractions_round() {
+        let count = |line| {
+            let l = parse_line(line).unwrap().unwrap();
+            (l.count, l.rounded)
+        };
+        assert_eq!(count("a 31.0"), (31, false));
+        assert_eq!(count("a 10."), (10, false));
+        assert_eq!(count("a 7.000"), (7, false));
+        assert_eq!(count("a 14.23"), (14, true));
+        assert_eq!(count("a 14.5"), (15, true));
+        assert_eq!(count("a 0.7"), (1, true));
     }
 
     #[test]
@@ -161,16 +244,15 @@ mod tests {
             ("main;foo bar", LineProblem::BadCount("bar".into())),
             ("main;foo -3", LineProblem::BadCount("-3".into())),
             ("main;foo +3", LineProblem::BadCount("+3".into())),
-            ("main;foo 1.5", LineProblem::BadCount("1.5".into())),
+            ("main;foo .5", LineProblem::BadCount(".5".into())),
+            ("main;foo 1.5.2", LineProblem::BadCount("1.5.2".into())),
+            ("main;foo 1e3", LineProblem::BadCount("1e3".into())),
             ("main;foo 0x10", LineProblem::BadCount("0x10".into())),
             (
                 "main;foo 18446744073709551616",
                 LineProblem::CountTooLarge("18446744073709551616".into()),
             ),
             ("42", LineProblem::NoFrames),
-            ("main;;foo 1", LineProblem::EmptyFrame),
-            (";main 1", LineProblem::EmptyFrame),
-            ("main; 1", LineProblem::EmptyFrame),
             ("main;foo 10 12", LineProblem::TwoCounts),
         ];
         for (line, want) in cases {
@@ -179,8 +261,18 @@ mod tests {
     }
 
     #[test]
-    fn the_largest_count_fits() {
-        assert_eq!(ok("a 18446744073709551615").1, u64::MAX);
+    fn counts_above_2_pow_53_are_rejected() {
+        assert_eq!(ok("a 9007199254740992").1, MAX_COUNT);
+        for too_large in [
+            "9007199254740993",
+            "18446744073709551615",
+            "9007199254740992.5",
+        ] {
+            assert_eq!(
+                parse_line(&format!("a {too_large}")),
+                Err(LineProblem::CountTooLarge(too_large.into()))
+            );
+        }
     }
 
     #[test]
@@ -188,5 +280,8 @@ mod tests {
         let text = LineProblem::BadCount("bar".into()).to_string();
         assert!(text.contains("`bar`") && text.contains("COUNT"), "{text}");
         assert!(LineProblem::TwoCounts.to_string().contains("differential"));
+        assert!(LineProblem::CountTooLarge("1".into())
+            .to_string()
+            .contains("2^53"));
     }
 }

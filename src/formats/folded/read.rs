@@ -1,5 +1,7 @@
 //! Reading folded files: from btprof, `inferno-collapse-*` or FlameGraph's
-//! `stackcollapse*` scripts, into a [`Profile`] with names only.
+//! `stackcollapse*` scripts, into a [`Profile`] with names only, with the
+//! quirks of what other tools write (see `line.rs`); and other profilers'
+//! raw output (`perf script`, ...), collapsed through `inferno` first.
 //!
 //! Reading is streaming: a file is read one line at a time through a
 //! buffer and identical stacks are merged as they arrive, so a 100 MB file
@@ -10,7 +12,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use super::line::{self, LineProblem};
+use inferno::collapse::Collapse;
+
+use super::escape::escape;
+use super::line::{self, LineProblem, MAX_COUNT};
 use super::read_error::ReadError;
 use crate::profile::{Builder, Profile};
 
@@ -23,14 +28,27 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 const READ_BUFFER_BYTES: usize = 256 << 10;
 
 impl Profile {
-    /// Reads the folded file at `path`; errors name it as given.
+    /// Reads the folded file at `path`; errors name it as given. What
+    /// reading noticed without failing is dropped: use
+    /// [`Profile::read_folded_with`] to show it.
     pub fn read_folded(path: impl AsRef<Path>) -> Result<Profile, ReadError> {
+        Self::read_folded_with(path, ReadOptions::default()).map(|(profile, _)| profile)
+    }
+
+    /// [`Profile::read_folded`] with options, and what reading noticed
+    /// (rounded counts, skipped lines, raw input collapsed).
+    pub fn read_folded_with(
+        path: impl AsRef<Path>,
+        options: ReadOptions,
+    ) -> Result<(Profile, ReadNotes), ReadError> {
         let path = path.as_ref();
-        let source = path.display().to_string();
+        let source = escape(&path.display().to_string());
         match File::open(path) {
-            Ok(file) => {
-                Self::read_folded_from(BufReader::with_capacity(READ_BUFFER_BYTES, file), source)
-            }
+            Ok(file) => Self::read_folded_from_with(
+                BufReader::with_capacity(READ_BUFFER_BYTES, file),
+                source,
+                options,
+            ),
             Err(error) => Err(ReadError::Io {
                 source,
                 line: None,
@@ -41,64 +59,222 @@ impl Profile {
 
     /// Reads folded lines from `reader`, naming it `source` in errors.
     ///
-    /// Blank lines are skipped. A line that is not `frames COUNT`, a file
-    /// with no stacks and a file whose counts are all 0 are errors: a
-    /// comparison against nothing would only mislead. Invalid UTF-8 is
-    /// replaced (U+FFFD) rather than rejected, as `inferno` does.
+    /// Blank lines and `#` comment lines are skipped; empty frames are
+    /// read as `[unknown]`; decimal counts are read as integers (real
+    /// fractions rounded, and counted in [`ReadNotes`]). A line that is
+    /// not `frames COUNT`, a count above 2^53, a file with no stacks and a
+    /// file whose counts are all 0 are errors: a comparison against
+    /// nothing would only mislead. Invalid UTF-8 is replaced (U+FFFD)
+    /// rather than rejected, as `inferno` does.
+    ///
+    /// Input whose first stack line is not folded is tried as another
+    /// profiler's raw output (`perf script`, DTrace, macOS `sample`,
+    /// VTune, ...) with `inferno`'s collapsers and their format guesser.
     pub fn read_folded_from<R: BufRead>(
-        mut reader: R,
+        reader: R,
         source: impl Into<String>,
     ) -> Result<Profile, ReadError> {
+        Self::read_folded_from_with(reader, source, ReadOptions::default())
+            .map(|(profile, _)| profile)
+    }
+
+    /// [`Profile::read_folded_from`] with options, and what reading
+    /// noticed.
+    pub fn read_folded_from_with<R: BufRead>(
+        mut reader: R,
+        source: impl Into<String>,
+        options: ReadOptions,
+    ) -> Result<(Profile, ReadNotes), ReadError> {
         let source = source.into();
-        let mut builder = Builder::new();
-        let mut buf = Vec::with_capacity(1024);
-        let (mut line_no, mut had_stacks) = (0u64, false);
-        loop {
-            buf.clear();
-            let read = (&mut reader)
-                .take(MAX_LINE_BYTES as u64 + 1)
-                .read_until(b'\n', &mut buf);
-            match read {
-                Ok(0) => break,
-                Ok(_) => line_no += 1,
-                // `read_until` itself retries on `Interrupted`.
-                Err(error) => {
-                    return Err(ReadError::Io {
-                        source,
-                        line: Some(line_no + 1),
-                        error,
-                    })
+        let io_error = |source: &str, error| ReadError::Io {
+            source: source.to_owned(),
+            line: Some(1),
+            error,
+        };
+        let folded = match reader.fill_buf() {
+            Ok(start) => starts_like_folded(start),
+            Err(error) => return Err(io_error(&source, error)),
+        };
+        if folded {
+            return parse(reader, source, options);
+        }
+        // Another profiler's raw output, or not a profile at all. The
+        // collapsers consume what they read, so the input is kept to be
+        // parsed as folded (for its error message) if none applies.
+        let mut input = Vec::new();
+        if let Err(error) = reader.read_to_end(&mut input) {
+            return Err(io_error(&source, error));
+        }
+        let mut collapsed = Vec::new();
+        let guessed =
+            inferno::collapse::guess::Folder::default().collapse(&input[..], &mut collapsed);
+        if guessed.is_ok() && !collapsed.is_empty() {
+            drop(input);
+            let (profile, mut notes) = parse(&collapsed[..], source, options)?;
+            notes.collapsed = true;
+            return Ok((profile, notes));
+        }
+        parse(&input[..], source, options)
+    }
+}
+
+/// The folded-format reader proper.
+fn parse<R: BufRead>(
+    mut reader: R,
+    source: String,
+    options: ReadOptions,
+) -> Result<(Profile, ReadNotes), ReadError> {
+    let mut builder = Builder::new();
+    let mut notes = ReadNotes::default();
+    let mut buf = Vec::with_capacity(1024);
+    let (mut line_no, mut had_stacks) = (0u64, false);
+    loop {
+        buf.clear();
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf);
+        match read {
+            Ok(0) => break,
+            Ok(_) => line_no += 1,
+            // `read_until` itself retries on `Interrupted`.
+            Err(error) => {
+                return Err(ReadError::Io {
+                    source,
+                    line: Some(line_no + 1),
+                    error,
+                })
+            }
+        }
+        let text = match std::str::from_utf8(&buf) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(&buf),
+        };
+        let parsed = if buf.len() > MAX_LINE_BYTES {
+            Err(LineProblem::TooLong {
+                limit: MAX_LINE_BYTES,
+            })
+        } else {
+            line::parse_line(&text)
+        };
+        let line = match parsed {
+            Ok(Some(line)) => line,
+            Ok(None) => continue,
+            // A line too long to be a stack is not skipped: the rest of it
+            // would be read as more lines.
+            Err(problem) if options.lenient && !matches!(problem, LineProblem::TooLong { .. }) => {
+                notes.skipped_lines += 1;
+                if notes.first_skipped.len() < SKIPPED_NAMED {
+                    notes
+                        .first_skipped
+                        .push(ReadError::malformed(&source, line_no, &buf, problem).to_string());
                 }
-            }
-            let text = match std::str::from_utf8(&buf) {
-                Ok(text) => Cow::Borrowed(text),
-                Err(_) => String::from_utf8_lossy(&buf),
-            };
-            let bad = |problem| ReadError::malformed(&source, line_no, &text, problem);
-            if buf.len() > MAX_LINE_BYTES {
-                return Err(bad(LineProblem::TooLong {
-                    limit: MAX_LINE_BYTES,
-                }));
-            }
-            let Some(line) = line::parse_line(&text).map_err(bad)? else {
                 continue;
-            };
-            had_stacks = true;
-            builder
-                .add_folded(line.stack.split(';'), line.count)
-                // More than 4 billion distinct names would not fit in
-                // memory long before the ids run out; say so rather than
-                // wrap.
-                .map_err(|_| bad(LineProblem::TotalOverflow))?;
+            }
+            Err(problem) => return Err(ReadError::malformed(&source, line_no, &buf, problem)),
+        };
+        had_stacks = true;
+        notes.rounded_lines += u64::from(line.rounded);
+        let bad = |problem| ReadError::malformed(&source, line_no, &buf, problem);
+        // Counts are at most 2^53 each; so is the total, which every
+        // consumer (shares, JSON) then holds exactly.
+        if builder.total_samples().saturating_add(line.count) > MAX_COUNT {
+            return Err(bad(LineProblem::TotalOverflow));
         }
-        if builder.total_samples() == 0 {
-            return Err(ReadError::Empty {
-                source,
-                lines: line_no,
-                had_stacks,
-            });
+        builder
+            .add_folded(line.frames(), line.count)
+            // More than 4 billion distinct names would not fit in memory
+            // long before the ids run out; say so rather than wrap.
+            .map_err(|_| bad(LineProblem::TotalOverflow))?;
+    }
+    if builder.total_samples() == 0 {
+        return Err(ReadError::Empty {
+            source,
+            lines: line_no,
+            had_stacks,
+        });
+    }
+    Ok((builder.finish_read(source), notes))
+}
+
+/// Whether the input's first stack line (after blank and comment lines)
+/// is a folded line. Undecided (only a line cut off by the buffer after
+/// comments) counts as folded: the folded reader then says what is wrong.
+/// Either answer reads a folded file right; "no" only costs memory.
+fn starts_like_folded(start: &[u8]) -> bool {
+    let mut lines = start.split(|&b| b == b'\n').enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
+        if i > 0 && lines.peek().is_none() && !start.ends_with(b"\n") {
+            return true; // perhaps cut off by the buffer
         }
-        Ok(builder.finish_read(source))
+        match line::parse_line(&String::from_utf8_lossy(line)) {
+            Ok(None) => continue,
+            Ok(Some(_)) => return true,
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// How to read a folded file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Skip malformed lines (counted and reported in [`ReadNotes`])
+    /// instead of failing on the first, as `inferno` does. Off by
+    /// default: a regression gate must not judge half a file.
+    pub lenient: bool,
+}
+
+/// What reading a file noticed without failing: things a user should be
+/// told (see [`ReadNotes::warnings`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadNotes {
+    /// Lines whose count had a fraction, rounded to the nearest integer.
+    pub rounded_lines: u64,
+    /// Malformed lines skipped (only with [`ReadOptions::lenient`]).
+    pub skipped_lines: u64,
+    /// The first few skipped lines: `source:line: problem: text`.
+    pub first_skipped: Vec<String>,
+    /// The input was another profiler's raw output (`perf script`,
+    /// DTrace, ...), collapsed with `inferno`'s collapsers first.
+    pub collapsed: bool,
+}
+
+/// How many skipped lines [`ReadNotes::first_skipped`] names.
+const SKIPPED_NAMED: usize = 3;
+
+impl ReadNotes {
+    /// One warning per thing noticed, for a person to read.
+    pub fn warnings(&self, source: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.collapsed {
+            out.push(format!(
+                "{source} is not a folded file: read it as another profiler's output, \
+                 collapsed with inferno (for perf, counts are the samples' periods, as \
+                 stackcollapse-perf.pl gives them)"
+            ));
+        }
+        if self.rounded_lines > 0 {
+            out.push(format!(
+                "{source}: {} line(s) had fractional sample counts, rounded to the nearest integer",
+                self.rounded_lines
+            ));
+        }
+        if self.skipped_lines > 0 {
+            let more = self.skipped_lines - self.first_skipped.len() as u64;
+            let mut w = format!(
+                "{source}: skipped {} malformed line(s) (--lenient):",
+                self.skipped_lines
+            );
+            for line in &self.first_skipped {
+                w.push_str("\n  ");
+                w.push_str(line);
+            }
+            if more > 0 {
+                w.push_str(&format!("\n  ... and {more} more"));
+            }
+            out.push(w);
+        }
+        out
     }
 }
 
@@ -179,7 +355,7 @@ mod tests {
 
     #[test]
     fn an_overflowing_total_is_an_error() {
-        let text = format!("a {}\nb 1\n", u64::MAX);
+        let text = format!("a {MAX_COUNT}\nb 1\n");
         let err = read(&text).unwrap_err();
         assert!(
             matches!(
@@ -217,5 +393,132 @@ mod tests {
     fn invalid_utf8_is_replaced_not_fatal() {
         let p = Profile::read_folded_from(&b"main;f\xffo 2\n"[..], "u").unwrap();
         assert_eq!(lines(&p), ["main;f\u{fffd}o 2"]);
+    }
+    #[test]
+    fn awkward_names_round_trip() {
+        let awkward = [
+            ";",
+            "a;b",
+            "ends with number 42",
+            "version 1.5",
+            "<alloc::vec::Vec<T> as Drop>::drop",
+            "{closure#0}",
+            " padded ",
+            "",
+            "tab\tinside",
+            "f\u{fffd}o (was not UTF-8)",
+            "\u{2014}dash",
+        ];
+        let mut b = crate::profile::Builder::new();
+        let t = b.thread("main thread 1", None).unwrap();
+        for (i, name) in awkward.iter().enumerate() {
+            // Each awkward name as the leaf, and in the middle.
+            b.add_stack(Some(t), ["root", name], false, i as u64 + 1)
+                .unwrap();
+            b.add_stack(Some(t), ["root", name, "leaf"], false, i as u64 + 100)
+                .unwrap();
+        }
+        let profile = b.finish(crate::Stats::new(&Default::default()));
+        let written = lines(&profile);
+        let text = written.join("\n") + "\n";
+        let (read, notes) =
+            Profile::read_folded_from_with(text.as_bytes(), "w", ReadOptions::default()).unwrap();
+        assert_eq!(notes, ReadNotes::default());
+        let mut a = lines(&read);
+        let mut b = written.clone();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "the file reads back to the profile");
+        assert_eq!(read.distinct_stacks(), 2 * awkward.len());
+        // And what btprof read, it writes back the same.
+        let again = lines(&read).join("\n") + "\n";
+        let reread = Profile::read_folded_from(again.as_bytes(), "again").unwrap();
+        assert_eq!(lines(&reread), lines(&read));
+        for line in lines(&read) {
+            let (_, count) = line.rsplit_once(' ').unwrap();
+            assert!(count.parse::<u64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn non_utf8_files_round_trip() {
+        let p = Profile::read_folded_from(&b"main;f\xffo 2\nmain;\xc3 1\n"[..], "u").unwrap();
+        let out = lines(&p).join("\n") + "\n";
+        let back = Profile::read_folded_from(out.as_bytes(), "back").unwrap();
+        assert_eq!(lines(&back), lines(&p));
+    }
+
+    #[test]
+    fn quirks_of_other_tools_are_read() {
+        let text = "# austin: 3.6.0\n# mode: cpu\n\na;;b 31.0\na; 10.\nc 14.23\nc 0.5\n";
+        let (p, notes) =
+            Profile::read_folded_from_with(text.as_bytes(), "t.folded", ReadOptions::default())
+                .unwrap();
+        assert_eq!(lines(&p), ["a;[unknown];b 31", "a;[unknown] 10", "c 15"]);
+        assert_eq!(notes.rounded_lines, 2);
+        let warnings = notes.warnings("t.folded");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("2 line(s)"), "{warnings:?}");
+    }
+
+    #[test]
+    fn lenient_reading_skips_and_names_bad_lines() {
+        let text = "a 1\nbad\nb 2\nc x\nd 3 4\ne \x1b 5z\nf 3\n";
+        assert!(read(text).is_err(), "strict by default");
+        let (p, notes) = Profile::read_folded_from_with(
+            text.as_bytes(),
+            "t.folded",
+            ReadOptions { lenient: true },
+        )
+        .unwrap();
+        assert_eq!(p.total_samples(), 6);
+        assert_eq!(notes.skipped_lines, 4);
+        assert_eq!(notes.first_skipped.len(), 3);
+        assert!(
+            notes.first_skipped[0].starts_with("t.folded:2: "),
+            "{notes:?}"
+        );
+        let w = notes.warnings("t.folded").join("\n");
+        assert!(
+            w.contains("skipped 4 malformed line(s)") && w.contains("and 1 more"),
+            "{w}"
+        );
+        assert!(!w.contains('\x1b'), "escaped: {w:?}");
+    }
+
+    #[test]
+    fn counts_above_2_pow_53_name_the_line() {
+        let err = read("a 1\nb 9007199254740993\n").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReadError::Malformed {
+                    line: 2,
+                    problem: LineProblem::CountTooLarge(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with("t.folded:2: "), "{err}");
+    }
+
+    #[test]
+    fn perf_script_output_is_collapsed_through_inferno() {
+        let perf = "burn 31861  1528.428364:    1003009 cpu-clock:u: \n\
+                    \t            1152 inner+0x19 (/tmp/burn)\n\
+                    \t            1205 main+0x18 (/tmp/burn)\n\
+                    \n\
+                    burn 31861  1528.435356:    1003009 cpu-clock:u: \n\
+                    \t            1152 inner+0x19 (/tmp/burn)\n\
+                    \t            1205 main+0x18 (/tmp/burn)\n\
+                    \n";
+        let (p, notes) =
+            Profile::read_folded_from_with(perf.as_bytes(), "perf", ReadOptions::default())
+                .unwrap();
+        assert!(notes.collapsed);
+        // inferno weighs perf samples by their period (here nanoseconds
+        // of cpu-clock), as stackcollapse-perf.pl does.
+        assert_eq!(lines(&p), ["burn;main;inner 2006018"]);
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io;
 
+use super::escape::escape_bytes;
 use super::line::LineProblem;
 
 /// Longest excerpt of a bad line quoted in an error, in characters.
@@ -27,7 +28,8 @@ pub enum ReadError {
         source: String,
         /// The 1-based line number.
         line: u64,
-        /// The line, shortened to a readable excerpt if it is long.
+        /// The line, shortened to a readable excerpt if it is long, with
+        /// non-printable bytes escaped (`\x1b`, `\xff`).
         text: String,
         /// What is wrong with it.
         problem: LineProblem,
@@ -53,7 +55,7 @@ impl ReadError {
         }
     }
 
-    pub(crate) fn malformed(source: &str, line: u64, text: &str, problem: LineProblem) -> Self {
+    pub(crate) fn malformed(source: &str, line: u64, text: &[u8], problem: LineProblem) -> Self {
         ReadError::Malformed {
             source: source.to_owned(),
             line,
@@ -63,13 +65,17 @@ impl ReadError {
     }
 }
 
-/// `text` without its line ending, cut to [`EXCERPT_CHARS`] characters
-/// with a note of how much was left out.
-fn excerpt(text: &str) -> String {
-    let text = text.trim_end_matches(['\r', '\n']);
+/// `text` without its line ending, escaped for a terminal, cut to
+/// [`EXCERPT_CHARS`] characters with a note of how much was left out.
+fn excerpt(text: &[u8]) -> String {
+    let mut end = text.len();
+    while end > 0 && matches!(text[end - 1], b'\r' | b'\n') {
+        end -= 1;
+    }
+    let text = escape_bytes(&text[..end]);
     let total = text.chars().count();
     if total <= EXCERPT_CHARS {
-        return text.to_owned();
+        return text;
     }
     let head: String = text.chars().take(EXCERPT_CHARS).collect();
     format!("{head}... ({} more characters)", total - EXCERPT_CHARS)
@@ -129,11 +135,27 @@ mod tests {
     #[test]
     fn long_lines_are_cut_with_a_note() {
         let long = "x".repeat(EXCERPT_CHARS + 40);
-        let e = ReadError::malformed("f.folded", 9, &long, LineProblem::MissingCount);
+        let e = ReadError::malformed("f.folded", 9, long.as_bytes(), LineProblem::MissingCount);
         let text = e.to_string();
         assert!(text.starts_with("f.folded:9: no sample count"), "{text}");
         assert!(text.ends_with("... (40 more characters)"), "{text}");
         assert!(text.len() < EXCERPT_CHARS + 200);
+    }
+
+    #[test]
+    fn binary_text_is_escaped_not_echoed() {
+        let e = ReadError::malformed(
+            "bin",
+            1,
+            b"\x7fELF\x02\x01\x1b[31m\xff\r\n",
+            LineProblem::MissingCount,
+        );
+        let text = e.to_string();
+        assert!(
+            text.ends_with("the line: \\x7fELF\\x02\\x01\\x1b[31m\\xff"),
+            "{text}"
+        );
+        assert!(!text.bytes().any(|b| b < 0x20 && b != b'\n'), "{text:?}");
     }
 
     #[test]

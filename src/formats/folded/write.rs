@@ -146,6 +146,45 @@ mod tests {
     }
 
     #[test]
+    fn names_ending_in_a_number_keep_one_count_per_line() {
+        assert_eq!(sanitize_frame("ends with number 42"), "ends with number_42");
+        assert_eq!(sanitize_frame("version 1.5"), "version_1.5");
+        assert_eq!(sanitize_frame("tab\t7"), "tab_7");
+        assert_eq!(sanitize_frame("spaces   3  "), "spaces_3");
+        // Digits glued to the name, or inside it, are no count.
+        assert_eq!(sanitize_frame("worker-3"), "worker-3");
+        assert_eq!(sanitize_frame("thread 3 of 4x"), "thread 3 of 4x");
+        let p = recording(&[("t", &["ends with number 42"], false, 5)]);
+        assert_eq!(
+            p.folded_lines(FoldOptions::default()),
+            ["t;ends with number_42 5"]
+        );
+    }
+
+    #[test]
+    fn sanitizing_is_idempotent() {
+        for name in [
+            "",
+            " ",
+            " a ",
+            "a;b",
+            "x 42",
+            "x 4 2",
+            "a\n1",
+            "\t9",
+            "[u8; 8] 3",
+            "; 5",
+        ] {
+            let once = sanitize_frame(name).into_owned();
+            assert_eq!(sanitize_frame(&once), once, "{name:?}");
+            assert!(
+                !once.is_empty() && !once.contains(';'),
+                "{name:?} -> {once:?}"
+            );
+        }
+    }
+
+    #[test]
     fn lines_are_sorted_and_duplicates_summed() {
         let p = recording(&[
             ("t2", &["a", "b"], false, 1),
