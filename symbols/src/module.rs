@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
-use object::Object;
 
 use crate::debug_files::{self, DebugSearch};
 use crate::demangle::Demangler;
@@ -215,13 +214,12 @@ fn load_dwarf(file: &DwarfFile) -> Option<Dwarf> {
     match file {
         DwarfFile::Elf(path) => {
             let data = crate::mapped_file::FileBytes::open(path).ok()?;
-            Dwarf::load(&object::File::parse(&*data).ok()?)
+            Dwarf::load(Arc::new(data))
         }
         DwarfFile::Dsym { binary, uuid } => {
+            // `find_dsym` keeps the file only when its UUID is `uuid`.
             let found = debug_files::find_dsym(binary, *uuid)?;
-            let file = object::File::parse(&*found.data).ok()?;
-            debug_assert_eq!(file.mach_uuid().ok().flatten(), Some(*uuid));
-            Dwarf::load(&file)
+            Dwarf::load(Arc::new(found.data))
         }
     }
 }
