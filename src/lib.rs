@@ -43,7 +43,7 @@ pub use formats::folded::{self as folded, FoldOptions, ReadError};
 pub use profile::{Profile, RunInfo, Stack};
 pub use record::lost_samples::signal_blocked_warnings;
 pub use record::scope::{self as scope, profile_scope, ProfileScope};
-pub use record::{register_current_thread, DumpStats, Profiler, ProfilerBuilder};
+pub use record::{register_current_thread, DumpStats, Profiler, ProfilerBuilder, Symbolize};
 
 /// This btprof's version, as written into run metadata.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use btprof::folded::TABLE_FULL_FRAME;
 use btprof::scope::ScopeBuilder;
-use btprof::{Profiler, RunInfo};
+use btprof::{Profiler, RunInfo, Symbolize};
 
 /// One profiler per process: tests in this file take turns.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -137,6 +137,12 @@ fn periodic_dumps_add_up_to_the_whole_run() {
     let dir = scratch("dumps");
     let work = busy("dumped");
     let profiler = Profiler::builder()
+        // Window timing is tested here, not symbolisation: the first
+        // DWARF load of this unoptimised test binary (full debug info, all
+        // dependencies) takes seconds under load and would merge windows.
+        .symbolize(Symbolize {
+            inline_frames: false,
+        })
         .dump_every(Duration::from_millis(200))
         .dump_dir(&dir)
         .dump_svg(true)
@@ -187,6 +193,12 @@ fn keep_deletes_the_oldest_windows() {
     fs::write(dir.join("someone-elses.folded"), "a;b 1\n").unwrap();
     let _work = busy("kept");
     let profiler = Profiler::builder()
+        // Window timing is tested here, not symbolisation: the first
+        // DWARF load of this unoptimised test binary (full debug info, all
+        // dependencies) takes seconds under load and would merge windows.
+        .symbolize(Symbolize {
+            inline_frames: false,
+        })
         .dump_every(Duration::from_millis(100))
         .dump_dir(&dir)
         .keep(2)

@@ -122,6 +122,14 @@ struct Args {
     #[arg(long)]
     merge_threads: bool,
 
+    /// Leave inlined functions out of the folded file and flamegraph: each
+    /// function then stands for the code inlined into it, as in files from
+    /// btprof before inline expansion or from profilers without it. By
+    /// default inlined functions are frames of their own, as in `perf
+    /// --inline` and samply.
+    #[arg(long)]
+    no_inline: bool,
+
     /// Most frames kept per stack; deeper stacks are marked truncated.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=512))]
     max_depth: u64,
@@ -398,6 +406,7 @@ impl Outputs {
     fn write(mut self, profile: &Profile, args: &Args) -> Result<(), String> {
         let folded = FoldOptions {
             merge_threads: args.merge_threads,
+            hide_inlined: args.no_inline,
         };
         profile
             .write_folded_with(folded, self.folded.writer())
@@ -413,6 +422,7 @@ impl Outputs {
         } else {
             let options = FlamegraphOptions {
                 merge_threads: args.merge_threads,
+                hide_inlined: args.no_inline,
                 ..FlamegraphOptions::default()
             };
             profile

@@ -11,7 +11,10 @@ use std::fmt;
 
 use btprof::{Profile, Stats};
 
-use crate::workload::{Truth, FUNCTIONS, INCLUSIVE_FUNCTIONS, THREADS, THREAD_PREFIX, THREAD_ROOT};
+use crate::workload::{
+    Truth, FUNCTIONS, INCLUSIVE_FUNCTIONS, INLINED, INLINED_LINES, THREADS, THREAD_PREFIX,
+    THREAD_ROOT,
+};
 
 /// When the self-check fails.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -101,8 +104,34 @@ pub struct SelfCheck {
     /// Fraction of `chain_inner` samples whose callers are exactly
     /// `chain_middle` then `chain_outer`.
     pub chain_intact: f64,
+    /// The inlined function ([`INLINED`]) as its own frame; `None` when the
+    /// profile has no inlined frames at all (no DWARF for the binary).
+    pub inlined: Option<InlinedCheck>,
     /// The thresholds applied.
     pub thresholds: Thresholds,
+}
+
+/// How the `#[inline(always)]` [`INLINED`] showed up: per workload
+/// function, its samples as an inlined frame directly under that function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InlinedCheck {
+    /// Per function, in [`FUNCTIONS`] order: fraction of worker samples
+    /// whose stack is `...;function;timed_spin[;...]` with `timed_spin`
+    /// inlined, against the function's measured time (all spent in
+    /// `timed_spin`).
+    pub shares: Vec<FunctionShare>,
+    /// Fraction of those frames whose file is `workload.rs` and whose
+    /// line lies in `timed_spin`'s body.
+    pub with_line: f64,
+}
+
+impl InlinedCheck {
+    /// The largest gap to the truth, in percentage points.
+    fn worst(&self) -> Option<&FunctionShare> {
+        self.shares
+            .iter()
+            .max_by(|a, b| a.error_points().abs().total_cmp(&b.error_points().abs()))
+    }
 }
 
 fn is_workload_fn(frame: &str, function: &str) -> bool {
@@ -132,8 +161,18 @@ impl SelfCheck {
         let mut per_thread = [0u64; THREADS];
         let mut leaf_counts = [0u64; FUNCTIONS.len()];
         let (mut complete, mut inner, mut inner_intact) = (0u64, 0u64, 0u64);
+        let mut inlined_counts = [0u64; FUNCTIONS.len()];
+        let (mut inlined_frames, mut inlined_with_line) = (0u64, 0u64);
         for stack in profile.stacks() {
-            let frames: Vec<&str> = stack.frames().collect();
+            // Shares, completeness and the call chain are judged on machine
+            // functions (inlined frames left out), as before inline
+            // expansion; the inlined frame is judged on its own below.
+            let all: Vec<_> = stack
+                .frame_ids()
+                .iter()
+                .map(|&id| profile.frame(id))
+                .collect();
+            let frames: Vec<&str> = all.iter().filter(|f| !f.inlined).map(|f| f.name).collect();
             let (count, truncated) = (stack.count(), stack.truncated());
             let Some(index) = stack
                 .thread()
@@ -147,6 +186,22 @@ impl SelfCheck {
             let leaf = frames.last().copied().unwrap_or("");
             if let Some(f) = FUNCTIONS.iter().position(|f| is_workload_fn(leaf, f)) {
                 leaf_counts[f] += count;
+                // The frame right after the leaf machine function: the
+                // first inlined into it.
+                let machine = all.iter().rposition(|f| !f.inlined);
+                let first_inlined = machine.and_then(|m| all.get(m + 1));
+                // With `line-tables-only` DWARF names an inlined function
+                // without its path (no linkage name), so both forms count.
+                let is_inlined_fn = |name: &str| name == INLINED || is_workload_fn(name, INLINED);
+                if let Some(frame) = first_inlined.filter(|i| is_inlined_fn(i.name)) {
+                    inlined_counts[f] += count;
+                    inlined_frames += count;
+                    let in_body = frame.file.is_some_and(|p| p.ends_with("workload.rs"))
+                        && frame.line.is_some_and(|l| INLINED_LINES.contains(&l));
+                    if in_body {
+                        inlined_with_line += count;
+                    }
+                }
             }
             // A function whose time goes to the C library counts where the
             // walk found it among the callers (which needs CFI).
@@ -184,6 +239,34 @@ impl SelfCheck {
         } else {
             worker_samples.max(1) as f64
         };
+
+        let share_of = |counts: &[u64; FUNCTIONS.len()]| -> Vec<FunctionShare> {
+            FUNCTIONS
+                .iter()
+                .enumerate()
+                .map(|(i, &name)| {
+                    let truth = truth_shares[i];
+                    let noise = (truth * (1.0 - truth) / observed).sqrt();
+                    FunctionShare {
+                        name,
+                        measured: fraction(counts[i], worker_samples),
+                        truth,
+                        allowed_points: thresholds
+                            .max_share_error
+                            .max(NOISE_SIGMAS * noise * 100.0),
+                    }
+                })
+                .collect()
+        };
+        // A function whose time is in the C library (`sort_in_libc`) has
+        // no timed_spin inlined into it: not judged here.
+        let inlined = profile.has_inlined_frames().then(|| InlinedCheck {
+            shares: share_of(&inlined_counts)
+                .into_iter()
+                .filter(|s| !INCLUSIVE_FUNCTIONS.contains(&s.name))
+                .collect(),
+            with_line: fraction(inlined_with_line, inlined_frames),
+        });
         SelfCheck {
             requested_hz: stats.requested_hz,
             thread_rates: std::array::from_fn(|i| {
@@ -196,24 +279,10 @@ impl SelfCheck {
             thread_cpu_secs,
             mean_wall_hz: worker_samples as f64 / THREADS as f64 / secs,
             worker_samples,
-            shares: FUNCTIONS
-                .iter()
-                .enumerate()
-                .map(|(i, &name)| {
-                    let truth = truth_shares[i];
-                    let noise = (truth * (1.0 - truth) / observed).sqrt();
-                    FunctionShare {
-                        name,
-                        measured: fraction(leaf_counts[i], worker_samples),
-                        truth,
-                        allowed_points: thresholds
-                            .max_share_error
-                            .max(NOISE_SIGMAS * noise * 100.0),
-                    }
-                })
-                .collect(),
+            shares: share_of(&leaf_counts),
             complete: fraction(complete, worker_samples),
             chain_intact: fraction(inner_intact, inner),
+            inlined,
             thresholds,
         }
     }
@@ -268,6 +337,27 @@ impl SelfCheck {
                 "only {:.2}% of chain_inner stacks show chain_outer -> chain_middle -> chain_inner",
                 self.chain_intact * 100.0
             ));
+        }
+        if let Some(inlined) = &self.inlined {
+            for s in &inlined.shares {
+                if !s.ok() {
+                    failures.push(format!(
+                        "inlined {INLINED} under {} measured {:.2}% but ran {:.2}% of the time ({:+.2} points)",
+                        s.name,
+                        s.measured * 100.0,
+                        s.truth * 100.0,
+                        s.error_points()
+                    ));
+                }
+            }
+            if inlined.with_line < t.min_complete {
+                failures.push(format!(
+                    "only {:.2}% of inlined {INLINED} frames have their file and line (workload.rs:{}-{})",
+                    inlined.with_line * 100.0,
+                    INLINED_LINES.start(),
+                    INLINED_LINES.end()
+                ));
+            }
         }
         failures
     }
@@ -333,12 +423,32 @@ impl fmt::Display for SelfCheck {
             self.complete * 100.0,
             ok(self.complete >= t.min_complete)
         )?;
-        write!(
+        writeln!(
             f,
             "call chain: {:.2}% of chain_inner samples under chain_outer -> chain_middle  {}",
             self.chain_intact * 100.0,
             ok(self.chain_intact >= t.min_complete)
-        )
+        )?;
+        match &self.inlined {
+            Some(inlined) => {
+                let worst = inlined.worst();
+                let good = inlined.shares.iter().all(FunctionShare::ok);
+                write!(
+                    f,
+                    "inlined frame: {INLINED} under each function, largest gap {:+.2} points{}; \
+                     {:.2}% with file and line  {}",
+                    worst.map_or(0.0, FunctionShare::error_points),
+                    worst.map_or(String::new(), |w| format!(" ({})", w.name)),
+                    inlined.with_line * 100.0,
+                    ok(good && inlined.with_line >= t.min_complete)
+                )
+            }
+            None => write!(
+                f,
+                "inlined frame: not checked: the profile has no inlined frames (no DWARF \
+                 line tables found for this binary; see the README)"
+            ),
+        }
     }
 }
 
@@ -623,6 +733,53 @@ mod tests {
                 .any(|f| f.starts_with("sort_in_libc measured 0.00% but ran 5.00%")),
             "{failures:?}"
         );
+    }
+
+    /// The faithful profile's stacks with `timed_spin` inlined under each
+    /// leaf function, at `line`.
+    fn profile_with_inlined(line: u32) -> Profile {
+        use btprof::profile::FrameInfo;
+        let plain = profile([400, 500, 100, 100, 800, 100], false);
+        let mut builder = Builder::new();
+        for stack in plain.stacks() {
+            let tid = stack
+                .thread_id()
+                .and_then(|t| plain.threads().nth(t as usize))
+                .and_then(|t| t.tid);
+            let thread = builder.thread(stack.thread().unwrap(), tid).unwrap();
+            let frames = stack.frames().map(FrameInfo::named).chain([FrameInfo {
+                file: Some("/x/cli/src/workload.rs"),
+                line: Some(line),
+                inlined: true,
+                ..FrameInfo::named(INLINED)
+            }]);
+            builder
+                .add_frames(Some(thread), frames, false, stack.count())
+                .unwrap();
+        }
+        builder.finish(plain.stats().unwrap().clone())
+    }
+
+    #[test]
+    fn an_inlined_frame_under_each_function_is_judged_on_its_own() {
+        let good = profile_with_inlined(*INLINED_LINES.start() + 1);
+        let check = SelfCheck::evaluate(&good, &truth(), Thresholds::default());
+        assert!(check.passed(), "{:?}\n{check}", check.failures());
+        let inlined = check.inlined.as_ref().expect("inlined frames seen");
+        assert_eq!(inlined.with_line, 1.0);
+        assert!((inlined.shares[4].measured - 0.4).abs() < 1e-9);
+        // Lines outside timed_spin's body fail.
+        let wrong = profile_with_inlined(*INLINED_LINES.end() + 1);
+        let check = SelfCheck::evaluate(&wrong, &truth(), Thresholds::default());
+        assert!(check.failures().iter().any(|f| f.contains("file and line")));
+        // Without inlined frames: said, not judged.
+        let plain = SelfCheck::evaluate(
+            &profile([400, 500, 100, 100, 800, 100], false),
+            &truth(),
+            Thresholds::default(),
+        );
+        assert!(plain.inlined.is_none());
+        assert!(plain.to_string().contains("inlined frame: not checked"));
     }
 
     #[test]

@@ -39,6 +39,14 @@ pub const INCLUSIVE_FUNCTIONS: [&str; 1] = ["sort_in_libc"];
 /// The entry function of every worker thread: the root a complete stack
 /// reaches.
 pub const THREAD_ROOT: &str = "worker_main";
+/// The `#[inline(always)]` function every workload function runs its
+/// loop in: with inline frames it is a frame of its own under each of
+/// them, taking that function's measured share.
+pub const INLINED: &str = "timed_spin";
+/// The source lines of [`INLINED`] (the self-check expects its frames'
+/// lines in this range, in `workload.rs`).
+pub const INLINED_LINES: std::ops::RangeInclusive<u32> =
+    TIMED_SPIN_FIRST_LINE..=TIMED_SPIN_LAST_LINE;
 /// Thread names start with this.
 pub const THREAD_PREFIX: &str = "btprof-work-";
 /// Worker threads.
@@ -240,9 +248,11 @@ fn worker_main(
     }
 }
 
+const TIMED_SPIN_FIRST_LINE: u32 = line!();
 /// Runs the slot's iterations of a multiply-add chain the optimiser cannot remove
 /// and times it into `slot`. Always inlined, so its samples belong to the
-/// calling workload function.
+/// calling workload function (the machine function), under which inline
+/// expansion shows it as its own frame.
 #[inline(always)]
 fn timed_spin(local: &mut Local, slot: usize) {
     let start = thread_cpu_ns();
@@ -253,6 +263,7 @@ fn timed_spin(local: &mut Local, slot: usize) {
     black_box(x);
     local.ns[slot] += thread_cpu_ns() - start;
 }
+const TIMED_SPIN_LAST_LINE: u32 = line!();
 
 /// The heaviest function, on worker 0.
 #[inline(never)]

@@ -737,6 +737,19 @@ fn go_tool_pprof_reads_a_recorded_profile_like_btprof_report() {
     // written either way.
     assert!(matches!(run.code, Some(0 | 1)), "{}", run.describe());
     let (go_functions, go_total) = pprof_top(&go, &pb);
+    // Inlined frames are Lines of their caller's Location, which pprof
+    // marks "(inline)": the workload's `#[inline(always)]` helper is one.
+    assert!(
+        go_functions.contains_key("btprof_cli::workload::timed_spin (inline)"),
+        "timed_spin is not an inlined frame in pprof: {go_functions:?}"
+    );
+    let go_functions: BTreeMap<String, (u64, u64)> = go_functions
+        .into_iter()
+        .map(|(name, counts)| match name.strip_suffix(" (inline)") {
+            Some(plain) => (plain.to_owned(), counts),
+            None => (name, counts),
+        })
+        .collect();
     // Thread names are labels in pprof, the root frame in folded files.
     let (_, ours, total) = report(s(&folded), &["--skip-root"]);
     assert!(total > 100, "{total} samples");

@@ -40,7 +40,7 @@ pub use super::significance::{normal_upper_tail, two_proportion_z};
 
 use std::cmp::Ordering;
 
-use super::functions::{FunctionSamples, FunctionTable};
+use super::functions::{FunctionSamples, FunctionTable, SelfFrame};
 use crate::profile::{Profile, RunInfo};
 
 /// Which share of a function the regression gate looks at.
@@ -79,6 +79,12 @@ pub struct DiffOptions {
     /// Treat each stack's first frame as a thread or process label, not a
     /// function (see [`FunctionTable::new`]).
     pub skip_root: bool,
+    /// Which frame a sample's self time counts to: by default the
+    /// innermost frame of code that is not Rust's standard library
+    /// ([`SelfFrame::OwnCode`]), so that a regression inside a loop of
+    /// inlined std helpers names the user's function, not
+    /// `core::hint::black_box`.
+    pub self_frame: SelfFrame,
 }
 
 impl Default for DiffOptions {
@@ -89,6 +95,7 @@ impl Default for DiffOptions {
             min_samples: 20,
             alpha: 0.001,
             skip_root: false,
+            self_frame: SelfFrame::OwnCode,
         }
     }
 }
@@ -295,8 +302,8 @@ impl DiffReport {
 /// Settings that fail [`DiffOptions::validate`] judge nothing: every
 /// verdict is [`Verdict::Unchanged`] and a warning says why.
 pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffReport {
-    let base_table = FunctionTable::new(base, options.skip_root);
-    let new_table = FunctionTable::new(new, options.skip_root);
+    let base_table = FunctionTable::with_self_frame(base, options.skip_root, options.self_frame);
+    let new_table = FunctionTable::with_self_frame(new, options.skip_root, options.self_frame);
     let pairs = join_by_name(base_table.functions(), new_table.functions());
     let tests = pairs.len().max(1);
     let per_test_alpha = options.alpha / tests as f64;

@@ -10,6 +10,13 @@
 //!   counted once per stack, so total never exceeds the profile's samples.
 //!
 //! Shares are these counts divided by all samples of the profile.
+//!
+//! Which frame "the leaf" is can be chosen ([`SelfFrame`]): with inlined
+//! frames, the innermost frame of a hot loop is usually a standard-library
+//! helper inlined into it (`core::hint::black_box`, `wrapping_add`), and a
+//! comparison that names it instead of the user's function tells the user
+//! nothing; [`SelfFrame::OwnCode`] counts such self time to the innermost
+//! frame that is not Rust's standard library.
 
 use crate::profile::Profile;
 
@@ -22,6 +29,58 @@ pub struct FunctionSamples {
     pub self_samples: u64,
     /// Samples whose stack contains this function.
     pub total_samples: u64,
+}
+
+/// Which frame of a sample its self time is counted to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SelfFrame {
+    /// The leaf: the innermost frame, whatever it is.
+    #[default]
+    Leaf,
+    /// The innermost frame that is not Rust's standard library
+    /// ([`is_rust_library_frame`]: `core::`, `alloc::`, `std::`), so that
+    /// a std helper inlined into a loop (or a std function called from
+    /// it) counts as time of the function holding the loop. The root frame
+    /// (a thread or process label in most folded files) and `[...]` marker
+    /// frames never take it; a stack with no other frame keeps its leaf.
+    OwnCode,
+}
+
+impl SelfFrame {
+    /// `"leaf"` or `"own-code"`, as the CLI and JSON reports spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SelfFrame::Leaf => "leaf",
+            SelfFrame::OwnCode => "own-code",
+        }
+    }
+}
+
+/// Whether `name` is a function of Rust's standard library (or C++'s:
+/// `std::`): its path starts with `core::`, `alloc::` or `std::`
+/// (`core::hint::black_box`, `<alloc::vec::Vec<T>>::push`,
+/// `<alloc::vec::Vec<T> as core::ops::Drop>::drop`), or it is a library
+/// trait's method for a built-in type (`<u64 as core::ops::Add>::add`).
+/// A user type's impl of a library trait (`<app::Foo as
+/// core::fmt::Debug>::fmt`) is user code. btprof qualifies the short names
+/// DWARF gives inlined std functions (`black_box<u64>`) with their module
+/// from their source file, so its own recordings are covered too.
+pub fn is_rust_library_frame(name: &str) -> bool {
+    const LIBRARIES: [&str; 3] = ["core::", "alloc::", "std::"];
+    let in_library = |path: &str| LIBRARIES.iter().any(|l| path.starts_with(l));
+    let Some(inner) = name.strip_prefix('<') else {
+        return in_library(name);
+    };
+    let inner = inner.trim_start_matches('&');
+    let inner = inner.strip_prefix("mut ").unwrap_or(inner);
+    let inner = inner.strip_prefix("dyn ").unwrap_or(inner);
+    if in_library(inner) {
+        return true;
+    }
+    match inner.split_once(" as ") {
+        Some((ty, tr)) => !ty.contains("::") && in_library(tr),
+        None => false,
+    }
 }
 
 /// Every function of a profile with its self and total samples.
@@ -45,7 +104,27 @@ impl FunctionTable {
     /// A stack is counted as its folded line reads: a recording's thread
     /// name and truncation marker are its first frames, as in its file.
     pub fn new(profile: &Profile, skip_root: bool) -> FunctionTable {
+        FunctionTable::with_self_frame(profile, skip_root, SelfFrame::Leaf)
+    }
+
+    /// [`FunctionTable::new`], with self time counted to `self_frame`.
+    pub fn with_self_frame(
+        profile: &Profile,
+        skip_root: bool,
+        self_frame: SelfFrame,
+    ) -> FunctionTable {
         let n = profile.distinct_names();
+        // Per name: whether it can take a sample's self time as its own
+        // code (only asked with `OwnCode`).
+        let own_code: Vec<bool> = match self_frame {
+            SelfFrame::Leaf => Vec::new(),
+            SelfFrame::OwnCode => (0..n)
+                .map(|id| {
+                    let name = profile.name(id as u32);
+                    !name.starts_with('[') && !is_rust_library_frame(name)
+                })
+                .collect(),
+        };
         let (mut self_samples, mut total_samples) = (vec![0u64; n], vec![0u64; n]);
         // `seen[id] == stack + 1` once `id` was counted for this stack, so
         // recursion counts once without clearing anything per stack.
@@ -61,7 +140,18 @@ impl FunctionTable {
                 ids
             };
             let Some(&leaf) = ids.last() else { continue };
-            self_samples[leaf as usize] += stack.count();
+            let owner = match self_frame {
+                SelfFrame::Leaf => leaf,
+                // Innermost first, the root excluded.
+                SelfFrame::OwnCode => ids
+                    .iter()
+                    .skip(1)
+                    .rev()
+                    .copied()
+                    .find(|&id| own_code[id as usize])
+                    .unwrap_or(leaf),
+            };
+            self_samples[owner as usize] += stack.count();
             for &id in ids {
                 if seen[id as usize] != i + 1 {
                     seen[id as usize] = i + 1;
@@ -192,5 +282,53 @@ mod tests {
         let t = table("m;a 1\nm;ghost 0\n", false);
         assert!(t.get("ghost").is_none());
         assert_eq!(t.functions().len(), 2);
+    }
+
+    #[test]
+    fn own_code_takes_the_self_time_of_library_frames_under_it() {
+        let text = "t1;main;app::work;core::hint::black_box<u64> 6\n\
+                    t1;main;app::work;<u64 as core::ops::Add>::add 2\n\
+                    t1;main;app::other 1\n\
+                    t2;std::rt::lang_start;std::thread::sleep 3\n";
+        let p = Profile::read_folded_from(text.as_bytes(), "t").unwrap();
+        let leaf = FunctionTable::new(&p, false);
+        assert_eq!(counts(&leaf, "core::hint::black_box<u64>"), (6, 6));
+        assert_eq!(counts(&leaf, "app::work"), (0, 8));
+        let own = FunctionTable::with_self_frame(&p, false, SelfFrame::OwnCode);
+        assert_eq!(counts(&own, "app::work"), (8, 8));
+        assert_eq!(counts(&own, "core::hint::black_box<u64>"), (0, 6));
+        assert_eq!(counts(&own, "app::other"), (1, 1));
+        // Only library frames below the root (a thread label): the leaf
+        // keeps its time rather than the label taking it.
+        assert_eq!(counts(&own, "std::thread::sleep"), (3, 3));
+        assert_eq!(counts(&own, "t2"), (0, 3));
+        // Totals and the profile's samples do not move.
+        assert_eq!(own.total_samples(), leaf.total_samples());
+    }
+
+    #[test]
+    fn library_frames_are_known_by_their_path() {
+        for std in [
+            "core::hint::black_box<u64>",
+            "std::thread::sleep",
+            "alloc::vec::Vec<T>::push",
+            "<alloc::vec::Vec<T> as core::ops::drop::Drop>::drop",
+            "<core::cell::RefCell<T>>::borrow",
+            "<u64 as core::ops::arith::Add>::add",
+            "<&mut [u8] as std::io::Write>::write",
+            "std::vector<int>::push_back",
+        ] {
+            assert!(is_rust_library_frame(std), "{std}");
+        }
+        for user in [
+            "app::work",
+            "timed_spin",
+            "<app::Foo as core::fmt::Debug>::fmt",
+            "corelib::x",
+            "main",
+            "[btprof: truncated]",
+        ] {
+            assert!(!is_rust_library_frame(user), "{user}");
+        }
     }
 }

@@ -35,6 +35,8 @@ pub struct FlamegraphOptions {
     pub title: Option<String>,
     /// Merge identical stacks of different threads.
     pub merge_threads: bool,
+    /// Leave out inlined frames ([`FoldOptions::hide_inlined`]).
+    pub hide_inlined: bool,
     /// Draw an icicle graph: roots at the top, growing down.
     pub inverted: bool,
     /// Frames narrower than this percentage of the whole graph's width
@@ -51,6 +53,7 @@ impl Default for FlamegraphOptions {
         FlamegraphOptions {
             title: None,
             merge_threads: false,
+            hide_inlined: false,
             inverted: false,
             min_width: DEFAULT_MIN_WIDTH,
             image_width: None,
@@ -120,6 +123,7 @@ impl Profile {
         }
         let lines = self.folded_lines(FoldOptions {
             merge_threads: options.merge_threads,
+            hide_inlined: options.hide_inlined,
         });
         let mut opts = options.inferno(|| default_title(self));
         if self.stats().is_some() {
@@ -146,7 +150,11 @@ pub fn write_differential<W: Write>(
     }
     let (before, after) = if negated { (new, base) } else { (base, new) };
     let mut lines = Vec::new();
-    let folded = |p: &Profile| folded_text(p, options.merge_threads);
+    let fold = FoldOptions {
+        merge_threads: options.merge_threads,
+        hide_inlined: options.hide_inlined,
+    };
+    let folded = |p: &Profile| folded_text(p, fold);
     differential::from_readers(
         differential::Options {
             normalize: true,
@@ -179,9 +187,9 @@ pub fn write_differential<W: Write>(
 
 /// The profile's folded lines as one string. Both profiles of a diff are
 /// needed this way by `inferno`; its size follows the distinct stacks.
-fn folded_text(profile: &Profile, merge_threads: bool) -> Result<String, Error> {
+fn folded_text(profile: &Profile, options: FoldOptions) -> Result<String, Error> {
     let mut text = Vec::new();
-    profile.write_folded_with(FoldOptions { merge_threads }, &mut text)?;
+    profile.write_folded_with(options, &mut text)?;
     // Every frame name came from a `str`, so this cannot fail; an error
     // would only mean a bug here, reported rather than unwrapped.
     String::from_utf8(text).map_err(|e| Error::Render(e.to_string()))

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::intern::{Frame, FrameId, FrameTable, NameTable, StackHead, StackTable, ThreadId};
-use super::{sanitize_frame, Profile, RunInfo, ThreadEntry, TRUNCATED_FRAME};
+use super::{sanitize_frame, FrameInfo, Profile, RunInfo, ThreadEntry, TRUNCATED_FRAME};
 use crate::Stats;
 
 /// Collects threads, frames and stacks, merging identical stacks as they
@@ -87,6 +87,48 @@ impl Builder {
         self.push(thread, truncated, count)
     }
 
+    /// Adds `count` samples of the stack `frames` (root first) on `thread`,
+    /// each frame with everything known about it: module, address, source
+    /// file and line, and whether it was inlined into the frame before it
+    /// (an inline chain goes outermost first, like the rest of the stack).
+    /// `truncated` when the walk ended before the thread's root. Names are
+    /// made safe for the folded format ([`sanitize_frame`]); module and
+    /// file are stored as given.
+    ///
+    /// Frames are interned by all their fields, so the same function at
+    /// two lines is two frames (and one name): outputs that know lines
+    /// (pprof) keep them apart, folded output merges them.
+    ///
+    /// ```
+    /// use btprof::profile::{Builder, FrameInfo};
+    /// use btprof::Stats;
+    ///
+    /// let mut b = Builder::new();
+    /// let main = b.thread("main", None)?;
+    /// let caller = FrameInfo { address: Some(0x1000), line: Some(3), ..FrameInfo::named("run") };
+    /// let inlined = FrameInfo { inlined: true, line: Some(9), ..FrameInfo::named("helper") };
+    /// b.add_frames(Some(main), [caller, inlined], false, 5)?;
+    /// let profile = b.finish(Stats::new(&Default::default()));
+    /// let stack = profile.stacks().next().unwrap();
+    /// let leaf = profile.frame(*stack.frame_ids().last().unwrap());
+    /// assert_eq!((leaf.name, leaf.line, leaf.inlined), ("helper", Some(9), true));
+    /// # Ok::<(), btprof::profile::Overflow>(())
+    /// ```
+    pub fn add_frames<'s>(
+        &mut self,
+        thread: Option<ThreadId>,
+        frames: impl IntoIterator<Item = FrameInfo<'s>>,
+        truncated: bool,
+        count: u64,
+    ) -> Result<(), Overflow> {
+        self.ids.clear();
+        for frame in frames {
+            let id = self.intern_frame(frame)?;
+            self.ids.push(id);
+        }
+        self.push(thread, truncated, count)
+    }
+
     /// Adds `count` samples of a folded line's frames (root first), names
     /// as read: no thread, not truncated.
     pub(crate) fn add_folded<'s>(
@@ -100,6 +142,19 @@ impl Builder {
             self.ids.push(id);
         }
         self.push(None, false, count)
+    }
+
+    fn intern_frame(&mut self, info: FrameInfo<'_>) -> Result<FrameId, Overflow> {
+        let mut intern = |s: &str| self.names.intern(s).ok_or(Overflow);
+        let frame = Frame {
+            name: intern(&sanitize_frame(info.name))?,
+            module: info.module.map(&mut intern).transpose()?,
+            address: info.address,
+            file: info.file.map(&mut intern).transpose()?,
+            line: info.line,
+            inlined: info.inlined,
+        };
+        self.frames.intern(frame).ok_or(Overflow)
     }
 
     fn intern_named(&mut self, name: &str) -> Result<FrameId, Overflow> {
@@ -169,7 +224,12 @@ impl Builder {
     }
 }
 
-/// `profile`'s stacks sorted by their folded lines, equal lines merged.
+/// `profile`'s stacks sorted by their folded lines; stacks whose lines and
+/// frames are both equal (threads of the same name) merged.
+///
+/// Stacks with the same line but different frames (the same functions at
+/// other addresses or lines) stay apart, next to each other, so outputs
+/// that know lines (pprof) keep them; folded output merges their lines.
 fn sorted_by_folded_line(profile: &Profile) -> StackTable {
     let mut lines: Vec<(String, usize)> = profile
         .stacks()
@@ -181,15 +241,19 @@ fn sorted_by_folded_line(profile: &Profile) -> StackTable {
     let mut sorted = StackTable::default();
     let mut i = 0;
     while i < lines.len() {
-        let (head, ids, mut count) = entries[lines[i].1];
+        let (head, _, _) = entries[lines[i].1];
         let mut j = i + 1;
         while j < lines.len() && lines[j].0 == lines[i].0 {
-            // Their sum is part of the total, which did not overflow.
-            count = count.saturating_add(entries[lines[j].1].2);
             j += 1;
         }
-        // Fewer stacks than before, counts within the total: cannot fail.
-        let _ = sorted.add(head, ids, count);
+        // Within one run of equal lines, merge the stacks with equal
+        // frames; `add` merges by head and frames, so give them one head
+        // (the first's: the thread names are equal).
+        for &(_, index) in &lines[i..j] {
+            let (_, ids, count) = entries[index];
+            // Fewer stacks than before, counts within the total: cannot fail.
+            let _ = sorted.add(head, ids, count);
+        }
         i = j;
     }
     sorted

@@ -172,6 +172,17 @@ impl<'a> Stack<'a> {
         &self,
         merge_threads: bool,
     ) -> impl Iterator<Item = NameId> + Clone + 'a {
+        self.folded_name_ids_with(merge_threads, false)
+    }
+
+    /// [`Stack::folded_name_ids`], leaving out inlined frames when
+    /// `hide_inlined` (each machine function then stands for the code
+    /// inlined into it, as in profilers that do not expand inlining).
+    pub fn folded_name_ids_with(
+        &self,
+        merge_threads: bool,
+        hide_inlined: bool,
+    ) -> impl Iterator<Item = NameId> + Clone + 'a {
         let profile = self.profile;
         let thread = self
             .head
@@ -183,17 +194,30 @@ impl<'a> Stack<'a> {
         } else {
             None
         };
-        thread
-            .into_iter()
-            .chain(truncated)
-            .chain(self.ids.iter().map(move |&id| profile.frames.get(id).name))
+        thread.into_iter().chain(truncated).chain(
+            self.ids
+                .iter()
+                .map(move |&id| profile.frames.get(id))
+                .filter(move |f| !(hide_inlined && f.inlined))
+                .map(|f| f.name),
+        )
     }
 
     /// The names of this stack's folded line (see
     /// [`Stack::folded_name_ids`]).
     pub fn folded_names(&self, merge_threads: bool) -> impl Iterator<Item = &'a str> + Clone + 'a {
+        self.folded_names_with(merge_threads, false)
+    }
+
+    /// The names of this stack's folded line (see
+    /// [`Stack::folded_name_ids_with`]).
+    pub fn folded_names_with(
+        &self,
+        merge_threads: bool,
+        hide_inlined: bool,
+    ) -> impl Iterator<Item = &'a str> + Clone + 'a {
         let profile = self.profile;
-        self.folded_name_ids(merge_threads)
+        self.folded_name_ids_with(merge_threads, hide_inlined)
             .map(move |id| profile.names.get(id))
     }
 }
@@ -203,15 +227,25 @@ impl<'a> Stack<'a> {
 pub struct FrameInfo<'a> {
     /// The function's name.
     pub name: &'a str,
-    /// The module (executable or library) holding its code, if known.
+    /// The module (executable or library) holding its code, if known: its
+    /// file name (`libc.so.6`).
     pub module: Option<&'a str>,
-    /// Its address, if known.
+    /// The code address that was symbolised, if known (a recording): the
+    /// interrupted pc for the leaf, a return address minus 1 for a caller
+    /// (so it lies inside the call instruction). The frames of one inline
+    /// chain share it.
     pub address: Option<u64>,
-    /// The source file, if known.
+    /// The source file, as the compiler recorded it (usually an absolute
+    /// path), when debug information covers the address.
     pub file: Option<&'a str>,
-    /// The source line, if known.
+    /// The source line in `file`: for the innermost frame of an inline
+    /// chain the line of the address itself, for an outer one the line of
+    /// the call that was inlined. `None` when unknown.
     pub line: Option<u32>,
-    /// Whether it was inlined into the frame below it (its caller).
+    /// Whether it was inlined into the frame before it in the stack (its
+    /// caller, toward the root): such a frame shares its caller's machine
+    /// code and address. Folded output can leave these out
+    /// ([`crate::FoldOptions::hide_inlined`]).
     pub inlined: bool,
 }
 
@@ -390,6 +424,12 @@ impl Profile {
     pub(crate) fn set_truncated_by_module(&mut self, mut by_module: Vec<(Arc<str>, u64)>) {
         by_module.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         self.truncated_at = by_module;
+    }
+
+    /// Whether any frame was inlined into its caller (only a recording
+    /// with debug information has such frames).
+    pub fn has_inlined_frames(&self) -> bool {
+        (0..self.frames.len()).any(|id| self.frames.get(id as FrameId).inlined)
     }
 
     /// Samples a full stack table counted under [`TABLE_FULL_FRAME`].

@@ -26,6 +26,7 @@ use btprof_sampler::{RawProfile, Sampler};
 use btprof_symbols::Resolver;
 
 use super::dump_signal::DumpSignal;
+use super::symbolize::Symbolize;
 use crate::formats::sidecar::sidecar_path;
 use crate::profile::run_info::file_stamp;
 use crate::{Error, Profile};
@@ -54,6 +55,8 @@ pub struct DumpConfig {
     /// File name prefix: by default the program's executable name, so
     /// dumps of several programs in one directory tell themselves apart.
     pub prefix: String,
+    /// How windows are symbolised (the profiler's setting).
+    pub symbolize: Symbolize,
 }
 
 impl Default for DumpConfig {
@@ -64,6 +67,7 @@ impl Default for DumpConfig {
             keep: None,
             svg: false,
             prefix: default_prefix(),
+            symbolize: Symbolize::default(),
         }
     }
 }
@@ -270,9 +274,10 @@ impl State {
     /// Adds `window` to the total and writes its files.
     pub(crate) fn dump_window(&mut self, window: RawProfile) {
         self.stats.windows += 1;
+        let how = self.config.symbolize;
         let profile = self
             .resolver()
-            .map(|resolver| Profile::from_raw(&window, resolver));
+            .map(|resolver| Profile::from_raw_with(&window, resolver, how));
         match &mut self.total {
             Some(total) => total.absorb(&window),
             None => self.total = Some(window),
@@ -307,7 +312,8 @@ impl State {
             }
             None => current,
         };
-        Ok(Profile::from_raw(&total, self.resolver()?))
+        let how = self.config.symbolize;
+        Ok(Profile::from_raw_with(&total, self.resolver()?, how))
     }
 
     /// The whole run, once the last window is in (`None`: no window was
@@ -316,7 +322,8 @@ impl State {
         let Some(total) = self.total.take() else {
             return Ok(None);
         };
-        Ok(Some(Profile::from_raw(&total, self.resolver()?)))
+        let how = self.config.symbolize;
+        Ok(Some(Profile::from_raw_with(&total, self.resolver()?, how)))
     }
 
     pub(crate) fn stats(&self) -> &DumpStats {

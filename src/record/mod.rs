@@ -13,4 +13,5 @@ mod walk_ends;
 
 pub use dump::DumpStats;
 pub use profiler::{Profiler, ProfilerBuilder};
+pub use symbolize::Symbolize;
 pub use thread_names::register_current_thread;

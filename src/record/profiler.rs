@@ -9,6 +9,7 @@ use btprof_symbols::Resolver;
 
 use super::dump::{DumpConfig, DumpStats, Dumper, MIN_INTERVAL};
 use super::dump_signal::DumpSignal;
+use super::symbolize::Symbolize;
 use crate::{Error, Mode, Profile};
 
 /// Configures a [`Profiler`]. Defaults: 1000 Hz, [`Mode::Cpu`], 256
@@ -19,6 +20,7 @@ pub struct ProfilerBuilder {
     config: SamplerConfig,
     dump: Option<DumpConfig>,
     dump_signal: Option<i32>,
+    symbolize: Symbolize,
 }
 
 impl ProfilerBuilder {
@@ -121,12 +123,24 @@ impl ProfilerBuilder {
         self.dump.get_or_insert_with(DumpConfig::default)
     }
 
+    /// How the profile, each dump and each snapshot are symbolised: by
+    /// default with inline frames ([`Symbolize`]). Without them, the first
+    /// stop or dump reads no DWARF, which in a large binary with full debug
+    /// information takes a while (see the README's symbols section).
+    pub fn symbolize(mut self, how: Symbolize) -> Self {
+        self.symbolize = how;
+        self
+    }
+
     /// Starts sampling every other thread of this process (the profiler's
     /// own threads excepted).
-    pub fn start(self) -> Result<Profiler, Error> {
+    pub fn start(mut self) -> Result<Profiler, Error> {
         // The caller's full name for its stacks' root (see
         // `register_current_thread`).
         super::thread_names::register_current_thread();
+        if let Some(dump) = &mut self.dump {
+            dump.symbolize = self.symbolize;
+        }
         if let Some(dump) = &self.dump {
             validate_dump(dump, self.dump_signal)?;
         }
@@ -139,6 +153,7 @@ impl ProfilerBuilder {
         Ok(Profiler {
             sampler,
             dumper,
+            symbolize: self.symbolize,
             _signal: signal,
         })
     }
@@ -178,6 +193,7 @@ fn validate_dump(dump: &DumpConfig, signal: Option<i32>) -> Result<(), Error> {
 pub struct Profiler {
     sampler: Arc<Sampler>,
     dumper: Option<Dumper>,
+    symbolize: Symbolize,
     /// Restores the dump signal's previous disposition on drop, after the
     /// dump thread is gone.
     _signal: Option<DumpSignal>,
@@ -206,7 +222,7 @@ impl Profiler {
             None => {
                 let raw = self.sampler.collect(false)?;
                 let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
-                Ok(Profile::from_raw(&raw, &mut resolver))
+                Ok(Profile::from_raw_with(&raw, &mut resolver, self.symbolize))
             }
         }
     }
@@ -256,7 +272,7 @@ impl Profiler {
             None => {
                 let mut resolver = Resolver::for_current_process().map_err(Error::Symbols)?;
                 Ok((
-                    Profile::from_raw(&last, &mut resolver),
+                    Profile::from_raw_with(&last, &mut resolver, self.symbolize),
                     DumpStats::default(),
                 ))
             }

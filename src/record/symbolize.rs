@@ -1,25 +1,56 @@
-//! Turns raw address stacks into named frames, after every thread runs
-//! again, and a raw profile into a [`Profile`].
+//! Turns raw address stacks into frames, after every thread runs again,
+//! and a raw profile into a [`Profile`].
+//!
+//! Each sampled address expands into its inline chain (outermost first,
+//! from DWARF through [`Resolver::resolve_frames`]), and every frame goes
+//! into the model with its module, address, source file and line and
+//! inline flag, so outputs that know lines (pprof) have them and folded
+//! output can show or hide inlined functions.
 
 use std::sync::Arc;
 
 use btprof_sampler::stack_table::StackKey;
 use btprof_sampler::walker::{Arch, WalkEnd};
 use btprof_sampler::RawProfile;
-use btprof_symbols::{Resolver, Symbol};
+use btprof_symbols::{Frame, Resolver, Symbol};
 
 use super::thread_names::full_name;
 use super::walk_ends;
-use crate::profile::{Builder, Profile, ThreadId, TABLE_FULL_FRAME};
+use crate::profile::{Builder, FrameInfo, Profile, ThreadId, TABLE_FULL_FRAME};
+
+/// How addresses become frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Symbolize {
+    /// Expand each address into its inline chain with file and line
+    /// (DWARF, loaded lazily per module). Without, each address is one
+    /// frame named from the symbol table, with no file or line: cheaper
+    /// at the first stop of a process, and what btprof did before.
+    pub inline_frames: bool,
+}
+
+impl Default for Symbolize {
+    fn default() -> Self {
+        Symbolize {
+            inline_frames: true,
+        }
+    }
+}
 
 impl Profile {
-    /// Symbolises a raw profile of the current process.
+    /// Symbolises a raw profile of the current process, inline chains
+    /// expanded ([`Profile::from_raw_with`]).
+    pub fn from_raw(raw: &RawProfile, resolver: &mut Resolver) -> Profile {
+        Profile::from_raw_with(raw, resolver, Symbolize::default())
+    }
+
+    /// Symbolises a raw profile of the current process as `how` says.
     ///
     /// Each distinct raw stack goes straight into the interned model: its
-    /// names are resolved into one reused buffer and interned, so no stack
-    /// owns strings. Raw stacks that name the same functions (different
-    /// instructions of one function, say) merge into one stack.
-    pub fn from_raw(raw: &RawProfile, resolver: &mut Resolver) -> Profile {
+    /// frames are resolved into one reused buffer and interned, so no stack
+    /// owns strings. Raw stacks that fold to the same line (different
+    /// instructions of one function, say) stay distinct stacks of the
+    /// model, as their addresses and lines differ, and one folded line.
+    pub fn from_raw_with(raw: &RawProfile, resolver: &mut Resolver, how: Symbolize) -> Profile {
         let mut builder = Builder::new();
         // Only fails past u32 ids or u64 samples, which the sampler's own
         // bounded table and u64 counters rule out; a stack that did would
@@ -43,10 +74,13 @@ impl Profile {
         let mut frames = Vec::new();
         let mut truncated_at: std::collections::HashMap<Arc<str>, u64> = Default::default();
         for (key, count) in raw.table.iter() {
-            resolve_stack(raw.arch, &key, resolver, &mut frames);
+            resolve_stack(raw.arch, &key, resolver, how, &mut frames);
             // Complete only if the walk reached the thread's entry.
             let outermost = outermost_symbol(&key, resolver);
-            let truncated = walk_ends::is_truncated(key.end, &frames, &outermost);
+            let names = frames
+                .iter()
+                .flat_map(|(_, chain)| chain.iter().map(|f| &*f.name));
+            let truncated = walk_ends::is_truncated(key.end, names, &outermost);
             if truncated {
                 // Where it stopped, for the CLI's warning.
                 let module = outermost.module.unwrap_or_else(|| Arc::from("[unknown]"));
@@ -55,9 +89,16 @@ impl Profile {
             let thread = thread_of(&mut builder, key.thread);
             // A wall-mode sample of a thread blocked in the kernel (not
             // interrupted) shows under its last known stack.
-            let blocked = (key.end == WalkEnd::Blocked).then_some(walk_ends::BLOCKED_FRAME);
-            let root_first = frames.iter().rev().map(|f| &**f).chain(blocked);
-            let _ = builder.add_stack(thread, root_first, truncated, count);
+            let blocked =
+                (key.end == WalkEnd::Blocked).then_some(FrameInfo::named(walk_ends::BLOCKED_FRAME));
+            // Leaf-first addresses, each chain outermost first: reversing
+            // the addresses, not the frames, keeps each chain's order.
+            let root_first = frames
+                .iter()
+                .rev()
+                .flat_map(|(address, chain)| chain.iter().map(|f| frame_info(f, *address)))
+                .chain(blocked);
+            let _ = builder.add_frames(thread, root_first, truncated, count);
         }
         for &(thread, count) in raw.table.overflow() {
             let thread = thread_of(&mut builder, thread);
@@ -69,38 +110,64 @@ impl Profile {
     }
 }
 
-/// Resolves the frames of one raw stack, leaf first.
+/// The model's view of one resolved frame at `address`.
+fn frame_info(frame: &Frame, address: u64) -> FrameInfo<'_> {
+    FrameInfo {
+        name: &frame.name,
+        module: frame.module.as_deref(),
+        address: Some(address),
+        file: frame.file.as_deref(),
+        line: frame.line,
+        inlined: frame.inlined,
+    }
+}
+
+/// One code address of a stack, as looked up, and its inline chain
+/// (outermost first).
+pub(crate) type ResolvedAddress = (u64, Arc<[Frame]>);
+
+/// Resolves the addresses of one raw stack, leaf first.
 ///
 /// Frame 0 (the interrupted pc) is looked up as is; every return address is
 /// looked up minus one, so a call that is the last instruction of a
 /// function is attributed to that function and not the next one. On
 /// aarch64 the link register becomes frame 1 only when the leaf had not yet
-/// pushed its frame record (DESIGN.md rule 3).
+/// pushed its frame record (DESIGN.md rule 3); "the same function" is
+/// decided by function starts, which unnamed functions have too
+/// (`.eh_frame`, `LC_FUNCTION_STARTS`).
 pub(crate) fn resolve_stack(
     arch: Arch,
     key: &StackKey<'_>,
     resolver: &mut Resolver,
-    out: &mut Vec<Arc<str>>,
+    how: Symbolize,
+    out: &mut Vec<ResolvedAddress>,
 ) {
     out.clear();
     let Some((&pc, returns)) = key.frames.split_first() else {
         return;
     };
-    let leaf = resolver.resolve(pc);
+    let lookup = |resolver: &mut Resolver, address: u64| -> ResolvedAddress {
+        let chain = if how.inline_frames {
+            resolver.resolve_frames(address)
+        } else {
+            Arc::from([Frame::from_symbol(resolver.resolve(address))])
+        };
+        (address, chain)
+    };
+    let leaf = lookup(resolver, pc);
     let lr_caller = match arch {
         Arch::Aarch64 { .. } if key.lr != 0 => {
             let lr = key.lr;
-            let caller = resolver.resolve(lr.wrapping_sub(1));
-            link_register_is_caller(lr, returns.first().copied(), &leaf, &caller).then_some(caller)
+            let caller = lookup(resolver, lr.wrapping_sub(1));
+            link_register_is_caller(lr, returns.first().copied(), &leaf.1[0], &caller.1[0])
+                .then_some(caller)
         }
         _ => None,
     };
-    out.push(leaf.name);
-    if let Some(caller) = lr_caller {
-        out.push(caller.name);
-    }
+    out.push(leaf);
+    out.extend(lr_caller);
     for &ret in returns {
-        out.push(resolver.resolve(ret.wrapping_sub(1)).name);
+        out.push(lookup(resolver, ret.wrapping_sub(1)));
     }
 }
 
@@ -127,8 +194,8 @@ pub(crate) fn outermost_symbol(key: &StackKey<'_>, resolver: &mut Resolver) -> S
 pub(crate) fn link_register_is_caller(
     lr: u64,
     first_return: Option<u64>,
-    leaf: &Symbol,
-    caller: &Symbol,
+    leaf: &Frame,
+    caller: &Frame,
 ) -> bool {
     if first_return == Some(lr) {
         return false;
@@ -144,12 +211,12 @@ pub(crate) fn link_register_is_caller(
 mod tests {
     use super::*;
 
-    fn sym(name: &str, start: Option<u64>) -> Symbol {
-        Symbol {
+    fn sym(name: &str, start: Option<u64>) -> Frame {
+        Frame::from_symbol(btprof_symbols::Symbol {
             name: name.into(),
             function_start: start,
             module: None,
-        }
+        })
     }
 
     #[inline(never)]
@@ -174,9 +241,9 @@ mod tests {
             end: btprof_sampler::walker::WalkEnd::Complete,
         };
         let mut out = Vec::new();
-        resolve_stack(arch, &key, &mut resolver, &mut out);
+        resolve_stack(arch, &key, &mut resolver, Symbolize::default(), &mut out);
         out.iter()
-            .map(|n| n.rsplit("::").next().unwrap().to_owned())
+            .map(|(_, chain)| chain[0].name.rsplit("::").next().unwrap().to_owned())
             .collect()
     }
 

@@ -77,11 +77,15 @@ fn is_c_library(module: &str) -> bool {
 
 /// Whether a walk that stopped for `end`, with `names` (any order) and the
 /// symbol of its outermost frame, stopped short of the thread's entry.
-pub(crate) fn is_truncated(end: WalkEnd, names: &[impl AsRef<str>], outermost: &Symbol) -> bool {
+pub(crate) fn is_truncated<S: AsRef<str>>(
+    end: WalkEnd,
+    names: impl IntoIterator<Item = S>,
+    outermost: &Symbol,
+) -> bool {
     if end == WalkEnd::DepthCap {
         return true;
     }
-    if names.iter().any(|n| is_entry_function(n.as_ref())) {
+    if names.into_iter().any(|n| is_entry_function(n.as_ref())) {
         return false;
     }
     let chain_ended = end == WalkEnd::Complete;

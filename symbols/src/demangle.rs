@@ -50,6 +50,37 @@ fn demangle_cpp(raw: &str) -> Option<String> {
     symbol.demangle().ok()
 }
 
+/// The Rust standard-library module (`core::hint`, `alloc::vec`) whose source file is `file`,
+/// when it is one: `…/library/{core,alloc,std}/src/<path>.rs`, as rustc records it
+/// (`/rustc/<commit>/library/…`, or the `rust-src` component's path).
+///
+/// With `debug = "line-tables-only"` (btprof's release profile, and a common choice) DWARF
+/// names an inlined function by its short name only (`black_box<u64>`, `wrapping_mul`), so a
+/// std helper inlined into user code would look like user code. Qualified with its module
+/// from the file it is in, it says where it comes from (`core::hint::black_box<u64>`), which
+/// is what lets `btprof diff` count its time to the user's function (a macro-generated
+/// function gets the macro's file: `core::num::uint_macros::wrapping_mul`).
+pub(crate) fn rust_library_module(file: &str) -> Option<String> {
+    let (_, rest) = file.rsplit_once("/library/")?;
+    let (krate, path) = rest.split_once("/src/")?;
+    if !matches!(krate, "core" | "alloc" | "std") {
+        return None;
+    }
+    let path = path.strip_suffix(".rs")?;
+    let mut module = String::from(krate);
+    for part in path.split('/') {
+        if matches!(part, "mod" | "lib") {
+            continue;
+        }
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return None;
+        }
+        module.push_str("::");
+        module.push_str(part);
+    }
+    Some(module)
+}
+
 /// Whether `raw` looks like a Swift mangled name (Swift 4+ `$s`, Swift 4.0 `$S`, embedded
 /// Swift `$e`, Swift 3 `_T0`), with or without the Mach-O underscore.
 pub(crate) fn is_swift(raw: &str) -> bool {
@@ -233,5 +264,26 @@ mod tests {
     fn no_swift_runtime_in_this_process() {
         // The test binary links no Swift: the lookup must find nothing rather than guess.
         assert!(Demangler::for_current_process().swift.is_none());
+    }
+
+    #[test]
+    fn std_source_files_name_their_module() {
+        let hint = "/rustc/1159e78c4747b02ef996e55082b704c09b970588/library/core/src/hint.rs";
+        assert_eq!(rust_library_module(hint).as_deref(), Some("core::hint"));
+        let ptr = "/home/u/.rustup/toolchains/x/lib/rustlib/src/rust/library/core/src/ptr/mod.rs";
+        assert_eq!(rust_library_module(ptr).as_deref(), Some("core::ptr"));
+        let vec = "/rustc/abc/library/alloc/src/vec/mod.rs";
+        assert_eq!(rust_library_module(vec).as_deref(), Some("alloc::vec"));
+        assert_eq!(
+            rust_library_module("/rustc/abc/library/std/src/lib.rs").as_deref(),
+            Some("std")
+        );
+        // Not the standard library: a user crate, another library's `library/` folder.
+        assert_eq!(rust_library_module("/work/app/src/main.rs"), None);
+        assert_eq!(rust_library_module("/x/library/mylib/src/lib.rs"), None);
+        assert_eq!(
+            rust_library_module("/rustc/abc/library/core/src/hint.c"),
+            None
+        );
     }
 }

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
-use object::Object;
 
 use crate::debug_files::{self, DebugSearch};
 use crate::demangle::Demangler;
@@ -144,7 +143,7 @@ impl Module {
                 // function when no symbol does).
                 let name = match &frame.name {
                     _ if outermost && named => Arc::clone(&symbol.name),
-                    Some(raw) => self.inline_name(raw, demangler),
+                    Some(raw) => self.inline_name(raw, frame.file.as_deref(), demangler),
                     None if outermost => Arc::clone(&symbol.name),
                     None => Arc::from("[inlined]"),
                 };
@@ -160,13 +159,34 @@ impl Module {
             .collect()
     }
 
-    fn inline_name(&mut self, raw: &str, demangler: &Demangler) -> Arc<str> {
-        if let Some(name) = self.inline_names.get(raw) {
-            return Arc::clone(name);
+    /// The demangled name of an inlined function; a short name (no `::` path, as DWARF
+    /// without linkage names gives) from Rust's standard library gets its module from its
+    /// `file` ([`crate::demangle::rust_library_module`]).
+    fn inline_name(&mut self, raw: &str, file: Option<&str>, demangler: &Demangler) -> Arc<str> {
+        let name = match self.inline_names.get(raw) {
+            Some(name) => Arc::clone(name),
+            None => {
+                let name: Arc<str> = Arc::from(demangler.demangle(raw));
+                self.inline_names.insert(raw.to_owned(), Arc::clone(&name));
+                name
+            }
+        };
+        // Already a path: `a::b<T>`, `<T as Trait>::f`. A short name's
+        // generic arguments may hold paths (`catch_unwind<core::…>`).
+        let head = name.split('<').next().unwrap_or_default();
+        if name.starts_with('<') || head.contains("::") {
+            return name;
         }
-        let name: Arc<str> = Arc::from(demangler.demangle(raw));
-        self.inline_names.insert(raw.to_owned(), Arc::clone(&name));
-        name
+        let Some(module) = file.and_then(crate::demangle::rust_library_module) else {
+            return name;
+        };
+        let qualified = format!("{module}::{name}");
+        if let Some(interned) = self.inline_names.get(&qualified) {
+            return Arc::clone(interned);
+        }
+        let interned: Arc<str> = Arc::from(qualified.as_str());
+        self.inline_names.insert(qualified, Arc::clone(&interned));
+        interned
     }
 
     /// The module's DWARF, loading it on first use.
@@ -215,13 +235,12 @@ fn load_dwarf(file: &DwarfFile) -> Option<Dwarf> {
     match file {
         DwarfFile::Elf(path) => {
             let data = crate::mapped_file::FileBytes::open(path).ok()?;
-            Dwarf::load(&object::File::parse(&*data).ok()?)
+            Dwarf::load(Arc::new(data))
         }
         DwarfFile::Dsym { binary, uuid } => {
+            // `find_dsym` keeps the file only when its UUID is `uuid`.
             let found = debug_files::find_dsym(binary, *uuid)?;
-            let file = object::File::parse(&*found.data).ok()?;
-            debug_assert_eq!(file.mach_uuid().ok().flatten(), Some(*uuid));
-            Dwarf::load(&file)
+            Dwarf::load(Arc::new(found.data))
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use btprof::analysis::functions::SelfFrame;
 use btprof::diff::{compare, DiffOptions, Metric};
 use btprof::formats::flamegraph::write_differential;
 use btprof::{report, FlamegraphOptions};
@@ -28,6 +29,15 @@ use super::{fail, read_profile, write_file, FormatArg, InputArgs};
 ///      of functions compared (a Bonferroni correction, so the chance
 ///      that noise alone flags any function in the whole diff is at most
 ///      --alpha).
+///
+/// Self time and the standard library: a sample's self time counts to
+/// the innermost frame that is not Rust's standard library (`core::`,
+/// `alloc::`, `std::`; btprof names inlined std helpers with their module,
+/// `core::hint::black_box<u64>`), so a hot loop full of inlined std
+/// helpers is its own function's self time and a regression in it names
+/// that function. The root frame (thread label) and `[...]` markers never
+/// take it. --self-frame leaf counts it to the leaf, whatever it is.
+/// Flamegraphs still show every frame.
 ///
 /// The test assumes independent samples; real runs differ by more than
 /// that (clustered samples, system calls whose share moves with machine
@@ -81,6 +91,13 @@ pub struct DiffArgs {
     #[arg(long)]
     pub skip_root: bool,
 
+    /// Which frame a sample's self time counts to: own-code (the innermost
+    /// frame that is not Rust's standard library: a std helper inlined
+    /// into your loop counts as your function's time) or leaf (the
+    /// innermost frame, std or not).
+    #[arg(long, value_enum, default_value_t = SelfFrameArg::OwnCode)]
+    pub self_frame: SelfFrameArg,
+
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
     pub format: FormatArg,
@@ -116,6 +133,15 @@ pub enum ShareArg {
     TotalShare,
 }
 
+/// `--self-frame`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SelfFrameArg {
+    /// The innermost frame outside Rust's standard library.
+    OwnCode,
+    /// The innermost frame.
+    Leaf,
+}
+
 fn parse_threshold(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(t) if (0.0..=100.0).contains(&t) => Ok(t),
@@ -145,6 +171,10 @@ pub fn run(args: &DiffArgs) -> ExitCode {
         min_samples: args.min_samples,
         alpha: args.alpha,
         skip_root: args.skip_root,
+        self_frame: match args.self_frame {
+            SelfFrameArg::OwnCode => SelfFrame::OwnCode,
+            SelfFrameArg::Leaf => SelfFrame::Leaf,
+        },
     };
     if let Err(message) = options.validate() {
         return fail(message);

@@ -90,6 +90,7 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
     let style = FlamegraphOptions {
         title: args.title.clone(),
         merge_threads: false,
+        hide_inlined: false,
         inverted: args.inverted,
         min_width: args.min_width,
         image_width: Some(args.width as usize),

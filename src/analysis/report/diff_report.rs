@@ -6,6 +6,7 @@ use super::table::{code, grouped, p_value, percent, points, Align, Table};
 use crate::analysis::diff::{
     DiffReport, FunctionDiff, Metric, Presence, RunSummary, Samples, Verdict,
 };
+use crate::analysis::functions::SelfFrame;
 
 /// Which functions a text or Markdown table shows: the first `rows`
 /// (all when `None`) in report order (regressions first, then the
@@ -97,7 +98,7 @@ fn gate_line(report: &DiffReport) -> String {
     format!(
         "{} share up by more than {:.2} points, at least {} samples in the new run, \
          and p < {} = {} / {} functions (one-sided pooled two-proportion z-test, \
-         Bonferroni-corrected){}",
+         Bonferroni-corrected){}{}",
         o.metric.as_str(),
         o.threshold_points,
         o.min_samples,
@@ -108,6 +109,12 @@ fn gate_line(report: &DiffReport) -> String {
             "; root frames skipped"
         } else {
             ""
+        },
+        match (o.metric, o.self_frame) {
+            (Metric::SelfShare, SelfFrame::OwnCode) => {
+                "; self time of std/core/alloc frames counts to the innermost frame of other code"
+            }
+            _ => "",
         }
     )
 }
@@ -348,6 +355,7 @@ pub fn json(report: &DiffReport) -> Value {
             "tests": report.tests,
             "per_test_alpha": report.per_test_alpha,
             "skip_root": o.skip_root,
+            "self_frame": o.self_frame.as_str(),
             "test": "one-sided pooled two-proportion z-test, Bonferroni-corrected",
         },
         "warnings": report.warnings,

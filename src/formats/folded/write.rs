@@ -17,38 +17,87 @@ pub struct FoldOptions {
     /// Leave out the thread-name root so identical stacks of different
     /// threads merge.
     pub merge_threads: bool,
+    /// Leave out frames that were inlined into their caller, so each
+    /// machine function stands for the code inlined into it: what btprof
+    /// wrote before it expanded inlining, and what profilers without
+    /// inline expansion write. By default inlined functions are ordinary
+    /// frames, as perf (`--inline`) and samply show them.
+    pub hide_inlined: bool,
 }
 
 impl Profile {
-    /// The folded lines (`thread;root;...;leaf count`): in the profile's
-    /// order, or, with threads merged, sorted with identical lines summed.
+    /// The folded lines (`thread;root;...;leaf count`), identical lines
+    /// summed: in the profile's order, or, with threads merged or inlined
+    /// frames hidden, sorted.
     pub fn folded_lines(&self, options: FoldOptions) -> Vec<String> {
-        let lines = self.stacks().map(|stack| {
-            let mut line = String::new();
-            for (i, name) in stack.folded_names(options.merge_threads).enumerate() {
+        let mut out = Vec::new();
+        self.each_folded_line(options, |line, count| {
+            out.push(format!("{line} {count}"));
+        });
+        out
+    }
+
+    /// Calls `emit` with each folded line (without its count) and its
+    /// count, identical lines summed.
+    ///
+    /// A recording keeps stacks with equal lines but different frames (the
+    /// same functions at other lines) apart and next to each other, so in
+    /// the profile's order equal lines are adjacent and are summed as they
+    /// stream by. Dropping thread names or inlined frames can make distant
+    /// lines equal, so then the lines are sorted first.
+    fn each_folded_line(&self, options: FoldOptions, mut emit: impl FnMut(&str, u64)) {
+        let hide_inlined = options.hide_inlined && self.has_inlined_frames();
+        let line_of = |stack: &crate::Stack<'_>, line: &mut String| {
+            line.clear();
+            for (i, name) in stack
+                .folded_names_with(options.merge_threads, hide_inlined)
+                .enumerate()
+            {
                 if i > 0 {
                     line.push(';');
                 }
                 line.push_str(name);
             }
-            (line, stack.count())
-        });
-        if !options.merge_threads {
-            return lines
-                .map(|(line, count)| format!("{line} {count}"))
+        };
+        if options.merge_threads || hide_inlined {
+            let mut lines: Vec<(String, u64)> = self
+                .stacks()
+                .map(|stack| {
+                    let mut line = String::new();
+                    line_of(&stack, &mut line);
+                    (line, stack.count())
+                })
                 .collect();
-        }
-        let mut lines: Vec<(String, u64)> = lines.collect();
-        lines.sort_unstable();
-        let mut out: Vec<String> = Vec::with_capacity(lines.len());
-        let mut iter = lines.into_iter().peekable();
-        while let Some((stack, mut count)) = iter.next() {
-            while let Some((_, more)) = iter.next_if(|(next, _)| *next == stack) {
-                count += more;
+            lines.sort_unstable();
+            let mut iter = lines.into_iter().peekable();
+            while let Some((stack, mut count)) = iter.next() {
+                while let Some((_, more)) = iter.next_if(|(next, _)| *next == stack) {
+                    count = count.saturating_add(more);
+                }
+                emit(&stack, count);
             }
-            out.push(format!("{stack} {count}"));
+            return;
         }
-        out
+        let (mut pending, mut line) = (String::new(), String::new());
+        let mut pending_count = None;
+        for stack in self.stacks() {
+            line_of(&stack, &mut line);
+            match pending_count {
+                Some(count) if line == pending => {
+                    pending_count = Some(stack.count().saturating_add(count));
+                }
+                _ => {
+                    if let Some(count) = pending_count {
+                        emit(&pending, count);
+                    }
+                    std::mem::swap(&mut pending, &mut line);
+                    pending_count = Some(stack.count());
+                }
+            }
+        }
+        if let Some(count) = pending_count {
+            emit(&pending, count);
+        }
     }
 
     /// Writes folded stacks, one line per distinct stack, thread names as
@@ -57,24 +106,16 @@ impl Profile {
         self.write_folded_with(FoldOptions::default(), w)
     }
 
-    /// Writes folded stacks with options (e.g. threads merged).
+    /// Writes folded stacks with options (e.g. threads merged, inlined
+    /// frames left out).
     pub fn write_folded_with<W: Write>(&self, options: FoldOptions, mut w: W) -> Result<(), Error> {
-        if options.merge_threads {
-            for line in self.folded_lines(options) {
-                writeln!(w, "{line}").map_err(Error::Io)?;
+        let mut result = Ok(());
+        self.each_folded_line(options, |line, count| {
+            if result.is_ok() {
+                result = writeln!(w, "{line} {count}");
             }
-        } else {
-            // Streamed: no line is built.
-            for stack in self.stacks() {
-                for (i, name) in stack.folded_names(false).enumerate() {
-                    if i > 0 {
-                        w.write_all(b";").map_err(Error::Io)?;
-                    }
-                    w.write_all(name.as_bytes()).map_err(Error::Io)?;
-                }
-                writeln!(w, " {}", stack.count()).map_err(Error::Io)?;
-            }
-        }
+        });
+        result.map_err(Error::Io)?;
         w.flush().map_err(Error::Io)
     }
 }
@@ -157,7 +198,8 @@ mod tests {
         );
         assert_eq!(
             p.folded_lines(FoldOptions {
-                merge_threads: true
+                merge_threads: true,
+                ..FoldOptions::default()
             }),
             vec!["a;b 5", "a;c 7"]
         );
@@ -176,6 +218,55 @@ mod tests {
         let p = b.finish(Stats::new(&Default::default()));
         assert_eq!(p.folded_lines(FoldOptions::default()), vec!["worker;f 5"]);
         assert_eq!(p.threads().len(), 2);
+    }
+
+    #[test]
+    fn inlined_frames_fold_as_frames_or_not_and_equal_lines_merge() {
+        use crate::profile::FrameInfo;
+        let mut b = Builder::new();
+        let t = b.thread("main", Some(1)).unwrap();
+        let at = |name, address, line, inlined| FrameInfo {
+            address: Some(address),
+            file: Some("/src/lib.rs"),
+            line: Some(line),
+            inlined,
+            ..FrameInfo::named(name)
+        };
+        // `hot` inlined into `run` at two addresses (two lines), and `run`
+        // calling `leaf` directly.
+        for (address, line, count) in [(0x10, 7, 3), (0x14, 8, 4)] {
+            let stack = [at("main", 0x1, 1, false), at("run", address, 2, false)];
+            let hot = at("hot", address, line, true);
+            b.add_frames(Some(t), stack.into_iter().chain([hot]), false, count)
+                .unwrap();
+        }
+        b.add_stack(Some(t), ["main", "run", "leaf"], false, 5)
+            .unwrap();
+        b.add_stack(Some(t), ["main", "run"], false, 1).unwrap();
+        let p = b.finish(Stats::new(&Default::default()));
+        // The model keeps both lines of `hot` apart...
+        assert_eq!(p.distinct_stacks(), 4);
+        assert!(p.has_inlined_frames());
+        // ...folded output merges them into one line.
+        assert_eq!(
+            p.folded_lines(FoldOptions::default()),
+            vec![
+                "main;main;run 1",
+                "main;main;run;hot 7",
+                "main;main;run;leaf 5"
+            ]
+        );
+        let hidden = FoldOptions {
+            hide_inlined: true,
+            ..FoldOptions::default()
+        };
+        assert_eq!(
+            p.folded_lines(hidden),
+            vec!["main;main;run 8", "main;main;run;leaf 5"]
+        );
+        let mut out = Vec::new();
+        p.write_folded_with(hidden, &mut out).unwrap();
+        assert_eq!(out, b"main;main;run 8\nmain;main;run;leaf 5\n");
     }
 
     #[test]
