@@ -82,6 +82,7 @@ impl CpuDebt {
     }
 
     /// CPU time owed, in nanoseconds.
+    #[cfg(test)]
     pub fn owed_ns(&self) -> u64 {
         self.owed_ns
     }
