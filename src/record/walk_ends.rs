@@ -119,9 +119,9 @@ mod tests {
             WalkEnd::OutOfBounds,
             WalkEnd::Complete,
         ] {
-            assert!(!is_truncated(end, &names, &outer), "{end:?}");
+            assert!(!is_truncated(end, names, &outer), "{end:?}");
         }
-        assert!(is_truncated(WalkEnd::DepthCap, &names, &outer));
+        assert!(is_truncated(WalkEnd::DepthCap, names, &outer));
     }
 
     #[test]
@@ -138,9 +138,9 @@ mod tests {
         // A C thread in a stripped libc: the chain ends in libc with rbp 0.
         let names = ["libc.so.6+0x891f4", "worker", "leaf"];
         let outer = sym("libc.so.6+0x891f4", Some("libc.so.6"));
-        assert!(!is_truncated(WalkEnd::Complete, &names, &outer));
+        assert!(!is_truncated(WalkEnd::Complete, names, &outer));
         // The same place reached through a broken link is not the chain's end.
-        assert!(is_truncated(WalkEnd::NotIncreasing, &names, &outer));
+        assert!(is_truncated(WalkEnd::NotIncreasing, names, &outer));
     }
 
     #[test]
@@ -148,11 +148,11 @@ mod tests {
         // Code without frame pointers left rbp = 0 halfway up the stack.
         let names = ["compute", "leaf"];
         let outer = sym("compute", Some("myprog"));
-        assert!(is_truncated(WalkEnd::Complete, &names, &outer));
+        assert!(is_truncated(WalkEnd::Complete, names, &outer));
         let unknown = sym("[unknown]+0x1234", None);
         assert!(is_truncated(
             WalkEnd::Complete,
-            &["[unknown]+0x1234"],
+            ["[unknown]+0x1234"],
             &unknown
         ));
     }
