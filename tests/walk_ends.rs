@@ -108,8 +108,15 @@ fn only_walks_that_reach_the_thread_entry_are_complete() {
     // The walk from the leaf reaches the std thread start: complete.
     assert_eq!(whole_truncated, 0, "{whole_truncated} of {whole}");
     // rbp = 0 in our own code ends the raw walk "normally" (a zero frame
-    // pointer), but nowhere near the thread's entry.
-    assert_eq!(zero_truncated, zero, "{zero_truncated} of {zero}");
+    // pointer), but nowhere near the thread's entry. The loop's few
+    // instructions outside the `asm!` block (the clock comparison, the
+    // call's set-up) run with rbp intact, and a sample there is complete
+    // (1 of 295 was, beside two busy processes): all but 2% are truncated,
+    // where counting a zero frame pointer as the entry truncates none.
+    assert!(
+        zero_truncated * 100 >= zero * 98,
+        "{zero_truncated} of {zero} truncated"
+    );
     let listed: u64 = profile
         .stacks()
         .filter(|s| s.truncated())

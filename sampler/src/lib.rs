@@ -20,6 +20,9 @@ pub mod stack_copy;
 pub mod stack_table;
 pub mod walker;
 
+/// Used by the Linux sampler thread's cpu mode; the Mach sampler weighs
+/// samples its own way.
+#[cfg(target_os = "linux")]
 mod cpu_debt;
 mod exclusions;
 mod own_threads;

@@ -486,7 +486,8 @@ struct CallResults {
 }
 
 /// Item 1: a thread that works ~100 µs of CPU, then blocks in `poll`, in
-/// `nanosleep`, or in a `recv` with a socket timeout, round after round.
+/// `nanosleep`, or in a `recv` with a socket timeout, round after round
+/// (after 20 ms of work).
 /// Returns what the blocking calls returned.
 fn blocking_loop(rounds: u32) -> CallResults {
     use std::net::UdpSocket;
@@ -496,6 +497,11 @@ fn blocking_loop(rounds: u32) -> CallResults {
         .unwrap();
     let mut r = CallResults::default();
     let mut buf = [0u8; 16];
+    // A first spell of work longer than a tick: where a thread is sampled
+    // for sure. Its 100 µs rounds alone can go unsampled on the sampler
+    // thread under load (it signals only a thread it finds running user
+    // code, and a round can fit between two ticks every time).
+    spin_cpu(Duration::from_millis(20));
     for round in 0..rounds {
         spin_cpu(Duration::from_micros(100));
         let interrupted = match round % 3 {
