@@ -86,11 +86,17 @@ fn only_walks_that_reach_the_thread_entry_are_complete() {
     }
     let profile = body.join().unwrap();
     // Samples taken inside each leaf's own loop (the loops also call the
-    // CPU clock, with an intact chain, and may be sampled there).
+    // CPU clock, with an intact chain, and may be sampled there): the
+    // innermost machine frame is the leaf (frames inlined into it, such as
+    // `black_box`, come after it).
     let in_leaf = |leaf: &str| -> (u64, u64) {
-        let stacks = profile
-            .stacks()
-            .filter(|s| s.frames().last().is_some_and(|f| f.ends_with(leaf)));
+        let stacks = profile.stacks().filter(|s| {
+            s.frame_ids()
+                .iter()
+                .map(|&id| profile.frame(id))
+                .rfind(|f| !f.inlined)
+                .is_some_and(|f| f.name.ends_with(leaf))
+        });
         stacks.fold((0, 0), |(all, truncated), s| {
             (
                 all + s.count(),

@@ -592,8 +592,8 @@ fn real_runs_find_a_slowed_function_and_no_change_between_equal_runs() {
     // beyond that true difference plus its usual 2-point threshold.
     let (truth_a, truth_b) = (truth_shares(&first.stdout), truth_shares(&second.stdout));
     assert!(
-        truth_a.len() == 5 && truth_b.len() == 5,
-        "no self-check table of the five workload functions\n{}\n{}",
+        truth_a.len() == 6 && truth_b.len() == 6,
+        "no self-check table of the six workload functions\n{}\n{}",
         first.stdout,
         second.stdout
     );
