@@ -259,6 +259,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     print_summary(&profile);
     warn_if_truncated(&profile);
     warn_if_signal_blocked(&profile);
+    warn_if_unsampled(&profile);
     let check = SelfCheck::evaluate(
         &profile,
         &truth,
@@ -524,6 +525,30 @@ fn warn_if_signal_blocked(profile: &Profile) {
     }
 }
 
+/// Share of the process's CPU time above which the time no sample covered
+/// is warned about (below it, a summary line says it).
+const UNSAMPLED_WARN_SHARE: f64 = 0.10;
+
+/// Threads that live and exit between two listings (a few milliseconds
+/// apart) are never sampled: say so when their CPU time is a real part of
+/// the process's, so a profile that misses it is not read as complete.
+fn warn_if_unsampled(profile: &Profile) {
+    let Some(s) = profile.stats() else { return };
+    let (unsampled, process) = (s.unsampled_cpu(), s.process_cpu);
+    if process.is_zero() || unsampled.as_secs_f64() <= UNSAMPLED_WARN_SHARE * process.as_secs_f64()
+    {
+        return;
+    }
+    eprintln!(
+        "btprof: warning: {:.1}% of the process's CPU time ({:.0} ms of {:.0} ms) ran where no \
+         sample could stand for it: most likely in threads that lived only a few milliseconds \
+         (started and exited between two listings of the threads), which this profile does not show",
+        100.0 * unsampled.as_secs_f64() / process.as_secs_f64(),
+        unsampled.as_secs_f64() * 1e3,
+        process.as_secs_f64() * 1e3,
+    );
+}
+
 fn print_summary(profile: &Profile) {
     let Some(s) = profile.stats() else { return };
     println!(
@@ -557,4 +582,16 @@ fn print_summary(profile: &Profile) {
         s.late_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );
+    if !s.process_cpu.is_zero() {
+        println!(
+            "process CPU: {:.1} ms, of which sampled threads {:.1} ms, the sampler {:.1} ms, \
+             not covered by any sample {:.1} ms ({:.1}%: threads that exited before they were \
+             listed, btprof's own dump thread)",
+            s.process_cpu.as_secs_f64() * 1e3,
+            s.sampled_cpu().as_secs_f64() * 1e3,
+            s.sampler_cpu.as_secs_f64() * 1e3,
+            s.unsampled_cpu().as_secs_f64() * 1e3,
+            100.0 * s.unsampled_cpu().as_secs_f64() / s.process_cpu.as_secs_f64(),
+        );
+    }
 }

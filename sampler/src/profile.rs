@@ -255,6 +255,12 @@ pub struct SamplerStats {
     pub threads_seen: u64,
     /// CPU time the sampler thread itself used.
     pub sampler_cpu: Duration,
+    /// CPU time the whole process used while sampled, from its own CPU
+    /// clock: every thread's, exited ones and btprof's own included. Zero
+    /// where unknown (stats read back from a file). Against
+    /// [`Self::sampled_cpu`] it tells how much CPU time no sample could
+    /// stand for ([`Self::unsampled_cpu`]).
+    pub process_cpu: Duration,
     /// Profiling signals that arrived with nothing to fill (late ones).
     pub stray_signals: u64,
     /// Callers (frames past the leaf) recovered from call frame
@@ -292,6 +298,7 @@ impl SamplerStats {
             exited_threads: 0,
             threads_seen: 0,
             sampler_cpu: Duration::ZERO,
+            process_cpu: Duration::ZERO,
             stray_signals: 0,
             cfi_frames: 0,
             frame_pointer_frames: 0,
@@ -327,6 +334,18 @@ impl SamplerStats {
     /// CPU time the sampled threads used, all together.
     pub fn sampled_cpu(&self) -> Duration {
         self.thread_cpu.iter().map(|t| t.cpu).sum()
+    }
+
+    /// CPU time of the process that no sampled thread accounts for: threads
+    /// that lived and exited between two listings of the threads (a few
+    /// milliseconds apart) or ran before their first listing, a thread's
+    /// last moments before it exited, and btprof's own threads other than
+    /// the sampler (a dump thread). An estimate of what the profile
+    /// missed; zero where the process's CPU time is unknown.
+    pub fn unsampled_cpu(&self) -> Duration {
+        self.process_cpu
+            .saturating_sub(self.sampled_cpu())
+            .saturating_sub(self.sampler_cpu)
     }
 
     /// Samples per CPU-second of the sampled threads, all together: in
@@ -430,6 +449,7 @@ impl SamplerStats {
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
             sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
+            process_cpu: self.process_cpu.saturating_sub(earlier.process_cpu),
             stray_signals: self.stray_signals.saturating_sub(earlier.stray_signals),
             cfi_frames: self.cfi_frames.saturating_sub(earlier.cfi_frames),
             frame_pointer_frames: self
@@ -459,6 +479,7 @@ impl SamplerStats {
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);
         self.sampler_cpu += later.sampler_cpu;
+        self.process_cpu += later.process_cpu;
         self.stray_signals += later.stray_signals;
         self.cfi_frames += later.cfi_frames;
         self.frame_pointer_frames += later.frame_pointer_frames;
@@ -583,4 +604,21 @@ impl std::error::Error for Error {
             _ => None,
         }
     }
+}
+
+/// The calling process's CPU clock (`CLOCK_PROCESS_CPUTIME_ID`): the CPU
+/// time of all its threads, those that exited included. What the samplers
+/// record as [`SamplerStats::process_cpu`], from their start.
+#[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
+pub(crate) fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -16,7 +16,7 @@ use crate::stack_table::{StackKey, StackTable};
 use crate::walker::{self, Arch, StackBounds, Walk};
 use crate::window::{Request, Window};
 use crate::{
-    exclusions, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo,
+    exclusions, profile, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo,
 };
 
 /// How long a thread counts as young, in seconds: threads usually name
@@ -80,6 +80,8 @@ pub struct SamplingLoop<C: ThreadControl> {
     window: Window,
     requests: Option<mpsc::Receiver<Request>>,
     progress: Arc<Progress>,
+    /// The process's CPU clock when `run` started.
+    process_cpu_at_start: Duration,
     tick: u64,
     /// One period of CPU time (1/hz), in nanoseconds.
     period_ns: u64,
@@ -114,6 +116,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
             stats,
             requests: None,
             progress,
+            process_cpu_at_start: Duration::ZERO,
             tick: 0,
             period_ns: TickSchedule::period_for_hz(config.hz),
             young_ticks: (f64::from(config.hz) * YOUNG_SECS).ceil().max(1.0) as u64,
@@ -158,6 +161,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
     /// threads cannot be listed.
     pub fn run(&mut self, clock: &impl Clock, stop: &AtomicBool) -> Result<(), Error> {
         self.stats.start_time = SystemTime::now();
+        self.process_cpu_at_start = profile::process_cpu_time();
         self.window = Window::new(&self.stats);
         let started = clock.now_ns();
         let mut schedule = TickSchedule::new(started, TickSchedule::period_for_hz(self.hz));
@@ -184,7 +188,12 @@ impl<C: ThreadControl> SamplingLoop<C> {
             return;
         };
         while let Ok(request) = requests.try_recv() {
-            let stats = live_stats(&mut self.control, &self.stats, &self.thread_infos);
+            let stats = live_stats(
+                &mut self.control,
+                &self.stats,
+                &self.thread_infos,
+                self.process_cpu_at_start,
+            );
             self.window.serve(
                 request,
                 &mut self.table,
@@ -251,7 +260,12 @@ impl<C: ThreadControl> SamplingLoop<C> {
     /// The profile since the start or the last window handed out with a
     /// reset, with the sampler thread's own CPU time.
     pub fn finish(mut self) -> RawProfile {
-        let stats = live_stats(&mut self.control, &self.stats, &self.thread_infos);
+        let stats = live_stats(
+            &mut self.control,
+            &self.stats,
+            &self.thread_infos,
+            self.process_cpu_at_start,
+        );
         self.window
             .cut(true, &mut self.table, &self.thread_infos, &stats, self.arch)
     }
@@ -459,15 +473,18 @@ struct Sampled {
 }
 
 /// The run's counters up to now, with the ones kept elsewhere: the
-/// sampler thread's CPU time and the threads seen.
+/// sampler thread's CPU time, the process's since `process_cpu_at_start`
+/// and the threads seen.
 fn live_stats<C: ThreadControl>(
     control: &mut C,
     stats: &SamplerStats,
     threads: &[ThreadInfo],
+    process_cpu_at_start: Duration,
 ) -> SamplerStats {
     let mut live = stats.clone();
     let current = control.current_thread();
     live.sampler_cpu = Duration::from_nanos(control.usage(current).map_or(0, |u| u.cpu_ns));
+    live.process_cpu = profile::process_cpu_time().saturating_sub(process_cpu_at_start);
     live.threads_seen = threads.len() as u64;
     live
 }

@@ -45,8 +45,8 @@ use crate::stack_table::{StackKey, StackTable};
 use crate::walker::{Arch, WalkEnd};
 use crate::window::{self, Window};
 use crate::{
-    exclusions, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats,
-    ThreadInfo, FORCE_SAMPLER_THREAD_ENV,
+    exclusions, profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig,
+    SamplerStats, ThreadInfo, FORCE_SAMPLER_THREAD_ENV,
 };
 
 pub use slots::MAX_DEPTH;
@@ -404,6 +404,8 @@ struct SamplerLoop {
     no_slot_at_start: u64,
     /// When `run` started: the run's duration is measured from here.
     started: Instant,
+    /// The process's CPU clock when `run` started.
+    process_cpu_at_start: Duration,
     progress: Arc<Progress>,
     regions_scratch: Vec<(u64, u64)>,
     regions_stale: bool,
@@ -493,6 +495,7 @@ impl SamplerLoop {
             stray_at_start: slots::STRAY_SIGNALS.load(Ordering::Relaxed),
             no_slot_at_start: slots::NO_FREE_SLOT.load(Ordering::Relaxed),
             started: Instant::now(),
+            process_cpu_at_start: profile::process_cpu_time(),
             table: StackTable::with_limit(config.limit),
             stats,
             period_ns: TickSchedule::period_for_hz(config.hz),
@@ -533,6 +536,7 @@ impl SamplerLoop {
     fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
         self.stats.start_time = SystemTime::now();
         self.started = Instant::now();
+        self.process_cpu_at_start = profile::process_cpu_time();
         self.window = Window::new(&self.stats);
         // With timers the sampler thread only collects: often enough that
         // the slots never fill (a quarter of them per busy thread at most).
@@ -596,6 +600,7 @@ impl SamplerLoop {
         let mut stats = self.stats.clone();
         stats.duration = self.started.elapsed();
         stats.sampler_cpu = Duration::from_nanos(threads::own_cpu_ns());
+        stats.process_cpu = profile::process_cpu_time().saturating_sub(self.process_cpu_at_start);
         stats.stray_signals = slots::STRAY_SIGNALS.load(Ordering::Relaxed) - self.stray_at_start;
         stats.failed_samples += slots::NO_FREE_SLOT.load(Ordering::Relaxed) - self.no_slot_at_start;
         stats.threads_seen = self.thread_infos.len() as u64;
