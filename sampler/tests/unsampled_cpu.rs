@@ -132,7 +132,8 @@ fn cpu_time_of_threads_never_sampled_is_estimated() {
         check("sampler thread");
         let _ = tx.send(());
     });
-    if rx.recv_timeout(Duration::from_secs(120)).is_err() {
+    // Disconnected: the body panicked; joining it below re-raises that.
+    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
         eprintln!(
             "WATCHDOG: {THREADS} short threads did not finish within {:?}. Aborting.",
             started.elapsed()
