@@ -114,6 +114,15 @@ pub struct SamplerConfig {
     /// instead (see [`SampleClock`]). The environment variable
     /// [`FORCE_SAMPLER_THREAD_ENV`] does the same. No effect elsewhere.
     pub force_sampler_thread: bool,
+    /// Count stacks of threads that share a name under one thread, the
+    /// first of that name ([`ThreadInfo`]), so that a pool which replaces
+    /// its threads (a new thread id per task) does not fill the table with
+    /// one copy of the same stacks per thread id. Folded output, which
+    /// roots stacks at thread names, merges such threads anyway. A name the
+    /// OS may have cut short (Linux keeps 15 bytes) keeps its threads
+    /// apart. Per-thread CPU time ([`ThreadCpu`]) stays per thread. Off by
+    /// default here; `btprof`'s recorder turns it on.
+    pub share_stacks_by_name: bool,
 }
 
 /// Distinct stacks a window keeps by default: far more than a real
@@ -131,6 +140,7 @@ impl Default for SamplerConfig {
             limit: Limit::stacks(DEFAULT_MAX_STACKS),
             frame_pointers_only: false,
             force_sampler_thread: false,
+            share_stacks_by_name: false,
         }
     }
 }
@@ -164,7 +174,8 @@ impl SamplerConfig {
 }
 
 /// A thread as it appeared in samples. A thread that renamed itself
-/// appears once per name.
+/// appears once per name; with [`SamplerConfig::share_stacks_by_name`],
+/// one entry stands for every thread of its name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ThreadInfo {
     /// The OS thread id.
@@ -251,7 +262,8 @@ pub struct SamplerStats {
     /// Samples not taken because the thread had exited after it was
     /// listed (the list is re-read every few milliseconds).
     pub exited_threads: u64,
-    /// Distinct (thread, name) pairs seen.
+    /// Distinct (thread, name) pairs seen, whether or not their stacks
+    /// were shared by name.
     pub threads_seen: u64,
     /// CPU time the sampler thread itself used.
     pub sampler_cpu: Duration,

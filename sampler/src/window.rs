@@ -96,7 +96,6 @@ impl Window {
     ) -> RawProfile {
         let mut window_stats = stats.since(&self.base);
         window_stats.start_time = self.start_time;
-        window_stats.threads_seen = threads.len() as u64;
         let table = if reset {
             let fresh = table.empty_like();
             self.base = stats.clone();

@@ -13,7 +13,8 @@ use super::symbolize::Symbolize;
 use crate::{Error, Mode, Profile};
 
 /// Configures a [`Profiler`]. Defaults: 1000 Hz, [`Mode::Cpu`], 256
-/// frames, 32768 distinct stacks, no dumps.
+/// frames, 32768 distinct stacks, threads of one name sharing their
+/// stacks, no dumps.
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct ProfilerBuilder {
@@ -21,6 +22,7 @@ pub struct ProfilerBuilder {
     dump: Option<DumpConfig>,
     dump_signal: Option<i32>,
     symbolize: Symbolize,
+    per_thread_stacks: bool,
 }
 
 impl ProfilerBuilder {
@@ -74,6 +76,20 @@ impl ProfilerBuilder {
     /// produces endless distinct stacks.
     pub fn max_stacks(mut self, stacks: usize) -> Self {
         self.config.limit = Limit::stacks(stacks);
+        self
+    }
+
+    /// Keeps the stacks of threads that share a name apart, one thread per
+    /// thread id, instead of counting them under the first thread of that
+    /// name (the default). Folded output and flamegraphs root stacks at
+    /// thread names, so they are the same either way; what sharing saves
+    /// is table space. A pool that replaces its threads (a new thread id
+    /// for every task) would otherwise store its stacks once per thread id
+    /// and fill the table (`[btprof: stack table full]`). Names the OS may
+    /// have cut short (Linux keeps 15 bytes) are never shared. Per-thread
+    /// CPU time in the stats is kept per thread either way.
+    pub fn per_thread_stacks(mut self, apart: bool) -> Self {
+        self.per_thread_stacks = apart;
         self
     }
 
@@ -145,6 +161,7 @@ impl ProfilerBuilder {
             validate_dump(dump, self.dump_signal)?;
         }
         let signal = self.dump_signal.map(DumpSignal::install).transpose()?;
+        self.config.share_stacks_by_name = !self.per_thread_stacks;
         let sampler = Arc::new(Sampler::start(self.config)?);
         let dumper = match self.dump {
             Some(config) => Some(Dumper::start(sampler.clone(), config, signal.is_some())?),

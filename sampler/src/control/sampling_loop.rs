@@ -13,17 +13,21 @@ use super::{never_stop, Resumed, StackRange, ThreadControl, ThreadError, ThreadU
 use crate::clock::{Clock, TickSchedule};
 use crate::stack_copy::StackCopy;
 use crate::stack_table::{StackKey, StackTable};
+use crate::thread_keys::ThreadKeys;
 use crate::walker::{self, Arch, StackBounds, Walk};
 use crate::window::{Request, Window};
-use crate::{
-    exclusions, profile, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats, ThreadInfo,
-};
+use crate::{exclusions, profile, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats};
 
 /// How long a thread counts as young, in seconds: threads usually name
 /// themselves right after they start, so a young thread's name is read
 /// again before every sample; later, names are read only when the thread
 /// list changes.
 const YOUNG_SECS: f64 = 0.1;
+
+/// A thread name this long (in bytes) may have been cut: macOS keeps 63
+/// bytes of it (`MAXTHREADNAMESIZE` less its NUL).
+const NAME_CUT_LEN: usize = 63;
+
 /// Most periods of CPU time credited on the run state alone and not yet
 /// seen on the thread's clock. `TH_STATE_RUNNING` also covers a runnable
 /// thread waiting for a CPU, so on a busy machine not every credit is
@@ -71,8 +75,7 @@ pub struct SamplingLoop<C: ThreadControl> {
     /// The buffer a stopped thread's stack is copied into, allocated once.
     stack_copy: StackCopy,
     threads: HashMap<u64, ThreadState>,
-    thread_infos: Vec<ThreadInfo>,
-    thread_keys: HashMap<(u64, String), u32>,
+    thread_keys: ThreadKeys,
     table: StackTable,
     stats: SamplerStats,
     /// Where the current window started, and the requests for windows
@@ -109,8 +112,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
             frames: vec![0; config.max_depth.clamp(1, MAX_DEPTH)].into_boxed_slice(),
             stack_copy: StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES),
             threads: HashMap::new(),
-            thread_infos: Vec::new(),
-            thread_keys: HashMap::new(),
+            thread_keys: ThreadKeys::new(config.share_stacks_by_name, NAME_CUT_LEN),
             table: StackTable::with_limit(config.limit),
             window: Window::new(&stats),
             stats,
@@ -191,13 +193,13 @@ impl<C: ThreadControl> SamplingLoop<C> {
             let stats = live_stats(
                 &mut self.control,
                 &self.stats,
-                &self.thread_infos,
+                self.thread_keys.threads_seen(),
                 self.process_cpu_at_start,
             );
             self.window.serve(
                 request,
                 &mut self.table,
-                &self.thread_infos,
+                self.thread_keys.infos(),
                 &stats,
                 self.arch,
             );
@@ -263,11 +265,16 @@ impl<C: ThreadControl> SamplingLoop<C> {
         let stats = live_stats(
             &mut self.control,
             &self.stats,
-            &self.thread_infos,
+            self.thread_keys.threads_seen(),
             self.process_cpu_at_start,
         );
-        self.window
-            .cut(true, &mut self.table, &self.thread_infos, &stats, self.arch)
+        self.window.cut(
+            true,
+            &mut self.table,
+            self.thread_keys.infos(),
+            &stats,
+            self.arch,
+        )
     }
 
     /// Samples one thread: reads what it needs first, stops it only for the
@@ -376,18 +383,8 @@ impl<C: ThreadControl> SamplingLoop<C> {
             }
         };
         let protected = never_stop::is_protected(&name);
-        let next_key = self.thread_infos.len() as u32;
-        let infos = &mut self.thread_infos;
-        let key = *self
-            .thread_keys
-            .entry((id, name))
-            .or_insert_with_key(|(tid, name)| {
-                infos.push(ThreadInfo {
-                    tid: *tid,
-                    name: name.clone(),
-                });
-                next_key
-            });
+        let previous = self.threads.get(&id).map(|s| s.key);
+        let key = self.thread_keys.key(id, name, previous);
         let control = &mut self.control;
         let state = self.threads.entry(id).or_insert_with(|| ThreadState {
             key,
@@ -478,14 +475,14 @@ struct Sampled {
 fn live_stats<C: ThreadControl>(
     control: &mut C,
     stats: &SamplerStats,
-    threads: &[ThreadInfo],
+    threads_seen: u64,
     process_cpu_at_start: Duration,
 ) -> SamplerStats {
     let mut live = stats.clone();
     let current = control.current_thread();
     live.sampler_cpu = Duration::from_nanos(control.usage(current).map_or(0, |u| u.cpu_ns));
     live.process_cpu = profile::process_cpu_time().saturating_sub(process_cpu_at_start);
-    live.threads_seen = threads.len() as u64;
+    live.threads_seen = threads_seen;
     live
 }
 

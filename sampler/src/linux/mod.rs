@@ -42,11 +42,12 @@ use crate::clock::TickSchedule;
 use crate::cpu_debt::CpuDebt;
 use crate::sampler_thread::{Claim, SamplerThread};
 use crate::stack_table::{StackKey, StackTable};
+use crate::thread_keys::ThreadKeys;
 use crate::walker::{Arch, WalkEnd};
 use crate::window::{self, Window};
 use crate::{
     exclusions, profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig,
-    SamplerStats, ThreadInfo, FORCE_SAMPLER_THREAD_ENV,
+    SamplerStats, FORCE_SAMPLER_THREAD_ENV,
 };
 
 pub use slots::MAX_DEPTH;
@@ -392,8 +393,7 @@ struct SamplerLoop {
     threads: HashMap<i32, ThreadState>,
     /// Threads dropped at the last listing, for samples they left behind.
     departed: HashMap<i32, u32>,
-    thread_infos: Vec<ThreadInfo>,
-    thread_keys: HashMap<(i32, String), u32>,
+    thread_keys: ThreadKeys,
     slots: SlotOwner,
     slot_uses: [Option<SlotUse>; SLOTS],
     table: StackTable,
@@ -499,6 +499,7 @@ impl SamplerLoop {
             table: StackTable::with_limit(config.limit),
             stats,
             period_ns: TickSchedule::period_for_hz(config.hz),
+            thread_keys: ThreadKeys::new(config.share_stacks_by_name, threads::NAME_CUT_LEN),
             config,
             clock,
             sender: SignalSender::new(signal),
@@ -507,8 +508,6 @@ impl SamplerLoop {
             tids: Vec::with_capacity(64),
             threads: HashMap::new(),
             departed: HashMap::new(),
-            thread_infos: Vec::new(),
-            thread_keys: HashMap::new(),
             slots: SlotOwner::new(),
             slot_uses: [None; SLOTS],
             progress,
@@ -569,7 +568,7 @@ impl SamplerLoop {
             while let Ok(request) = self.requests.try_recv() {
                 self.account_cpu();
                 let stats = self.live_stats();
-                let (table, threads) = (&mut self.table, &self.thread_infos);
+                let (table, threads) = (&mut self.table, self.thread_keys.infos());
                 self.window
                     .serve(request, table, threads, &stats, Arch::host());
             }
@@ -589,7 +588,7 @@ impl SamplerLoop {
         Ok(self.window.cut(
             true,
             &mut self.table,
-            &self.thread_infos,
+            self.thread_keys.infos(),
             &stats,
             Arch::host(),
         ))
@@ -603,7 +602,7 @@ impl SamplerLoop {
         stats.process_cpu = profile::process_cpu_time().saturating_sub(self.process_cpu_at_start);
         stats.stray_signals = slots::STRAY_SIGNALS.load(Ordering::Relaxed) - self.stray_at_start;
         stats.failed_samples += slots::NO_FREE_SLOT.load(Ordering::Relaxed) - self.no_slot_at_start;
-        stats.threads_seen = self.thread_infos.len() as u64;
+        stats.threads_seen = self.thread_keys.threads_seen();
         stats
     }
 
@@ -956,18 +955,12 @@ impl SamplerLoop {
     /// Reads thread `tid`'s name and points its state at that name's key.
     fn read_name(&mut self, tid: i32) -> Option<u32> {
         let name = threads::thread_name(tid)?;
-        let next_key = self.thread_infos.len() as u32;
-        let infos = &mut self.thread_infos;
-        let key = *self
-            .thread_keys
-            .entry((tid, name))
-            .or_insert_with_key(|(tid, name)| {
-                infos.push(ThreadInfo {
-                    tid: *tid as u64,
-                    name: name.clone(),
-                });
-                next_key
-            });
+        let previous = self
+            .threads
+            .get(&tid)
+            .map(|s| s.key)
+            .filter(|&k| k != u32::MAX);
+        let key = self.thread_keys.key(tid as u64, name, previous);
         if let Some(state) = self.threads.get_mut(&tid) {
             state.key = key;
         }

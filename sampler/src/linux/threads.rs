@@ -122,6 +122,10 @@ pub(crate) fn own_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
 }
 
+/// A thread name this long (in bytes) may have been cut: the kernel keeps
+/// 15 bytes of it (`TASK_COMM_LEN` less its NUL).
+pub(crate) const NAME_CUT_LEN: usize = 15;
+
 /// The thread's name (`comm`), or `None` if it exited.
 pub(crate) fn thread_name(tid: i32) -> Option<String> {
     let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;

@@ -1,0 +1,167 @@
+//! A pool that replaces its threads does not fill the stack table (issue
+//! 10, item 7): with `share_stacks_by_name`, threads of one name count
+//! their stacks under one thread, so each distinct stack is stored once,
+//! not once per thread id. Without it, or for a name the kernel may have
+//! cut to 15 bytes, each thread keeps its own. Runs under a watchdog, on
+//! both sampling paths.
+#![cfg(target_os = "linux")]
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV};
+
+/// Pool threads, run one after another.
+const THREADS: usize = 60;
+/// CPU time each spins: long enough to be listed and sampled.
+const WORK: Duration = Duration::from_millis(10);
+const SHORT_NAME: &str = "pool-task";
+/// 15 bytes once the kernel cuts it: a name that may have been cut.
+const LONG_NAME: &str = "pool-task-with-a-long-name";
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[inline(never)]
+fn pool_work() {
+    let end = thread_cpu() + WORK;
+    let mut x = 1u64;
+    while thread_cpu() < end {
+        for _ in 0..2000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    std::hint::black_box(x);
+}
+
+/// Runs the pool under a sampler; returns the profile and the threads'
+/// ids.
+fn run(share: bool, name: &str) -> (RawProfile, Vec<u64>) {
+    let sampler = Sampler::start(SamplerConfig {
+        hz: 1000,
+        mode: Mode::Cpu,
+        share_stacks_by_name: share,
+        ..SamplerConfig::default()
+    })
+    .expect("start");
+    let tids = (0..THREADS)
+        .map(|_| {
+            thread::Builder::new()
+                .name(name.into())
+                .spawn(|| {
+                    pool_work();
+                    btprof_sampler::current_thread_id()
+                })
+                .unwrap()
+                .join()
+                .unwrap()
+        })
+        .collect();
+    (sampler.stop().expect("stop"), tids)
+}
+
+/// How many thread entries, stack entries and samples the pool has.
+fn pool_counts(raw: &RawProfile, name: &str) -> (usize, usize, u64) {
+    let cut = &name[..name.len().min(15)];
+    let threads = raw.threads.iter().filter(|t| t.name == cut).count();
+    let (mut stacks, mut samples) = (0, 0);
+    for (key, count) in raw.table.iter() {
+        if raw.threads[key.thread as usize].name == cut {
+            stacks += 1;
+            samples += count;
+        }
+    }
+    (threads, stacks, samples)
+}
+
+fn check(path: &str) {
+    let (shared, tids) = run(true, SHORT_NAME);
+    let (apart, _) = run(false, SHORT_NAME);
+    let (long, _) = run(true, LONG_NAME);
+    let s = pool_counts(&shared, SHORT_NAME);
+    let a = pool_counts(&apart, SHORT_NAME);
+    let l = pool_counts(&long, LONG_NAME);
+    println!(
+        "measured ({path}): {THREADS} pool threads of {} ms CPU: \
+         shared by name: {} thread entries, {} stacks, {} samples; \
+         kept apart: {} thread entries, {} stacks, {} samples; \
+         a cut name, sharing on: {} thread entries, {} stacks, {} samples",
+        WORK.as_millis(),
+        s.0,
+        s.1,
+        s.2,
+        a.0,
+        a.1,
+        a.2,
+        l.0,
+        l.1,
+        l.2
+    );
+    assert!(
+        s.2 >= THREADS as u64 && a.2 >= THREADS as u64 && l.2 >= THREADS as u64,
+        "{path}: too few samples of the pool to judge"
+    );
+    assert_eq!(s.0, 1, "{path}: one thread entry for the whole pool");
+    let first = shared
+        .threads
+        .iter()
+        .find(|t| t.name == SHORT_NAME)
+        .unwrap();
+    assert!(
+        tids.contains(&first.tid),
+        "{path}: the shared entry is one of the pool's threads"
+    );
+    assert!(
+        shared.stats.threads_seen >= (THREADS / 2) as u64,
+        "{path}: threads_seen counts threads, not entries: {}",
+        shared.stats.threads_seen
+    );
+    assert!(
+        a.0 >= THREADS / 2,
+        "{path}: kept apart, each sampled thread has its own entry ({} of {THREADS})",
+        a.0
+    );
+    assert!(
+        l.0 >= THREADS / 2,
+        "{path}: a name the kernel may have cut is never shared ({} entries)",
+        l.0
+    );
+    assert!(
+        s.1 * 2 < a.1,
+        "{path}: shared by name, the pool's stacks are stored once ({} entries), \
+         not once per thread ({} entries)",
+        s.1,
+        a.1
+    );
+}
+
+#[test]
+fn a_pool_of_one_name_shares_its_stacks() {
+    let (tx, rx) = mpsc::channel();
+    let started = Instant::now();
+    let body = thread::spawn(move || {
+        check("per-thread timers or their fallback");
+        // This binary runs this one test, and the sampler reads the
+        // variable when it starts.
+        std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");
+        check("sampler thread");
+        let _ = tx.send(());
+    });
+    // Disconnected: the body panicked; joining it below re-raises that.
+    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
+        eprintln!(
+            "WATCHDOG: the pool did not finish within {:?}. Aborting.",
+            started.elapsed()
+        );
+        std::process::abort();
+    }
+    body.join().unwrap();
+}
