@@ -67,6 +67,9 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
+/// Sampler CPU time one listing may spend opening timers for threads that
+/// did not run since it read their clocks (see `open_timers`).
+const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
 /// How long a thread counts as young: its name is re-read whenever one of
 /// its samples is interned, because threads often name themselves right
 /// after they start.
@@ -394,6 +397,8 @@ struct SamplerLoop {
     /// Threads dropped at the last listing, for samples they left behind.
     departed: HashMap<i32, u32>,
     thread_keys: ThreadKeys,
+    /// `open_timers`' candidates (CPU time just used, tid), kept for reuse.
+    timer_queue: Vec<(u64, i32)>,
     slots: SlotOwner,
     slot_uses: [Option<SlotUse>; SLOTS],
     table: StackTable,
@@ -500,6 +505,7 @@ impl SamplerLoop {
             stats,
             period_ns: TickSchedule::period_for_hz(config.hz),
             thread_keys: ThreadKeys::new(config.share_stacks_by_name, threads::NAME_CUT_LEN),
+            timer_queue: Vec::new(),
             config,
             clock,
             sender: SignalSender::new(signal),
@@ -1089,11 +1095,19 @@ impl SamplerLoop {
         }
     }
 
-    /// Opens a timer for every thread that has none yet and whose stack is
-    /// in the region snapshot.
+    /// Opens a timer for threads that have none yet and whose stack is in
+    /// the region snapshot: every one that ran since this listing read its
+    /// clock, busiest first, then idle ones for at most
+    /// [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time. The rest wait
+    /// for later listings, so that a process with thousands of idle
+    /// threads has its busy ones sampled at once instead of after seconds
+    /// of opening timers no one needs yet (when the sampler thread drains
+    /// no slots either).
     fn open_timers(&mut self) {
         let (period, signal) = (self.period_ns, self.sender.signal());
-        for (&tid, state) in self.threads.iter_mut() {
+        let mut wanted = std::mem::take(&mut self.timer_queue);
+        wanted.clear();
+        for (&tid, state) in &self.threads {
             if state.timer.is_some()
                 || state.blocked.is_some()
                 || !state.regions_ready
@@ -1101,6 +1115,22 @@ impl SamplerLoop {
             {
                 continue;
             }
+            // CPU time since `account_cpu` read the clock in this listing.
+            let ran = match (threads::thread_cpu_ns(tid), state.accounted_ns) {
+                (Some(now), Some(before)) => now.saturating_sub(before),
+                _ => 0,
+            };
+            wanted.push((ran, tid));
+        }
+        wanted.sort_unstable_by(|a, b| b.cmp(a));
+        let started = threads::own_cpu_ns();
+        for &(ran, tid) in &wanted {
+            if ran == 0 && threads::own_cpu_ns().saturating_sub(started) > IDLE_TIMER_BUDGET_NS {
+                break;
+            }
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
             if !state.mask_checked {
                 // A thread that blocks the signal gets no timer: its
                 // overflows would queue up (real-time signals) or be taken
@@ -1131,6 +1161,7 @@ impl SamplerLoop {
                 }
             }
         }
+        self.timer_queue = wanted;
     }
 
     /// Re-reads `/proc/self/maps` when walks missed the snapshot or new

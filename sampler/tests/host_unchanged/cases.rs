@@ -865,6 +865,29 @@ fn wall_mode_samples_every_one_of_300_idle_threads() {
 /// them all. Their rate per CPU-second is measured and printed.
 /// `BTPROF_TEST_IDLE` and `BTPROF_TEST_MAPPINGS` scale it down by hand.
 fn many_threads_and_mappings_keep_stacks_and_rate() {
+    /// The busy threads' samples, whole walks and CPU time in `raw`.
+    fn busy_samples(raw: &RawProfile) -> (u64, u64, Duration) {
+        let busy_keys: Vec<u32> = (0..4)
+            .flat_map(|i| thread_keys(raw, &format!("busy-{i}")))
+            .collect();
+        let (mut samples, mut whole) = (0u64, 0u64);
+        for (k, c) in raw.table.iter() {
+            if busy_keys.contains(&k.thread) {
+                samples += c;
+                if k.end == WalkEnd::Complete {
+                    whole += c;
+                }
+            }
+        }
+        let mut busy_tids: Vec<u64> = busy_keys
+            .iter()
+            .map(|&k| raw.threads[k as usize].tid)
+            .collect();
+        busy_tids.dedup();
+        let cpu = busy_tids.iter().filter_map(|&t| raw.stats.cpu_of(t)).sum();
+        (samples, whole, cpu)
+    }
+
     let scale = |var: &str, default: usize| {
         std::env::var(var)
             .ok()
@@ -934,7 +957,13 @@ fn many_threads_and_mappings_keep_stacks_and_rate() {
     }
     // The sampler answers between ticks: on a loaded machine it may take
     // longer than `collect` waits.
-    while sampler.collect(true).is_err() && waited.elapsed() < patience {}
+    let first = loop {
+        match sampler.collect(true) {
+            Ok(window) => break Some(window),
+            Err(_) if waited.elapsed() < patience => {}
+            Err(_) => break None,
+        }
+    };
     // Then until the busy threads had 1.2 s of CPU between them, as the
     // sampler's clocks say (the machine may be busy).
     let cut = sampler.progress().sampled_cpu_ns.load(Ordering::Relaxed);
@@ -953,25 +982,22 @@ fn many_threads_and_mappings_keep_stacks_and_rate() {
         h.join().unwrap();
     }
     check_clock(&raw);
-    let busy_keys: Vec<u32> = (0..4)
-        .flat_map(|i| thread_keys(&raw, &format!("busy-{i}")))
-        .collect();
-    let (mut samples, mut whole) = (0u64, 0u64);
-    for (k, c) in raw.table.iter() {
-        if busy_keys.contains(&k.thread) {
-            samples += c;
-            if k.end == WalkEnd::Complete {
-                whole += c;
-            }
-        }
-    }
-    let mut busy_tids: Vec<u64> = busy_keys
-        .iter()
-        .map(|&k| raw.threads[k as usize].tid)
-        .collect();
-    busy_tids.dedup();
-    let busy_cpu: Duration = busy_tids.iter().filter_map(|&t| raw.stats.cpu_of(t)).sum();
+    let (samples, whole, busy_cpu) = busy_samples(&raw);
     let rate = samples as f64 / busy_cpu.as_secs_f64();
+    // The first window: while the sampler listed every thread. Timers are
+    // opened for threads that run first, so the busy ones are sampled
+    // before the idle ones have theirs.
+    let (first_samples, _, first_cpu) = first.as_ref().map_or((0, 0, Duration::ZERO), busy_samples);
+    let first_rate = first_samples as f64 / first_cpu.as_secs_f64().max(1e-9);
+    println!(
+        "measured: first window ({:.0} ms, while {} threads were listed): busy threads \
+         {first_samples} samples, {first_rate:.0} samples per CPU-second of {:.0} ms",
+        first
+            .as_ref()
+            .map_or(0.0, |w| w.stats.duration.as_secs_f64() * 1e3),
+        idle_threads + 5,
+        first_cpu.as_secs_f64() * 1e3,
+    );
     let sampler_share = raw.stats.sampler_cpu.as_secs_f64() / raw.stats.duration.as_secs_f64();
     println!(
         "measured: {} threads, {rw} rw mappings: busy threads {samples} samples, {whole} whole \
