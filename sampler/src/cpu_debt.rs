@@ -1,14 +1,14 @@
 //! How much CPU time each sample stands for where a sampler thread, not
 //! the kernel, decides when to sample (the Linux fallback and macOS).
 //!
-//! In cpu mode a thread is owed one sample per period of CPU time it uses.
-//! On a busy machine the sampler often cannot take the sample when it is
-//! due: the thread is waiting for a CPU (and a sample then would land where
-//! it was preempted, which is disproportionately the return from a system
-//! call, so it is given up and retried), or the sampler itself ran late.
-//! The owed time is carried, and the next sample that succeeds stands for
-//! more than one period, so samples per CPU-second stay at the requested
-//! rate.
+//! In cpu mode a thread is owed one sample per period of CPU time it uses:
+//! a sample is due when the CPU time used since the last one reaches a
+//! period ([`CpuDebt::until_next_period`] says how much more it needs; the Linux
+//! fallback wakes for that moment). On a busy machine the sampler often
+//! cannot take the sample when it is due: the thread is waiting for a CPU,
+//! or the sampler itself ran late. The owed time is carried, and the next
+//! sample that succeeds stands for more than one period, so samples per
+//! CPU-second stay at the requested rate.
 //!
 //! *Which* sample carries the extra weight matters. The first sample after
 //! a long wait lands near where the thread was preempted, so weighting it
@@ -20,6 +20,13 @@
 //! never from the wait just before it. Weights follow the thread's average
 //! wait, a single position's weight does not depend on its own wait, and
 //! every owed period is still paid (up to [`MAX_OWED_PERIODS`]).
+//!
+//! A sample that was taken but given up (its signal found the thread at a
+//! system call's exit after a wait, a biased place) is not owed *sooner*:
+//! that would make the thread due again at once, and it would be sampled
+//! right where it resumes, which is that same biased place. Its periods
+//! are [lost](CpuDebt::refund) instead, and ride as extra weight on the
+//! next samples, which come at the thread's ordinary due points.
 
 /// A debt is paid off over about this many samples: large enough that one
 /// sample's weight barely depends on any one wait, small enough that
@@ -40,6 +47,9 @@ pub struct CpuDebt {
     /// What was owed right after the last payment: the history the next
     /// sample's weight is taken from.
     settled_ns: u64,
+    /// Periods of samples given up, added to the next samples' weights
+    /// ([`SPREAD`] at a time) without making any sample due sooner.
+    lost_periods: u64,
 }
 
 impl CpuDebt {
@@ -65,20 +75,39 @@ impl CpuDebt {
         }
         let settled = self.settled_ns / period_ns;
         let weight = settled.div_ceil(SPREAD).max(1);
-        Some(weight.min(self.owed_ns / period_ns))
+        Some(weight.min(self.owed_ns / period_ns) + self.lost_share())
     }
 
-    /// A sample of `weight` periods was taken.
+    /// CPU time the thread must still use before its owed time next
+    /// reaches a whole number of periods: before its next sample is due,
+    /// or, with periods owed already, before the next point of its
+    /// CPU-time grid (where a sample is as unbiased as at any other).
+    pub fn until_next_period(&self, period_ns: u64) -> u64 {
+        period_ns - self.owed_ns % period_ns
+    }
+
+    /// A sample of `weight` periods (as [`Self::due`] gave it) was taken.
     pub fn pay(&mut self, weight: u64, period_ns: u64) {
-        self.owed_ns = self.owed_ns.saturating_sub(weight * period_ns);
+        let lost = self.lost_share().min(weight);
+        self.lost_periods -= lost;
+        self.owed_ns = self.owed_ns.saturating_sub((weight - lost) * period_ns);
         self.settled_ns = self.owed_ns;
     }
 
-    /// A sample paid for was given up (its signal came too late): its
-    /// periods are owed again, to a later sample.
-    pub fn refund(&mut self, weight: u64, period_ns: u64) {
-        self.owed_ns = self.owed_ns.saturating_add(weight * period_ns);
-        self.settled_ns = self.settled_ns.saturating_add(weight * period_ns);
+    /// A sample paid for was given up: its periods ride on the next
+    /// samples' weights, and no sample becomes due sooner. Returns how many
+    /// periods had to be dropped because more than [`MAX_OWED_PERIODS`]
+    /// were lost.
+    pub fn refund(&mut self, weight: u64) -> u64 {
+        self.lost_periods += weight;
+        let dropped = self.lost_periods.saturating_sub(MAX_OWED_PERIODS);
+        self.lost_periods -= dropped;
+        dropped
+    }
+
+    /// The lost periods the next sample carries.
+    fn lost_share(&self) -> u64 {
+        self.lost_periods.div_ceil(SPREAD)
     }
 
     /// CPU time owed, in nanoseconds.
@@ -158,15 +187,50 @@ mod tests {
         }
     }
 
+    /// A given-up sample makes no sample due sooner: the thread would be
+    /// sampled where it resumes. Its periods ride on the next samples.
     #[test]
-    fn a_refund_is_owed_again() {
+    fn a_refund_adds_weight_not_an_earlier_sample() {
         let mut debt = CpuDebt::default();
-        debt.accrue(3 * P, P);
+        debt.accrue(P + P / 4, P);
         let weight = debt.due(P).unwrap();
         debt.pay(weight, P);
-        let before = debt.owed_ns();
-        debt.refund(weight, P);
-        assert_eq!(debt.owed_ns(), before + weight * P);
+        let until = debt.until_next_period(P);
+        assert_eq!(until, P - P / 4);
+        assert_eq!(debt.refund(weight), 0);
+        assert_eq!(
+            debt.until_next_period(P),
+            until,
+            "due sooner after a refund"
+        );
+        assert_eq!(debt.due(P), None);
+        debt.accrue(until, P);
+        assert_eq!(
+            debt.due(P),
+            Some(2),
+            "the lost period rides on the next sample"
+        );
+        debt.pay(2, P);
+        assert_eq!((debt.owed_ns(), debt.lost_periods), (0, 0));
+    }
+
+    /// Many lost periods are paid a [`SPREAD`]th at a time, every one of
+    /// them, and no more than the cap is kept.
+    #[test]
+    fn lost_periods_are_spread_and_capped() {
+        let mut debt = CpuDebt::default();
+        assert_eq!(debt.refund(MAX_OWED_PERIODS + 3), 3);
+        let (mut paid, mut samples) = (0, 0);
+        while debt.lost_periods > 0 {
+            debt.accrue(P, P);
+            let weight = debt.due(P).unwrap();
+            assert!(weight <= 1 + MAX_OWED_PERIODS.div_ceil(SPREAD));
+            debt.pay(weight, P);
+            paid += weight;
+            samples += 1;
+        }
+        assert_eq!(paid, samples + MAX_OWED_PERIODS);
+        assert!(samples > SPREAD, "paid in {samples} samples");
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub mod walker;
 /// samples its own way.
 #[cfg(target_os = "linux")]
 mod cpu_debt;
+#[cfg(target_os = "linux")]
+mod cpu_wakeups;
 mod exclusions;
 mod own_threads;
 mod profile;

@@ -215,9 +215,12 @@ pub struct SamplerStats {
     pub duration: Duration,
     /// Ticks of the sampler thread that ran: with [`SampleClock::ThreadTimers`]
     /// the sampler thread only wakes to collect, and this counts those
-    /// wake-ups.
+    /// wake-ups. On the Linux fallback in [`Mode::Cpu`] it wakes when
+    /// threads fall due and at random moments, not on a fixed period: with
+    /// two busy threads at 1000 Hz, about 1,500-2,500 wakeups a second.
     pub ticks: u64,
-    /// Deadlines skipped because the sampler woke too late.
+    /// Deadlines skipped because the sampler woke too late (on the Linux
+    /// fallback in [`Mode::Cpu`], whole periods overslept).
     pub missed_ticks: u64,
     /// Stacks recorded, each counted by the periods it stands for: in cpu
     /// mode, samples per CPU-second are this over the threads' CPU time.
@@ -333,7 +336,9 @@ impl SamplerStats {
 
     /// Sampler-thread ticks per wall-clock second. With
     /// [`SampleClock::ThreadTimers`] the sampler thread does not pace
-    /// samples and this is its collection rate.
+    /// samples and this is its collection rate; on the Linux fallback in
+    /// [`Mode::Cpu`] it counts wakeups at due points and random ones (see
+    /// [`Self::ticks`]), so it is not the sample rate either.
     pub fn ticks_per_second(&self) -> f64 {
         let secs = self.duration.as_secs_f64();
         if secs > 0.0 {

@@ -48,7 +48,9 @@ pub struct RunInfo {
     #[serde(default)]
     pub sampled_cpu_secs: f64,
     /// Sampler-thread ticks per wall-clock second (with `thread-timers`,
-    /// the rate at which the sampler thread collected).
+    /// the rate at which the sampler thread collected; with
+    /// `sampler-thread` in cpu mode, its wakeups when threads fell due and
+    /// at random moments, not the sample rate).
     #[serde(default)]
     pub ticks_per_second: f64,
     /// Stacks recorded.

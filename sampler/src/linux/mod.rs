@@ -13,14 +13,16 @@
 //!
 //! Where perf events are refused (or the fallback is forced, and always in
 //! wall mode), the sampler thread paces the samples itself ([`SampleClock`]
-//! says which): it sleeps to absolute deadlines and, each tick, sends the
-//! profiling signal with `rt_tgsigqueueinfo` to every thread due: in wall
-//! mode every thread, in cpu mode each thread whose CPU time since its last
-//! sample reached one period. A thread that could not be sampled when due
-//! (it waited for a CPU, or the sampler ran late) is owed the periods, paid
-//! by later samples weighted as [`CpuDebt`] says. It never waits for a
-//! handler, so a thread that is slow to take its signal delays only its
-//! own sample.
+//! says which) and sends the profiling signal with `rt_tgsigqueueinfo` to
+//! every thread due. In wall mode it wakes on a fixed period and every
+//! thread is due. In cpu mode a thread is due when its CPU time since its
+//! last sample reaches one period, and the sampler wakes at the moment
+//! each thread will be due, plus at random moments ([`CpuWakeups`]), so
+//! that samples do not line up with where threads resume after waiting
+//! for a CPU. A thread that could not be sampled when due (it waited for
+//! a CPU, or the sampler ran late) is owed the periods, paid by later
+//! samples weighted as [`CpuDebt`] says. It never waits for a handler, so
+//! a thread that is slow to take its signal delays only its own sample.
 
 pub(crate) mod checked_memory;
 mod scheduling;
@@ -40,6 +42,7 @@ use hashbrown::HashMap;
 
 use crate::clock::TickSchedule;
 use crate::cpu_debt::CpuDebt;
+use crate::cpu_wakeups::CpuWakeups;
 use crate::sampler_thread::{Claim, SamplerThread};
 use crate::stack_table::{StackKey, StackTable};
 use crate::thread_keys::ThreadKeys;
@@ -230,6 +233,15 @@ struct ThreadState {
     /// Cpu mode, sampler-thread path: CPU time used and not yet stood for
     /// by a sample.
     debt: CpuDebt,
+    /// Cpu mode, sampler-thread path: when its next sample was predicted to
+    /// fall due (monotonic ns), if it ran on from the last look. A due
+    /// thread is signalled at that wakeup, or at a random one.
+    due_at: Option<u64>,
+    /// Cpu mode, sampler-thread path: its CPU clock stood still at the last
+    /// look(s), and whether it was runnable then (waiting for a CPU, so
+    /// still predicted: it may resume right after any wakeup) rather than
+    /// blocked. Looked up once per stop, not at every wakeup.
+    stalled: Option<bool>,
     /// The last reading of the thread's CPU time (its timer's count, or its
     /// CPU clock) added to [`SamplerStats::thread_cpu`].
     accounted_ns: Option<u64>,
@@ -341,6 +353,8 @@ impl ThreadState {
             key: u32::MAX,
             last_cpu_ns: None,
             debt: CpuDebt::default(),
+            due_at: None,
+            stalled: None,
             accounted_ns: None,
             pending: false,
             // Walks are fault-safe and bounded without the snapshot too
@@ -438,6 +452,9 @@ struct SamplerLoop {
     /// so that when there are more threads due than slots, every thread
     /// gets its turn rather than the first ones every tick.
     rotation: usize,
+    /// Sampler-thread path, cpu mode: when to wake (due points and random
+    /// ticks) instead of a fixed period.
+    wakeups: Option<CpuWakeups>,
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
@@ -490,6 +507,12 @@ impl SamplerLoop {
     ) -> Result<Self, Error> {
         let mut stats = SamplerStats::new(&config);
         let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
+        let wakeups =
+            (clock == SampleClock::SamplerThread && config.mode == Mode::Cpu).then(|| {
+                let seed =
+                    monotonic_ns() ^ u64::from(threads::gettid().unsigned_abs()).rotate_left(32);
+                CpuWakeups::new(TickSchedule::period_for_hz(config.hz), seed)
+            });
         stats.clock = clock;
         progress
             .thread_timers
@@ -528,6 +551,7 @@ impl SamplerLoop {
             listed_at: None,
             timer_walks: Vec::new(),
             rotation: 0,
+            wakeups,
             cfi,
             active: Vec::new(),
             relist_every: RELIST_INTERVAL,
@@ -558,19 +582,30 @@ impl SamplerLoop {
             if first.is_err() {
                 break first;
             }
-            sleep_until(schedule.deadline());
+            let deadline = match self.wakeups.as_mut() {
+                Some(wakeups) => wakeups.next(monotonic_ns()),
+                None => schedule.deadline(),
+            };
+            sleep_until(deadline);
             if stop.load(Ordering::Acquire) {
                 break Ok(());
+            }
+            if let Some(wakeups) = self.wakeups.as_mut() {
+                wakeups.woke(deadline, monotonic_ns());
             }
             if let Err(e) = self.tick() {
                 break Err(e);
             }
-            schedule.complete_tick(monotonic_ns());
-            self.stats.ticks = schedule.ticks();
-            self.stats.missed_ticks = schedule.missed();
+            (self.stats.ticks, self.stats.missed_ticks) = match &self.wakeups {
+                Some(wakeups) => (wakeups.ticks(), wakeups.missed()),
+                None => {
+                    schedule.complete_tick(monotonic_ns());
+                    (schedule.ticks(), schedule.missed())
+                }
+            };
             self.progress
                 .ticks
-                .store(schedule.ticks(), Ordering::Relaxed);
+                .store(self.stats.ticks, Ordering::Relaxed);
             while let Ok(request) = self.requests.try_recv() {
                 self.account_cpu();
                 let stats = self.live_stats();
@@ -676,6 +711,7 @@ impl SamplerLoop {
     /// ([`Self::choose_active`]): with thousands of idle threads, reading
     /// every thread's clock every tick would cost more than the period.
     fn signal_due_threads(&mut self) {
+        let random_tick = self.wakeups.as_ref().is_some_and(CpuWakeups::random_tick);
         let count = self.active.len();
         let start = if count == 0 { 0 } else { self.rotation % count };
         let mut ran_out_at = None;
@@ -699,17 +735,45 @@ impl SamplerLoop {
                 state.last_cpu_ns = Some(cpu);
             }
             if self.config.mode == Mode::Cpu {
-                read_at = (monotonic_ns(), cpu);
-                // The CPU time used since the last tick is owed to the next
+                let now = monotonic_ns();
+                read_at = (now, cpu);
+                // The CPU time used since the last look is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
                     self.stats.skipped_samples +=
                         state.debt.accrue(cpu.saturating_sub(last), self.period_ns);
                 }
                 state.last_cpu_ns = Some(cpu);
+                // A thread whose clock stands still is waiting for a CPU
+                // (`R`) or blocked: asked once per stop, not every wakeup.
+                if progressed {
+                    state.stalled = None;
+                } else if state.stalled.is_none() {
+                    let runnable = threads::run_state(tid) == Some(threads::RunState::Running);
+                    state.stalled = Some(runnable);
+                }
+                let predicted = state.due_at.take().is_some_and(|at| at <= now);
                 let Some(due) = state.debt.due(self.period_ns) else {
+                    // Predict when it falls due if it runs from now: a
+                    // thread waiting for a CPU too, as it may well resume
+                    // right after this wakeup (`CpuWakeups`). A blocked one
+                    // is found by a random tick once it has run.
+                    if progressed || state.stalled == Some(true) {
+                        let at = now + state.debt.until_next_period(self.period_ns);
+                        state.due_at = Some(at);
+                        if let Some(wakeups) = self.wakeups.as_mut() {
+                            wakeups.due_at(at);
+                        }
+                    }
                     continue;
                 };
+                // Due without this being its predicted moment (it fell due
+                // unseen, after a blocking call or a missed prediction): a
+                // sample now would land at a moment tied to other threads'
+                // due points; a random tick's is unbiased.
+                if !predicted && !random_tick {
+                    continue;
+                }
                 weight = due;
             }
             if let Some(blocked) = &mut state.blocked {
@@ -807,6 +871,11 @@ impl SamplerLoop {
                     state.counted_tick = self.tick;
                     if self.config.mode == Mode::Cpu {
                         state.debt.pay(weight, self.period_ns);
+                        let at = read_at.0 + state.debt.until_next_period(self.period_ns);
+                        state.due_at = Some(at);
+                        if let Some(wakeups) = self.wakeups.as_mut() {
+                            wakeups.due_at(at);
+                        }
                     }
                     self.slot_uses[armed.slot] = Some(SlotUse {
                         tid,
@@ -1237,12 +1306,12 @@ impl SamplerLoop {
             }) {
                 Poll::Collected => true,
                 Poll::Late => {
-                    // Owed again: the thread is sampled on a later tick,
-                    // when it is running, for the same CPU time.
+                    // Its periods ride on the thread's next samples, taken
+                    // at its next due points (`CpuDebt::refund`).
                     self.stats.late_samples += 1;
                     if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                         if self.config.mode == Mode::Cpu {
-                            state.debt.refund(slot_use.weight, self.period_ns);
+                            self.stats.skipped_samples += state.debt.refund(slot_use.weight);
                         }
                     }
                     true
@@ -1350,7 +1419,7 @@ impl SamplerLoop {
                     self.stats.add_signal_blocked(tid as u64, periods);
                 } else {
                     if self.config.mode == Mode::Cpu {
-                        state.debt.refund(periods, self.period_ns);
+                        self.stats.skipped_samples += state.debt.refund(periods);
                     }
                     state.blocked = None;
                 }

@@ -77,8 +77,9 @@ struct Slot {
     tid: AtomicI32,
     /// Armed slots in cpu mode: the target thread's CPU clock and
     /// `CLOCK_MONOTONIC` read together just before the signal was sent
-    /// (0: no check). The handler gives up a sample if the thread spent
-    /// more than [`LATE_NS`] off CPU since.
+    /// (0: no check). The handler gives up a sample taken at a system
+    /// call's exit after the thread spent more than
+    /// [`SYSCALL_EXIT_LATE_NS`] off CPU since.
     sent_ns: AtomicU64,
     sent_cpu_ns: AtomicU64,
     /// The handler found the signal late and walked nothing.
@@ -153,19 +154,22 @@ pub(crate) fn in_handler(tid: i32) -> bool {
 }
 
 /// How long a thread may have been off CPU between the sampler's decision
-/// and the signal's delivery and still be sampled. A signal to a thread
-/// running on another CPU is taken within microseconds while the thread
-/// keeps running (its CPU clock keeps pace with the wall clock); one to a
-/// thread waiting for a CPU is taken when the thread is scheduled again,
-/// and its sample would land where the thread was preempted (on a loaded
-/// machine, disproportionately at the return from a system call), not
-/// where its CPU time went. Such a sample is given up and the thread
-/// sampled on a later tick.
-pub(crate) const LATE_NS: u64 = 50_000;
-
-/// How long a thread may have been off CPU before a signal that finds it
-/// returning from a system call is given up (see [`claim_armed`]): above
-/// what delivering a signal to a running thread takes in a VM.
+/// and the signal's delivery and still be sampled at a system call's exit.
+///
+/// A signal to a thread running on another CPU is taken within
+/// microseconds, where the thread is. One to a thread waiting for a CPU is
+/// taken when the thread is scheduled again, where it was preempted. Most
+/// preemptions come at a timer interrupt or at the sampler's own wakeup,
+/// at an unbiased point of the thread's CPU time, and such a sample is
+/// kept however long the wait (giving them up took the samples of the
+/// thread that shares a CPU with the sampler: with two busy processes
+/// beside it, one worker of two got 258 samples per CPU-second, the other
+/// 684). But a thread is preempted on its way out of a system call far
+/// more often than its CPU time there says (the scheduler preempts at the
+/// return to user space, and reading a CPU clock can end a time slice), so
+/// a signal that finds the thread there after a wait above this is given
+/// up and its periods paid by later samples. It is above what delivering a
+/// signal to a running thread takes in a VM.
 const SYSCALL_EXIT_LATE_NS: u64 = 10_000;
 
 /// In a forked child: frees every slot. Only the forking thread exists
@@ -219,8 +223,8 @@ pub(crate) enum Poll {
     Busy,
     /// The walk is done and was handed to the callback; the slot is free.
     Collected,
-    /// The signal arrived too late ([`LATE_NS`]) and nothing was walked;
-    /// the slot is free.
+    /// The signal found its thread at a system call's exit after a wait
+    /// ([`SYSCALL_EXIT_LATE_NS`]) and nothing was walked; the slot is free.
     Late,
 }
 
@@ -486,13 +490,10 @@ fn claim_armed(value: usize, pc: u64) -> Option<(&'static Slot, u64, usize)> {
                 clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
                     .saturating_sub(slot.sent_cpu_ns.load(Relaxed)),
             );
-        // A thread is preempted on its way out of a system call far more
-        // often than its CPU time there says (the scheduler preempts at the
-        // return to user space, and reading a CPU clock can end a time
-        // slice), so even a short wait that ends there is given up: its
-        // periods go to a sample at an unbiased point. A thread that was
-        // running in the call when the signal came takes it there at once.
-        waited > LATE_NS || (waited > SYSCALL_EXIT_LATE_NS && after_system_call(pc))
+        // See `SYSCALL_EXIT_LATE_NS`: only a wait that ends at a system
+        // call's exit is given up. A thread that was running in the call
+        // when the signal came takes it there at once.
+        waited > SYSCALL_EXIT_LATE_NS && after_system_call(pc)
     };
     slot.late.store(u32::from(late), Relaxed);
     if late {
