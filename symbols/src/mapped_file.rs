@@ -1,4 +1,5 @@
 //! Read-only file contents for the symbol readers: mapped rather than read, where possible.
+//! Also large zero-filled buffers that are mostly never written ([`FileBytes::zeroed`]).
 //!
 //! A module's file is often far larger than what the resolver needs from it (a debug build's
 //! executable is tens of megabytes of DWARF around a symbol table of a few hundred
@@ -10,7 +11,8 @@ use std::io;
 use std::ops::Deref;
 use std::path::Path;
 
-/// The bytes of a file, mapped (`MAP_PRIVATE`, read-only) or read into memory.
+/// The bytes of a file, mapped (`MAP_PRIVATE`, read-only) or read into memory; or of an
+/// anonymous mapping filled once and read-only after.
 pub(crate) enum FileBytes {
     #[cfg(unix)]
     Mapped {
@@ -20,7 +22,8 @@ pub(crate) enum FileBytes {
     Read(Vec<u8>),
 }
 
-// SAFETY: the mapping is read-only and private to this value, which frees it exactly once (in
+// SAFETY: the mapping is read-only (an anonymous one is written only by `zeroed`, before this
+// value exists) and private to this value, which frees it exactly once (in
 // `Drop`); sharing or sending the pointer is like sharing or sending a `&[u8]`.
 unsafe impl Send for FileBytes {}
 // SAFETY: as above: only shared reads happen through the pointer.
@@ -60,6 +63,40 @@ impl FileBytes {
         }
         std::fs::read(path).map(FileBytes::Read)
     }
+
+    /// `len` bytes, zero except where `fill` writes, in fresh anonymous memory: pages `fill`
+    /// does not touch are never materialised, so a large buffer with a few things written
+    /// into it costs those few pages (a `.debug_info` rebuilt with only some of its units).
+    /// Where mapping fails the zeros are allocated.
+    pub(crate) fn zeroed(len: usize, fill: impl FnOnce(&mut [u8])) -> io::Result<FileBytes> {
+        #[cfg(unix)]
+        if len != 0 {
+            // SAFETY: a fresh private anonymous mapping; the kernel picks the address. The
+            // result is checked against MAP_FAILED.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if ptr != libc::MAP_FAILED {
+                // SAFETY: `ptr..ptr + len` is the readable and writable mapping just made,
+                // zero-filled by the kernel, and nothing else refers to it yet.
+                fill(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) });
+                return Ok(FileBytes::Mapped {
+                    ptr: ptr.cast::<u8>().cast_const(),
+                    len,
+                });
+            }
+        }
+        let mut bytes = vec![0; len];
+        fill(&mut bytes);
+        Ok(FileBytes::Read(bytes))
+    }
 }
 
 impl Deref for FileBytes {
@@ -68,7 +105,7 @@ impl Deref for FileBytes {
     fn deref(&self) -> &[u8] {
         match self {
             #[cfg(unix)]
-            // SAFETY: `ptr..ptr + len` is the live mapping made in `open`, readable and unmapped
+            // SAFETY: `ptr..ptr + len` is the live mapping made in `open` or `zeroed`, readable and unmapped
             // only in `Drop`, so it outlives this borrow of `self`.
             FileBytes::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
             FileBytes::Read(bytes) => bytes,
@@ -80,7 +117,7 @@ impl Drop for FileBytes {
     fn drop(&mut self) {
         #[cfg(unix)]
         if let FileBytes::Mapped { ptr, len } = *self {
-            // SAFETY: the mapping made in `open`, unmapped once, after its last borrow ended.
+            // SAFETY: the mapping made in `open` or `zeroed`, unmapped once, after its last borrow ended.
             unsafe { libc::munmap(ptr.cast_mut().cast(), len) };
         }
     }
