@@ -122,6 +122,22 @@ fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     v
 }
 
+/// Waits until the profiler's dump counters satisfy `done` (at most 30 s),
+/// rather than for a fixed wall time: on a busy machine, or with a cold
+/// page cache for the first symbolisation, a window can take longer than
+/// its interval, and windows merge.
+fn wait_for_dumps(profiler: &btprof::Profiler, done: impl Fn(&btprof::DumpStats) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done(&profiler.dump_stats()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dumps still {:?} after 30 s",
+            profiler.dump_stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Samples in a folded file: the sum of its counts.
 fn folded_samples(path: &Path) -> u64 {
     fs::read_to_string(path)
@@ -148,13 +164,13 @@ fn periodic_dumps_add_up_to_the_whole_run() {
         .dump_svg(true)
         .start()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1100));
+    wait_for_dumps(&profiler, |s| s.written >= 4);
     work.wait_for_cpu(Duration::from_millis(100));
     let (profile, stats) = profiler.stop_with_dump_stats().unwrap();
 
     let folded = files(&dir, "folded");
-    // 5 full windows and the last partial one; a loaded machine may merge
-    // or skip one, and waiting for CPU time may add a few.
+    // At least the 4 windows waited for and the last partial one; on a
+    // loaded machine waiting for CPU time may add a few.
     assert!(
         (4..=60).contains(&folded.len()),
         "{} windows: {stats:?}",
@@ -204,7 +220,7 @@ fn keep_deletes_the_oldest_windows() {
         .keep(2)
         .start()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(650));
+    wait_for_dumps(&profiler, |s| s.written >= 4);
     let (_, stats) = profiler.stop_with_dump_stats().unwrap();
     assert!(stats.written >= 4, "{stats:?}");
     assert_eq!(stats.removed, stats.written - 2, "{stats:?}");
@@ -231,7 +247,7 @@ fn an_unwritable_dump_dir_is_counted_and_sampling_goes_on() {
         .dump_dir(&blocked)
         .start()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(450));
+    wait_for_dumps(&profiler, |s| s.failed >= 2);
     work.wait_for_cpu(Duration::from_millis(150));
     let live = profiler.dump_stats();
     let (profile, stats) = profiler.stop_with_dump_stats().unwrap();
