@@ -19,7 +19,11 @@
 //! not gate.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+#[path = "../tests/support/hogs.rs"]
+mod hogs;
+use hogs::Hogs;
 
 const BTPROF: &str = env!("CARGO_BIN_EXE_btprof");
 const FUNCTIONS: [&str; 5] = [
@@ -30,34 +34,6 @@ const FUNCTIONS: [&str; 5] = [
     "chain_inner",
 ];
 const DURATION: &str = "3s";
-
-/// Two `sh -c 'while :; do :; done'` processes, killed by pid on drop.
-struct Hogs(Vec<Child>);
-
-impl Hogs {
-    fn start(n: usize) -> Hogs {
-        Hogs(
-            (0..n)
-                .map(|_| {
-                    Command::new("sh")
-                        .args(["-c", "while :; do :; done"])
-                        .stdin(Stdio::null())
-                        .spawn()
-                        .expect("spawn a CPU hog")
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for hog in &mut self.0 {
-            let _ = hog.kill();
-            let _ = hog.wait();
-        }
-    }
-}
 
 /// One profile's accuracy.
 #[derive(Clone, Debug, Default)]

@@ -12,6 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+#[path = "support/hogs.rs"]
+mod hogs;
+use hogs::Hogs;
+
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 const WORKER_PREFIX: &str = "btprof-work-";
 const FUNCTIONS: [&str; 6] = [
@@ -153,35 +157,6 @@ fn profile_with_env(dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> (Run,
         run_with_env(dir, &all, env)
     };
     (result, svg, folded)
-}
-
-/// `sh -c 'while :; do :; done'` processes competing for the CPUs, killed
-/// by pid on drop.
-struct Hogs(Vec<Child>);
-
-impl Hogs {
-    fn start(n: usize) -> Hogs {
-        Hogs(
-            (0..n)
-                .map(|_| {
-                    Command::new("sh")
-                        .args(["-c", "while :; do :; done"])
-                        .stdin(Stdio::null())
-                        .spawn()
-                        .expect("spawn a CPU hog")
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for hog in &mut self.0 {
-            let _ = hog.kill();
-            let _ = hog.wait();
-        }
-    }
 }
 
 fn path_str(path: &Path) -> &str {

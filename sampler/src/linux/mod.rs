@@ -759,11 +759,7 @@ impl SamplerLoop {
                     // right after this wakeup (`CpuWakeups`). A blocked one
                     // is found by a random tick once it has run.
                     if progressed || state.stalled == Some(true) {
-                        let at = now + state.debt.until_next_period(self.period_ns);
-                        state.due_at = Some(at);
-                        if let Some(wakeups) = self.wakeups.as_mut() {
-                            wakeups.due_at(at);
-                        }
+                        predict_due(state, self.wakeups.as_mut(), now, self.period_ns);
                     }
                     continue;
                 };
@@ -871,11 +867,7 @@ impl SamplerLoop {
                     state.counted_tick = self.tick;
                     if self.config.mode == Mode::Cpu {
                         state.debt.pay(weight, self.period_ns);
-                        let at = read_at.0 + state.debt.until_next_period(self.period_ns);
-                        state.due_at = Some(at);
-                        if let Some(wakeups) = self.wakeups.as_mut() {
-                            wakeups.due_at(at);
-                        }
+                        predict_due(state, self.wakeups.as_mut(), read_at.0, self.period_ns);
                     }
                     self.slot_uses[armed.slot] = Some(SlotUse {
                         tid,
@@ -1491,6 +1483,21 @@ impl SamplerLoop {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+}
+
+/// Cpu mode, sampler-thread path: records when `state`'s thread will next
+/// fall due if it runs from `now_ns`, and has the sampler wake then.
+fn predict_due(
+    state: &mut ThreadState,
+    wakeups: Option<&mut CpuWakeups>,
+    now_ns: u64,
+    period_ns: u64,
+) {
+    let at = now_ns + state.debt.until_next_period(period_ns);
+    state.due_at = Some(at);
+    if let Some(wakeups) = wakeups {
+        wakeups.due_at(at);
     }
 }
 
