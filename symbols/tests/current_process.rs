@@ -7,6 +7,14 @@
 
 use btprof_symbols::Resolver;
 
+/// Held by the tests that load a library and the one that expects the
+/// module list not to change: tests run on parallel threads of one process.
+static MODULE_LIST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn module_list_lock() -> std::sync::MutexGuard<'static, ()> {
+    MODULE_LIST.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Target with a known name and a body comfortably longer than 5 bytes.
 #[inline(never)]
 fn btprof_probe_target(x: u64) -> u64 {
@@ -103,6 +111,7 @@ fn cache_returns_identical_results() {
 
 #[test]
 fn refresh_without_change_keeps_results() {
+    let _list = module_list_lock();
     let mut r = resolver();
     let addr = probe_addr();
     let before = r.resolve(addr);
@@ -115,6 +124,7 @@ fn refresh_without_change_keeps_results() {
 #[cfg(target_env = "gnu")]
 #[test]
 fn refresh_sees_dlopened_library() {
+    let _list = module_list_lock();
     let mut r = resolver();
     // SAFETY: loading libm runs no user initialisers beyond glibc's own; the handle is
     // intentionally leaked so the library stays loaded for the rest of the test process.
@@ -139,6 +149,7 @@ fn refresh_sees_dlopened_library() {
 #[cfg(target_os = "macos")]
 #[test]
 fn refresh_sees_dlopened_library() {
+    let _list = module_list_lock();
     let mut r = resolver();
     // SAFETY: libz runs no initialisers that affect the test; the handle is intentionally
     // leaked so the library stays loaded for the rest of the test process.
