@@ -262,6 +262,12 @@ pub struct SamplerStats {
     /// says). Nothing was recorded; the thread was sampled again on a later
     /// tick, for the same CPU time.
     pub late_samples: u64,
+    /// Linux, per-thread timers: samples of threads born while sampling,
+    /// taken by the events they inherited at birth before they had a timer
+    /// of their own (and the periods their last moments stood for); see
+    /// `born_threads` in the Linux backend. Included in
+    /// [`Self::samples`].
+    pub born_samples: u64,
     /// Samples not taken because the thread had exited after it was
     /// listed (the list is re-read every few milliseconds).
     pub exited_threads: u64,
@@ -310,6 +316,7 @@ impl SamplerStats {
             signal_blocked_samples: 0,
             reused_samples: 0,
             late_samples: 0,
+            born_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
             sampler_cpu: Duration::ZERO,
@@ -463,6 +470,7 @@ impl SamplerStats {
                 .saturating_sub(earlier.signal_blocked_samples),
             reused_samples: self.reused_samples.saturating_sub(earlier.reused_samples),
             late_samples: self.late_samples.saturating_sub(earlier.late_samples),
+            born_samples: self.born_samples.saturating_sub(earlier.born_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
             sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
@@ -493,6 +501,7 @@ impl SamplerStats {
         self.signal_blocked_samples += later.signal_blocked_samples;
         self.reused_samples += later.reused_samples;
         self.late_samples += later.late_samples;
+        self.born_samples += later.born_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);
         self.sampler_cpu += later.sampler_cpu;

@@ -24,7 +24,10 @@
 //! samples weighted as [`CpuDebt`] says. It never waits for a handler, so
 //! a thread that is slow to take its signal delays only its own sample.
 
+mod born_threads;
 pub(crate) mod checked_memory;
+mod perf_attr;
+mod perf_ring;
 mod scheduling;
 mod signal;
 pub(crate) mod slots;
@@ -55,9 +58,11 @@ use crate::{
 
 pub use slots::MAX_DEPTH;
 
+use born_threads::{BornSample, BornThreads, Settled};
 use signal::{InstalledHandler, SignalSender};
 use slots::{Collected, Poll, SlotOwner, SLOTS};
 use thread_timers::ThreadTimer;
+use unwind::stack_copy::CopiedStack;
 use unwind::CfiWalker;
 
 /// A slot not taken by its thread within this time is cancelled and the
@@ -77,6 +82,13 @@ const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
 /// its samples is interned, because threads often name themselves right
 /// after they start.
 const YOUNG: Duration = Duration::from_millis(100);
+/// How long a thread born under the inherited events ([`BornThreads`]) is
+/// sampled by them before it gets a timer of its own. A thread that ends
+/// sooner is counted whole by them, its last part of a period included;
+/// one handed to its timer in the middle of its life loses the part of a
+/// period on each side of the hand-off but for a random rounding. Longer
+/// lives get the timer's deeper walks (and its 8 KiB stack copy).
+const BORN_HANDOFF_AGE: Duration = Duration::from_millis(100);
 /// With per-thread timers, the longest the sampler thread sleeps between
 /// two collections of finished samples.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
@@ -292,6 +304,10 @@ struct ThreadState {
     /// Sampler-thread path: its CPU clock at the last listing, to tell
     /// idle threads from active ones.
     listing_cpu_ns: Option<u64>,
+    /// Timer path: born while sampling under the inherited events
+    /// ([`BornThreads`]), which sample it and count its CPU time until it
+    /// has a timer of its own (or is found blocking the signal).
+    born: bool,
     /// Sampler-thread path: its signal mask was looked at before its first
     /// signal (a thread that blocks the signal from the start, as daemons
     /// and `sigwait` loops do, is never signalled: the signal would stay
@@ -375,6 +391,7 @@ impl ThreadState {
             walk_cpu_ns: 0,
             counted_tick: 0,
             listing_cpu_ns: None,
+            born: false,
             mask_checked: false,
         }
     }
@@ -458,6 +475,20 @@ struct SamplerLoop {
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
+    /// Timer path: the inherited events that sample threads born while
+    /// sampling until their timers open; `None` where the kernel refused
+    /// them (then `born_tried`).
+    born: Option<BornThreads>,
+    born_tried: bool,
+    born_samples: Vec<BornSample>,
+    born_settled: Vec<Settled>,
+    /// Born threads' keys (with the collection pass that named them) and
+    /// last walks, under which the periods their ends stood for are
+    /// counted.
+    born_keys: HashMap<i32, (u32, u64)>,
+    born_walks: HashMap<i32, (u32, OwnedWalk)>,
+    /// Ring records the kernel dropped, as counted in failed samples.
+    born_lost_seen: u64,
 }
 
 /// A finished walk copied out of its slot, so the slot is free again
@@ -555,6 +586,13 @@ impl SamplerLoop {
             cfi,
             active: Vec::new(),
             relist_every: RELIST_INTERVAL,
+            born: None,
+            born_tried: false,
+            born_samples: Vec::new(),
+            born_settled: Vec::new(),
+            born_keys: HashMap::new(),
+            born_walks: HashMap::new(),
+            born_lost_seen: 0,
         })
     }
 
@@ -624,6 +662,7 @@ impl SamplerLoop {
             state.timer = None;
         }
         self.drain();
+        self.finish_born();
         result?;
         let stats = self.live_stats();
         Ok(self.window.cut(
@@ -664,6 +703,7 @@ impl SamplerLoop {
             self.forget_exited();
             if self.timers() {
                 self.watch_blocked_threads();
+                self.open_born_events();
                 self.open_timers();
             } else {
                 self.recheck_blocked_threads();
@@ -999,6 +1039,15 @@ impl SamplerLoop {
                 None => {
                     self.regions_stale = true;
                     let mut state = ThreadState::new(now, listing);
+                    if let Some(born) = self.born.as_mut() {
+                        state.born = born.is_young(tid);
+                        if !state.born {
+                            // Not known to be born here yet (its start may
+                            // still be in a ring): counted as listed from now.
+                            let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                            born.hand_off(tid, monotonic_ns(), cpu);
+                        }
+                    }
                     if listing > 1 && self.clock == SampleClock::SamplerThread {
                         // Born while sampling: all its CPU time so far was
                         // used during the run, so it is owed (and counted)
@@ -1038,6 +1087,10 @@ impl SamplerLoop {
     fn account_cpu(&mut self) {
         let mut total = Duration::ZERO;
         for (&tid, state) in self.threads.iter_mut() {
+            if state.born {
+                // Counted by `BornThreads` until it is handed off.
+                continue;
+            }
             if let Some(now) = state.cpu_reading(tid) {
                 if let Some(before) = state.accounted_ns {
                     let used = Duration::from_nanos(now.saturating_sub(before));
@@ -1060,10 +1113,14 @@ impl SamplerLoop {
         let listing = self.listing;
         self.departed.clear();
         let departed = &mut self.departed;
+        let mut born = self.born.as_mut();
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing || s.pending;
             if !keep {
                 departed.insert(tid, s.key);
+                if let Some(born) = born.as_mut() {
+                    born.forget(tid);
+                }
             }
             keep
         });
@@ -1173,6 +1230,7 @@ impl SamplerLoop {
                 || state.blocked.is_some()
                 || !state.regions_ready
                 || state.seen_listing != self.listing
+                || (state.born && state.first_seen.elapsed() < BORN_HANDOFF_AGE)
             {
                 continue;
             }
@@ -1200,13 +1258,26 @@ impl SamplerLoop {
                 if blocks_signal_now(tid, signal) {
                     let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
                     state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
+                    if std::mem::take(&mut state.born) {
+                        state.accounted_ns = Some(cpu);
+                        if let Some(born) = self.born.as_mut() {
+                            born.hand_off(tid, monotonic_ns(), cpu);
+                        }
+                    }
                     continue;
                 }
             }
             match ThreadTimer::open(tid, period, signal) {
                 Ok(timer) => {
                     // The timer counts from zero: CPU time is accounted from
-                    // here, where samples can start.
+                    // here, where samples can start. A born thread's time
+                    // before is its inherited event's.
+                    if std::mem::take(&mut state.born) {
+                        let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                        if let Some(born) = self.born.as_mut() {
+                            born.hand_off(tid, monotonic_ns(), cpu);
+                        }
+                    }
                     state.accounted_ns = Some(0);
                     state.timer = Some(timer);
                     state.timer_samples = 0;
@@ -1283,7 +1354,9 @@ impl SamplerLoop {
     fn collect(&mut self, cancel_all: bool) -> usize {
         self.pass += 1;
         let writing = if self.timers() {
-            self.collect_timer_samples()
+            let writing = self.collect_timer_samples();
+            self.collect_born_samples();
+            writing
         } else {
             0
         };
@@ -1448,6 +1521,146 @@ impl SamplerLoop {
         }
         self.timer_walks = walks;
         writing
+    }
+
+    /// Timer path, first listing: opens the inherited events on the threads
+    /// listed, so that threads they create are sampled from birth.
+    fn open_born_events(&mut self) {
+        if self.born_tried {
+            return;
+        }
+        self.born_tried = true;
+        let seed = monotonic_ns().rotate_left(17) ^ u64::from(self.own_tid.unsigned_abs());
+        let tids: Vec<i32> = self
+            .tids
+            .iter()
+            .copied()
+            .filter(|&t| !exclusions::is_excluded(t as u64))
+            .collect();
+        match BornThreads::open(
+            &tids,
+            self.own_tid,
+            self.period_ns,
+            self.config.max_depth.clamp(1, MAX_DEPTH),
+            seed,
+        ) {
+            Ok(born) => self.born = Some(born),
+            // Born threads then wait for a listing, as they always did.
+            Err(_) => self.born = None,
+        }
+    }
+
+    /// Timer path: interns the samples the inherited events took of born
+    /// threads, and settles those whose samples are all in.
+    fn collect_born_samples(&mut self) {
+        let Some(born) = self.born.as_mut() else {
+            return;
+        };
+        let mut samples = std::mem::take(&mut self.born_samples);
+        let mut settled = std::mem::take(&mut self.born_settled);
+        born.drain(&mut samples, &mut settled, |tid| {
+            exclusions::is_excluded(tid as u64)
+        });
+        let lost = born.lost;
+        self.stats.failed_samples += lost - self.born_lost_seen;
+        self.born_lost_seen = lost;
+        let max_depth = self.config.max_depth;
+        for sample in samples.drain(..) {
+            let copy = sample
+                .regs
+                .filter(|_| !sample.stack.is_empty())
+                .map(|regs| CopiedStack::from_parts(regs, regs.sp, &sample.stack));
+            let collected = Collected {
+                frames: &sample.frames,
+                lr: sample.regs.map_or(0, |r| r.lr),
+                end: sample.end,
+                copy,
+            };
+            let walk = OwnedWalk::of(&collected, self.cfi.as_mut(), max_depth, &mut self.stats);
+            let Some(key) = self.key_for_born(sample.tid) else {
+                self.stats.exited_threads += 1;
+                continue;
+            };
+            self.intern(key, &walk.as_collected(), 1);
+            self.stats.born_samples += 1;
+            self.born_walks.insert(sample.tid, (key, walk));
+        }
+        self.born_samples = samples;
+        self.settle_born(&mut settled);
+        self.born_settled = settled;
+    }
+
+    /// The key a born thread's ring sample is counted under: a listed
+    /// thread's own key; otherwise its name (from its last name change, its
+    /// `comm`, or the thread that created it, whose name it inherited),
+    /// read once per collection pass.
+    fn key_for_born(&mut self, tid: i32) -> Option<u32> {
+        let (hint, parent) = self.born.as_ref()?.name_hint(tid);
+        let hint = hint.map(str::to_owned);
+        if let Some(state) = self.threads.get_mut(&tid) {
+            // A listing may have read its name before it named itself, and
+            // it may be gone before its name is read again.
+            return match hint {
+                Some(name) => {
+                    state.key = self.thread_keys.key(tid as u64, name, Some(state.key));
+                    Some(state.key)
+                }
+                None => self.key_for_sample(tid, None),
+            };
+        }
+        let pass = self.pass;
+        let previous = match self.born_keys.get(&tid) {
+            Some(&(key, named)) if named == pass => return Some(key),
+            Some(&(key, _)) => Some(key),
+            None => None,
+        };
+        let name = match hint {
+            Some(name) => Some(name),
+            None => threads::thread_name(tid).or_else(|| {
+                let parent = parent?;
+                self.threads
+                    .get(&parent)
+                    .and_then(|s| self.thread_keys.infos().get(s.key as usize))
+                    .map(|info| info.name.clone())
+                    .or_else(|| threads::thread_name(parent))
+            }),
+        }?;
+        let key = self.thread_keys.key(tid as u64, name, previous);
+        self.born_keys.insert(tid, (key, pass));
+        Some(key)
+    }
+
+    /// Counts settled born threads' CPU time, and the periods their ends
+    /// stood for under their last stacks.
+    fn settle_born(&mut self, settled: &mut Vec<Settled>) {
+        for s in settled.drain(..) {
+            if s.cpu_ns > 0 {
+                self.stats
+                    .add_thread_cpu(s.tid as u64, Duration::from_nanos(s.cpu_ns));
+            }
+            self.born_keys.remove(&s.tid);
+            if let Some((key, walk)) = self.born_walks.remove(&s.tid) {
+                if s.extra_periods > 0 {
+                    self.intern(key, &walk.as_collected(), s.extra_periods);
+                    self.stats.born_samples += s.extra_periods;
+                }
+            }
+        }
+    }
+
+    /// On stop, once no timer fires: the last ring samples, and every born
+    /// thread settled (the living with their CPU clocks now).
+    fn finish_born(&mut self) {
+        if self.born.is_none() {
+            return;
+        }
+        self.collect_born_samples();
+        let mut settled = std::mem::take(&mut self.born_settled);
+        if let Some(born) = self.born.as_mut() {
+            born.finish(&mut settled, threads::thread_cpu_ns);
+        }
+        self.settle_born(&mut settled);
+        self.born = None;
     }
 
     fn intern(&mut self, key: u32, walk: &Collected<'_>, weight: u64) {

@@ -8,30 +8,8 @@
 
 use std::io;
 
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
+use super::perf_attr::{PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_DISABLED};
 
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
-/// `disabled`: enabled only once the signal is routed to the thread.
-const FLAG_DISABLED: u64 = 1;
-/// `exclude_kernel` and `exclude_hv`: user-space samples only, and what
-/// unprivileged use requires.
-const FLAGS_EXCLUDE_KERNEL_HV: u64 = (1 << 5) | (1 << 6);
-/// From `<linux/perf_event.h>`.
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 /// From `<fcntl.h>`; the same on x86_64 and aarch64.
@@ -55,34 +33,12 @@ impl TaskClock {
     /// Opens a disabled task clock on thread `tid` of this process (0: the
     /// calling thread) that overflows every `period_ns` of its CPU time.
     pub fn open(tid: i32, period_ns: u64) -> io::Result<TaskClock> {
-        let attr = PerfEventAttr {
-            kind: PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: PERF_COUNT_SW_TASK_CLOCK,
-            sample_period: period_ns.max(1),
-            flags: FLAG_DISABLED | FLAGS_EXCLUDE_KERNEL_HV,
-            wakeup_events: 1,
-            ..PerfEventAttr::default()
-        };
-        // SAFETY: `attr` is a valid, fully initialised perf_event_attr prefix
-        // whose `size` says how much of it there is; `tid` is a thread of this
-        // process (0: the calling thread), cpu -1 means any CPU, no group.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                tid,
-                -1,
-                -1,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(TaskClock {
-            fd: fd as libc::c_int,
-        })
+        // `disabled`: enabled only once the signal is routed to the thread.
+        let mut attr =
+            PerfEventAttr::task_clock(period_ns, FLAG_DISABLED | FLAGS_EXCLUDE_KERNEL_HV);
+        attr.wakeup_events = 1;
+        let fd = attr.open(tid, -1)?;
+        Ok(TaskClock { fd })
     }
 
     /// Makes each overflow raise `signal` in thread `tid` (which must be

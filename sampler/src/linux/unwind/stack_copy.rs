@@ -56,7 +56,13 @@ pub(crate) struct CopiedStack<'a> {
     words: &'a [u64],
 }
 
-impl CopiedStack<'_> {
+impl<'a> CopiedStack<'a> {
+    /// A copy taken elsewhere (by the kernel, for a perf ring sample):
+    /// `words` from `base` (8-aligned) up, taken at `regs`.
+    pub fn from_parts(regs: Registers, base: u64, words: &'a [u64]) -> Self {
+        CopiedStack { regs, base, words }
+    }
+
     /// The word at `addr`, if the copy holds it.
     #[inline]
     pub fn read(&self, addr: u64) -> Option<u64> {

@@ -1,0 +1,511 @@
+//! Threads born while sampling, sampled from their first instruction.
+//!
+//! A thread gets its own timer ([`super::thread_timers`]) only once a
+//! listing of `/proc/self/task` has found it, every 10 ms at best (and its
+//! stack is in the region snapshot). A thread that lives a few
+//! milliseconds was therefore mostly missed: 18-29% of the CPU time of
+//! threads doing 2 ms of work was sampled (issue 10, item 7).
+//!
+//! The kernel can do better: a perf event opened with `inherit` is copied
+//! into every thread its thread creates, at creation, and so on down. At
+//! start, each thread found by the first listing (up to
+//! [`FD_BUDGET`] descriptors) gets such a task-clock event per CPU; each
+//! CPU's events write into one ring buffer ([`PerfRing`]) that the sampler
+//! thread reads. No signal is involved: the kernel takes the sample (the
+//! user call chain by frame pointers, the user registers and
+//! [`STACK_BYTES`] of the user stack, which the sampler thread unwinds with
+//! CFI as it does the handlers' copies) and the thread goes on. So a new
+//! thread's `sigwait`, blocked mask or blocking calls never see it.
+//!
+//! A born thread's ring samples count until it has a timer of its own (or
+//! is found blocking the signal): [`BornThreads::hand_off`]. Its inherited
+//! event cannot be closed alone, so later ring samples of it, and every
+//! ring sample of the threads the events were opened on (they have
+//! timers), are read and dropped: a few microseconds of kernel work per
+//! period on those threads.
+//!
+//! A task clock samples at each whole period of CPU time, so a thread that
+//! ends in the middle of one leaves its last part unsampled: for a 2.5 ms
+//! thread a fifth of its time. With `inherit_stat` the kernel records an
+//! inherited event's count as its thread exits; the part of that no sample
+//! stood for is added to the thread's last stack as whole periods, plus one
+//! more with the probability of the fraction left, so that over many
+//! threads the count is right on average ([`Settled`]). A thread that ran
+//! less than one period has no sample, so no stack to count it under: its
+//! time stays in [`crate::SamplerStats::unsampled_cpu`].
+//!
+//! Needs Linux 5.13 (`inherit_thread`, so that a forked child process is
+//! never counted, and `remove_on_exec`); where the events cannot be opened
+//! the sampler works as before and born threads wait for a listing.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+
+use crate::walker::{Registers, WalkEnd};
+
+use super::perf_attr::{
+    PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_COMM, FLAG_EXCLUDE_CALLCHAIN_KERNEL, FLAG_INHERIT,
+    FLAG_INHERIT_STAT, FLAG_INHERIT_THREAD, FLAG_REMOVE_ON_EXEC, FLAG_SAMPLE_ID_ALL, FLAG_TASK,
+    FLAG_USE_CLOCKID, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
+    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+};
+use super::perf_ring::{PerfRing, Record, USER_REGS_MASK};
+
+/// Bytes of user stack each ring sample copies, for CFI unwinding: half of
+/// what a handler copies. Frames without frame pointers sit at the top of
+/// the stack; the frame-pointer chain goes on beyond it.
+const STACK_BYTES: u32 = 4096;
+/// Data pages per CPU's ring: 256 KiB, room for about 55 ms of one CPU's
+/// samples at 1000 Hz; the sampler thread reads every few milliseconds.
+const RING_PAGES: usize = 64;
+/// Descriptors the inherited events may take in all (one per CPU per
+/// thread they are opened on).
+const FD_BUDGET: usize = 256;
+/// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
+const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+
+/// A ring sample of a born thread, ready to be unwound and counted.
+pub(crate) struct BornSample {
+    pub tid: i32,
+    /// Return addresses by frame pointers, pc first.
+    pub frames: Vec<u64>,
+    pub end: WalkEnd,
+    pub regs: Option<Registers>,
+    /// The copied stack words, from `regs.sp` up.
+    pub stack: Vec<u64>,
+}
+
+/// A born thread whose ring samples are all in: its CPU time until then,
+/// and the whole periods (rounded at random, see the module doc) of it no
+/// sample stood for.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Settled {
+    pub tid: i32,
+    /// CPU time from its birth to its exit or hand-off; 0 when it had no
+    /// sample (its time is then left to the unsampled estimate).
+    pub cpu_ns: u64,
+    pub extra_periods: u64,
+}
+
+#[derive(Default)]
+struct Young {
+    samples: u64,
+    /// Sum of its inherited events' final counts (one per CPU).
+    read_ns: u64,
+    /// The drain pass in which its exit was read.
+    exited_pass: Option<u64>,
+    handoff: Option<Handoff>,
+    /// Its name from a name-change record, and the thread that created it.
+    name: Option<String>,
+    parent: i32,
+    excluded: bool,
+}
+
+struct Handoff {
+    at_ns: u64,
+    cpu_ns: u64,
+    pass: u64,
+    settled: bool,
+}
+
+/// A record copied out of the ring, for ordering the CPUs' records by time.
+enum Owned {
+    Sample(BornSample),
+    Fork { tid: i32, parent: i32 },
+    Exit(i32),
+    Comm(i32, String),
+    Read(i32, u64),
+}
+
+/// The inherited events and what the sampler knows of the threads born
+/// under them. Sampler thread only.
+pub(crate) struct BornThreads {
+    rings: Vec<PerfRing>,
+    /// Events writing into one of `rings` (closed on drop).
+    redirected: Vec<libc::c_int>,
+    /// Threads the events were opened on: they have timers of their own.
+    parents: HashSet<i32>,
+    young: HashMap<i32, Young>,
+    pid: i32,
+    own_tid: i32,
+    period_ns: u64,
+    max_stack: usize,
+    pass: u64,
+    rng: u64,
+    records: Vec<(u64, Owned)>,
+    /// Records the kernel dropped because a ring was full.
+    pub lost: u64,
+}
+
+impl BornThreads {
+    /// Opens the inherited events on `tids` (this process's threads, not
+    /// `own_tid`), as many as [`FD_BUDGET`] allows, in order. Fails when
+    /// the kernel refuses them (before 5.13, or perf events not allowed).
+    pub(crate) fn open(
+        tids: &[i32],
+        own_tid: i32,
+        period_ns: u64,
+        max_depth: usize,
+        seed: u64,
+    ) -> io::Result<BornThreads> {
+        let max_stack = kernel_max_stack()
+            .min(max_depth)
+            .clamp(1, u16::MAX as usize);
+        let mut attr = PerfEventAttr::task_clock(
+            period_ns,
+            FLAGS_EXCLUDE_KERNEL_HV
+                | FLAG_INHERIT
+                | FLAG_INHERIT_THREAD
+                | FLAG_REMOVE_ON_EXEC
+                | FLAG_INHERIT_STAT
+                | FLAG_TASK
+                | FLAG_COMM
+                | FLAG_SAMPLE_ID_ALL
+                | FLAG_EXCLUDE_CALLCHAIN_KERNEL
+                | FLAG_USE_CLOCKID,
+        );
+        attr.sample_type = PERF_SAMPLE_TID
+            | PERF_SAMPLE_TIME
+            | PERF_SAMPLE_CALLCHAIN
+            | PERF_SAMPLE_REGS_USER
+            | PERF_SAMPLE_STACK_USER;
+        attr.sample_regs_user = USER_REGS_MASK;
+        attr.sample_stack_user = STACK_BYTES;
+        attr.clockid = libc::CLOCK_MONOTONIC;
+        attr.sample_max_stack = max_stack as u16;
+        // SAFETY: sysconf and getpid have no preconditions.
+        let (cpus, pid) = unsafe { (libc::sysconf(libc::_SC_NPROCESSORS_CONF), libc::getpid()) };
+        let mut born = BornThreads {
+            rings: Vec::new(),
+            redirected: Vec::new(),
+            parents: HashSet::new(),
+            young: HashMap::new(),
+            pid,
+            own_tid,
+            period_ns: period_ns.max(1),
+            max_stack,
+            pass: 0,
+            rng: seed | 1,
+            records: Vec::new(),
+            lost: 0,
+        };
+        let mut ring_cpus = Vec::new();
+        let mut tids = tids.iter().copied().filter(|&t| t != own_tid);
+        // The first thread's events own the rings, one per CPU.
+        let Some(first) = tids.next() else {
+            return Err(io::Error::other("no thread to open inherited events on"));
+        };
+        let mut first_error = None;
+        for cpu in 0..cpus.max(1) as i32 {
+            match attr
+                .open(first, cpu)
+                .and_then(|fd| PerfRing::map(fd, RING_PAGES))
+            {
+                Ok(ring) => {
+                    born.rings.push(ring);
+                    ring_cpus.push(cpu);
+                }
+                // An offline CPU refuses; another error refuses on all.
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if born.rings.is_empty() {
+            return Err(first_error.unwrap_or_else(|| io::Error::other("no CPU")));
+        }
+        born.parents.insert(first);
+        let per_thread = born.rings.len();
+        for tid in tids {
+            if born.redirected.len() + born.rings.len() + per_thread > FD_BUDGET {
+                break;
+            }
+            let mut opened = Vec::with_capacity(per_thread);
+            for (ring, &cpu) in born.rings.iter().zip(&ring_cpus) {
+                let Ok(fd) = attr.open(tid, cpu) else {
+                    break;
+                };
+                opened.push(fd);
+                // SAFETY: an ioctl on our own new descriptor naming another
+                // of ours on the same CPU with the same clock.
+                if unsafe { libc::ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ring.fd()) } != 0 {
+                    break;
+                }
+            }
+            if opened.len() == per_thread {
+                born.parents.insert(tid);
+                born.redirected.extend(opened);
+            } else {
+                // Exited meanwhile, or refused: none of its events stay.
+                for fd in opened {
+                    // SAFETY: closing a descriptor we just opened.
+                    unsafe { libc::close(fd) };
+                }
+            }
+        }
+        Ok(born)
+    }
+
+    /// Whether thread `tid` was born under the events and has not been
+    /// handed off: its samples come from the rings, and its CPU time is
+    /// counted here.
+    pub(crate) fn is_young(&self, tid: i32) -> bool {
+        self.young
+            .get(&tid)
+            .is_some_and(|y| y.handoff.is_none() && !y.excluded)
+    }
+
+    /// The name a born thread had when it last named itself, else the
+    /// thread that created it.
+    pub(crate) fn name_hint(&self, tid: i32) -> (Option<&str>, Option<i32>) {
+        match self.young.get(&tid) {
+            Some(y) => (y.name.as_deref(), (y.parent != 0).then_some(y.parent)),
+            None => (None, None),
+        }
+    }
+
+    /// Thread `tid` now has its own timer, or was found blocking the
+    /// signal, at `at_ns` (`CLOCK_MONOTONIC`), having used `cpu_ns` of CPU
+    /// time since birth: its ring samples taken later are dropped, and its
+    /// CPU time up to then is settled after the next drain.
+    ///
+    /// Also for a thread a listing found that is not (yet) known to be
+    /// born here: its start may not have been read from the rings yet, so
+    /// any ring samples it has from before `at_ns` count; the sampler
+    /// counts its time from its clock from then on, as for any thread.
+    pub(crate) fn hand_off(&mut self, tid: i32, at_ns: u64, cpu_ns: u64) {
+        if self.parents.contains(&tid) {
+            return;
+        }
+        let y = self.young.entry(tid).or_default();
+        if y.handoff.is_none() {
+            y.handoff = Some(Handoff {
+                at_ns,
+                cpu_ns,
+                pass: self.pass,
+                settled: false,
+            });
+        }
+    }
+
+    /// Thread `tid` is gone from the listings: nothing more of it counts.
+    pub(crate) fn forget(&mut self, tid: i32) {
+        if self
+            .young
+            .get(&tid)
+            .is_some_and(|y| y.handoff.as_ref().is_some_and(|h| h.settled))
+        {
+            self.young.remove(&tid);
+        }
+    }
+
+    /// Reads every ring: born threads' samples go to `samples`; threads
+    /// whose samples are all in go to `settled`.
+    pub(crate) fn drain(
+        &mut self,
+        samples: &mut Vec<BornSample>,
+        settled: &mut Vec<Settled>,
+        is_excluded: impl Fn(i32) -> bool,
+    ) {
+        self.pass += 1;
+        let mut records = std::mem::take(&mut self.records);
+        records.clear();
+        let (own_pid, own_tid, max_stack) = (self.pid, self.own_tid, self.max_stack);
+        let (parents, young) = (&self.parents, &self.young);
+        // Most samples are of threads with timers of their own: dropped
+        // here, before their stacks are copied out.
+        let wanted = |tid: i32, time: u64| {
+            tid != own_tid
+                && !parents.contains(&tid)
+                && young
+                    .get(&tid)
+                    .is_none_or(|y| y.handoff.as_ref().is_none_or(|h| time < h.at_ns))
+        };
+        let mut lost = 0;
+        for ring in &mut self.rings {
+            ring.read(|bytes| match Record::parse(bytes) {
+                Some(Record::Lost { lost: n }) => lost += n,
+                Some(Record::Sample { tid, time, .. }) if !wanted(tid, time) => {}
+                Some(record) => {
+                    if let Some(owned) = own(record, own_pid, max_stack) {
+                        records.push(owned);
+                    }
+                }
+                None => lost += 1,
+            });
+        }
+        self.lost += lost;
+        // Records of one thread can sit in two CPUs' rings.
+        records.sort_by_key(|(time, _)| *time);
+        for (time, record) in records.drain(..) {
+            match record {
+                Owned::Fork { tid, parent } => {
+                    self.young.entry(tid).or_default().parent = parent;
+                }
+                Owned::Comm(tid, name) => {
+                    if let Some(y) = self.young.get_mut(&tid) {
+                        y.name = Some(name);
+                    }
+                }
+                Owned::Read(tid, value) => {
+                    if let Some(y) = self.young.get_mut(&tid) {
+                        y.read_ns += value;
+                    }
+                }
+                Owned::Exit(tid) => {
+                    if let Some(y) = self.young.get_mut(&tid) {
+                        y.exited_pass = Some(self.pass);
+                    }
+                }
+                Owned::Sample(sample) => {
+                    let tid = sample.tid;
+                    if tid == self.own_tid || self.parents.contains(&tid) {
+                        continue;
+                    }
+                    // Only threads whose start was read count: a thread
+                    // forgotten after its hand-off must not count again.
+                    let Some(y) = self.young.get_mut(&tid) else {
+                        continue;
+                    };
+                    y.excluded |= is_excluded(tid);
+                    if y.excluded || y.handoff.as_ref().is_some_and(|h| time >= h.at_ns) {
+                        continue;
+                    }
+                    y.samples += 1;
+                    samples.push(sample);
+                }
+            }
+        }
+        self.records = records;
+        self.settle(settled, false, |_| None);
+    }
+
+    /// At stop, after a last [`Self::drain`]: settles every born thread,
+    /// the living ones with their CPU clock now (`cpu_of`).
+    pub(crate) fn finish(
+        &mut self,
+        settled: &mut Vec<Settled>,
+        cpu_of: impl Fn(i32) -> Option<u64>,
+    ) {
+        self.settle(settled, true, cpu_of);
+    }
+
+    fn settle(
+        &mut self,
+        settled: &mut Vec<Settled>,
+        all: bool,
+        cpu_of: impl Fn(i32) -> Option<u64>,
+    ) {
+        let (pass, period) = (self.pass, self.period_ns);
+        let rng = &mut self.rng;
+        self.young.retain(|&tid, y| {
+            if y.excluded {
+                return y.exited_pass.is_none();
+            }
+            // Samples from another CPU's ring may still come in the pass
+            // after the one that read the exit or the hand-off.
+            let exited = y.exited_pass.is_some_and(|p| all || pass > p);
+            let cpu = match &mut y.handoff {
+                Some(h) if h.settled => return !exited,
+                Some(h) if all || pass > h.pass => {
+                    h.settled = true;
+                    Some(h.cpu_ns)
+                }
+                Some(_) => None,
+                None if exited => Some(y.read_ns),
+                None if all => cpu_of(tid).or(Some(y.read_ns)),
+                None => None,
+            };
+            let Some(cpu_ns) = cpu else {
+                return true;
+            };
+            let counted = y.samples.saturating_mul(period);
+            let rest = cpu_ns.saturating_sub(counted);
+            let mut extra = rest / period;
+            if next_random(rng) % period < rest % period {
+                extra += 1;
+            }
+            settled.push(Settled {
+                tid,
+                cpu_ns: if y.samples > 0 { cpu_ns } else { 0 },
+                extra_periods: if y.samples > 0 { extra } else { 0 },
+            });
+            y.handoff.is_some() && !exited
+        });
+    }
+}
+
+impl Drop for BornThreads {
+    fn drop(&mut self) {
+        for &fd in &self.redirected {
+            // SAFETY: closing descriptors this value owns.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Copies what the sampler needs out of a ring record.
+fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned)> {
+    let time = record.time()?;
+    Some((
+        time,
+        match record {
+            Record::Sample {
+                tid,
+                callchain,
+                regs,
+                stack,
+                ..
+            } => {
+                let end = if callchain.len() >= max_stack {
+                    WalkEnd::DepthCap
+                } else {
+                    // Decided with the symbols, as for a handler's walk.
+                    WalkEnd::Complete
+                };
+                // The copy starts at sp; words are read 8-aligned.
+                let aligned = regs.is_some_and(|r| r.sp % 8 == 0);
+                let stack = if aligned {
+                    stack
+                        .chunks_exact(8)
+                        .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                Owned::Sample(BornSample {
+                    tid,
+                    frames: callchain,
+                    end,
+                    regs,
+                    stack,
+                })
+            }
+            Record::Fork { pid, tid, ptid, .. } if pid == own_pid && tid != pid => {
+                Owned::Fork { tid, parent: ptid }
+            }
+            Record::Exit { tid, .. } => Owned::Exit(tid),
+            Record::Comm { tid, name, .. } => Owned::Comm(tid, name),
+            Record::Read { tid, value, .. } => Owned::Read(tid, value),
+            _ => return None,
+        },
+    ))
+}
+
+/// `/proc/sys/kernel/perf_event_max_stack`: the most frames a call chain
+/// may ask for (127 by default).
+fn kernel_max_stack() -> usize {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(127)
+}
+
+/// SplitMix64.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

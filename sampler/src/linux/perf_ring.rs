@@ -1,0 +1,440 @@
+//! A perf event's ring buffer, read by the sampler thread, and the records
+//! btprof asks for in it.
+//!
+//! The kernel writes records at `data_head` of a shared mapping (one
+//! metadata page, then a power-of-two data area); the reader consumes up
+//! to it and publishes `data_tail`, which frees the space. A record may
+//! wrap around the end of the data area; [`PerfRing::read`] hands each one
+//! over contiguous (copied when it wraps). [`Record::parse`] reads the
+//! kinds [`super::born_threads`] asks for: samples with the thread id, a
+//! time, the user call chain, user registers and a copy of the top of the
+//! user stack; a thread's start, exit, name and final count.
+
+use std::io;
+use std::sync::atomic::{fence, Ordering};
+
+use crate::walker::Registers;
+
+/// `perf_event_mmap_page`: the offsets of `data_head`, `data_tail`,
+/// `data_offset` and `data_size` (stable ABI).
+const DATA_HEAD_OFFSET: usize = 1024;
+const DATA_TAIL_OFFSET: usize = 1032;
+
+const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_COMM: u32 = 3;
+const PERF_RECORD_EXIT: u32 = 4;
+const PERF_RECORD_FORK: u32 = 7;
+const PERF_RECORD_READ: u32 = 8;
+const PERF_RECORD_SAMPLE: u32 = 9;
+/// Call-chain entries at or above this are context markers
+/// (`PERF_CONTEXT_USER` and the like), not addresses.
+const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+
+/// The user registers a sample carries, in `sample_regs_user` bit order.
+#[cfg(target_arch = "x86_64")]
+mod regs {
+    /// `PERF_REG_X86_BP`, `_SP`, `_IP`.
+    pub const MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+    pub const COUNT: usize = 3;
+    /// (pc, fp, sp, lr) from the values in bit order (bp, sp, ip).
+    pub fn unpack(v: &[u64]) -> (u64, u64, u64, u64) {
+        (v[2], v[0], v[1], 0)
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod regs {
+    /// `PERF_REG_ARM64_X29`, `_LR`, `_SP`, `_PC`.
+    pub const MASK: u64 = (1 << 29) | (1 << 30) | (1 << 31) | (1 << 32);
+    pub const COUNT: usize = 4;
+    /// (pc, fp, sp, lr) from the values in bit order (x29, lr, sp, pc).
+    pub fn unpack(v: &[u64]) -> (u64, u64, u64, u64) {
+        (v[3], v[0], v[2], v[1])
+    }
+}
+
+/// `sample_regs_user` for the registers [`Record::Sample`] carries.
+pub(super) const USER_REGS_MASK: u64 = regs::MASK;
+
+/// One record, borrowed from the ring (or the reader's copy of it).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Record<'a> {
+    Sample {
+        tid: i32,
+        time: u64,
+        /// Return addresses, pc first; the context markers left out.
+        callchain: Vec<u64>,
+        /// The interrupted user registers.
+        regs: Option<Registers>,
+        /// The top of the user stack from `regs.sp` up: the valid bytes.
+        stack: &'a [u8],
+    },
+    /// A thread started: `tid`, created by `ptid`, of process `pid`.
+    Fork {
+        pid: i32,
+        tid: i32,
+        ptid: i32,
+        time: u64,
+    },
+    /// Thread `tid` exited.
+    Exit { tid: i32, time: u64 },
+    /// Thread `tid` is now called `name`.
+    Comm { tid: i32, name: String, time: u64 },
+    /// An inherited event's final count, as its thread `tid` exited.
+    Read { tid: i32, value: u64, time: u64 },
+    /// The ring was full: `lost` records were dropped.
+    Lost { lost: u64 },
+    /// A kind btprof did not ask for.
+    Other,
+}
+
+impl Record<'_> {
+    /// The record's time (`CLOCK_MONOTONIC` ns), where it carries one.
+    pub(super) fn time(&self) -> Option<u64> {
+        match self {
+            Record::Sample { time, .. }
+            | Record::Fork { time, .. }
+            | Record::Exit { time, .. }
+            | Record::Comm { time, .. }
+            | Record::Read { time, .. } => Some(*time),
+            Record::Lost { .. } | Record::Other => None,
+        }
+    }
+}
+
+/// Reads native-endian words and ids from a record's bytes; `None` past its
+/// end (a malformed record is skipped, never read beyond).
+struct Fields<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Fields<'a> {
+    fn u64(&mut self) -> Option<u64> {
+        let b = self.bytes.get(self.at..self.at + 8)?;
+        self.at += 8;
+        Some(u64::from_ne_bytes(b.try_into().ok()?))
+    }
+
+    /// Two u32 (pid and tid) in one word.
+    fn pair(&mut self) -> Option<(i32, i32)> {
+        let b = self.bytes.get(self.at..self.at + 8)?;
+        self.at += 8;
+        let first = i32::from_ne_bytes(b[..4].try_into().ok()?);
+        let second = i32::from_ne_bytes(b[4..].try_into().ok()?);
+        Some((first, second))
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let b = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(b)
+    }
+}
+
+impl<'a> Record<'a> {
+    /// Parses one record (header included) written with the sample type
+    /// `PERF_SAMPLE_TID | TIME | CALLCHAIN | REGS_USER | STACK_USER`,
+    /// user registers [`USER_REGS_MASK`] and `sample_id_all`. `None` for a
+    /// record too short for what its header says it holds.
+    pub(super) fn parse(bytes: &'a [u8]) -> Option<Record<'a>> {
+        let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+        let mut f = Fields { bytes, at: 8 };
+        // With sample_id_all, non-sample records end with (pid, tid), time.
+        let trailer_time = || -> Option<u64> {
+            let at = bytes.len().checked_sub(8)?;
+            Some(u64::from_ne_bytes(bytes.get(at..)?.try_into().ok()?))
+        };
+        Some(match kind {
+            PERF_RECORD_SAMPLE => {
+                let (_pid, tid) = f.pair()?;
+                let time = f.u64()?;
+                let nr = usize::try_from(f.u64()?).ok()?;
+                let mut callchain = Vec::with_capacity(nr.min(256));
+                for _ in 0..nr {
+                    let ip = f.u64()?;
+                    if ip < PERF_CONTEXT_MAX {
+                        callchain.push(ip);
+                    }
+                }
+                let abi = f.u64()?;
+                let regs = if abi != 0 {
+                    let mut v = [0u64; regs::COUNT];
+                    for r in &mut v {
+                        *r = f.u64()?;
+                    }
+                    let (pc, fp, sp, lr) = regs::unpack(&v);
+                    Some(Registers { pc, fp, sp, lr })
+                } else {
+                    None
+                };
+                let size = usize::try_from(f.u64()?).ok()?;
+                let data = f.take(size)?;
+                let stack = if size > 0 {
+                    let dyn_size = usize::try_from(f.u64()?).ok()?;
+                    &data[..dyn_size.min(size)]
+                } else {
+                    &[]
+                };
+                Record::Sample {
+                    tid,
+                    time,
+                    callchain,
+                    regs,
+                    stack,
+                }
+            }
+            PERF_RECORD_FORK | PERF_RECORD_EXIT => {
+                let (pid, _ppid) = f.pair()?;
+                let (tid, ptid) = f.pair()?;
+                let time = f.u64()?;
+                if kind == PERF_RECORD_FORK {
+                    Record::Fork {
+                        pid,
+                        tid,
+                        ptid,
+                        time,
+                    }
+                } else {
+                    Record::Exit { tid, time }
+                }
+            }
+            PERF_RECORD_COMM => {
+                let (_pid, tid) = f.pair()?;
+                // The name, NUL-padded to 8 bytes, then the 16-byte trailer.
+                let name_end = bytes.len().checked_sub(16)?;
+                let raw = bytes.get(16..name_end)?;
+                let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+                Record::Comm {
+                    tid,
+                    name: String::from_utf8_lossy(&raw[..len]).into_owned(),
+                    time: trailer_time()?,
+                }
+            }
+            PERF_RECORD_READ => {
+                let (_pid, tid) = f.pair()?;
+                let value = f.u64()?;
+                Record::Read {
+                    tid,
+                    value,
+                    time: trailer_time()?,
+                }
+            }
+            PERF_RECORD_LOST => {
+                let _id = f.u64()?;
+                Record::Lost { lost: f.u64()? }
+            }
+            _ => Record::Other,
+        })
+    }
+}
+
+/// One event's mapped ring buffer; unmapped and closed on drop.
+pub(super) struct PerfRing {
+    fd: libc::c_int,
+    base: *mut u8,
+    map_len: usize,
+    data_size: u64,
+    /// A wrapped record, made contiguous.
+    scratch: Vec<u8>,
+}
+
+// SAFETY: the mapping is owned by this value and only read through it; the
+// kernel side is synchronised by the head/tail protocol in `read`.
+unsafe impl Send for PerfRing {}
+
+impl PerfRing {
+    /// Maps `data_pages` (a power of two) pages of ring buffer for the
+    /// perf event `fd`, taking ownership of `fd` (closed on failure too).
+    pub(super) fn map(fd: libc::c_int, data_pages: usize) -> io::Result<PerfRing> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let map_len = page * (1 + data_pages);
+        // SAFETY: a fresh shared mapping of our own perf descriptor, of the
+        // length the perf ABI asks for (one page plus 2^n pages).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: closing the descriptor we were given.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        Ok(PerfRing {
+            fd,
+            base: base.cast(),
+            map_len,
+            data_size: (page * data_pages) as u64,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The event's descriptor (for `PERF_EVENT_IOC_SET_OUTPUT`).
+    pub(super) fn fd(&self) -> libc::c_int {
+        self.fd
+    }
+
+    /// Hands every record written so far to `each`, as contiguous bytes,
+    /// and frees their space.
+    pub(super) fn read(&mut self, mut each: impl FnMut(&[u8])) {
+        // SAFETY: `base` maps the metadata page; data_head is a u64 the
+        // kernel updates, read volatile, and the fence orders the record
+        // reads after it (the kernel's smp_store_release pairs with it).
+        let head =
+            unsafe { std::ptr::read_volatile(self.base.add(DATA_HEAD_OFFSET).cast::<u64>()) };
+        fence(Ordering::Acquire);
+        // SAFETY: data_tail is ours to read and write.
+        let mut tail =
+            unsafe { std::ptr::read_volatile(self.base.add(DATA_TAIL_OFFSET).cast::<u64>()) };
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: the data area starts one page in and is `data_size` long.
+        let data =
+            unsafe { std::slice::from_raw_parts(self.base.add(page), self.data_size as usize) };
+        while head.wrapping_sub(tail) >= 8 {
+            let at = (tail % self.data_size) as usize;
+            let mut header = [0u8; 8];
+            for (i, b) in header.iter_mut().enumerate() {
+                *b = data[(at + i) % data.len()];
+            }
+            let size = u16::from_ne_bytes([header[6], header[7]]) as usize;
+            if size < 8 || head.wrapping_sub(tail) < size as u64 {
+                break;
+            }
+            if at + size <= data.len() {
+                each(&data[at..at + size]);
+            } else {
+                let first = data.len() - at;
+                self.scratch.clear();
+                self.scratch.extend_from_slice(&data[at..]);
+                self.scratch.extend_from_slice(&data[..size - first]);
+                each(&self.scratch);
+            }
+            tail = tail.wrapping_add(size as u64);
+        }
+        fence(Ordering::Release);
+        // SAFETY: publishing how far we read; the fence orders our record
+        // reads before it, so the kernel never overwrites what we read.
+        unsafe { std::ptr::write_volatile(self.base.add(DATA_TAIL_OFFSET).cast::<u64>(), tail) };
+    }
+}
+
+impl Drop for PerfRing {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping and closing our descriptor.
+        unsafe {
+            libc::munmap(self.base.cast(), self.map_len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: u32, size: usize) -> Vec<u8> {
+        let mut v = kind.to_ne_bytes().to_vec();
+        v.extend_from_slice(&0u16.to_ne_bytes());
+        v.extend_from_slice(&(size as u16).to_ne_bytes());
+        v
+    }
+
+    fn words(v: &mut Vec<u8>, w: &[u64]) {
+        for x in w {
+            v.extend_from_slice(&x.to_ne_bytes());
+        }
+    }
+
+    fn pair(a: i32, b: i32) -> u64 {
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&a.to_ne_bytes());
+        bytes[4..].copy_from_slice(&b.to_ne_bytes());
+        u64::from_ne_bytes(bytes)
+    }
+
+    #[test]
+    fn a_sample_gives_its_chain_registers_and_stack() {
+        let mut body = Vec::new();
+        let user = (-512i64) as u64; // PERF_CONTEXT_USER
+        words(
+            &mut body,
+            &[pair(10, 11), 5_000, 4, user, 0x1000, 0x2000, 0x3000],
+        );
+        words(&mut body, &[2]); // abi 64
+        words(&mut body, &[0u64; regs::COUNT]);
+        words(&mut body, &[16, 7, 8, 12]); // 16 bytes of stack, 12 valid
+        let mut rec = header(PERF_RECORD_SAMPLE, 8 + body.len());
+        rec.extend_from_slice(&body);
+        let Some(Record::Sample {
+            tid,
+            time,
+            callchain,
+            regs,
+            stack,
+        }) = Record::parse(&rec)
+        else {
+            panic!("not a sample");
+        };
+        assert_eq!((tid, time), (11, 5_000));
+        assert_eq!(callchain, vec![0x1000, 0x2000, 0x3000]);
+        assert!(regs.is_some());
+        assert_eq!(stack.len(), 12);
+        // Cut short: no record, no panic.
+        assert_eq!(Record::parse(&rec[..rec.len() - 9]), None);
+    }
+
+    #[test]
+    fn task_records_parse() {
+        let mut body = Vec::new();
+        words(
+            &mut body,
+            &[pair(10, 10), pair(12, 11), 99, pair(10, 12), 99],
+        );
+        let mut rec = header(PERF_RECORD_FORK, 8 + body.len());
+        rec.extend_from_slice(&body);
+        assert_eq!(
+            Record::parse(&rec),
+            Some(Record::Fork {
+                pid: 10,
+                tid: 12,
+                ptid: 11,
+                time: 99
+            })
+        );
+        let mut body = Vec::new();
+        words(&mut body, &[pair(10, 12)]);
+        body.extend_from_slice(b"worker-1\0\0\0\0\0\0\0\0");
+        words(&mut body, &[pair(10, 12), 77]);
+        let mut rec = header(PERF_RECORD_COMM, 8 + body.len());
+        rec.extend_from_slice(&body);
+        assert_eq!(
+            Record::parse(&rec),
+            Some(Record::Comm {
+                tid: 12,
+                name: "worker-1".into(),
+                time: 77
+            })
+        );
+        let mut body = Vec::new();
+        words(&mut body, &[pair(10, 12), 1_234_567, pair(10, 12), 88]);
+        let mut rec = header(PERF_RECORD_READ, 8 + body.len());
+        rec.extend_from_slice(&body);
+        assert_eq!(
+            Record::parse(&rec),
+            Some(Record::Read {
+                tid: 12,
+                value: 1_234_567,
+                time: 88
+            })
+        );
+    }
+}
