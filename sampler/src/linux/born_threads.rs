@@ -49,7 +49,7 @@ use super::perf_attr::{
     FLAG_USE_CLOCKID, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
     PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
-use super::perf_ring::{PerfRing, Record, USER_REGS_MASK};
+use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 
 /// Bytes of user stack each ring sample copies, for CFI unwinding: half of
 /// what a handler copies. Frames without frame pointers sit at the top of
@@ -323,15 +323,19 @@ impl BornThreads {
         };
         let mut lost = 0;
         for ring in &mut self.rings {
-            ring.read(|bytes| match Record::parse(bytes) {
-                Some(Record::Lost { lost: n }) => lost += n,
-                Some(Record::Sample { tid, time, .. }) if !wanted(tid, time) => {}
-                Some(record) => {
-                    if let Some(owned) = own(record, own_pid, max_stack) {
-                        records.push(owned);
-                    }
+            ring.read(|bytes| {
+                if sample_tid_time(bytes).is_some_and(|(tid, time)| !wanted(tid, time)) {
+                    return;
                 }
-                None => lost += 1,
+                match Record::parse(bytes) {
+                    Some(Record::Lost { lost: n }) => lost += n,
+                    Some(record) => {
+                        if let Some(owned) = own(record, own_pid, max_stack) {
+                            records.push(owned);
+                        }
+                    }
+                    None => lost += 1,
+                }
             });
         }
         self.lost += lost;

@@ -132,6 +132,17 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A sample record's thread id and time, read without parsing the rest
+/// (most samples are dropped on these alone); `None` for other records.
+pub(super) fn sample_tid_time(bytes: &[u8]) -> Option<(i32, u64)> {
+    if u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?) != PERF_RECORD_SAMPLE {
+        return None;
+    }
+    let mut f = Fields { bytes, at: 8 };
+    let (_pid, tid) = f.pair()?;
+    Some((tid, f.u64()?))
+}
+
 impl<'a> Record<'a> {
     /// Parses one record (header included) written with the sample type
     /// `PERF_SAMPLE_TID | TIME | CALLCHAIN | REGS_USER | STACK_USER`,
