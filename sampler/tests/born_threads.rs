@@ -51,7 +51,9 @@ fn born_threads_spin() -> u64 {
     let end = thread_cpu() + WORK;
     let mut x = 1u64;
     while thread_cpu() < end {
-        for _ in 0..2000 {
+        // The clock is read every ~20 µs: its system calls are kernel
+        // time, which cpu mode does not sample (user code only).
+        for _ in 0..20_000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
     }

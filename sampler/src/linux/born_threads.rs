@@ -1,38 +1,44 @@
 //! Threads born while sampling, sampled from their first instruction.
 //!
 //! A thread gets its own timer ([`super::thread_timers`]) only once a
-//! listing of `/proc/self/task` has found it, every 10 ms at best (and its
-//! stack is in the region snapshot). A thread that lives a few
-//! milliseconds was therefore mostly missed: 18-29% of the CPU time of
-//! threads doing 2 ms of work was sampled (issue 10, item 7).
+//! listing of `/proc/self/task` has found it, every 10 ms at best. A
+//! thread that lives a few milliseconds was therefore mostly missed: 2-29%
+//! of the CPU time of threads doing 2 ms of work was sampled (issue 10,
+//! item 7).
 //!
 //! The kernel can do better: a perf event opened with `inherit` is copied
 //! into every thread its thread creates, at creation, and so on down. At
-//! start, each thread found by the first listing (up to
-//! [`FD_BUDGET`] descriptors) gets such a task-clock event per CPU; each
-//! CPU's events write into one ring buffer ([`PerfRing`]) that the sampler
-//! thread reads. No signal is involved: the kernel takes the sample (the
+//! start, each thread found by the first listing (up to [`FD_BUDGET`]
+//! descriptors) gets such a task-clock event per CPU; each CPU's events
+//! write into one ring buffer ([`PerfRing`]) that the sampler thread reads.
+//! The kernel takes each sample at the same moment a timer's signal would
+//! land (each whole period of the thread's CPU time, in user code): the
 //! user call chain by frame pointers, the user registers and
 //! [`STACK_BYTES`] of the user stack, which the sampler thread unwinds with
-//! CFI as it does the handlers' copies) and the thread goes on. So a new
-//! thread's `sigwait`, blocked mask or blocking calls never see it.
+//! CFI as it does the handlers' copies. No signal is involved, so a born
+//! thread's mask, `sigwait` and blocking calls never see the profiler, and
+//! a sample costs the thread the bare interrupt and the copy, not a signal
+//! delivery and a walk as well.
 //!
-//! A born thread's ring samples count until it has a timer of its own (or
-//! is found blocking the signal): [`BornThreads::hand_off`]. Its inherited
-//! event cannot be closed alone, so later ring samples of it, and every
-//! ring sample of the threads the events were opened on (they have
-//! timers), are read and dropped: a few microseconds of kernel work per
-//! period on those threads.
+//! A born thread keeps being sampled so, and gets no timer, unless its
+//! stack is deeper than the kernel's call chains reach
+//! (`perf_event_max_stack`, 127 frames by default) while the sampler is
+//! asked for more: then the sampler opens a timer too, whose handler walks
+//! as deep as asked, and [`BornThreads::hand_off`] drops its ring samples
+//! from then on. The events cannot be closed one thread at a time, so the
+//! ring samples of such a thread and of the threads the events were opened
+//! on (they have timers) are still taken by the kernel, and dropped by the
+//! sampler by their thread id.
 //!
 //! A task clock samples at each whole period of CPU time, so a thread that
 //! ends in the middle of one leaves its last part unsampled: for a 2.5 ms
 //! thread a fifth of its time. With `inherit_stat` the kernel records an
-//! inherited event's count as its thread exits; the part of that no sample
-//! stood for is added to the thread's last stack as whole periods, plus one
-//! more with the probability of the fraction left, so that over many
-//! threads the count is right on average ([`Settled`]). A thread that ran
-//! less than one period has no sample, so no stack to count it under: its
-//! time stays in [`crate::SamplerStats::unsampled_cpu`].
+//! inherited event's count as its thread exits; the part after the last
+//! whole period counts as one more sample of the thread's last stack with
+//! the probability of its fraction of a period, so that over many threads
+//! the count is right on average ([`Settled`]). A thread that ran less
+//! than one period has no sample, so no stack to count it under: its time
+//! stays in [`crate::SamplerStats::unsampled_cpu`].
 //!
 //! Needs Linux 5.13 (`inherit_thread`, so that a forked child process is
 //! never counted, and `remove_on_exec`); where the events cannot be opened
@@ -51,11 +57,11 @@ use super::perf_attr::{
 };
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 
-/// Bytes of user stack each ring sample copies, for CFI unwinding: half of
-/// what a handler copies. Frames without frame pointers sit at the top of
-/// the stack; the frame-pointer chain goes on beyond it.
-const STACK_BYTES: u32 = 4096;
-/// Data pages per CPU's ring: 256 KiB, room for about 55 ms of one CPU's
+/// Bytes of user stack each ring sample copies, for CFI unwinding: what a
+/// handler copies. Frames without frame pointers sit at the top of the
+/// stack; the frame-pointer chain goes on beyond it.
+const STACK_BYTES: u32 = 8192;
+/// Data pages per CPU's ring: 256 KiB, room for about 30 ms of one CPU's
 /// samples at 1000 Hz; the sampler thread reads every few milliseconds.
 const RING_PAGES: usize = 64;
 /// Descriptors the inherited events may take in all (one per CPU per
@@ -81,8 +87,12 @@ pub(crate) struct BornSample {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Settled {
     pub tid: i32,
-    /// CPU time from its birth to its exit or hand-off; 0 when it had no
-    /// sample (its time is then left to the unsampled estimate).
+    /// It exited (or sampling stopped): `cpu_ns` is its whole CPU time.
+    pub ended: bool,
+    /// It had ring samples.
+    pub sampled: bool,
+    /// CPU time from its birth to its exit (the kernel's count), to its
+    /// hand-off, or to the stop.
     pub cpu_ns: u64,
     pub extra_periods: u64,
 }
@@ -264,10 +274,9 @@ impl BornThreads {
         }
     }
 
-    /// Thread `tid` now has its own timer, or was found blocking the
-    /// signal, at `at_ns` (`CLOCK_MONOTONIC`), having used `cpu_ns` of CPU
-    /// time since birth: its ring samples taken later are dropped, and its
-    /// CPU time up to then is settled after the next drain.
+    /// Thread `tid` now has its own timer, at `at_ns` (`CLOCK_MONOTONIC`),
+    /// having used `cpu_ns` of CPU time since birth: its ring samples taken
+    /// later are dropped, and it is settled after the next drain.
     ///
     /// Also for a thread a listing found that is not (yet) known to be
     /// born here: its start may not have been read from the rings yet, so
@@ -286,6 +295,11 @@ impl BornThreads {
                 settled: false,
             });
         }
+    }
+
+    /// The most frames a ring sample's call chain holds.
+    pub(crate) fn max_stack(&self) -> usize {
+        self.max_stack
     }
 
     /// Thread `tid` is gone from the listings: nothing more of it counts.
@@ -423,15 +437,17 @@ impl BornThreads {
             let Some(cpu_ns) = cpu else {
                 return true;
             };
-            let counted = y.samples.saturating_mul(period);
-            let rest = cpu_ns.saturating_sub(counted);
-            let mut extra = rest / period;
-            if next_random(rng) % period < rest % period {
-                extra += 1;
-            }
+            // The event overflows at each whole period of the thread's CPU
+            // time from its birth (one that falls in kernel code is skipped,
+            // as for every timer: user-space samples only), so what ran
+            // after the last overflow is the count modulo the period.
+            let rest = cpu_ns % period;
+            let extra = u64::from(next_random(rng) % period < rest);
             settled.push(Settled {
                 tid,
-                cpu_ns: if y.samples > 0 { cpu_ns } else { 0 },
+                ended: exited || (all && y.handoff.is_none()),
+                sampled: y.samples > 0,
+                cpu_ns,
                 extra_periods: if y.samples > 0 { extra } else { 0 },
             });
             y.handoff.is_some() && !exited

@@ -11,6 +11,12 @@
 //! thread wakes every few milliseconds to collect and intern finished
 //! slots, list threads, and open and close their timers.
 //!
+//! Threads born while sampling are sampled by the kernel instead, from
+//! their first instruction and without a signal: task-clock events that
+//! they inherit at creation write samples into ring buffers the sampler
+//! thread reads ([`born_threads`]). A thread that lives 2 ms would
+//! otherwise be gone before a listing found it.
+//!
 //! Where perf events are refused (or the fallback is forced, and always in
 //! wall mode), the sampler thread paces the samples itself ([`SampleClock`]
 //! says which) and sends the profiling signal with `rt_tgsigqueueinfo` to
@@ -82,13 +88,6 @@ const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
 /// its samples is interned, because threads often name themselves right
 /// after they start.
 const YOUNG: Duration = Duration::from_millis(100);
-/// How long a thread born under the inherited events ([`BornThreads`]) is
-/// sampled by them before it gets a timer of its own. A thread that ends
-/// sooner is counted whole by them, its last part of a period included;
-/// one handed to its timer in the middle of its life loses the part of a
-/// period on each side of the hand-off but for a random rounding. Longer
-/// lives get the timer's deeper walks (and its 8 KiB stack copy).
-const BORN_HANDOFF_AGE: Duration = Duration::from_millis(100);
 /// With per-thread timers, the longest the sampler thread sleeps between
 /// two collections of finished samples.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
@@ -305,9 +304,14 @@ struct ThreadState {
     /// idle threads from active ones.
     listing_cpu_ns: Option<u64>,
     /// Timer path: born while sampling under the inherited events
-    /// ([`BornThreads`]), which sample it and count its CPU time until it
-    /// has a timer of its own (or is found blocking the signal).
+    /// ([`BornThreads`]), which sample it instead of a timer of its own
+    /// (no signal, so its mask, `sigwait` and blocking calls never see
+    /// them) unless `born_deep`.
     born: bool,
+    /// A born thread whose stack was deeper than the kernel's call chains
+    /// reach (`perf_event_max_stack`) while `max_depth` asks for more: it
+    /// gets a timer, whose handler walks as deep as asked.
+    born_deep: bool,
     /// Sampler-thread path: its signal mask was looked at before its first
     /// signal (a thread that blocks the signal from the start, as daemons
     /// and `sigwait` loops do, is never signalled: the signal would stay
@@ -392,6 +396,7 @@ impl ThreadState {
             counted_tick: 0,
             listing_cpu_ns: None,
             born: false,
+            born_deep: false,
             mask_checked: false,
         }
     }
@@ -487,6 +492,9 @@ struct SamplerLoop {
     /// counted.
     born_keys: HashMap<i32, (u32, u64)>,
     born_walks: HashMap<i32, (u32, OwnedWalk)>,
+    /// Born threads gone from the listings before they were settled: the
+    /// CPU time their clocks had when last read.
+    born_accounted: HashMap<i32, u64>,
     /// Ring records the kernel dropped, as counted in failed samples.
     born_lost_seen: u64,
 }
@@ -592,6 +600,7 @@ impl SamplerLoop {
             born_settled: Vec::new(),
             born_keys: HashMap::new(),
             born_walks: HashMap::new(),
+            born_accounted: HashMap::new(),
             born_lost_seen: 0,
         })
     }
@@ -1041,7 +1050,11 @@ impl SamplerLoop {
                     let mut state = ThreadState::new(now, listing);
                     if let Some(born) = self.born.as_mut() {
                         state.born = born.is_young(tid);
-                        if !state.born {
+                        if state.born {
+                            // Its clock counts from its birth, all of it
+                            // sampled by the inherited events.
+                            state.accounted_ns = Some(0);
+                        } else {
                             // Not known to be born here yet (its start may
                             // still be in a ring): counted as listed from now.
                             let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
@@ -1087,10 +1100,6 @@ impl SamplerLoop {
     fn account_cpu(&mut self) {
         let mut total = Duration::ZERO;
         for (&tid, state) in self.threads.iter_mut() {
-            if state.born {
-                // Counted by `BornThreads` until it is handed off.
-                continue;
-            }
             if let Some(now) = state.cpu_reading(tid) {
                 if let Some(before) = state.accounted_ns {
                     let used = Duration::from_nanos(now.saturating_sub(before));
@@ -1114,12 +1123,16 @@ impl SamplerLoop {
         self.departed.clear();
         let departed = &mut self.departed;
         let mut born = self.born.as_mut();
+        let born_accounted = &mut self.born_accounted;
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing || s.pending;
             if !keep {
                 departed.insert(tid, s.key);
                 if let Some(born) = born.as_mut() {
                     born.forget(tid);
+                    if s.born {
+                        born_accounted.insert(tid, s.accounted_ns.unwrap_or(0));
+                    }
                 }
             }
             keep
@@ -1230,7 +1243,7 @@ impl SamplerLoop {
                 || state.blocked.is_some()
                 || !state.regions_ready
                 || state.seen_listing != self.listing
-                || (state.born && state.first_seen.elapsed() < BORN_HANDOFF_AGE)
+                || (state.born && !state.born_deep)
             {
                 continue;
             }
@@ -1256,14 +1269,15 @@ impl SamplerLoop {
                 // by its `sigwait`. Counted by `watch_blocked_threads`.
                 state.mask_checked = true;
                 if blocks_signal_now(tid, signal) {
+                    if state.born {
+                        // A deep born thread that blocks the signal keeps
+                        // its ring samples (cut at the kernel's depth).
+                        state.born_deep = false;
+                        state.mask_checked = false;
+                        continue;
+                    }
                     let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
                     state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
-                    if std::mem::take(&mut state.born) {
-                        state.accounted_ns = Some(cpu);
-                        if let Some(born) = self.born.as_mut() {
-                            born.hand_off(tid, monotonic_ns(), cpu);
-                        }
-                    }
                     continue;
                 }
             }
@@ -1561,7 +1575,7 @@ impl SamplerLoop {
         born.drain(&mut samples, &mut settled, |tid| {
             exclusions::is_excluded(tid as u64)
         });
-        let lost = born.lost;
+        let (lost, born_max_stack) = (born.lost, born.max_stack());
         self.stats.failed_samples += lost - self.born_lost_seen;
         self.born_lost_seen = lost;
         let max_depth = self.config.max_depth;
@@ -1581,6 +1595,11 @@ impl SamplerLoop {
                 self.stats.exited_threads += 1;
                 continue;
             };
+            if sample.end == WalkEnd::DepthCap && max_depth > born_max_stack {
+                if let Some(state) = self.threads.get_mut(&sample.tid) {
+                    state.born_deep = true;
+                }
+            }
             self.intern(key, &walk.as_collected(), 1);
             self.stats.born_samples += 1;
             self.born_walks.insert(sample.tid, (key, walk));
@@ -1634,9 +1653,29 @@ impl SamplerLoop {
     /// stood for under their last stacks.
     fn settle_born(&mut self, settled: &mut Vec<Settled>) {
         for s in settled.drain(..) {
-            if s.cpu_ns > 0 {
-                self.stats
-                    .add_thread_cpu(s.tid as u64, Duration::from_nanos(s.cpu_ns));
+            if s.ended {
+                // Its clock was read at listings up to `accounted`: the rest
+                // of its time is the kernel's count beyond that. One no
+                // listing found is counted only if it was sampled (else its
+                // time is left to the unsampled estimate).
+                let accounted = match self.threads.get_mut(&s.tid) {
+                    Some(state) if state.born => {
+                        let before = state.accounted_ns.unwrap_or(0);
+                        state.accounted_ns = Some(before.max(s.cpu_ns));
+                        Some(before)
+                    }
+                    Some(_) => None,
+                    None => self.born_accounted.remove(&s.tid),
+                };
+                let add = match accounted {
+                    Some(before) => s.cpu_ns.saturating_sub(before),
+                    None if s.sampled && !self.threads.contains_key(&s.tid) => s.cpu_ns,
+                    None => 0,
+                };
+                if add > 0 {
+                    self.stats
+                        .add_thread_cpu(s.tid as u64, Duration::from_nanos(add));
+                }
             }
             self.born_keys.remove(&s.tid);
             if let Some((key, walk)) = self.born_walks.remove(&s.tid) {
