@@ -106,8 +106,10 @@ fn check(path: &str) {
         "{path}: the short threads were mostly sampled; the test does not exercise missed time"
     );
     // The estimate finds what was missed; beyond it are only the main
-    // thread's moments outside its clock readings and thread start-up
-    // and exit work in the kernel: a tenth of the process's time at most.
+    // thread's moments outside its clock readings (a tenth of the
+    // process's time at most) and each short thread's start-up and exit
+    // work in the kernel outside its own measurement, which on a loaded VM
+    // came to 15-25 ms for the 300 threads: a quarter of what they missed.
     assert!(
         r.unsampled * 10 >= missed * 9,
         "{path}: estimated {:.1} ms not covered, but {:.1} ms of the short threads' time was missed",
@@ -115,7 +117,7 @@ fn check(path: &str) {
         ms(missed)
     );
     assert!(
-        r.unsampled <= missed + r.process / 10,
+        r.unsampled <= missed + missed / 4 + r.process / 10,
         "{path}: estimated {:.1} ms not covered, far above the {:.1} ms missed",
         ms(r.unsampled),
         ms(missed)
