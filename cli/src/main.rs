@@ -569,7 +569,8 @@ fn print_summary(profile: &Profile) {
         "truncated walks: {} of {}{} (stopped short of the thread's entry; the main thread's expected \
          end in the C start code is not counted), callers from CFI: {} of {} ({:.1}%), \
          failed samples: {}, skipped samples: {}, lost to a blocked signal: {}, late signals \
-         retried: {}, sampler CPU: {:.1} ms",
+         retried: {}, taken by the kernel for threads born while sampling: {}, sampler CPU: \
+         {:.1} ms",
         profile.truncated_samples(),
         s.samples,
         most_truncated_in(profile),
@@ -580,13 +581,15 @@ fn print_summary(profile: &Profile) {
         s.skipped_samples,
         s.signal_blocked_samples,
         s.late_samples,
+        s.born_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );
     if !s.process_cpu.is_zero() {
         println!(
             "process CPU: {:.1} ms, of which sampled threads {:.1} ms, the sampler {:.1} ms, \
-             not covered by any sample {:.1} ms ({:.1}%: threads that exited before they were \
-             listed, btprof's own dump thread)",
+             not covered by any sample {:.1} ms ({:.1}%: threads that used less than one \
+             period, threads that exited before they were listed where the kernel could not \
+             sample them from birth, btprof's own dump thread)",
             s.process_cpu.as_secs_f64() * 1e3,
             s.sampled_cpu().as_secs_f64() * 1e3,
             s.sampler_cpu.as_secs_f64() * 1e3,
