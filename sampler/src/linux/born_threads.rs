@@ -65,7 +65,8 @@ const STACK_BYTES: u32 = 8192;
 /// samples at 1000 Hz; the sampler thread reads every few milliseconds.
 const RING_PAGES: usize = 64;
 /// Descriptors the inherited events may take in all (one per CPU per
-/// thread they are opened on).
+/// thread they are opened on), and at most an eighth of the process's
+/// descriptor limit ([`fd_budget`]), so the application keeps its own.
 const FD_BUDGET: usize = 256;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
@@ -201,33 +202,43 @@ impl BornThreads {
         };
         let mut ring_cpus = Vec::new();
         let mut tids = tids.iter().copied().filter(|&t| t != own_tid);
-        // The first thread's events own the rings, one per CPU.
-        let Some(first) = tids.next() else {
-            return Err(io::Error::other("no thread to open inherited events on"));
-        };
+        // The first thread whose events open owns the rings, one per CPU.
         let mut first_error = None;
-        for cpu in 0..cpus.max(1) as i32 {
-            match attr
-                .open(first, cpu)
-                .and_then(|fd| PerfRing::map(fd, RING_PAGES))
-            {
-                Ok(ring) => {
-                    born.rings.push(ring);
-                    ring_cpus.push(cpu);
-                }
-                // An offline CPU refuses; another error refuses on all.
-                Err(e) => {
-                    first_error.get_or_insert(e);
+        let mut first = None;
+        for tid in tids.by_ref() {
+            for cpu in 0..cpus.max(1) as i32 {
+                match attr
+                    .open(tid, cpu)
+                    .and_then(|fd| PerfRing::map(fd, RING_PAGES))
+                {
+                    Ok(ring) => {
+                        born.rings.push(ring);
+                        ring_cpus.push(cpu);
+                    }
+                    // An offline CPU refuses; another error refuses on all.
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
                 }
             }
+            if !born.rings.is_empty() {
+                first = Some(tid);
+                break;
+            }
+            // Refused on every CPU: the next thread if this one exited,
+            // else the kernel refuses the events altogether.
+            if first_error.as_ref().and_then(io::Error::raw_os_error) != Some(libc::ESRCH) {
+                break;
+            }
         }
-        if born.rings.is_empty() {
-            return Err(first_error.unwrap_or_else(|| io::Error::other("no CPU")));
-        }
+        let Some(first) = first else {
+            return Err(first_error.unwrap_or_else(|| io::Error::other("no thread to open on")));
+        };
         born.parents.insert(first);
         let per_thread = born.rings.len();
+        let budget = fd_budget();
         for tid in tids {
-            if born.redirected.len() + born.rings.len() + per_thread > FD_BUDGET {
+            if born.redirected.len() + born.rings.len() + per_thread > budget {
                 break;
             }
             let mut opened = Vec::with_capacity(per_thread);
@@ -510,6 +521,21 @@ fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned
             _ => return None,
         },
     ))
+}
+
+/// [`FD_BUDGET`], or an eighth of `RLIMIT_NOFILE` when that is less.
+fn fd_budget() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into our local.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    FD_BUDGET.min(soft / 8)
 }
 
 /// `/proc/sys/kernel/perf_event_max_stack`: the most frames a call chain
