@@ -32,6 +32,8 @@ mod profile;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod sampler_thread;
 mod thread_keys;
+#[cfg(target_os = "linux")]
+mod unseen_cpu;
 #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
 mod window;
 

@@ -55,6 +55,7 @@ use crate::cpu_wakeups::CpuWakeups;
 use crate::sampler_thread::{Claim, SamplerThread};
 use crate::stack_table::{StackKey, StackTable};
 use crate::thread_keys::ThreadKeys;
+use crate::unseen_cpu::UnseenCpu;
 use crate::walker::{Arch, WalkEnd};
 use crate::window::{self, Window};
 use crate::{
@@ -97,6 +98,9 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
 const IDLE_SLACK_NS: u64 = 50_000;
 /// The least time between two reads of `/proc/self/maps`.
 const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
+/// Sampler-thread path, cpu mode: the least time between two listings when
+/// CPU time went to threads the sampler does not know ([`UnseenCpu`]).
+const EARLY_RELIST_INTERVAL: Duration = Duration::from_millis(1);
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -312,6 +316,9 @@ struct ThreadState {
     /// reach (`perf_event_max_stack`) while `max_depth` asks for more: it
     /// gets a timer, whose handler walks as deep as asked.
     born_deep: bool,
+    /// Sampler-thread path: started while sampling (seen at a later
+    /// listing than the first): owed its CPU time from zero.
+    born_during_run: bool,
     /// Sampler-thread path: its signal mask was looked at before its first
     /// signal (a thread that blocks the signal from the start, as daemons
     /// and `sigwait` loops do, is never signalled: the signal would stay
@@ -395,6 +402,7 @@ impl ThreadState {
             walk_cpu_ns: 0,
             counted_tick: 0,
             listing_cpu_ns: None,
+            born_during_run: false,
             born: false,
             born_deep: false,
             mask_checked: false,
@@ -467,6 +475,8 @@ struct SamplerLoop {
     /// How often the thread list is read: [`RELIST_INTERVAL`], or longer
     /// when a listing is costly.
     relist_every: Duration,
+    /// The sampler CPU time the last listing took.
+    last_listing_cost: Duration,
     /// Sampler-thread path: the threads the ticks look at, chosen at each
     /// listing ([`Self::choose_active`]).
     active: Vec<i32>,
@@ -477,6 +487,9 @@ struct SamplerLoop {
     /// Sampler-thread path, cpu mode: when to wake (due points and random
     /// ticks) instead of a fixed period.
     wakeups: Option<CpuWakeups>,
+    /// Sampler-thread path, cpu mode: CPU time of threads it did not look
+    /// at, to list the threads early when a new one runs.
+    unseen: Option<UnseenCpu>,
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
@@ -553,6 +566,7 @@ impl SamplerLoop {
                 CpuWakeups::new(TickSchedule::period_for_hz(config.hz), seed)
             });
         stats.clock = clock;
+        let period_ns = TickSchedule::period_for_hz(config.hz);
         progress
             .thread_timers
             .store(clock == SampleClock::ThreadTimers, Ordering::Relaxed);
@@ -565,7 +579,7 @@ impl SamplerLoop {
             process_cpu_at_start: profile::process_cpu_time(),
             table: StackTable::with_limit(config.limit),
             stats,
-            period_ns: TickSchedule::period_for_hz(config.hz),
+            period_ns,
             thread_keys: ThreadKeys::new(config.share_stacks_by_name, threads::NAME_CUT_LEN),
             timer_queue: Vec::new(),
             config,
@@ -590,10 +604,12 @@ impl SamplerLoop {
             listed_at: None,
             timer_walks: Vec::new(),
             rotation: 0,
+            unseen: wakeups.is_some().then(|| UnseenCpu::new(period_ns)),
             wakeups,
             cfi,
             active: Vec::new(),
             relist_every: RELIST_INTERVAL,
+            last_listing_cost: Duration::ZERO,
             born: None,
             born_tried: false,
             born_samples: Vec::new(),
@@ -701,9 +717,14 @@ impl SamplerLoop {
         if self
             .listed_at
             .is_none_or(|at| at.elapsed() >= self.relist_every)
+            || self.unseen_thread_runs()
         {
             let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
+            if let Some(unseen) = self.unseen.as_mut() {
+                let process = profile::process_cpu_time().as_nanos() as u64;
+                unseen.reset(process, threads::own_cpu_ns());
+            }
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
             self.listing += 1;
             self.discover_threads();
@@ -726,6 +747,7 @@ impl SamplerLoop {
             // its wall time says more about the load than the listing.)
             let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu));
             self.relist_every = RELIST_INTERVAL.max(cost * LISTING_SHARE);
+            self.last_listing_cost = cost;
         } else {
             self.refresh_regions_if_stale();
         }
@@ -742,6 +764,28 @@ impl SamplerLoop {
             .threads
             .store(self.threads.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Sampler-thread path, cpu mode: whether to list the threads before
+    /// the listing interval is up, because CPU time went to threads it did
+    /// not look at ([`UnseenCpu`]): a new thread, most likely, which would
+    /// otherwise run unsampled until the next listing, or to its end. Not
+    /// sooner after the last listing than [`EARLY_RELIST_INTERVAL`], nor
+    /// than the listing's cost allows ([`LISTING_SHARE`]).
+    fn unseen_thread_runs(&mut self) -> bool {
+        let Some(unseen) = self.unseen.as_mut() else {
+            return false;
+        };
+        let now = monotonic_ns();
+        let since = self.listed_at.map_or(Duration::MAX, |at| at.elapsed());
+        let least = EARLY_RELIST_INTERVAL.max(self.last_listing_cost * LISTING_SHARE);
+        if since < least || !unseen.due(now) {
+            return false;
+        }
+        let before = threads::own_cpu_ns();
+        let process = profile::process_cpu_time().as_nanos() as u64;
+        let own = threads::own_cpu_ns();
+        unseen.check(now, process, own, own.saturating_sub(before))
     }
 
     /// Sampler-thread path: signals every thread due this tick that is
@@ -789,8 +833,11 @@ impl SamplerLoop {
                 // The CPU time used since the last look is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
-                    self.stats.skipped_samples +=
-                        state.debt.accrue(cpu.saturating_sub(last), self.period_ns);
+                    let used = cpu.saturating_sub(last);
+                    self.stats.skipped_samples += state.debt.accrue(used, self.period_ns);
+                    if let Some(unseen) = self.unseen.as_mut() {
+                        unseen.saw(used);
+                    }
                 }
                 state.last_cpu_ns = Some(cpu);
                 // A thread whose clock stands still is waiting for a CPU
@@ -999,8 +1046,11 @@ impl SamplerLoop {
             // the next listing (which, with that many threads, is long in
             // coming): the sampler thread spent 28-38% of a core so. A
             // thread with less is owed no cpu-mode sample yet.
+            // One born while sampling, found early ([`UnseenCpu`]), is
+            // looked at once it used a quarter period: it may live 2 ms.
             let moved = match state.listing_cpu_ns {
                 Some(before) => now >= before + IDLE_SLACK_NS,
+                None if state.born_during_run => now >= self.period_ns / 4,
                 None => now >= self.period_ns,
             };
             state.listing_cpu_ns = Some(now);
@@ -1068,6 +1118,11 @@ impl SamplerLoop {
                         // soon as it used a period.
                         state.last_cpu_ns = Some(0);
                         state.accounted_ns = Some(0);
+                        state.born_during_run = true;
+                        // Its first look counts as its predicted moment:
+                        // one found late (it ran a period already) is
+                        // sampled then, not at a random tick after it ended.
+                        state.due_at = Some(0);
                     }
                     self.threads.entry(tid).or_insert(state)
                 }
