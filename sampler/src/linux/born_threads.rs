@@ -82,9 +82,10 @@ pub(crate) struct BornSample {
     pub stack: Vec<u64>,
 }
 
-/// A born thread whose ring samples are all in: its CPU time until then,
-/// and the whole periods (rounded at random, see the module doc) of it no
-/// sample stood for.
+/// A born thread whose ring samples are all in (it exited, was handed to a
+/// timer, or sampling stopped): its CPU time, and whether the part of a
+/// period after its last sample counts as one more sample (at random, see
+/// the module doc).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Settled {
     pub tid: i32,
@@ -95,6 +96,7 @@ pub(crate) struct Settled {
     /// CPU time from its birth to its exit (the kernel's count), to its
     /// hand-off, or to the stop.
     pub cpu_ns: u64,
+    /// 0 or 1: the samples to add under its last stack.
     pub extra_periods: u64,
 }
 
@@ -134,7 +136,8 @@ pub(crate) struct BornThreads {
     rings: Vec<PerfRing>,
     /// Events writing into one of `rings` (closed on drop).
     redirected: Vec<libc::c_int>,
-    /// Threads the events were opened on: they have timers of their own.
+    /// Threads the events were opened on: they have timers of their own, and
+    /// their ring samples are dropped.
     parents: HashSet<i32>,
     young: HashMap<i32, Young>,
     pid: i32,
@@ -268,8 +271,7 @@ impl BornThreads {
     }
 
     /// Whether thread `tid` was born under the events and has not been
-    /// handed off: its samples come from the rings, and its CPU time is
-    /// counted here.
+    /// handed off to a timer: its samples come from the rings.
     pub(crate) fn is_young(&self, tid: i32) -> bool {
         self.young
             .get(&tid)

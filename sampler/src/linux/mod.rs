@@ -494,15 +494,14 @@ struct SamplerLoop {
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
     /// Timer path: the inherited events that sample threads born while
-    /// sampling until their timers open; `None` where the kernel refused
-    /// them (then `born_tried`).
+    /// sampling; `None` where the kernel refused them (then `born_tried`).
     born: Option<BornThreads>,
     born_tried: bool,
     born_samples: Vec<BornSample>,
     born_settled: Vec<Settled>,
     /// Born threads' keys (with the collection pass that named them) and
-    /// last walks, under which the periods their ends stood for are
-    /// counted.
+    /// last walks, under which the part of a period after their last
+    /// sample is counted when they are settled.
     born_keys: HashMap<i32, (u32, u64)>,
     born_walks: HashMap<i32, (u32, OwnedWalk)>,
     /// Born threads gone from the listings before they were settled: the
@@ -1339,8 +1338,8 @@ impl SamplerLoop {
             match ThreadTimer::open(tid, period, signal) {
                 Ok(timer) => {
                     // The timer counts from zero: CPU time is accounted from
-                    // here, where samples can start. A born thread's time
-                    // before is its inherited event's.
+                    // here, where samples can start. A (deep) born thread's
+                    // ring samples stop here.
                     if std::mem::take(&mut state.born) {
                         let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
                         if let Some(born) = self.born.as_mut() {
