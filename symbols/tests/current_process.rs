@@ -287,7 +287,11 @@ fn dwarf_loads_count_first_lookups_only() {
     assert!(loads >= 1, "the test binary's DWARF was not counted");
     assert_eq!(r.resolve_frames(start + 1), first);
     let _ = r.resolve_frames(start + 2);
-    assert_eq!(r.dwarf_loads(), loads, "a second address of one function loaded more");
+    assert_eq!(
+        r.dwarf_loads(),
+        loads,
+        "a second address of one function loaded more"
+    );
     let before = r.cached_addresses();
     let _ = r.resolve(start + 3);
     assert_eq!(r.cached_addresses(), before + 1);
