@@ -5,34 +5,34 @@
 //! table and, with inline frames, its DWARF (with Debian's `libc6-dbg`,
 //! inflating most of libc's zlib-compressed `.debug_info`, because every
 //! thread starts in `__clone3`). Done at stop, that is most of the stop
-//! time. So a thread of btprof's own (`btprof-warm`, excluded from
-//! sampling like the dump thread, every signal blocked, at the lowest CPU
-//! priority on Linux) looks at the stacks sampled so far, soon after the
-//! start and then every [`INTERVAL`] (backing off to [`MAX_INTERVAL`]
-//! while nothing new turns up), and resolves the addresses the resolver
-//! has not cached yet, with the resolver the stop (and each dump and
-//! snapshot) then uses: [`SharedResolver`]. Stop resolves only what was
-//! first sampled since the last pass.
+//! time. So threads of btprof's own ([`WarmUp`]; excluded from sampling
+//! like the dump thread, every signal blocked) copy the stacks sampled so
+//! far, soon after the start and then every [`INTERVAL`] (backing off to
+//! [`MAX_INTERVAL`] while no new stack turns up), and resolve, at a low
+//! CPU priority on Linux ([`NICE`]), the addresses the resolver has not
+//! cached yet, with the resolver the stop (and each dump and snapshot)
+//! then uses: [`SharedResolver`]. Stop resolves only what was first
+//! sampled since the last copy.
 //!
 //! The results are the same: the resolver caches per address, and every
 //! user of the shared resolver refreshes its module list first (which
 //! drops the address caches if a library was loaded or unloaded), as the
 //! dump thread always did with its own.
 //!
-//! Stop never waits long for the warm thread. It tells it to stop; a pass
-//! in progress gives the resolver back after the address it is on (the
+//! Stop never waits long for the warm-up. It tells it to stop; a pass in
+//! progress gives the resolver back after the address it is on (the
 //! thread checks between stacks), and stop waits for that at most
 //! [`PATIENCE`]: longer only if the thread, at its low priority, is
-//! starved by busy cores, and then stop resolves with a fresh resolver
-//! (what it did before there was a warm-up) and leaves the thread to
-//! finish its address and exit on its own.
+//! starved by busy cores in the middle of a load, and then stop resolves
+//! with a fresh resolver (what it did before there was a warm-up) and
+//! leaves the thread to finish its address and exit on its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use btprof_sampler::Sampler;
+use btprof_sampler::{RawProfile, Sampler};
 use btprof_symbols::Resolver;
 
 use super::symbolize::{outermost_symbol, resolve_stack, Symbolize};
@@ -52,20 +52,40 @@ pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(2);
 pub(crate) const PATIENCE: Duration = Duration::from_millis(25);
 
 /// What the warm-up did so far ([`crate::Profiler::warm_up_stats`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WarmUpStats {
-    /// Looks at the stacks sampled so far (each copies the sampler's
-    /// table; one that finds no new stack resolves nothing).
+    /// Copies of the sampler's table taken (one without a new stack is
+    /// not resolved).
+    pub copies: u64,
+    /// Passes of the resolving thread over a copy with new stacks.
     pub passes: u64,
+    /// Every copy with new stacks has been resolved: the stop would only
+    /// resolve stacks newer than the last copy.
+    pub caught_up: bool,
     /// Addresses resolved (and cached) by the passes: those the stop no
     /// longer resolves.
     pub addresses: u64,
     /// DWARF loads the passes did ([`Resolver::dwarf_loads`]): module
     /// DWARF read, `addr2line` contexts built.
     pub dwarf_loads: u64,
-    /// CPU time the warm thread used (its own CPU clock), the passes'
-    /// copies of the stack table included. What the warm-up costs.
+    /// CPU time the warm-up's two threads used (their own CPU clocks, read
+    /// after each copy and each pass). What the warm-up costs, besides the
+    /// sampler thread's copying of its table (a clone of the table, a few
+    /// microseconds for a few hundred stacks).
     pub cpu_time: Duration,
+}
+
+impl Default for WarmUpStats {
+    fn default() -> Self {
+        WarmUpStats {
+            copies: 0,
+            passes: 0,
+            caught_up: true,
+            addresses: 0,
+            dwarf_loads: 0,
+            cpu_time: Duration::ZERO,
+        }
+    }
 }
 
 /// The resolver a profiler's warm thread, dump thread, snapshots and stop
@@ -228,11 +248,19 @@ impl SharedResolver {
     }
 }
 
-/// The running warm thread.
+/// The running warm-up: two threads of btprof's own. `btprof-warm-tbl`,
+/// at the default priority, copies the sampler's table now and then (the
+/// only one that touches the sampler, and only for the copy) and hands
+/// the copy to `btprof-warm`, at [`NICE`], which resolves it. Split so
+/// that the profiler never waits for a low-priority thread to let go of
+/// the sampler: on a busy machine a thread at nice 10 that was woken (by
+/// the sampler's answer) can wait hundreds of milliseconds for a CPU, and
+/// a stop waited 470 ms for exactly that in one measured run.
 pub(crate) struct WarmUp {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-    /// The process that started the thread (a forked child has none).
+    copier: Option<JoinHandle<()>>,
+    resolver: Option<JoinHandle<()>>,
+    /// The process that started the threads (a forked child has none).
     pid: u32,
 }
 
@@ -240,19 +268,31 @@ struct Shared {
     resolver: Arc<SharedResolver>,
     symbolize: Symbolize,
     stop: AtomicBool,
-    /// The thread holds the sampler (to copy its table): the profiler
+    /// The copier holds the sampler (to copy its table): the profiler
     /// waits for that to end before stopping the sampler.
     collecting: AtomicBool,
-    sleep: Mutex<()>,
+    /// Guards the copy waiting to be resolved (the newest wins).
+    pending: Mutex<Option<RawProfile>>,
+    /// Wakes either thread: a copy is pending, or stop.
     wake: Condvar,
+    copies: AtomicU64,
     passes: AtomicU64,
+    /// A copy is pending or being resolved (changed under `pending`'s lock).
+    behind: AtomicBool,
     addresses: AtomicU64,
     dwarf_loads: AtomicU64,
-    cpu_ns: AtomicU64,
+    copier_cpu_ns: AtomicU64,
+    resolver_cpu_ns: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Option<RawProfile>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl WarmUp {
-    /// Starts the warm thread for `sampler`, warming `resolver` as
+    /// Starts the warm-up for `sampler`, warming `resolver` as
     /// `symbolize` says (inline frames or names only).
     pub(crate) fn start(
         sampler: &Arc<Sampler>,
@@ -264,66 +304,86 @@ impl WarmUp {
             symbolize,
             stop: AtomicBool::new(false),
             collecting: AtomicBool::new(false),
-            sleep: Mutex::new(()),
+            pending: Mutex::new(None),
             wake: Condvar::new(),
+            copies: AtomicU64::new(0),
             passes: AtomicU64::new(0),
+            behind: AtomicBool::new(false),
             addresses: AtomicU64::new(0),
             dwarf_loads: AtomicU64::new(0),
-            cpu_ns: AtomicU64::new(0),
+            copier_cpu_ns: AtomicU64::new(0),
+            resolver_cpu_ns: AtomicU64::new(0),
         });
+        let mut warm_up = WarmUp {
+            shared: shared.clone(),
+            copier: None,
+            resolver: None,
+            pid: std::process::id(),
+        };
         let thread_shared = shared.clone();
+        warm_up.resolver = Some(
+            btprof_sampler::spawn_with_signals_blocked("btprof-warm", move || {
+                resolve_copies(&thread_shared)
+            })
+            .map_err(Error::Io)?,
+        );
         // Only a weak reference: the profiler must be able to take the
         // sampler back to stop it.
         let sampler = Arc::downgrade(sampler);
-        let thread = btprof_sampler::spawn_with_signals_blocked("btprof-warm", move || {
-            run(&thread_shared, &sampler)
-        })
-        .map_err(Error::Io)?;
-        Ok(WarmUp {
-            shared,
-            thread: Some(thread),
-            pid: std::process::id(),
-        })
+        // On failure, dropping `warm_up` stops the resolving thread.
+        warm_up.copier = Some(
+            btprof_sampler::spawn_with_signals_blocked("btprof-warm-tbl", move || {
+                copy_tables(&shared, &sampler)
+            })
+            .map_err(Error::Io)?,
+        );
+        Ok(warm_up)
     }
 
     pub(crate) fn stats(&self) -> WarmUpStats {
         let s = &self.shared;
+        let cpu =
+            s.copier_cpu_ns.load(Ordering::Relaxed) + s.resolver_cpu_ns.load(Ordering::Relaxed);
         WarmUpStats {
+            copies: s.copies.load(Ordering::Relaxed),
             passes: s.passes.load(Ordering::Relaxed),
+            caught_up: !s.behind.load(Ordering::SeqCst),
             addresses: s.addresses.load(Ordering::Relaxed),
             dwarf_loads: s.dwarf_loads.load(Ordering::Relaxed),
-            cpu_time: Duration::from_nanos(s.cpu_ns.load(Ordering::Relaxed)),
+            cpu_time: Duration::from_nanos(cpu),
         }
     }
 
-    /// Tells the thread to stop and waits until it no longer holds the
-    /// sampler (a table copy in progress: the sampler answers within a
-    /// tick). It is joined if it has already exited; otherwise it finishes
-    /// the address it is on and exits on its own, without the profiler.
+    /// Tells both threads to stop and waits until the copier no longer
+    /// holds the sampler (a copy in progress: the sampler answers within a
+    /// tick, and the copier runs at the default priority), then joins it.
+    /// The resolving thread is joined if it has already exited; otherwise
+    /// it finishes the address it is on and exits on its own.
     pub(crate) fn stop(&mut self) {
-        let Some(thread) = self.thread.take() else {
-            return;
-        };
+        let (copier, resolver) = (self.copier.take(), self.resolver.take());
         if std::process::id() != self.pid {
-            // A forked child's copy: the thread runs in the parent only.
-            std::mem::forget(thread);
+            // A forked child's copy: the threads run in the parent only.
+            std::mem::forget((copier, resolver));
             return;
         }
         let s = &self.shared;
         s.stop.store(true, Ordering::SeqCst);
         {
-            // Under the sleep lock, so the wake-up cannot fall between its
-            // check of `stop` and its wait.
-            let _sleep = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            // Under the lock, so the wake-up cannot fall between a
+            // thread's check of `stop` and its wait.
+            let _pending = s.lock();
             s.wake.notify_all();
         }
-        // Set before the thread looks at `stop` (both SeqCst), so either it
+        // Set before the copier looks at `stop` (both SeqCst), so either it
         // saw `stop` and takes nothing, or this sees it collecting.
         while s.collecting.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        if thread.is_finished() {
-            let _ = thread.join();
+        if let Some(copier) = copier {
+            let _ = copier.join();
+        }
+        if let Some(resolver) = resolver.filter(|r| r.is_finished()) {
+            let _ = resolver.join();
         }
     }
 }
@@ -334,14 +394,19 @@ impl Drop for WarmUp {
     }
 }
 
-/// The warm thread: a pass soon after the start, then every interval.
-fn run(shared: &Shared, sampler: &Weak<Sampler>) {
-    // Like the dump thread: never sampled. If no exclusion is free it
-    // would be, so it does nothing instead.
-    let Some(_excluded) = btprof_sampler::exclude_current_thread() else {
+/// Excludes the calling thread from sampling (like the dump thread);
+/// `None` when no exclusion is free: the thread would be sampled, so it
+/// does nothing instead.
+fn exclude() -> Option<btprof_sampler::Excluded> {
+    btprof_sampler::exclude_current_thread()
+}
+
+/// The copier: a copy soon after the start, then every interval, each
+/// handed to the resolving thread when it has new stacks.
+fn copy_tables(shared: &Shared, sampler: &Weak<Sampler>) {
+    let Some(_excluded) = exclude() else {
         return;
     };
-    lower_priority();
     let cpu_start = thread_cpu_ns();
     let mut wait = FIRST_PASS;
     let mut seen = Seen::default();
@@ -349,14 +414,14 @@ fn run(shared: &Shared, sampler: &Weak<Sampler>) {
         if !sleep(shared, wait) {
             return;
         }
-        let found = pass(shared, sampler, &mut seen);
+        let new = copy(shared, sampler, &mut seen);
         shared
-            .cpu_ns
+            .copier_cpu_ns
             .store(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
-        match found {
+        match new {
             None => return,
-            Some(0) => wait = (wait * 2).clamp(INTERVAL, MAX_INTERVAL),
-            Some(_) => wait = INTERVAL,
+            Some(false) => wait = (wait * 2).clamp(INTERVAL, MAX_INTERVAL),
+            Some(true) => wait = INTERVAL,
         }
     }
 }
@@ -364,7 +429,7 @@ fn run(shared: &Shared, sampler: &Weak<Sampler>) {
 /// Sleeps `wait` unless told to stop first; `false` when told to stop.
 fn sleep(shared: &Shared, wait: Duration) -> bool {
     let deadline = Instant::now() + wait;
-    let mut guard = shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = shared.lock();
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             return false;
@@ -381,17 +446,17 @@ fn sleep(shared: &Shared, wait: Duration) -> bool {
     }
 }
 
-/// The table the previous pass went through: the same window with as many
-/// stacks has nothing new (stacks are only ever added to a window).
+/// The table the previous copy held: the same window with as many stacks
+/// has nothing new (stacks are only ever added to a window).
 #[derive(Default)]
 struct Seen {
     window: Option<std::time::SystemTime>,
     stacks: usize,
 }
 
-/// One pass: copies the stacks so far and resolves them. The number of
-/// addresses newly resolved, or `None` when the thread should exit.
-fn pass(shared: &Shared, sampler: &Weak<Sampler>, seen: &mut Seen) -> Option<u64> {
+/// Copies the stacks so far and, if there are new ones, hands them over.
+/// Whether there were, or `None` when the thread should exit.
+fn copy(shared: &Shared, sampler: &Weak<Sampler>, seen: &mut Seen) -> Option<bool> {
     shared.collecting.store(true, Ordering::SeqCst);
     let raw = if shared.stop.load(Ordering::SeqCst) {
         None
@@ -403,27 +468,75 @@ fn pass(shared: &Shared, sampler: &Weak<Sampler>, seen: &mut Seen) -> Option<u64
     let raw = match raw? {
         Ok(raw) => raw,
         // A timeout on a loaded machine: try again next time.
-        Err(btprof_sampler::Error::Timeout) => return Some(0),
+        Err(btprof_sampler::Error::Timeout) => return Some(false),
         Err(_) => return None,
     };
-    shared.passes.fetch_add(1, Ordering::Relaxed);
+    shared.copies.fetch_add(1, Ordering::Relaxed);
     let window = Some(raw.stats.start_time);
     if raw.table.is_empty() || (seen.window == window && seen.stacks == raw.table.len()) {
-        return Some(0);
+        return Some(false);
     }
+    seen.window = window;
+    seen.stacks = raw.table.len();
+    let mut pending = shared.lock();
+    *pending = Some(raw);
+    shared.behind.store(true, Ordering::SeqCst);
+    drop(pending);
+    shared.wake.notify_all();
+    Some(true)
+}
+
+/// The resolving thread: resolves each copy handed over, at [`NICE`].
+fn resolve_copies(shared: &Shared) {
+    let Some(_excluded) = exclude() else {
+        return;
+    };
+    lower_priority();
+    let cpu_start = thread_cpu_ns();
+    loop {
+        let raw = {
+            let mut pending = shared.lock();
+            loop {
+                if shared.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Some(raw) = pending.take() {
+                    break raw;
+                }
+                pending = shared.wake.wait(pending).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let go_on = resolve(shared, &raw);
+        shared.passes.fetch_add(1, Ordering::Relaxed);
+        {
+            let pending = shared.lock();
+            if pending.is_none() {
+                shared.behind.store(false, Ordering::SeqCst);
+            }
+        }
+        shared
+            .resolver_cpu_ns
+            .store(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        if !go_on {
+            return;
+        }
+    }
+}
+
+/// Resolves every address of `raw` the shared resolver has not cached;
+/// `false` when the thread should exit.
+fn resolve(shared: &Shared, raw: &RawProfile) -> bool {
     let Some(lease) = shared.resolver.try_take_for_warm_up() else {
         // Stop, a dump or a snapshot has it: it resolves these itself.
-        return Some(0);
+        return true;
     };
     let Ok(mut resolver) = lease else {
-        return None;
+        return false;
     };
     let (cached, loads) = (resolver.cached_addresses(), resolver.dwarf_loads());
     let mut frames = Vec::new();
-    let mut complete = true;
     for (key, _) in raw.table.iter() {
         if shared.stop.load(Ordering::Relaxed) || shared.resolver.is_wanted() {
-            complete = false;
             break;
         }
         // What `Profile::from_raw_with` looks up for this stack.
@@ -435,23 +548,28 @@ fn pass(shared: &Shared, sampler: &Weak<Sampler>, seen: &mut Seen) -> Option<u64
     shared
         .dwarf_loads
         .fetch_add(resolver.dwarf_loads() - loads, Ordering::Relaxed);
-    drop(resolver);
     shared.addresses.fetch_add(found, Ordering::Relaxed);
-    if complete {
-        seen.window = window;
-        seen.stacks = raw.table.len();
-    }
-    Some(found)
+    true
 }
 
-/// Lowers the calling thread's CPU priority to the lowest (`nice` 19),
-/// so the warm-up runs on what the program leaves idle. Linux only: a
-/// thread's nice value is its own there. (Not `SCHED_IDLE`: a thread
-/// there gets so little of a busy core that a stop waiting for the
-/// address it is on would wait far longer than resolving it itself.) On
-/// macOS the only per-thread knob without extra bindings,
-/// `PRIO_DARWIN_BG`, also throttles the thread's disk reads, which are
-/// most of a DWARF load, so the thread keeps the default priority there.
+/// The warm thread's nice value on Linux.
+///
+/// Low, so that the program's own threads come first, but not the lowest:
+/// the warm thread must still get through its one-off loading (about
+/// 30 ms of CPU) within a run on a saturated machine, or the stop finds
+/// it in the middle of a load, waits [`PATIENCE`] and then loads
+/// everything itself. Measured beside two CPU hogs on 2 cores, at nice 19
+/// (weight 15 against 1024 for each busy nice-0 thread) the first pass had
+/// not finished after 5 s in 3 of 5 runs; `SCHED_IDLE` gets even less.
+/// Nice 10 (weight 110) gets about 2-5% of a core there.
+pub(crate) const NICE: i32 = 10;
+
+/// Lowers the calling thread's CPU priority to [`NICE`], so the warm-up
+/// mostly runs on what the program leaves idle. Linux only: a thread's
+/// nice value is its own there. On macOS the only per-thread knob without
+/// extra bindings, `PRIO_DARWIN_BG`, also throttles the thread's disk
+/// reads, which are most of a DWARF load, so the thread keeps the default
+/// priority there.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
@@ -460,7 +578,7 @@ fn lower_priority() {
         // PRIO_PROCESS with a thread id sets that one thread's nice value.
         // Failing leaves the default priority, which is harmless.
         unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+            libc::setpriority(libc::PRIO_PROCESS, tid, NICE);
         }
     }
 }
