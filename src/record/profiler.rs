@@ -164,25 +164,28 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Whether a thread of the profiler's own (`btprof-warm`) loads
-    /// symbols and DWARF for the stacks sampled so far while the run goes
+    /// Whether threads of the profiler's own load the
+    /// symbols and DWARF of the stacks sampled so far while the run goes
     /// on, so that [`Profiler::stop`] (and each dump and snapshot) only
     /// resolves addresses first sampled in the last moments. On by
     /// default; `false` leaves all of it to the stop, as before.
     ///
-    /// The thread is never sampled, blocks every signal, runs at the
-    /// lowest CPU priority (`nice` 19, Linux) and looks at the stacks
-    /// 100 ms after the start, then every 250 ms while it finds new
-    /// addresses, backing off to every 2 s while it finds none. Each look
-    /// copies the sampler's table (the sampler thread does that between
-    /// two ticks) and resolves the addresses not cached yet; the results
-    /// are exactly those the stop would give. What it costs is mostly the
-    /// loading the stop would otherwise do, earlier and on idle CPU: about
-    /// 30-45 ms of CPU over a 5 s, 1000 Hz run of a small program with
-    /// Debian's `libc6-dbg` installed (most of it inflating libc's
-    /// compressed DWARF once), with the stop then 1.5-2x faster than a
-    /// names-only stop instead of 4x slower ([`Profiler::warm_up_stats`]
-    /// reports it; the README's symbols section has the measurements).
+    /// Two threads do it, never sampled, every signal blocked:
+    /// `btprof-warm-tbl` copies the sampler's table 100 ms after the start,
+    /// then every 250 ms while there are new stacks (backing off to every
+    /// 2 s while there are none), and `btprof-warm`, at nice 10 on Linux,
+    /// resolves each copy's addresses not cached yet. The results are
+    /// exactly those the stop would give; the stop waits at most 25 ms for
+    /// a pass to hand the resolver back, else resolves with a fresh one.
+    ///
+    /// What it costs is the loading the stop would otherwise do, earlier
+    /// and at low priority: about 30 ms of CPU (25-41 ms measured) over a
+    /// 5 s, 1000 Hz run of a small program with Debian's `libc6-dbg`
+    /// installed, most of it once (inflating libc's compressed DWARF), plus
+    /// a clone of the sampler's table per copy. With it that stop took
+    /// 0.25-0.5x the time of a names-only stop instead of 4-12x
+    /// ([`Profiler::warm_up_stats`] reports the cost of a run; the
+    /// README's symbols section has the measurements).
     pub fn warm_up(mut self, on: bool) -> Self {
         self.warm_up = on;
         self
