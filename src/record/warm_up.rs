@@ -562,6 +562,8 @@ fn resolve(shared: &Shared, raw: &RawProfile) -> bool {
 /// (weight 15 against 1024 for each busy nice-0 thread) the first pass had
 /// not finished after 5 s in 3 of 5 runs; `SCHED_IDLE` gets even less.
 /// Nice 10 (weight 110) gets about 2-5% of a core there.
+// Only Linux sets it (see `lower_priority`).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const NICE: i32 = 10;
 
 /// Lowers the calling thread's CPU priority to [`NICE`], so the warm-up
