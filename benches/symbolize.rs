@@ -1,25 +1,33 @@
 //! What symbolising with inline frames costs at stop, measured against
 //! names-only symbolisation (what btprof did before inline expansion) in
-//! the same run.
+//! the same run, as a user of [`Profiler`] sees it.
 //!
-//! Each round profiles a self-check-like workload for 5 s at 1000 Hz
-//! (`cpu` mode, with [`btprof_sampler::Sampler`] directly, so the raw
-//! profile can be symbolised twice) and then times:
+//! Each round profiles a self-check-like workload (two threads, a hot
+//! `#[inline(always)]` loop under five functions) four times, for 5 s at
+//! 1000 Hz (`cpu` mode), each with a [`Profiler`] of its own, and times
+//! [`Profiler::stop`] (stopping the sampler, symbolising the whole run):
 //!
-//! - `sampler stop`: stopping the sampler (joins, collects the table);
-//! - `names only`: [`Profile::from_raw_with`] without inline frames, with a
-//!   fresh resolver, as [`btprof::Profiler::stop`] makes one (module
-//!   discovery, symbol tables on first use);
-//! - `inline`: the same with inline frames (also DWARF, loaded lazily);
-//! - `inline, warm`: the same raw profile again with the inline resolver
-//!   already loaded: the cost of each later dump or snapshot of a running
-//!   profiler, which keeps its resolver.
+//! - `names only`: [`Symbolize`] without inline frames and without the
+//!   warm-up: the stop as it was before inline expansion, the baseline;
+//! - `names only, warm`: the same with the warm-up on (it then loads the
+//!   symbol tables during the run), for comparison;
+//! - `inline, cold`: inline frames, warm-up off: the stop loads every
+//!   module's symbols and DWARF itself (the default before the warm-up);
+//! - `inline, warm`: inline frames with the warm-up on (the default): the
+//!   `btprof-warm` thread loaded them during the run.
 //!
-//! The two fresh variants run in alternating order, so page-cache warmth
-//! and drift hit both alike. Stop time = sampler stop + symbolisation;
-//! the target is stop(inline) <= 1.20 x stop(names only), medians of
-//! `BTPROF_BENCH_RUNS` rounds (default 5), and `inline, warm` under
-//! 100 ms.
+//! The workers run on while the profiler stops, as in `btprof
+//! --pid-self` (the stop then shares the 2 cores with them);
+//! `BTPROF_BENCH_STOP_WORKERS_FIRST=1` stops them first, as the earlier
+//! version of this bench symbolised (on idle cores, but with the workers'
+//! exit sampled, new code for the stop to resolve).
+//!
+//! The four run in rotating order, so page-cache warmth and drift hit
+//! all alike. The target is stop(inline, warm) <= 1.20 x stop(names
+//! only), the median of the per-round ratios over `BTPROF_BENCH_RUNS`
+//! rounds (default 5). It also reports what the warm-up cost (its
+//! thread's CPU time, passes, DWARF loads) and what the stop still loaded
+//! itself.
 //!
 //! `cargo bench --bench symbolize`. Always exits 0: it reports, it does
 //! not gate.
@@ -34,14 +42,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use btprof::{Profile, Symbolize};
-use btprof_sampler::{Mode, Sampler, SamplerConfig};
-use btprof_symbols::Resolver;
+use btprof::{Mode, Profiler, Symbolize, WarmUpStats};
 
 const HZ: u32 = 1000;
 const PROFILE_TIME: Duration = Duration::from_secs(5);
 const TARGET_RATIO: f64 = 1.20;
-const TARGET_WARM_MS: f64 = 100.0;
 
 /// The hot loop, inlined into each caller, as the self-check's
 /// `timed_spin`.
@@ -90,20 +95,34 @@ fn worker(index: usize, stop: &AtomicBool) {
     }
 }
 
-struct Round {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Names,
+    NamesWarm,
+    InlineCold,
+    InlineWarm,
+}
+
+struct Run {
     stop_ms: f64,
-    names_ms: f64,
-    inline_ms: f64,
-    warm_ms: f64,
     samples: u64,
     stacks: usize,
+    warm: WarmUpStats,
+    stop_loads: u64,
+}
+
+struct Round {
+    names: Run,
+    names_warm: Run,
+    cold: Run,
+    warm: Run,
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn round(inline_first: bool) -> Round {
+fn run(variant: Variant, workers_first: bool) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..2)
         .map(|i| {
@@ -114,50 +133,69 @@ fn round(inline_first: bool) -> Round {
                 .expect("spawn worker")
         })
         .collect();
-    let sampler = Sampler::start(SamplerConfig {
-        hz: HZ,
-        mode: Mode::Cpu,
-        ..SamplerConfig::default()
-    })
-    .expect("start sampler");
+    let profiler = Profiler::builder()
+        .hz(HZ)
+        .mode(Mode::Cpu)
+        .symbolize(Symbolize {
+            inline_frames: matches!(variant, Variant::InlineCold | Variant::InlineWarm),
+        })
+        .warm_up(matches!(variant, Variant::NamesWarm | Variant::InlineWarm))
+        .start()
+        .expect("start profiler");
     std::thread::sleep(PROFILE_TIME);
-    let t = Instant::now();
-    let raw = sampler.stop().expect("stop sampler");
-    let stop_ms = ms(t.elapsed());
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().expect("worker");
+    let stop_workers = || {
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            w.join().expect("worker");
+        }
+    };
+    let mut stop_workers = Some(stop_workers);
+    if workers_first {
+        (stop_workers.take().expect("once"))();
     }
-
-    let symbolize = |inline_frames: bool| {
-        let t = Instant::now();
-        let mut resolver = Resolver::for_current_process().expect("modules");
-        let profile = Profile::from_raw_with(&raw, &mut resolver, Symbolize { inline_frames });
-        (ms(t.elapsed()), profile, resolver)
-    };
-    let (names, inline) = if inline_first {
-        let inline = symbolize(true);
-        (symbolize(false), inline)
-    } else {
-        let names = symbolize(false);
-        (names, symbolize(true))
-    };
-    let (inline_ms, profile, mut resolver) = inline;
-    assert!(
-        profile.has_inlined_frames(),
-        "no inlined frames: the bench binary has no DWARF line tables"
-    );
+    let warm = profiler.warm_up_stats();
     let t = Instant::now();
-    let warm = Profile::from_raw_with(&raw, &mut resolver, Symbolize::default());
-    let warm_ms = ms(t.elapsed());
-    assert_eq!(warm.total_samples(), profile.total_samples());
-    Round {
+    let profile = profiler.stop().expect("stop profiler");
+    let stop_ms = ms(t.elapsed());
+    let stop_loads = btprof::test_hooks::stop_dwarf_loads();
+    if let Some(stop_workers) = stop_workers {
+        stop_workers();
+    }
+    if matches!(variant, Variant::InlineCold | Variant::InlineWarm) {
+        assert!(
+            profile.has_inlined_frames(),
+            "no inlined frames: the bench binary has no DWARF line tables"
+        );
+    }
+    Run {
         stop_ms,
-        names_ms: names.0,
-        inline_ms,
-        warm_ms,
         samples: profile.total_samples(),
         stacks: profile.distinct_stacks(),
+        warm,
+        stop_loads,
+    }
+}
+
+fn round(index: usize, workers_first: bool) -> Round {
+    let order = [
+        Variant::Names,
+        Variant::InlineCold,
+        Variant::InlineWarm,
+        Variant::NamesWarm,
+    ];
+    let mut runs: Vec<(Variant, Run)> = (0..order.len())
+        .map(|i| order[(index + i) % order.len()])
+        .map(|v| (v, run(v, workers_first)))
+        .collect();
+    let mut take = |v: Variant| {
+        let at = runs.iter().position(|(w, _)| *w == v).expect("ran");
+        runs.swap_remove(at).1
+    };
+    Round {
+        names: take(Variant::Names),
+        names_warm: take(Variant::NamesWarm),
+        cold: take(Variant::InlineCold),
+        warm: take(Variant::InlineWarm),
     }
 }
 
@@ -167,41 +205,54 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5)
         .max(1);
+    let workers_first =
+        std::env::var_os("BTPROF_BENCH_STOP_WORKERS_FIRST").is_some_and(|v| v == "1");
     println!(
-        "symbolize: {runs} rounds of a {} s, {HZ} Hz cpu-mode profile of 2 workers",
-        PROFILE_TIME.as_secs()
+        "symbolize: {runs} rounds of four {} s, {HZ} Hz cpu-mode profiles of 2 workers, \
+         stopped {} the profiler",
+        PROFILE_TIME.as_secs(),
+        if workers_first { "before" } else { "after" }
     );
     let mut rounds = Vec::new();
     for i in 0..runs {
-        let r = round(i % 2 == 1);
+        let r = round(i, workers_first);
         println!(
-            "  round {}: {} samples, {} stacks; sampler stop {:.1} ms, names only {:.1} ms, \
-             inline {:.1} ms, inline warm {:.1} ms",
+            "  round {}: stop names only {:.1} ms ({} samples, {} stacks), warmed up {:.1} ms; inline cold {:.1} ms \
+             ({} DWARF loads); inline warm {:.1} ms ({} DWARF loads at stop; warm-up {} passes, \
+             {} addresses, {} DWARF loads, {:.1} ms CPU)",
             i + 1,
-            r.samples,
-            r.stacks,
-            r.stop_ms,
-            r.names_ms,
-            r.inline_ms,
-            r.warm_ms
+            r.names.stop_ms,
+            r.names.samples,
+            r.names.stacks,
+            r.names_warm.stop_ms,
+            r.cold.stop_ms,
+            r.cold.stop_loads,
+            r.warm.stop_ms,
+            r.warm.stop_loads,
+            r.warm.warm.passes,
+            r.warm.warm.addresses,
+            r.warm.warm.dwarf_loads,
+            ms(r.warm.warm.cpu_time),
         );
         rounds.push(r);
     }
     let med = |f: fn(&Round) -> f64| measure::median(rounds.iter().map(f).collect());
-    let (stop, names, inline, warm) = (
-        med(|r| r.stop_ms),
-        med(|r| r.names_ms),
-        med(|r| r.inline_ms),
-        med(|r| r.warm_ms),
+    let (names, names_warm, cold, warm, cpu) = (
+        med(|r| r.names.stop_ms),
+        med(|r| r.names_warm.stop_ms),
+        med(|r| r.cold.stop_ms),
+        med(|r| r.warm.stop_ms),
+        med(|r| ms(r.warm.warm.cpu_time)),
     );
-    let ratio = med(|r| (r.stop_ms + r.inline_ms) / (r.stop_ms + r.names_ms));
-    println!("medians: sampler stop {stop:.1} ms, names only {names:.1} ms, inline {inline:.1} ms, inline warm {warm:.1} ms");
+    let cold_ratio = med(|r| r.cold.stop_ms / r.names.stop_ms);
+    let warm_ratio = med(|r| r.warm.stop_ms / r.names.stop_ms);
     println!(
-        "stop time with inline frames / names only: {ratio:.3} (target <= {TARGET_RATIO:.2}) {}",
-        if ratio <= TARGET_RATIO { "ok" } else { "OVER" }
+        "medians: stop names only {names:.1} ms (warmed up {names_warm:.1} ms), inline cold {cold:.1} ms, inline warm {warm:.1} ms; \
+         warm-up CPU {cpu:.1} ms per run"
     );
+    println!("stop with inline frames, cold / names only: {cold_ratio:.3}");
     println!(
-        "warm resolve (each dump, snapshot): {warm:.1} ms (target < {TARGET_WARM_MS:.0} ms) {}",
-        if warm < TARGET_WARM_MS { "ok" } else { "OVER" }
+        "stop with inline frames, warmed up / names only: {warm_ratio:.3} (target <= {TARGET_RATIO:.2}) {}",
+        if warm_ratio <= TARGET_RATIO { "ok" } else { "OVER" }
     );
 }

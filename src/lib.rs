@@ -43,7 +43,20 @@ pub use formats::folded::{self as folded, FoldOptions, ReadError};
 pub use profile::{Profile, RunInfo, Stack};
 pub use record::lost_samples::signal_blocked_warnings;
 pub use record::scope::{self as scope, profile_scope, ProfileScope};
-pub use record::{register_current_thread, DumpStats, Profiler, ProfilerBuilder, Symbolize};
+pub use record::{
+    register_current_thread, DumpStats, Profiler, ProfilerBuilder, Symbolize, WarmUpStats,
+};
+
+/// For btprof's tests and benchmarks only: not part of the API.
+#[doc(hidden)]
+pub mod test_hooks {
+    /// DWARF loads ([`btprof_symbols::Resolver::dwarf_loads`]) the last
+    /// [`crate::Profiler::stop`] in this process did itself, not counting
+    /// what the warm-up had loaded before.
+    pub fn stop_dwarf_loads() -> u64 {
+        crate::record::stop_dwarf_loads()
+    }
+}
 
 /// This btprof's version, as written into run metadata.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,5 +1,5 @@
-//! btprof's own threads take no process signal: the sampler thread and the
-//! dump thread block every maskable signal, as `/proc/self/task/*/status`
+//! btprof's own threads take no process signal: the sampler, dump and
+//! warm-up threads block every maskable signal, as `/proc/self/task/*/status`
 //! reports it (`SigBlk`), while the application's threads keep theirs.
 //!
 //! A process-directed signal is delivered to any thread that does not
@@ -47,7 +47,7 @@ fn blockable() -> u64 {
 }
 
 #[test]
-fn the_sampler_and_dump_threads_block_every_maskable_signal() {
+fn the_sampler_dump_and_warm_threads_block_every_maskable_signal() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("own-threads-mask");
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
@@ -62,7 +62,12 @@ fn the_sampler_and_dump_threads_block_every_maskable_signal() {
     let masks = loop {
         let masks = thread_masks();
         let has = |n: &str| masks.iter().any(|(name, _)| name == n);
-        if (has("btprof-sampler") && has("btprof-dump")) || Instant::now() > deadline {
+        if (has("btprof-sampler")
+            && has("btprof-dump")
+            && has("btprof-warm")
+            && has("btprof-warm-tbl"))
+            || Instant::now() > deadline
+        {
             break masks;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -70,7 +75,12 @@ fn the_sampler_and_dump_threads_block_every_maskable_signal() {
     profiler.stop().unwrap();
 
     let want = blockable();
-    for own in ["btprof-sampler", "btprof-dump"] {
+    for own in [
+        "btprof-sampler",
+        "btprof-dump",
+        "btprof-warm",
+        "btprof-warm-tbl",
+    ] {
         let (_, blocked) = masks
             .iter()
             .find(|(name, _)| name == own)

@@ -23,10 +23,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use btprof_sampler::{RawProfile, Sampler};
-use btprof_symbols::Resolver;
 
 use super::dump_signal::DumpSignal;
 use super::symbolize::Symbolize;
+use super::warm_up::{SharedResolver, PATIENCE};
 use crate::formats::sidecar::sidecar_path;
 use crate::profile::run_info::file_stamp;
 use crate::{Error, Profile};
@@ -129,13 +129,13 @@ pub(crate) struct Shared {
     poll_signal: bool,
 }
 
-/// Everything behind the lock: the running total, the resolver and the
-/// files written.
+/// Everything behind the lock: the running total, the resolver (shared
+/// with the warm thread) and the files written.
 pub(crate) struct State {
     config: DumpConfig,
     stop: bool,
     total: Option<RawProfile>,
-    resolver: Option<Resolver>,
+    resolver: Arc<SharedResolver>,
     seq: u64,
     kept: VecDeque<Vec<PathBuf>>,
     stats: DumpStats,
@@ -148,13 +148,14 @@ impl Dumper {
         sampler: Arc<Sampler>,
         config: DumpConfig,
         poll_signal: bool,
+        resolver: Arc<SharedResolver>,
     ) -> Result<Dumper, Error> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 config,
                 stop: false,
                 total: None,
-                resolver: None,
+                resolver,
                 seq: 0,
                 kept: VecDeque::new(),
                 stats: DumpStats::default(),
@@ -276,8 +277,9 @@ impl State {
         self.stats.windows += 1;
         let how = self.config.symbolize;
         let profile = self
-            .resolver()
-            .map(|resolver| Profile::from_raw_with(&window, resolver, how));
+            .resolver
+            .take(PATIENCE)
+            .map(|mut resolver| Profile::from_raw_with(&window, &mut resolver, how));
         match &mut self.total {
             Some(total) => total.absorb(&window),
             None => self.total = Some(window),
@@ -313,7 +315,8 @@ impl State {
             None => current,
         };
         let how = self.config.symbolize;
-        Ok(Profile::from_raw_with(&total, self.resolver()?, how))
+        let mut resolver = self.resolver.take(PATIENCE)?;
+        Ok(Profile::from_raw_with(&total, &mut resolver, how))
     }
 
     /// The whole run, once the last window is in (`None`: no window was
@@ -323,24 +326,12 @@ impl State {
             return Ok(None);
         };
         let how = self.config.symbolize;
-        Ok(Some(Profile::from_raw_with(&total, self.resolver()?, how)))
+        let mut resolver = self.resolver.take(PATIENCE)?;
+        Ok(Some(Profile::from_raw_with(&total, &mut resolver, how)))
     }
 
     pub(crate) fn stats(&self) -> &DumpStats {
         &self.stats
-    }
-
-    fn resolver(&mut self) -> Result<&mut Resolver, Error> {
-        let resolver = match self.resolver.take() {
-            // Modules loaded since the last window (plugins, dlopen) must
-            // resolve too.
-            Some(mut resolver) => {
-                resolver.refresh();
-                resolver
-            }
-            None => Resolver::for_current_process().map_err(Error::Symbols)?,
-        };
-        Ok(self.resolver.insert(resolver))
     }
 
     fn record_failure(&mut self, error: String) {

@@ -10,8 +10,11 @@ pub mod scope;
 mod symbolize;
 mod thread_names;
 mod walk_ends;
+mod warm_up;
 
 pub use dump::DumpStats;
+pub(crate) use profiler::stop_dwarf_loads;
 pub use profiler::{Profiler, ProfilerBuilder};
 pub use symbolize::Symbolize;
 pub use thread_names::register_current_thread;
+pub use warm_up::WarmUpStats;

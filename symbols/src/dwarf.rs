@@ -177,6 +177,9 @@ pub(crate) struct Dwarf {
     contexts: HashMap<(Scope, Vec<usize>), Option<addr2line::Context<Reader>>>,
     /// File names by path, so that all frames of one file share an allocation.
     files: HashMap<String, Arc<str>>,
+    /// Contexts built so far (or attempted): each parsed its units' headers and inflated
+    /// what it needed.
+    pub(crate) contexts_built: u64,
 }
 
 impl std::fmt::Debug for Dwarf {
@@ -226,6 +229,7 @@ impl Dwarf {
             starts: UnitStarts::default(),
             contexts: HashMap::new(),
             files: HashMap::new(),
+            contexts_built: 0,
         })
     }
 
@@ -245,6 +249,7 @@ impl Dwarf {
         };
         if !self.contexts.contains_key(&key) {
             let context = self.build(key.0, &key.1);
+            self.contexts_built += 1;
             self.contexts.insert(key.clone(), context);
         }
         let Some(Some(context)) = self.contexts.get(&key) else {

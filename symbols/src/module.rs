@@ -189,6 +189,16 @@ impl Module {
         interned
     }
 
+    /// How much DWARF loading this module did: 1 for reading its DWARF sections (also when
+    /// it turned out to have none), plus 1 per `addr2line` context built. Never decreases.
+    pub(crate) fn dwarf_loads(&self) -> u64 {
+        match &self.dwarf {
+            None => 0,
+            Some(None) => 1,
+            Some(Some(dwarf)) => 1 + dwarf.contexts_built,
+        }
+    }
+
     /// The module's DWARF, loading it on first use.
     fn dwarf(&mut self) -> Option<&mut Dwarf> {
         if self.dwarf.is_none() {

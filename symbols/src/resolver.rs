@@ -61,6 +61,8 @@ pub struct Resolver {
     cache: HashMap<u64, (Symbol, bool)>,
     /// Every inline chain resolved so far.
     frames: HashMap<u64, Arc<[Frame]>>,
+    /// DWARF loads so far ([`Resolver::dwarf_loads`]).
+    dwarf_loads: u64,
     /// Whether the modules are this process's (so [`Resolver::refresh`] re-reads them) or
     /// were given by the caller (so it keeps them).
     of_current_process: bool,
@@ -76,6 +78,7 @@ impl Resolver {
             ranges: Vec::new(),
             cache: HashMap::new(),
             frames: HashMap::new(),
+            dwarf_loads: 0,
             of_current_process: false,
             search: DebugSearch::default(),
             demangler: Demangler::default(),
@@ -369,13 +372,34 @@ impl Resolver {
         }
         let (symbol, named) = self.resolve_named(addr);
         let frames: Arc<[Frame]> = match self.module_index(addr) {
-            Some(index) => self.modules[index]
-                .frames(addr, symbol, named, &self.demangler)
-                .into(),
+            Some(index) => {
+                let module = &mut self.modules[index];
+                let before = module.dwarf_loads();
+                let frames = module.frames(addr, symbol, named, &self.demangler);
+                self.dwarf_loads += module.dwarf_loads() - before;
+                frames.into()
+            }
             None => Arc::from([Frame::from_symbol(symbol)]),
         };
         self.frames.insert(addr, Arc::clone(&frames));
         frames
+    }
+
+    /// How many times this resolver loaded DWARF so far: a module's DWARF sections read (the
+    /// first [`Resolver::resolve_frames`] in it, also when it has none), or an `addr2line`
+    /// context built over the units covering an address (parsing their headers, and
+    /// inflating a compressed `.debug_info` as far as they reach). These are what make a
+    /// first inline lookup slow; an address whose units are already loaded adds nothing.
+    /// Never decreases, also across [`Resolver::refresh`]. For tests and diagnostics.
+    pub fn dwarf_loads(&self) -> u64 {
+        self.dwarf_loads
+    }
+
+    /// How many distinct addresses are cached ([`Resolver::resolve`]; every
+    /// [`Resolver::resolve_frames`] resolves its address too). Dropped with the caches when
+    /// the module list changes.
+    pub fn cached_addresses(&self) -> usize {
+        self.cache.len()
     }
 
     /// Number of modules in the current snapshot.

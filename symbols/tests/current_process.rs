@@ -269,3 +269,30 @@ fn inlined_rust_function_is_its_own_frame_with_file_and_line() {
         "no address of the caller expanded into the inlined helper"
     );
 }
+
+/// `dwarf_loads` counts what makes a first inline lookup slow, once: the first address of a
+/// module reads its DWARF and builds the context over its units; the same address again, or
+/// a second address of the same function (same units), loads nothing more.
+#[test]
+fn dwarf_loads_count_first_lookups_only() {
+    assert_ne!(btprof_inline_caller(3), 0);
+    let mut r = resolver();
+    assert_eq!(r.dwarf_loads(), 0);
+    let _ = r.resolve(probe_addr());
+    assert_eq!(r.dwarf_loads(), 0, "symbol tables are not DWARF");
+    let f: fn(u64) -> u64 = btprof_inline_caller;
+    let start = f as usize as u64;
+    let first = r.resolve_frames(start + 1);
+    let loads = r.dwarf_loads();
+    assert!(loads >= 1, "the test binary's DWARF was not counted");
+    assert_eq!(r.resolve_frames(start + 1), first);
+    let _ = r.resolve_frames(start + 2);
+    assert_eq!(
+        r.dwarf_loads(),
+        loads,
+        "a second address of one function loaded more"
+    );
+    let before = r.cached_addresses();
+    let _ = r.resolve(start + 3);
+    assert_eq!(r.cached_addresses(), before + 1);
+}
