@@ -96,8 +96,8 @@ pub(crate) struct Settled {
     /// CPU time from its birth to its exit (the kernel's count), to its
     /// hand-off, or to the stop.
     pub cpu_ns: u64,
-    /// 0 or 1: the samples to add under its last stack.
-    pub extra_periods: u64,
+    /// Whether one more sample counts under its last stack.
+    pub extra_sample: bool,
 }
 
 #[derive(Default)]
@@ -147,8 +147,6 @@ pub(crate) struct BornThreads {
     pass: u64,
     rng: u64,
     records: Vec<(u64, Owned)>,
-    /// Records the kernel dropped because a ring was full.
-    pub lost: u64,
 }
 
 impl BornThreads {
@@ -201,7 +199,6 @@ impl BornThreads {
             pass: 0,
             rng: seed | 1,
             records: Vec::new(),
-            lost: 0,
         };
         let mut ring_cpus = Vec::new();
         let mut tids = tids.iter().copied().filter(|&t| t != own_tid);
@@ -327,13 +324,14 @@ impl BornThreads {
     }
 
     /// Reads every ring: born threads' samples go to `samples`; threads
-    /// whose samples are all in go to `settled`.
+    /// whose samples are all in go to `settled`. Returns how many records
+    /// were lost (the kernel found a ring full, or one was malformed).
     pub(crate) fn drain(
         &mut self,
         samples: &mut Vec<BornSample>,
         settled: &mut Vec<Settled>,
         is_excluded: impl Fn(i32) -> bool,
-    ) {
+    ) -> u64 {
         self.pass += 1;
         let mut records = std::mem::take(&mut self.records);
         records.clear();
@@ -365,7 +363,6 @@ impl BornThreads {
                 }
             });
         }
-        self.lost += lost;
         // Records of one thread can sit in two CPUs' rings.
         records.sort_by_key(|(time, _)| *time);
         for (time, record) in records.drain(..) {
@@ -409,6 +406,7 @@ impl BornThreads {
         }
         self.records = records;
         self.settle(settled, false, |_| None);
+        lost
     }
 
     /// At stop, after a last [`Self::drain`]: settles every born thread,
@@ -455,13 +453,13 @@ impl BornThreads {
             // as for every timer: user-space samples only), so what ran
             // after the last overflow is the count modulo the period.
             let rest = cpu_ns % period;
-            let extra = u64::from(next_random(rng) % period < rest);
+            let extra = next_random(rng) % period < rest;
             settled.push(Settled {
                 tid,
                 ended: exited || (all && y.handoff.is_none()),
                 sampled: y.samples > 0,
                 cpu_ns,
-                extra_periods: if y.samples > 0 { extra } else { 0 },
+                extra_sample: y.samples > 0 && extra,
             });
             y.handoff.is_some() && !exited
         });

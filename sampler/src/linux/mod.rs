@@ -499,16 +499,22 @@ struct SamplerLoop {
     born_tried: bool,
     born_samples: Vec<BornSample>,
     born_settled: Vec<Settled>,
-    /// Born threads' keys (with the collection pass that named them) and
-    /// last walks, under which the part of a period after their last
-    /// sample is counted when they are settled.
-    born_keys: HashMap<i32, (u32, u64)>,
+    /// Born threads no listing has found yet: their keys and names.
+    born_keys: HashMap<i32, BornKey>,
+    /// Born threads' last walks (and their keys), under which the part of
+    /// a period after their last sample is counted when they are settled.
     born_walks: HashMap<i32, (u32, OwnedWalk)>,
     /// Born threads gone from the listings before they were settled: the
     /// CPU time their clocks had when last read.
     born_accounted: HashMap<i32, u64>,
-    /// Ring records the kernel dropped, as counted in failed samples.
-    born_lost_seen: u64,
+}
+
+/// The key of a born thread no listing found yet, and the collection pass
+/// that last read its name (read again at most once per pass).
+#[derive(Clone, Copy)]
+struct BornKey {
+    key: u32,
+    named_pass: u64,
 }
 
 /// A finished walk copied out of its slot, so the slot is free again
@@ -616,7 +622,6 @@ impl SamplerLoop {
             born_keys: HashMap::new(),
             born_walks: HashMap::new(),
             born_accounted: HashMap::new(),
-            born_lost_seen: 0,
         })
     }
 
@@ -1626,12 +1631,10 @@ impl SamplerLoop {
         };
         let mut samples = std::mem::take(&mut self.born_samples);
         let mut settled = std::mem::take(&mut self.born_settled);
-        born.drain(&mut samples, &mut settled, |tid| {
+        self.stats.failed_samples += born.drain(&mut samples, &mut settled, |tid| {
             exclusions::is_excluded(tid as u64)
         });
-        let (lost, born_max_stack) = (born.lost, born.max_stack());
-        self.stats.failed_samples += lost - self.born_lost_seen;
-        self.born_lost_seen = lost;
+        let born_max_stack = born.max_stack();
         let max_depth = self.config.max_depth;
         for sample in samples.drain(..) {
             let copy = sample
@@ -1683,8 +1686,8 @@ impl SamplerLoop {
         }
         let pass = self.pass;
         let previous = match self.born_keys.get(&tid) {
-            Some(&(key, named)) if named == pass => return Some(key),
-            Some(&(key, _)) => Some(key),
+            Some(known) if known.named_pass == pass => return Some(known.key),
+            Some(known) => Some(known.key),
             None => None,
         };
         let name = match hint {
@@ -1699,7 +1702,13 @@ impl SamplerLoop {
             }),
         }?;
         let key = self.thread_keys.key(tid as u64, name, previous);
-        self.born_keys.insert(tid, (key, pass));
+        self.born_keys.insert(
+            tid,
+            BornKey {
+                key,
+                named_pass: pass,
+            },
+        );
         Some(key)
     }
 
@@ -1733,9 +1742,9 @@ impl SamplerLoop {
             }
             self.born_keys.remove(&s.tid);
             if let Some((key, walk)) = self.born_walks.remove(&s.tid) {
-                if s.extra_periods > 0 {
-                    self.intern(key, &walk.as_collected(), s.extra_periods);
-                    self.stats.born_samples += s.extra_periods;
+                if s.extra_sample {
+                    self.intern(key, &walk.as_collected(), 1);
+                    self.stats.born_samples += 1;
                 }
             }
         }
