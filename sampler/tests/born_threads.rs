@@ -23,14 +23,16 @@
 //! `unsampled_cpu.rs`.
 #![cfg(target_os = "linux")]
 
-use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use btprof_sampler::{
     Mode, RawProfile, SampleClock, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV,
 };
 use btprof_symbols::Resolver;
+
+mod support;
+use support::{frame_names, thread_cpu, with_watchdog};
 
 /// Short threads, run one after another.
 const THREADS: usize = 300;
@@ -38,16 +40,6 @@ const THREADS: usize = 300;
 const WORK: Duration = Duration::from_millis(2);
 const NAME: &str = "born-short";
 const HZ: u32 = 1000;
-
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 #[inline(never)]
 fn born_threads_spin() -> u64 {
@@ -115,15 +107,7 @@ fn tally(raw: &RawProfile, threads: &[(u64, Duration)]) -> Capture {
             continue;
         }
         samples += count;
-        let names: Vec<String> = key
-            .frames
-            .iter()
-            .enumerate()
-            .map(|(i, &a)| {
-                let lookup = if i == 0 { a } else { a - 1 };
-                resolver.resolve(lookup).name.to_string()
-            })
-            .collect();
+        let names = frame_names(&mut resolver, key.frames);
         if names.iter().any(|n| n.ends_with("born_threads_spin")) {
             in_spin += count;
             if names
@@ -209,30 +193,22 @@ fn check_timers() {
 
 #[test]
 fn threads_born_while_sampling_are_sampled_from_birth() {
-    let (tx, rx) = mpsc::channel();
-    let started = Instant::now();
-    let body = thread::spawn(move || {
-        check_timers();
-        // This binary runs this one test, and the sampler reads the
-        // variable when it starts.
-        std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");
-        let c = run();
-        report("sampler thread, held to 20%", &c);
-        assert!(
-            c.sampled.as_secs_f64() >= 0.2 * c.cpu.as_secs_f64(),
-            "sampler thread: short threads' samples stand for {:.1}% of their CPU time, \
-             under 20%: new threads are not found early",
-            100.0 * c.sampled.as_secs_f64() / c.cpu.as_secs_f64()
-        );
-        let _ = tx.send(());
-    });
-    // Disconnected: the body panicked; joining it below re-raises that.
-    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
-        eprintln!(
-            "WATCHDOG: {THREADS} short threads did not finish within {:?}. Aborting.",
-            started.elapsed()
-        );
-        std::process::abort();
-    }
-    body.join().unwrap();
+    with_watchdog(
+        &format!("{THREADS} short threads"),
+        Duration::from_secs(120),
+        || {
+            check_timers();
+            // This binary runs this one test, and the sampler reads the
+            // variable when it starts.
+            std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");
+            let c = run();
+            report("sampler thread, held to 20%", &c);
+            assert!(
+                c.sampled.as_secs_f64() >= 0.2 * c.cpu.as_secs_f64(),
+                "sampler thread: short threads' samples stand for {:.1}% of their CPU time, \
+                 under 20%: new threads are not found early",
+                100.0 * c.sampled.as_secs_f64() / c.cpu.as_secs_f64()
+            );
+        },
+    );
 }

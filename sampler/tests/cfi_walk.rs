@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig};
 use btprof_symbols::Resolver;
 
+mod support;
+use support::frame_names;
+
 /// One sampler per process: the tests here take turns.
 static SAMPLER: Mutex<()> = Mutex::new(());
 
@@ -195,15 +198,7 @@ fn tally(raw: &RawProfile, name: &str, must: &str) -> Tally {
         if raw.threads[key.thread as usize].name != name {
             continue;
         }
-        let names: Vec<String> = key
-            .frames
-            .iter()
-            .enumerate()
-            .map(|(i, &a)| {
-                let lookup = if i == 0 { a } else { a - 1 };
-                resolver.resolve(lookup).name.to_string()
-            })
-            .collect();
+        let names = frame_names(&mut resolver, key.frames);
         // The harness's own CPU-clock reads are not the work under test.
         if names.iter().any(|n| n.ends_with("cfi_walk::thread_cpu")) {
             continue;

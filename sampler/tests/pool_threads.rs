@@ -6,11 +6,13 @@
 //! both sampling paths.
 #![cfg(target_os = "linux")]
 
-use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV};
+
+mod support;
+use support::{thread_cpu, with_watchdog};
 
 /// Pool threads, run one after another.
 const THREADS: usize = 60;
@@ -19,16 +21,6 @@ const WORK: Duration = Duration::from_millis(10);
 const SHORT_NAME: &str = "pool-task";
 /// 15 bytes once the kernel cuts it: a name that may have been cut.
 const LONG_NAME: &str = "pool-task-with-a-long-name";
-
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 #[inline(never)]
 fn pool_work() {
@@ -145,23 +137,11 @@ fn check(path: &str) {
 
 #[test]
 fn a_pool_of_one_name_shares_its_stacks() {
-    let (tx, rx) = mpsc::channel();
-    let started = Instant::now();
-    let body = thread::spawn(move || {
+    with_watchdog("the pool", Duration::from_secs(120), || {
         check("per-thread timers or their fallback");
         // This binary runs this one test, and the sampler reads the
         // variable when it starts.
         std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");
         check("sampler thread");
-        let _ = tx.send(());
     });
-    // Disconnected: the body panicked; joining it below re-raises that.
-    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
-        eprintln!(
-            "WATCHDOG: the pool did not finish within {:?}. Aborting.",
-            started.elapsed()
-        );
-        std::process::abort();
-    }
-    body.join().unwrap();
 }

@@ -9,26 +9,18 @@
 //! under a watchdog, on both sampling paths.
 #![cfg(target_os = "linux")]
 
-use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use btprof_sampler::{Mode, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV};
+
+mod support;
+use support::{thread_cpu, with_watchdog};
 
 /// Short threads, run one after another.
 const THREADS: usize = 300;
 /// CPU time each short thread spins: under one period at 1000 Hz.
 const WORK: Duration = Duration::from_micros(400);
-
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 /// Spins `WORK` of CPU on a new thread; returns its id and the CPU time
 /// it used, measured at its end.
@@ -126,23 +118,15 @@ fn check(path: &str) {
 
 #[test]
 fn cpu_time_of_threads_never_sampled_is_estimated() {
-    let (tx, rx) = mpsc::channel();
-    let started = Instant::now();
-    let body = thread::spawn(move || {
-        check("per-thread timers or their fallback");
-        // This binary runs this one test, and the sampler reads the
-        // variable when it starts.
-        std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");
-        check("sampler thread");
-        let _ = tx.send(());
-    });
-    // Disconnected: the body panicked; joining it below re-raises that.
-    if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
-        eprintln!(
-            "WATCHDOG: {THREADS} short threads did not finish within {:?}. Aborting.",
-            started.elapsed()
-        );
-        std::process::abort();
-    }
-    body.join().unwrap();
+    with_watchdog(
+        &format!("{THREADS} short threads"),
+        Duration::from_secs(120),
+        || {
+            check("per-thread timers or their fallback");
+            // This binary runs this one test, and the sampler reads the
+            // variable when it starts.
+            std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");
+            check("sampler thread");
+        },
+    );
 }

@@ -352,10 +352,12 @@ impl Drop for PerfRing {
 mod tests {
     use super::*;
 
-    fn header(kind: u32, size: usize) -> Vec<u8> {
+    /// A record of `kind` around `body`: the header says its size.
+    fn record(kind: u32, body: &[u8]) -> Vec<u8> {
         let mut v = kind.to_ne_bytes().to_vec();
         v.extend_from_slice(&0u16.to_ne_bytes());
-        v.extend_from_slice(&(size as u16).to_ne_bytes());
+        v.extend_from_slice(&((8 + body.len()) as u16).to_ne_bytes());
+        v.extend_from_slice(body);
         v
     }
 
@@ -383,8 +385,7 @@ mod tests {
         words(&mut body, &[2]); // abi 64
         words(&mut body, &[0u64; regs::COUNT]);
         words(&mut body, &[16, 7, 8, 12]); // 16 bytes of stack, 12 valid
-        let mut rec = header(PERF_RECORD_SAMPLE, 8 + body.len());
-        rec.extend_from_slice(&body);
+        let rec = record(PERF_RECORD_SAMPLE, &body);
         let Some(Record::Sample {
             tid,
             time,
@@ -410,8 +411,7 @@ mod tests {
             &mut body,
             &[pair(10, 10), pair(12, 11), 99, pair(10, 12), 99],
         );
-        let mut rec = header(PERF_RECORD_FORK, 8 + body.len());
-        rec.extend_from_slice(&body);
+        let rec = record(PERF_RECORD_FORK, &body);
         assert_eq!(
             Record::parse(&rec),
             Some(Record::Fork {
@@ -425,8 +425,7 @@ mod tests {
         words(&mut body, &[pair(10, 12)]);
         body.extend_from_slice(b"worker-1\0\0\0\0\0\0\0\0");
         words(&mut body, &[pair(10, 12), 77]);
-        let mut rec = header(PERF_RECORD_COMM, 8 + body.len());
-        rec.extend_from_slice(&body);
+        let rec = record(PERF_RECORD_COMM, &body);
         assert_eq!(
             Record::parse(&rec),
             Some(Record::Comm {
@@ -437,8 +436,7 @@ mod tests {
         );
         let mut body = Vec::new();
         words(&mut body, &[pair(10, 12), 1_234_567, pair(10, 12), 88]);
-        let mut rec = header(PERF_RECORD_READ, 8 + body.len());
-        rec.extend_from_slice(&body);
+        let rec = record(PERF_RECORD_READ, &body);
         assert_eq!(
             Record::parse(&rec),
             Some(Record::Read {
