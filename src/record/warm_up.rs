@@ -394,17 +394,12 @@ impl Drop for WarmUp {
     }
 }
 
-/// Excludes the calling thread from sampling (like the dump thread);
-/// `None` when no exclusion is free: the thread would be sampled, so it
-/// does nothing instead.
-fn exclude() -> Option<btprof_sampler::Excluded> {
-    btprof_sampler::exclude_current_thread()
-}
-
 /// The copier: a copy soon after the start, then every interval, each
 /// handed to the resolving thread when it has new stacks.
 fn copy_tables(shared: &Shared, sampler: &Weak<Sampler>) {
-    let Some(_excluded) = exclude() else {
+    // Excluded from sampling like the dump thread; with no exclusion free
+    // it would be sampled, so it does nothing instead.
+    let Some(_excluded) = btprof_sampler::exclude_current_thread() else {
         return;
     };
     let cpu_start = thread_cpu_ns();
@@ -488,7 +483,8 @@ fn copy(shared: &Shared, sampler: &Weak<Sampler>, seen: &mut Seen) -> Option<boo
 
 /// The resolving thread: resolves each copy handed over, at [`NICE`].
 fn resolve_copies(shared: &Shared) {
-    let Some(_excluded) = exclude() else {
+    // As the copier: excluded from sampling, or idle.
+    let Some(_excluded) = btprof_sampler::exclude_current_thread() else {
         return;
     };
     lower_priority();
