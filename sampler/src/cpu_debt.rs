@@ -105,6 +105,17 @@ impl CpuDebt {
         dropped
     }
 
+    /// The thread exited: everything it was owed, in nanoseconds (periods
+    /// of given-up samples included), for a last reckoning on its last
+    /// stack ([`crate::exit_tails`]). The debt is empty afterwards.
+    pub fn take_all(&mut self, period_ns: u64) -> u64 {
+        let ns = self
+            .owed_ns
+            .saturating_add(self.lost_periods.saturating_mul(period_ns));
+        *self = CpuDebt::default();
+        ns
+    }
+
     /// The lost periods the next sample carries.
     fn lost_share(&self) -> u64 {
         self.lost_periods.div_ceil(SPREAD)

@@ -35,8 +35,17 @@
 //! wakeups per second and 5-6% of a core at 1000 Hz, against about 1,000
 //! and 5% on a fixed period).
 
+use crate::split_mix::SplitMix64;
+
 /// Random ticks come this many periods apart on average.
 pub const RANDOM_TICK_MEAN_PERIODS: u64 = 2;
+
+/// No two wakeups are further apart than this many periods: each wakeup
+/// compares the process's CPU clock with the threads the sampler knows
+/// (`unseen_cpu`), and a thread born since is found while it still runs.
+/// Random ticks alone leave gaps of several periods, in which a thread of
+/// 2 ms came and went unseen.
+pub const MAX_GAP_PERIODS: u64 = 1;
 
 /// No wakeup comes sooner than this fraction of a period after the last:
 /// it bounds the sampler's wakeups when many threads fall due at different
@@ -67,7 +76,7 @@ impl CpuWakeups {
         CpuWakeups {
             period_ns,
             min_gap_ns: (period_ns / MIN_GAP_FRACTION).max(1),
-            rng: SplitMix64(seed),
+            rng: SplitMix64::new(seed),
             earliest_due: u64::MAX,
             random: false,
             ticks: 0,
@@ -82,11 +91,15 @@ impl CpuWakeups {
 
     /// The deadline to sleep until, decided at `now_ns` after a wakeup's
     /// work: the earliest due point predicted since the last wakeup (at
-    /// least the minimum gap away) or a random tick, whichever is first.
+    /// least the minimum gap away) or a random tick, whichever is first,
+    /// and no later than [`MAX_GAP_PERIODS`] from now.
     pub fn next(&mut self, now_ns: u64) -> u64 {
         let random_at =
             now_ns.saturating_add(self.exponential(RANDOM_TICK_MEAN_PERIODS * self.period_ns));
-        let due_at = self.earliest_due.max(now_ns + self.min_gap_ns);
+        let due_at = self
+            .earliest_due
+            .max(now_ns + self.min_gap_ns)
+            .min(now_ns + MAX_GAP_PERIODS * self.period_ns);
         self.earliest_due = u64::MAX;
         self.random = random_at <= due_at;
         random_at.min(due_at)
@@ -125,21 +138,6 @@ impl CpuWakeups {
     }
 }
 
-/// Sebastiano Vigna's SplitMix64: a few lines of well-mixed 64-bit values,
-/// plenty for tick jitter.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,7 +148,9 @@ mod tests {
     fn random_ticks_are_exponential_with_the_mean_asked_for() {
         let mut w = CpuWakeups::new(P, 42);
         let n = 50_000;
-        let waits: Vec<u64> = (0..n).map(|_| w.next(0)).collect();
+        let waits: Vec<u64> = (0..n)
+            .map(|_| w.exponential(RANDOM_TICK_MEAN_PERIODS * P))
+            .collect();
         let mean = waits.iter().sum::<u64>() as f64 / n as f64;
         let want = (RANDOM_TICK_MEAN_PERIODS * P) as f64;
         assert!((mean / want - 1.0).abs() < 0.03, "mean {mean} for {want}");
@@ -190,13 +190,22 @@ mod tests {
         } else {
             assert_eq!(deadline, now + P / 3);
         }
-        // Nothing predicted now: only a random tick.
+        // Nothing predicted now: a random tick, or a wakeup to look for
+        // new threads at most `MAX_GAP_PERIODS` away. Random ticks come as
+        // often as ever: a wait of more than that is cut short at it, and
+        // with no memory, the next wait starts afresh.
         let mut random = 0;
-        for _ in 0..100 {
-            w.next(now);
+        for _ in 0..10_000 {
+            let deadline = w.next(now);
+            assert!(deadline <= now + MAX_GAP_PERIODS * P, "{deadline}");
             random += u32::from(w.random_tick());
         }
-        assert_eq!(random, 100);
+        let expected = 1.0 - (-(MAX_GAP_PERIODS as f64) / RANDOM_TICK_MEAN_PERIODS as f64).exp();
+        let share = f64::from(random) / 10_000.0;
+        assert!(
+            (share - expected).abs() < 0.03,
+            "{share} random, not {expected}"
+        );
     }
 
     #[test]

@@ -27,10 +27,14 @@ mod cpu_debt;
 #[cfg(target_os = "linux")]
 mod cpu_wakeups;
 mod exclusions;
+#[cfg(target_os = "linux")]
+mod exit_tails;
 mod own_threads;
 mod profile;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod sampler_thread;
+#[cfg(target_os = "linux")]
+mod split_mix;
 mod thread_keys;
 #[cfg(target_os = "linux")]
 mod unseen_cpu;

@@ -47,6 +47,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 
+use crate::split_mix::SplitMix64;
 use crate::walker::{Registers, WalkEnd};
 
 use super::perf_attr::{
@@ -145,7 +146,7 @@ pub(crate) struct BornThreads {
     period_ns: u64,
     max_stack: usize,
     pass: u64,
-    rng: u64,
+    rng: SplitMix64,
     records: Vec<(u64, Owned)>,
 }
 
@@ -197,7 +198,7 @@ impl BornThreads {
             period_ns: period_ns.max(1),
             max_stack,
             pass: 0,
-            rng: seed | 1,
+            rng: SplitMix64::new(seed),
             records: Vec::new(),
         };
         let mut ring_cpus = Vec::new();
@@ -453,7 +454,7 @@ impl BornThreads {
             // as for every timer: user-space samples only), so what ran
             // after the last overflow is the count modulo the period.
             let rest = cpu_ns % period;
-            let extra = next_random(rng) % period < rest;
+            let extra = rng.chance(rest, period);
             settled.push(Settled {
                 tid,
                 ended: exited || (all && y.handoff.is_none()),
@@ -545,13 +546,4 @@ fn kernel_max_stack() -> usize {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(127)
-}
-
-/// SplitMix64.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

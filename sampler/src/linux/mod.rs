@@ -50,8 +50,9 @@ use std::time::{Duration, Instant, SystemTime};
 use hashbrown::HashMap;
 
 use crate::clock::TickSchedule;
-use crate::cpu_debt::CpuDebt;
+use crate::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
 use crate::cpu_wakeups::CpuWakeups;
+use crate::exit_tails::{share_out, ExitTail, ExitTails};
 use crate::sampler_thread::{Claim, SamplerThread};
 use crate::stack_table::{StackKey, StackTable};
 use crate::thread_keys::ThreadKeys;
@@ -98,9 +99,12 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
 const IDLE_SLACK_NS: u64 = 50_000;
 /// The least time between two reads of `/proc/self/maps`.
 const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
-/// Sampler-thread path, cpu mode: the least time between two listings when
-/// CPU time went to threads the sampler does not know ([`UnseenCpu`]).
-const EARLY_RELIST_INTERVAL: Duration = Duration::from_millis(1);
+/// Sampler-thread path, cpu mode: how many of a young thread's last stacks
+/// its CPU time after its last sample is spread over when it exits. The
+/// very last one alone is too often in the thread's exit (`munmap` of its
+/// signal stack, taken as the system call returns), a stack that used
+/// little of its time.
+const RECENT_WALKS: usize = 4;
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -307,6 +311,16 @@ struct ThreadState {
     /// Sampler-thread path: its CPU clock at the last listing, to tell
     /// idle threads from active ones.
     listing_cpu_ns: Option<u64>,
+    /// Sampler-thread path, cpu mode: the latest reading of its CPU clock
+    /// ([`ExitTails::saw`]), when it was taken (monotonic ns), and when a
+    /// reading first failed because it had exited.
+    read_ns: Option<u64>,
+    read_at_ns: u64,
+    gone_at_ns: Option<u64>,
+    /// Sampler-thread path, cpu mode: the last [`RECENT_WALKS`] stacks of
+    /// a young thread born while sampling, on which the CPU time it used
+    /// after its last sample is counted when it exits ([`ExitTails`]).
+    recent_walks: Vec<OwnedWalk>,
     /// Timer path: born while sampling under the inherited events
     /// ([`BornThreads`]), which sample it instead of a timer of its own
     /// (no signal, so its mask, `sigwait` and blocking calls never see
@@ -402,6 +416,10 @@ impl ThreadState {
             walk_cpu_ns: 0,
             counted_tick: 0,
             listing_cpu_ns: None,
+            read_ns: None,
+            read_at_ns: 0,
+            gone_at_ns: None,
+            recent_walks: Vec::new(),
             born_during_run: false,
             born: false,
             born_deep: false,
@@ -475,8 +493,6 @@ struct SamplerLoop {
     /// How often the thread list is read: [`RELIST_INTERVAL`], or longer
     /// when a listing is costly.
     relist_every: Duration,
-    /// The sampler CPU time the last listing took.
-    last_listing_cost: Duration,
     /// Sampler-thread path: the threads the ticks look at, chosen at each
     /// listing ([`Self::choose_active`]).
     active: Vec<i32>,
@@ -490,6 +506,13 @@ struct SamplerLoop {
     /// Sampler-thread path, cpu mode: CPU time of threads it did not look
     /// at, to list the threads early when a new one runs.
     unseen: Option<UnseenCpu>,
+    /// Sampler-thread path, cpu mode: the CPU time threads used after
+    /// their last sample, counted when they exit.
+    tails: Option<ExitTails>,
+    /// Threads that exited at the last listing, with what they still
+    /// stand for, until [`Self::settle_exits`] counts it.
+    exits: Vec<Exit>,
+    exit_tails: Vec<ExitTail>,
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
@@ -515,6 +538,14 @@ struct SamplerLoop {
 struct BornKey {
     key: u32,
     named_pass: u64,
+}
+
+/// A thread that exited at the last listing, and its last stacks
+/// ([`SamplerLoop::settle_exits`]).
+struct Exit {
+    tid: i32,
+    key: u32,
+    walks: Vec<OwnedWalk>,
 }
 
 /// A finished walk copied out of its slot, so the slot is free again
@@ -610,11 +641,13 @@ impl SamplerLoop {
             timer_walks: Vec::new(),
             rotation: 0,
             unseen: wakeups.is_some().then(|| UnseenCpu::new(period_ns)),
+            tails: wakeups.is_some().then(|| ExitTails::new(monotonic_ns())),
+            exits: Vec::new(),
+            exit_tails: Vec::new(),
             wakeups,
             cfi,
             active: Vec::new(),
             relist_every: RELIST_INTERVAL,
-            last_listing_cost: Duration::ZERO,
             born: None,
             born_tried: false,
             born_samples: Vec::new(),
@@ -725,16 +758,24 @@ impl SamplerLoop {
         {
             let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
-            if let Some(unseen) = self.unseen.as_mut() {
-                let process = profile::process_cpu_time().as_nanos() as u64;
-                unseen.reset(process, threads::own_cpu_ns());
-            }
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
             self.listing += 1;
             self.discover_threads();
-            self.refresh_regions_if_stale();
+            // Not part of the listing's cost: reads of the maps are spaced
+            // by their own.
+            let regions_cost = self.refresh_regions_if_stale();
             self.account_cpu();
+            // Every thread's clock was just read: the process's now, against
+            // them (`UnseenCpu`, `ExitTails`).
+            let mut unread = 0;
+            if let (Some(unseen), Some(tails)) = (self.unseen.as_mut(), self.tails.as_mut()) {
+                let process = profile::process_cpu_time().as_nanos() as u64;
+                let own = threads::own_cpu_ns();
+                unseen.reset(monotonic_ns(), process, own);
+                unread = tails.at_listing(process, own);
+            }
             self.forget_exited();
+            self.settle_exits(unread);
             if self.timers() {
                 self.watch_blocked_threads();
                 self.open_born_events();
@@ -749,9 +790,12 @@ impl SamplerLoop {
             // thread is then found later in such a process).
             // (Measured in the sampler's own CPU time: on a busy machine
             // its wall time says more about the load than the listing.)
-            let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu));
+            let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu))
+                .saturating_sub(regions_cost);
             self.relist_every = RELIST_INTERVAL.max(cost * LISTING_SHARE);
-            self.last_listing_cost = cost;
+            if let Some(unseen) = self.unseen.as_mut() {
+                unseen.listed(monotonic_ns(), cost.as_nanos() as u64);
+            }
         } else {
             self.refresh_regions_if_stale();
         }
@@ -773,17 +817,14 @@ impl SamplerLoop {
     /// Sampler-thread path, cpu mode: whether to list the threads before
     /// the listing interval is up, because CPU time went to threads it did
     /// not look at ([`UnseenCpu`]): a new thread, most likely, which would
-    /// otherwise run unsampled until the next listing, or to its end. Not
-    /// sooner after the last listing than [`EARLY_RELIST_INTERVAL`], nor
-    /// than the listing's cost allows ([`LISTING_SHARE`]).
+    /// otherwise run unsampled until the next listing, or to its end. As
+    /// often as listings' cost allows, spread over time ([`UnseenCpu`]).
     fn unseen_thread_runs(&mut self) -> bool {
         let Some(unseen) = self.unseen.as_mut() else {
             return false;
         };
         let now = monotonic_ns();
-        let since = self.listed_at.map_or(Duration::MAX, |at| at.elapsed());
-        let least = EARLY_RELIST_INTERVAL.max(self.last_listing_cost * LISTING_SHARE);
-        if since < least || !unseen.due(now) {
+        if !unseen.due(now) {
             return false;
         }
         let before = threads::own_cpu_ns();
@@ -819,9 +860,15 @@ impl SamplerLoop {
                 continue;
             };
             let Some(cpu) = threads::thread_cpu_ns(tid) else {
-                // Exited since listed: counted when the list is re-read.
+                // Exited since listed: counted when the list is re-read,
+                // having run at most until now since its last reading.
+                state.gone_at_ns.get_or_insert_with(monotonic_ns);
                 continue;
             };
+            if let (Some(tails), Some(unseen)) = (self.tails.as_mut(), self.unseen.as_mut()) {
+                unseen.saw(tails.saw(&mut state.read_ns, cpu));
+                state.read_at_ns = monotonic_ns();
+            }
             let mut weight = 1;
             // The thread's CPU clock and when it was read: for the handler
             // to tell whether the thread waited for a CPU meanwhile.
@@ -839,9 +886,6 @@ impl SamplerLoop {
                 if let Some(last) = state.last_cpu_ns {
                     let used = cpu.saturating_sub(last);
                     self.stats.skipped_samples += state.debt.accrue(used, self.period_ns);
-                    if let Some(unseen) = self.unseen.as_mut() {
-                        unseen.saw(used);
-                    }
                 }
                 state.last_cpu_ns = Some(cpu);
                 // A thread whose clock stands still is waiting for a CPU
@@ -960,6 +1004,13 @@ impl SamplerLoop {
                 ran_out_at.get_or_insert(i);
                 continue;
             };
+            // A young thread born while sampling, with no stack yet, keeps
+            // its first sample even if it comes late (see `slots`): given
+            // up, the thread may be gone before the next, and every period
+            // it used with it ([`ExitTails`] counts them on its last stack).
+            let first =
+                state.born_during_run && state.recent_walks.is_empty() && self.tails.is_some();
+            let read_at = if first { (0, 0) } else { read_at };
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             match self.sender.send(tid, armed.signal_value()) {
                 Ok(()) => {
@@ -1088,6 +1139,12 @@ impl SamplerLoop {
                 // before it excludes itself: forget it now, before its CPU
                 // time or its blocked signals are counted.
                 self.threads.remove(&tid);
+                // The process's clock counts btprof's threads too.
+                if let (Some(tails), true) = (self.tails.as_mut(), tid != self.own_tid) {
+                    if let Some(cpu) = threads::thread_cpu_ns(tid) {
+                        tails.saw_excluded(tid, cpu, self.listing > 1);
+                    }
+                }
                 continue;
             }
             let listing = self.listing;
@@ -1122,6 +1179,7 @@ impl SamplerLoop {
                         // soon as it used a period.
                         state.last_cpu_ns = Some(0);
                         state.accounted_ns = Some(0);
+                        state.read_ns = Some(0);
                         state.born_during_run = true;
                         // Its first look counts as its predicted moment:
                         // one found late (it ran a period already) is
@@ -1158,6 +1216,7 @@ impl SamplerLoop {
     /// Adds each thread's CPU time since the last reading to the stats.
     fn account_cpu(&mut self) {
         let mut total = Duration::ZERO;
+        let read_at = monotonic_ns();
         for (&tid, state) in self.threads.iter_mut() {
             if let Some(now) = state.cpu_reading(tid) {
                 if let Some(before) = state.accounted_ns {
@@ -1165,6 +1224,12 @@ impl SamplerLoop {
                     self.stats.add_thread_cpu(tid as u64, used);
                 }
                 state.accounted_ns = Some(now);
+                if let Some(tails) = self.tails.as_mut() {
+                    tails.saw(&mut state.read_ns, now);
+                    state.read_at_ns = read_at;
+                }
+            } else if self.tails.is_some() {
+                state.gone_at_ns.get_or_insert(read_at);
             }
         }
         for t in &self.stats.thread_cpu {
@@ -1183,10 +1248,32 @@ impl SamplerLoop {
         let departed = &mut self.departed;
         let mut born = self.born.as_mut();
         let born_accounted = &mut self.born_accounted;
+        let (reckon, period, now) = (self.tails.is_some(), self.period_ns, monotonic_ns());
+        let (exits, exit_tails, stats) = (&mut self.exits, &mut self.exit_tails, &mut self.stats);
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing || s.pending;
             if !keep {
                 departed.insert(tid, s.key);
+                if reckon {
+                    // Its CPU time read since the last listing, then what it
+                    // stands for after its last sample ([`ExitTails`]).
+                    if let (Some(read), Some(accounted)) = (s.read_ns, s.accounted_ns) {
+                        let since = Duration::from_nanos(read.saturating_sub(accounted));
+                        stats.add_thread_cpu(tid as u64, since);
+                    }
+                    if !s.recent_walks.is_empty() {
+                        exits.push(Exit {
+                            tid,
+                            key: s.key,
+                            walks: std::mem::take(&mut s.recent_walks),
+                        });
+                        exit_tails.push(ExitTail {
+                            owed_ns: s.debt.take_all(period),
+                            cap_ns: s.gone_at_ns.unwrap_or(now).saturating_sub(s.read_at_ns),
+                            unread_ns: 0,
+                        });
+                    }
+                }
                 if let Some(born) = born.as_mut() {
                     born.forget(tid);
                     if s.born {
@@ -1196,6 +1283,42 @@ impl SamplerLoop {
             }
             keep
         });
+    }
+
+    /// Sampler-thread path, cpu mode: counts on each thread that exited at
+    /// this listing, on its last stacks, the CPU time it used after its
+    /// last sample: what it was owed at its last reading, and its share of
+    /// the `unread_ns` nobody read since the last listing ([`ExitTails`]).
+    fn settle_exits(&mut self, unread_ns: u64) {
+        let Some(mut tails) = self.tails.take() else {
+            return;
+        };
+        share_out(unread_ns, &mut self.exit_tails);
+        let (mut exits, mut exit_tails) = (
+            std::mem::take(&mut self.exits),
+            std::mem::take(&mut self.exit_tails),
+        );
+        for (exit, tail) in exits.drain(..).zip(exit_tails.drain(..)) {
+            let unread = Duration::from_nanos(tail.unread_ns);
+            self.stats.add_thread_cpu(exit.tid as u64, unread);
+            let samples = tails
+                .samples_for(tail.owed_ns + tail.unread_ns, self.period_ns)
+                .min(MAX_OWED_PERIODS);
+            // Each on one of its last stacks, picked at random: the thread's
+            // recent samples scaled up to all of its time.
+            let mut counts = [0u64; RECENT_WALKS];
+            for _ in 0..samples {
+                counts[tails.pick(exit.walks.len())] += 1;
+            }
+            for (walk, &count) in exit.walks.iter().zip(&counts) {
+                if count > 0 {
+                    self.intern(exit.key, &walk.as_collected(), count);
+                }
+            }
+            self.stats.exit_samples += samples;
+        }
+        (self.exits, self.exit_tails) = (exits, exit_tails);
+        self.tails = Some(tails);
     }
 
     /// Finds threads that block the profiling signal (their timer ran
@@ -1373,7 +1496,8 @@ impl SamplerLoop {
     /// threads appeared, at most every [`REGIONS_REFRESH_INTERVAL`]: with
     /// thousands of mappings one read costs milliseconds, and the snapshot
     /// only tightens walk bounds (reads are fault-safe without it).
-    fn refresh_regions_if_stale(&mut self) {
+    /// Returns the sampler CPU time the read took (zero when none was due).
+    fn refresh_regions_if_stale(&mut self) -> Duration {
         let missing = slots::MISSING_REGIONS.load(Ordering::Relaxed);
         if missing != self.missing_regions_seen {
             self.missing_regions_seen = missing;
@@ -1384,7 +1508,7 @@ impl SamplerLoop {
                 .regions_read_at
                 .is_some_and(|at| at.elapsed() < self.regions_every)
         {
-            return;
+            return Duration::ZERO;
         }
         self.regions_read_at = Some(Instant::now());
         let cpu_before = threads::own_cpu_ns();
@@ -1399,6 +1523,7 @@ impl SamplerLoop {
                 state.regions_ready = true;
             }
         }
+        cost
     }
 
     /// The key to intern a sample of thread `tid` under: a young thread's
@@ -1481,11 +1606,23 @@ impl SamplerLoop {
                     .key_for_sample(slot_use.tid, Some(slot_use.key))
                     .unwrap_or(slot_use.key);
                 self.intern(key, &walk.as_collected(), slot_use.weight);
-                if self.config.mode == Mode::Wall {
-                    if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                    if self.config.mode == Mode::Wall {
                         // Its clock now includes what taking the sample cost.
                         state.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
                         state.last_walk = Some(walk);
+                    } else if self.tails.is_some() {
+                        // Kept while the thread is young: a short-lived
+                        // thread's tail is a large part of its life.
+                        let walks = &mut state.recent_walks;
+                        if state.born_during_run && state.first_seen.elapsed() < YOUNG {
+                            if walks.len() == RECENT_WALKS {
+                                walks.remove(0);
+                            }
+                            walks.push(walk);
+                        } else {
+                            walks.clear();
+                        }
                     }
                 }
             }

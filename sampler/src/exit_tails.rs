@@ -1,0 +1,231 @@
+//! The CPU time a thread used after its last sample, where a sampler
+//! thread decides when to sample (the Linux fallback, cpu mode).
+//!
+//! A thread is owed a sample for each period of CPU time it uses. What it
+//! used after its last sample is still owed when it exits, and was lost:
+//! half a period per thread on average, plus whatever it used after the
+//! sampler last read its clock (an exited thread's clock cannot be read).
+//! For a thread that lives 2 ms that is a quarter to a half of its CPU
+//! time. Where the kernel samples, an inherited event's final count says
+//! what ran after the last sample (`born_threads`). Here the process's CPU
+//! clock says it, in sum: it keeps the CPU time of exited threads. At a
+//! listing, once every live thread's clock has been read, the process's
+//! CPU time beyond what the sampler read from the threads and its own has
+//! grown by what the threads that exited since used after their last
+//! reading ([`UnreadCpu`]).
+//!
+//! That growth is shared among those threads, each given at most the wall
+//! time from its last reading to the first one that found it gone
+//! ([`share_out`]). What is left (threads that came and went between two
+//! listings without being read) stays unsampled, and the stats say so.
+//! Each exited thread's owed time and share are then counted on its last
+//! stack: whole periods, and the fraction of one as a whole sample with
+//! that probability ([`samples_for`]), so that on average it counts for
+//! exactly what it is. For a short-lived thread the last stack is the work
+//! it was started for; a longer one's end is a period or two of its life.
+
+use std::collections::HashMap;
+
+use crate::split_mix::SplitMix64;
+
+/// The process's CPU time that no reading of a thread's clock covers.
+#[derive(Debug, Default)]
+pub(crate) struct UnreadCpu {
+    at_last_listing: Option<i128>,
+}
+
+impl UnreadCpu {
+    /// At a listing, with every live thread's clock just read: the
+    /// process's CPU clock (read after them), the sampler's own, and the sum of
+    /// the CPU time the sampler has read from threads (each counted from
+    /// when it started to follow that thread). Returns how much CPU time
+    /// went unread since the previous listing.
+    ///
+    /// The threads are read a little before the process's clock, so the
+    /// unread part is over-estimated by what they ran meanwhile: by about
+    /// as much at every listing, which cancels between two.
+    pub(crate) fn at_listing(&mut self, process_ns: u64, own_ns: u64, read_ns: u64) -> u64 {
+        let unread = i128::from(process_ns) - i128::from(own_ns) - i128::from(read_ns);
+        let grew = self.at_last_listing.map_or(0, |last| unread - last);
+        self.at_last_listing = Some(unread);
+        u64::try_from(grew.max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+/// What the sampler read from threads' clocks, against the process's.
+#[derive(Debug)]
+pub(crate) struct ExitTails {
+    unread: UnreadCpu,
+    /// CPU time read from the threads followed (each from when it started
+    /// to be followed: from zero for one born while sampling) and from
+    /// btprof's own excluded threads, which the process's clock counts too.
+    read_ns: u64,
+    /// Excluded threads' clocks at the last listing, and at this one.
+    excluded: HashMap<i32, u64>,
+    excluded_now: HashMap<i32, u64>,
+    rng: SplitMix64,
+}
+
+impl ExitTails {
+    pub(crate) fn new(seed: u64) -> Self {
+        ExitTails {
+            unread: UnreadCpu::default(),
+            read_ns: 0,
+            excluded: HashMap::new(),
+            excluded_now: HashMap::new(),
+            rng: SplitMix64::new(seed),
+        }
+    }
+
+    /// A thread's clock read `cpu_ns`; `last` is its reading before (`None`
+    /// for the first, which only sets where its count starts). Returns the
+    /// CPU time read that no earlier reading covered.
+    pub(crate) fn saw(&mut self, last: &mut Option<u64>, cpu_ns: u64) -> u64 {
+        let new = last.map_or(0, |before| cpu_ns.saturating_sub(before));
+        self.read_ns += new;
+        *last = Some(cpu_ns.max(last.unwrap_or(0)));
+        new
+    }
+
+    /// At a listing: btprof's excluded thread `tid` read `cpu_ns`
+    /// (`born`: started while sampling, so counted from zero).
+    pub(crate) fn saw_excluded(&mut self, tid: i32, cpu_ns: u64, born: bool) {
+        let mut last = self.excluded.get(&tid).copied().or(born.then_some(0));
+        self.saw(&mut last, cpu_ns);
+        self.excluded_now.insert(tid, cpu_ns);
+    }
+
+    /// At a listing, after every live thread's clock was read (see
+    /// [`UnreadCpu::at_listing`]): the CPU time nobody read since the
+    /// last listing.
+    pub(crate) fn at_listing(&mut self, process_ns: u64, own_ns: u64) -> u64 {
+        std::mem::swap(&mut self.excluded, &mut self.excluded_now);
+        self.excluded_now.clear();
+        self.unread.at_listing(process_ns, own_ns, self.read_ns)
+    }
+
+    /// One of `n` stacks, at random (`n` > 0).
+    pub(crate) fn pick(&mut self, n: usize) -> usize {
+        (self.rng.next() % n.max(1) as u64) as usize
+    }
+
+    /// How many samples `ns` of CPU time stands for ([`samples_for`]).
+    pub(crate) fn samples_for(&mut self, ns: u64, period_ns: u64) -> u64 {
+        samples_for(ns, period_ns, &mut self.rng)
+    }
+}
+
+/// One exited thread's last reckoning.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ExitTail {
+    /// CPU time it was owed at its last reading, not yet stood for by a
+    /// sample.
+    pub owed_ns: u64,
+    /// The most it can have used after its last reading: the wall time
+    /// from then until it was found gone.
+    pub cap_ns: u64,
+    /// Its share of the unread CPU time ([`share_out`]).
+    pub unread_ns: u64,
+}
+
+/// Shares `unread_ns` among `tails` in proportion to their caps, each
+/// getting at most its cap. Returns what is left over.
+pub(crate) fn share_out(unread_ns: u64, tails: &mut [ExitTail]) -> u64 {
+    let caps: u128 = tails.iter().map(|t| u128::from(t.cap_ns)).sum();
+    if caps == 0 {
+        return unread_ns;
+    }
+    let mut left = unread_ns;
+    for tail in tails.iter_mut() {
+        let share = u128::from(unread_ns) * u128::from(tail.cap_ns) / caps;
+        tail.unread_ns = (share as u64).min(tail.cap_ns).min(left);
+        left -= tail.unread_ns;
+    }
+    left
+}
+
+/// How many samples `ns` of CPU time stands for: its whole periods, and
+/// one more with the probability of the fraction left.
+pub(crate) fn samples_for(ns: u64, period_ns: u64, rng: &mut SplitMix64) -> u64 {
+    let period = period_ns.max(1);
+    ns / period + u64::from(rng.chance(ns % period, period))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn unread_time_is_what_the_process_used_beyond_the_readings() {
+        let mut unread = UnreadCpu::default();
+        // The first listing sets the baseline.
+        assert_eq!(unread.at_listing(50 * MS, 2 * MS, 30 * MS), 0);
+        // 10 ms more for the process: 0.5 the sampler's, 8 read from live
+        // threads, 1.5 unread (an exited thread's last moments).
+        assert_eq!(
+            unread.at_listing(60 * MS, 2 * MS + MS / 2, 38 * MS),
+            3 * MS / 2
+        );
+        // Readings a little ahead of the process clock one time are made
+        // up for at the next listing.
+        assert_eq!(
+            unread.at_listing(61 * MS, 2 * MS + MS / 2, 39 * MS + 100),
+            0
+        );
+        assert_eq!(unread.at_listing(62 * MS, 2 * MS + MS / 2, 40 * MS), 100);
+    }
+
+    #[test]
+    fn readings_count_from_where_a_thread_started_to_be_followed() {
+        let mut tails = ExitTails::new(1);
+        let (mut listed, mut born) = (None, Some(0));
+        tails.saw(&mut listed, 40 * MS);
+        tails.saw(&mut born, 2 * MS);
+        tails.saw_excluded(7, 9 * MS, false);
+        assert_eq!(tails.at_listing(100 * MS, MS), 0);
+        tails.saw(&mut listed, 41 * MS);
+        // An older reading, taken before a newer one was counted: nothing.
+        tails.saw(&mut listed, 40 * MS + 1);
+        tails.saw_excluded(7, 10 * MS, false);
+        // The process used 4 ms: 1 the listed thread's, 1 the excluded
+        // one's, 2 unread.
+        assert_eq!(tails.at_listing(104 * MS, MS), 2 * MS);
+        assert_eq!((listed, born), (Some(41 * MS), Some(2 * MS)));
+    }
+
+    #[test]
+    fn unread_time_is_shared_by_cap_and_never_beyond_it() {
+        let mut tails = [
+            ExitTail {
+                cap_ns: MS,
+                ..ExitTail::default()
+            },
+            ExitTail {
+                cap_ns: 3 * MS,
+                ..ExitTail::default()
+            },
+        ];
+        assert_eq!(share_out(2 * MS, &mut tails), 0);
+        assert_eq!(
+            (tails[0].unread_ns, tails[1].unread_ns),
+            (MS / 2, 3 * MS / 2)
+        );
+        // More than the caps allow: the rest is left, unsampled.
+        assert_eq!(share_out(10 * MS, &mut tails), 6 * MS);
+        assert_eq!((tails[0].unread_ns, tails[1].unread_ns), (MS, 3 * MS));
+        // Nobody to give it to.
+        assert_eq!(share_out(MS, &mut []), MS);
+    }
+
+    #[test]
+    fn a_fraction_of_a_period_counts_for_its_fraction_on_average() {
+        let mut rng = SplitMix64::new(3);
+        assert_eq!(samples_for(3 * MS, MS, &mut rng), 3);
+        let total: u64 = (0..10_000)
+            .map(|_| samples_for(MS + MS / 4, MS, &mut rng))
+            .sum();
+        assert!((12_250..12_750).contains(&total), "{total}");
+    }
+}
