@@ -569,8 +569,8 @@ fn print_summary(profile: &Profile) {
         "truncated walks: {} of {}{} (stopped short of the thread's entry; the main thread's expected \
          end in the C start code is not counted), callers from CFI: {} of {} ({:.1}%), \
          failed samples: {}, skipped samples: {}, lost to a blocked signal: {}, late signals \
-         retried: {}, taken by the kernel for threads born while sampling: {}, sampler CPU: \
-         {:.1} ms",
+         retried: {}, taken by the kernel for threads born while sampling: {}, counted at a \
+         thread's exit for its last moments: {}, sampler CPU: {:.1} ms",
         profile.truncated_samples(),
         s.samples,
         most_truncated_in(profile),
@@ -582,6 +582,7 @@ fn print_summary(profile: &Profile) {
         s.signal_blocked_samples,
         s.late_samples,
         s.born_samples,
+        s.exit_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );
     if !s.process_cpu.is_zero() {

@@ -1008,8 +1008,10 @@ impl SamplerLoop {
             // its first sample even if it comes late (see `slots`): given
             // up, the thread may be gone before the next, and every period
             // it used with it ([`ExitTails`] counts them on its last stack).
-            let first =
-                state.born_during_run && state.recent_walks.is_empty() && self.tails.is_some();
+            let first = self.tails.is_some()
+                && state.born_during_run
+                && state.recent_walks.is_empty()
+                && state.first_seen.elapsed() < YOUNG;
             let read_at = if first { (0, 0) } else { read_at };
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             match self.sender.send(tid, armed.signal_value()) {
