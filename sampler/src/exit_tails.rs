@@ -18,11 +18,15 @@
 //! time from its last reading to the first one that found it gone
 //! ([`share_out`]). What is left (threads that came and went between two
 //! listings without being read) stays unsampled, and the stats say so.
-//! Each exited thread's owed time and share are then counted on its last
-//! stack: whole periods, and the fraction of one as a whole sample with
-//! that probability ([`samples_for`]), so that on average it counts for
-//! exactly what it is. For a short-lived thread the last stack is the work
-//! it was started for; a longer one's end is a period or two of its life.
+//! Each exited thread's owed time and share are then counted as whole
+//! periods, and the fraction of one as a whole sample with that
+//! probability ([`samples_for`]), so that on average it counts for exactly
+//! what it is. Each of those samples goes on one of the thread's last few
+//! stacks, picked at random ([`ExitTails::pick`]): its recent samples
+//! scaled up to all its time. The very last stack alone is too often in
+//! the thread's own exit (a system call's return in its teardown). For a
+//! short-lived thread those stacks are the work it was started for; for a
+//! longer one this is a period or two at the end of its life.
 
 use std::collections::HashMap;
 
@@ -36,9 +40,9 @@ pub(crate) struct UnreadCpu {
 
 impl UnreadCpu {
     /// At a listing, with every live thread's clock just read: the
-    /// process's CPU clock (read after them), the sampler's own, and the sum of
-    /// the CPU time the sampler has read from threads (each counted from
-    /// when it started to follow that thread). Returns how much CPU time
+    /// process's CPU clock (read after them), the sampler's own, and the
+    /// sum of the CPU time the sampler has read from threads (each counted
+    /// from when it started to follow that thread). Returns how much CPU time
     /// went unread since the previous listing.
     ///
     /// The threads are read a little before the process's clock, so the

@@ -15,7 +15,8 @@
 //! time must be in the stats, and their stacks must hold the spin function
 //! and reach the thread's entry.
 //!
-//! The sampler-thread fallback (no perf events) is held to the same: it has
+//! The sampler-thread fallback (no perf events) is held to the same (but
+//! for kernel time in the threads' teardown, see the test): it has
 //! no way to see a thread before a listing finds it, so it lists the
 //! threads early when the process's CPU clock runs ahead of the threads it
 //! knows (`unseen_cpu`), and counts what a thread used after its last
@@ -160,8 +161,9 @@ fn report(path: &str, c: &Capture) {
     );
 }
 
-/// Runs the short threads on one path and checks what was captured.
-fn check(path: &str, want: SampleClock) {
+/// Runs the short threads on one path and checks what was captured; at
+/// least `in_spin_percent` of the samples must hold the spin function.
+fn check(path: &str, want: SampleClock, in_spin_percent: u64) {
     let c = run();
     report(path, &c);
     if c.clock != want {
@@ -181,8 +183,8 @@ fn check(path: &str, want: SampleClock) {
         c.cpu
     );
     assert!(
-        c.in_spin * 10 >= c.samples * 9,
-        "{path}: {} of {} samples hold the spin function",
+        c.in_spin * 100 >= c.samples * in_spin_percent,
+        "{path}: {} of {} samples hold the spin function, under {in_spin_percent}%",
         c.in_spin,
         c.samples
     );
@@ -200,11 +202,16 @@ fn threads_born_while_sampling_are_sampled_from_birth() {
         &format!("{THREADS} short threads"),
         Duration::from_secs(120),
         || {
-            check("per-thread timers", SampleClock::ThreadTimers);
+            check("per-thread timers", SampleClock::ThreadTimers, 90);
             // This binary runs this one test, and the sampler reads the
             // variable when it starts.
             std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");
-            check("sampler thread", SampleClock::SamplerThread);
+            // The fallback samples kernel time too (a thread's CPU clock
+            // counts it), at the system call's return: a thread's teardown
+            // (`munmap` of its signal stack, slow beside busy CPUs) took up
+            // to 9% of the samples beside three CPU hogs. That time is not
+            // in the CPU the threads measured before their end.
+            check("sampler thread", SampleClock::SamplerThread, 85);
         },
     );
 }

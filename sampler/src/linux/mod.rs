@@ -1590,6 +1590,13 @@ impl SamplerLoop {
                     if (exited || expired) && self.slots.cancel(slot) {
                         if exited {
                             self.stats.exited_threads += 1;
+                            // Its periods are counted with the rest of its
+                            // last moments ([`ExitTails`]).
+                            if let (Some(state), true) =
+                                (self.threads.get_mut(&slot_use.tid), self.tails.is_some())
+                            {
+                                self.stats.skipped_samples += state.debt.refund(slot_use.weight);
+                            }
                         } else if !cancel_all && self.cannot_take_signal(slot_use.tid) {
                             self.stats.signal_blocked_samples += slot_use.weight;
                             self.stats
