@@ -132,15 +132,24 @@ pub(crate) struct ExitTail {
     pub unread_ns: u64,
 }
 
-/// Shares `unread_ns` among `tails` in proportion to their caps, each
-/// getting at most its cap. Returns what is left over.
-pub(crate) fn share_out(unread_ns: u64, tails: &mut [ExitTail]) -> u64 {
-    let caps: u128 = tails.iter().map(|t| u128::from(t.cap_ns)).sum();
+impl AsMut<ExitTail> for ExitTail {
+    fn as_mut(&mut self) -> &mut ExitTail {
+        self
+    }
+}
+
+/// Shares `unread_ns` among `tails` (or what holds them) in proportion to
+/// their caps, each getting at most its cap. Returns what is left over.
+pub(crate) fn share_out<T: AsMut<ExitTail>>(unread_ns: u64, tails: &mut [T]) -> u64 {
+    let caps: u128 = tails
+        .iter_mut()
+        .map(|t| u128::from(t.as_mut().cap_ns))
+        .sum();
     if caps == 0 {
         return unread_ns;
     }
     let mut left = unread_ns;
-    for tail in tails.iter_mut() {
+    for tail in tails.iter_mut().map(AsMut::as_mut) {
         let share = u128::from(unread_ns) * u128::from(tail.cap_ns) / caps;
         tail.unread_ns = (share as u64).min(tail.cap_ns).min(left);
         left -= tail.unread_ns;
@@ -220,7 +229,7 @@ mod tests {
         assert_eq!(share_out(10 * MS, &mut tails), 6 * MS);
         assert_eq!((tails[0].unread_ns, tails[1].unread_ns), (MS, 3 * MS));
         // Nobody to give it to.
-        assert_eq!(share_out(MS, &mut []), MS);
+        assert_eq!(share_out::<ExitTail>(MS, &mut []), MS);
     }
 
     #[test]

@@ -512,7 +512,6 @@ struct SamplerLoop {
     /// Threads that exited at the last listing, with what they still
     /// stand for, until [`Self::settle_exits`] counts it.
     exits: Vec<Exit>,
-    exit_tails: Vec<ExitTail>,
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
@@ -546,6 +545,13 @@ struct Exit {
     tid: i32,
     key: u32,
     walks: Vec<OwnedWalk>,
+    tail: ExitTail,
+}
+
+impl AsMut<ExitTail> for Exit {
+    fn as_mut(&mut self) -> &mut ExitTail {
+        &mut self.tail
+    }
 }
 
 /// A finished walk copied out of its slot, so the slot is free again
@@ -643,7 +649,6 @@ impl SamplerLoop {
             unseen: wakeups.is_some().then(|| UnseenCpu::new(period_ns)),
             tails: wakeups.is_some().then(|| ExitTails::new(monotonic_ns())),
             exits: Vec::new(),
-            exit_tails: Vec::new(),
             wakeups,
             cfi,
             active: Vec::new(),
@@ -867,7 +872,6 @@ impl SamplerLoop {
             };
             if let (Some(tails), Some(unseen)) = (self.tails.as_mut(), self.unseen.as_mut()) {
                 unseen.saw(tails.saw(&mut state.read_ns, cpu));
-                state.read_at_ns = monotonic_ns();
             }
             let mut weight = 1;
             // The thread's CPU clock and when it was read: for the handler
@@ -881,6 +885,7 @@ impl SamplerLoop {
             if self.config.mode == Mode::Cpu {
                 let now = monotonic_ns();
                 read_at = (now, cpu);
+                state.read_at_ns = now;
                 // The CPU time used since the last look is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.last_cpu_ns {
@@ -1251,7 +1256,7 @@ impl SamplerLoop {
         let mut born = self.born.as_mut();
         let born_accounted = &mut self.born_accounted;
         let (reckon, period, now) = (self.tails.is_some(), self.period_ns, monotonic_ns());
-        let (exits, exit_tails, stats) = (&mut self.exits, &mut self.exit_tails, &mut self.stats);
+        let (exits, stats) = (&mut self.exits, &mut self.stats);
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing || s.pending;
             if !keep {
@@ -1268,11 +1273,11 @@ impl SamplerLoop {
                             tid,
                             key: s.key,
                             walks: std::mem::take(&mut s.recent_walks),
-                        });
-                        exit_tails.push(ExitTail {
-                            owed_ns: s.debt.take_all(period),
-                            cap_ns: s.gone_at_ns.unwrap_or(now).saturating_sub(s.read_at_ns),
-                            unread_ns: 0,
+                            tail: ExitTail {
+                                owed_ns: s.debt.take_all(period),
+                                cap_ns: s.gone_at_ns.unwrap_or(now).saturating_sub(s.read_at_ns),
+                                unread_ns: 0,
+                            },
                         });
                     }
                 }
@@ -1295,12 +1300,10 @@ impl SamplerLoop {
         let Some(mut tails) = self.tails.take() else {
             return;
         };
-        share_out(unread_ns, &mut self.exit_tails);
-        let (mut exits, mut exit_tails) = (
-            std::mem::take(&mut self.exits),
-            std::mem::take(&mut self.exit_tails),
-        );
-        for (exit, tail) in exits.drain(..).zip(exit_tails.drain(..)) {
+        share_out(unread_ns, &mut self.exits);
+        let mut exits = std::mem::take(&mut self.exits);
+        for exit in exits.drain(..) {
+            let tail = exit.tail;
             let unread = Duration::from_nanos(tail.unread_ns);
             self.stats.add_thread_cpu(exit.tid as u64, unread);
             let samples = tails
@@ -1319,7 +1322,7 @@ impl SamplerLoop {
             }
             self.stats.exit_samples += samples;
         }
-        (self.exits, self.exit_tails) = (exits, exit_tails);
+        self.exits = exits;
         self.tails = Some(tails);
     }
 

@@ -13,6 +13,7 @@ use btprof_sampler::{
     default_signal, Error, Mode, RawProfile, SampleClock, Sampler, SamplerConfig,
 };
 
+use crate::support::thread_cpu;
 use crate::watchdog::Case;
 
 pub const ALL: &[Case] = &[
@@ -108,16 +109,6 @@ fn spin_cpu(cpu: Duration) -> u64 {
         }
     }
     x
-}
-
-pub fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The handler address of `signal`'s current action.
