@@ -1,4 +1,101 @@
-#![doc = include_str!("../README.md")]
+//! A continuous sampling profiler: sample a program's threads from inside
+//! it, fold their stacks, render flamegraphs, and compare two profiles.
+//!
+//! This page is a guide to the API. How to install and run the `btprof`
+//! command is in the repository's `README.md`; how the sampler works, and
+//! the rules it keeps so that it can stay on inside a program, are in
+//! `docs/architecture.md`.
+//!
+//! # Profiling a piece of work
+//!
+//! A [`Profiler`] samples every thread of the process but its own until
+//! it is stopped; [`Profiler::stop`] symbolises what it took into a
+//! [`Profile`]. Only one profiler runs per process at a time.
+//!
+//! ```no_run
+//! use btprof::{Mode, Profiler};
+//!
+//! # fn main() -> Result<(), btprof::Error> {
+//! let profiler = Profiler::builder().hz(1000).mode(Mode::Cpu).start()?;
+//! let worker = std::thread::spawn(|| (0..50_000_000u64).fold(0, |a, x| a ^ x.wrapping_mul(31)));
+//! let _ = worker.join();
+//! let profile = profiler.stop()?;
+//!
+//! let stats = profile.stats().expect("a recording knows how it was taken");
+//! println!("{} samples, {:.0} per CPU-second", stats.samples, stats.achieved_hz());
+//! profile.write_folded(std::fs::File::create("run.folded")?)?;
+//! if !profile.is_empty() {
+//!     profile.write_flamegraph(std::fs::File::create("run.svg")?)?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Mode::Cpu`] samples each thread per period of its own CPU time;
+//! [`Mode::Wall`] samples every thread at wall-clock ticks, blocked ones
+//! included. [`Stats`] counts what was sampled, missed, truncated or
+//! lost.
+//!
+//! # Scopes and tests
+//!
+//! [`profile_scope`] profiles until the guard is dropped and writes the
+//! profile's folded file, JSON metadata and SVG, but only when
+//! `BTPROF_PROFILE=1` is set, so guards can stay in a test suite. A scope
+//! that starts while another profiles runs unprofiled rather than wait,
+//! so nested scopes cannot deadlock ([`scope`]).
+//!
+//! ```no_run
+//! let _profile = btprof::profile_scope("parse_large_file");
+//! // ... the work ...
+//! // dropped: writes parse_large_file.folded, .json and .svg
+//! ```
+//!
+//! # Continuous profiling
+//!
+//! A profiler can stay on and write a window every interval from a thread
+//! of its own ([`ProfilerBuilder::dump_every`]), keep the newest few, and
+//! dump on a signal as well:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), btprof::Error> {
+//! let profiler = btprof::Profiler::builder()
+//!     .dump_every(Duration::from_secs(60))
+//!     .dump_dir("/var/tmp/myapp-profiles")
+//!     .keep(60)
+//!     .dump_on_signal(btprof::DUMP_SIGNAL)
+//!     .start()?;
+//! // ... the application runs ...
+//! let so_far = profiler.snapshot()?;
+//! let (whole_run, dumps) = profiler.stop_with_dump_stats()?;
+//! println!("{} windows written, {} failed", dumps.written, dumps.failed);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Reading folded files and comparing profiles
+//!
+//! [`Profile::read_folded`] reads a folded file of any tool into the same
+//! model; [`diff::compare`] tells which functions' share of samples grew
+//! beyond a threshold and sampling noise, and [`report`] prints the
+//! result.
+//!
+//! ```
+//! use btprof::diff::{compare, DiffOptions};
+//! use btprof::report::{diff_report, Format};
+//! use btprof::Profile;
+//!
+//! # fn main() -> Result<(), btprof::ReadError> {
+//! let base = Profile::read_folded_from(&b"main;parse 900\nmain;render 100\n"[..], "base")?;
+//! let new = Profile::read_folded_from(&b"main;parse 600\nmain;render 400\n"[..], "new")?;
+//! let report = compare(&base, &new, &DiffOptions::default());
+//! assert!(report.regressed());
+//! assert_eq!(report.regressions().next().unwrap().name, "render");
+//! print!("{}", diff_report(&report, Format::Text, Some(10)));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Crate layout
 //!
@@ -19,10 +116,9 @@
 //! ```
 //!
 //! [`Profiler::stop`] symbolises what the sampler ([`btprof_sampler`])
-//! took, with [`btprof_symbols`], into a [`Profile`];
-//! [`Profile::read_folded`] reads a folded file of any tool into the same
-//! model. Every output ([`Profile::write_folded`],
-//! [`Profile::write_flamegraph`], [`formats::flamegraph::write_differential`])
+//! took, with [`btprof_symbols`], into a [`Profile`]. Every output
+//! ([`Profile::write_folded`], [`Profile::write_flamegraph`],
+//! [`formats::flamegraph::write_differential`], [`Profile::write_pprof`])
 //! and analysis ([`analysis::functions`], [`diff::compare`], [`report`])
 //! takes a `Profile`.
 
@@ -71,3 +167,9 @@ pub const DUMP_SIGNAL: i32 = libc::SIGUSR2;
 /// action is to ignore it, so one still queued across `exec` is harmless).
 #[cfg(target_os = "linux")]
 pub use btprof_sampler::default_signal;
+
+/// The README's Rust examples, compiled and run as doctests so that the
+/// README cannot show code that does not build.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -62,6 +62,7 @@ pub struct DiffArgs {
     /// both) can be `-`, standard input.
     pub new: PathBuf,
 
+    /// How the input files are read.
     #[command(flatten)]
     pub input: InputArgs,
 

@@ -27,6 +27,7 @@ pub struct ExportArgs {
     /// The folded file to convert (`-` for standard input).
     pub file: PathBuf,
 
+    /// How the input files are read.
     #[command(flatten)]
     pub input: InputArgs,
 

@@ -28,6 +28,7 @@ pub struct FlamegraphArgs {
     /// `perf script`); `-` reads standard input (then give -o).
     pub file: PathBuf,
 
+    /// How the input files are read.
     #[command(flatten)]
     pub input: InputArgs,
 

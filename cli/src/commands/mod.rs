@@ -22,11 +22,22 @@ use btprof::{Profile, RunInfo};
 use clap::{Subcommand, ValueEnum};
 
 /// The commands besides profiling.
+///
+/// The variants are documented only in rustdoc builds (`cfg(doc)`): clap
+/// takes a variant's doc comment as the command's help and would then
+/// ignore the full help written on each command's arguments.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    #[cfg_attr(
+        doc,
+        doc = "`btprof diff`: did a function get slower between two profiles?"
+    )]
     Diff(diff::DiffArgs),
+    #[cfg_attr(doc, doc = "`btprof report`: the top functions of one profile.")]
     Report(report::ReportArgs),
+    #[cfg_attr(doc, doc = "`btprof flamegraph`: re-render a folded file as an SVG.")]
     Flamegraph(flamegraph::FlamegraphArgs),
+    #[cfg_attr(doc, doc = "`btprof export`: convert a profile to pprof.")]
     Export(export::ExportArgs),
 }
 

@@ -30,6 +30,7 @@ pub struct ReportArgs {
     /// reads standard input.
     pub file: PathBuf,
 
+    /// How the input files are read.
     #[command(flatten)]
     pub input: InputArgs,
 

@@ -79,7 +79,12 @@ impl ImageMemory for MappedBuffer<'_> {
 pub enum MachOError {
     /// The reader needed `len` bytes at runtime address `addr`, which the memory does not
     /// provide.
-    Unreadable { addr: u64, len: u64 },
+    Unreadable {
+        /// The runtime address of the first byte needed.
+        addr: u64,
+        /// How many bytes were needed.
+        len: u64,
+    },
     /// The header or a load command is not what a loaded 64-bit Mach-O image contains.
     Malformed(&'static str),
 }
