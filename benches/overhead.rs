@@ -31,8 +31,9 @@
 //!    thread unwinds it with `.eh_frame`) and with
 //!    `SamplerConfig::frame_pointers_only`, in the same rounds; then the
 //!    same for a job whose leaf is glibc's `memcpy` (frameless code, where
-//!    CFI does real work). Issue 11's target: CFI at most 1.5x the
-//!    frame-pointer walk's per-sample cost on the 25-frame stack.
+//!    CFI does real work). The target: CFI at most 1.5x the frame-pointer
+//!    walk's per-sample cost on the 25-frame stack, so that unwinding
+//!    frameless code never makes sampling much dearer than walking.
 //!
 //! `cargo bench --bench overhead` (`BTPROF_BENCH_ONLY=cfi` runs measurement
 //! 4 alone). Always exits 0: it reports, it does not
@@ -1062,5 +1063,5 @@ fn print_cfi_summary(cfi: &CfiResult) {
 }
 
 /// Target: CFI walking at most this many times the frame-pointer walk's
-/// per-sample cost (issue 11).
+/// per-sample cost.
 const TARGET_CFI_RATIO: f64 = 1.5;

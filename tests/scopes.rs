@@ -1,4 +1,4 @@
-//! Profiled scopes never wait for each other (issue 10, item 8): a scope
+//! Profiled scopes never wait for each other: a scope
 //! that starts while another is profiling — nested on the same thread, on
 //! a thread the outer scope joins, or concurrently — runs unprofiled at
 //! once and says so. Waiting could hang forever: the outer scope may be
@@ -55,8 +55,8 @@ fn nested_and_joined_scopes_never_hang() {
         assert!(!inner.is_active(), "a nested scope runs unprofiled");
         assert_eq!(inner.finish().unwrap(), None);
 
-        // A thread the outer scope joins opens its own scope: the hang of
-        // issue 10 item 8.
+        // A thread the outer scope joins opens its own scope: had the inner
+        // scope waited for the outer one, this join would hang forever.
         let dir2 = dir.clone();
         let joined = thread::spawn(move || {
             let scope = ScopeBuilder::new("inner_thread")

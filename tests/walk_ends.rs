@@ -1,5 +1,5 @@
-//! A walk counts as complete only when it reaches its thread's entry
-//! (issue 10, item 12): a thread whose chain runs up to the std thread
+//! A walk counts as complete only when it reaches its thread's entry: a
+//! thread whose chain runs up to the std thread
 //! start is complete; a thread whose frame pointer is 0 in the middle of
 //! its own code (what code built without frame pointers can leave there)
 //! is truncated, although its raw walk ended at a zero frame pointer; and

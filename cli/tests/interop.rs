@@ -241,7 +241,8 @@ fn svg_frames_match_inferno_for_every_fixture() {
         let theirs: Vec<_> = svg_frames(&String::from_utf8(theirs_svg).unwrap())
             .into_iter()
             // inferno draws an empty frame with no name; btprof names it
-            // [unknown], as the issue asks. Everything else is equal.
+            // [unknown], so that a frame without a symbol still has a name to
+            // diff and search by. Everything else is equal.
             .map(|(name, c, x, y, w)| {
                 let name = if name.is_empty() {
                     "[unknown]".to_owned()
@@ -585,7 +586,7 @@ fn a_failed_write_never_changes_an_existing_file() {
 
 #[test]
 fn a_bad_output_path_fails_before_touching_anything() {
-    // The case from the issue: the SVG's directory does not exist; the
+    // The SVG's directory does not exist; the
     // folded file and its sidecar beside it must survive.
     let dir = TempDir::new("bad_path");
     let folded = dir.path("good.folded");

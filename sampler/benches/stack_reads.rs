@@ -1,4 +1,4 @@
-//! What the handler's fault-safe stack reads cost (issue 10, item 6).
+//! What the handler's fault-safe stack reads cost.
 //!
 //! The Linux handler reads the interrupted stack with `process_vm_readv`
 //! (a window copied into a slot buffer) instead of plain loads, so memory

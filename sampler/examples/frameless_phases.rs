@@ -1,5 +1,5 @@
-//! A workload with its hot code where frame pointers are missing (issue
-//! 11's acceptance run): one thread cycles through four phases, each
+//! A workload with its hot code where frame pointers are missing, to
+//! check CFI unwinding by hand: one thread cycles through four phases, each
 //! timing its own CPU time: a `malloc`/`free` storm, large `memcpy`s,
 //! `qsort` with a Rust comparator (all in glibc), and the frameless C test
 //! library calling back into Rust.

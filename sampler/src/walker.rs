@@ -192,8 +192,8 @@ pub struct Walk {
     /// are return addresses, innermost first, PAC bits stripped.
     pub depth: usize,
     /// The link register (stripped) on aarch64, 0 otherwise. Whether it is
-    /// a real caller can only be decided once symbols are known (DESIGN.md
-    /// rule 3), so it is recorded beside the walk rather than in it.
+    /// a real caller can only be decided once symbols are known
+    /// (`docs/architecture.md`, rule 3), so it is recorded beside the walk rather than in it.
     pub lr: u64,
     /// Why the walk stopped.
     pub end: WalkEnd,

@@ -1,5 +1,4 @@
-//! Threads born while sampling are sampled from birth (issue 10, item 7):
-//! threads that live 2 ms have at least 90% of their CPU time captured.
+//! Threads born while sampling are sampled from birth: threads that live 2 ms have at least 90% of their CPU time captured.
 //!
 //! A thread used to be sampled only once a listing of the threads (every
 //! 10 ms) found it and its timer opened, so 18-29% of the CPU time of 2 ms

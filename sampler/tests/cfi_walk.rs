@@ -1,4 +1,4 @@
-//! Stacks through code without frame pointers (issue 11): a C library
+//! Stacks through code without frame pointers: a C library
 //! built with `-O2 -fomit-frame-pointer` (`tests/c/noframes.c`, built by
 //! the build script) that calls back into Rust, and glibc (`memcpy`,
 //! `qsort` calling a Rust comparator). With CFI the callers are present

@@ -1,5 +1,4 @@
-//! A pool that replaces its threads does not fill the stack table (issue
-//! 10, item 7): with `share_stacks_by_name`, threads of one name count
+//! A pool that replaces its threads does not fill the stack table: with `share_stacks_by_name`, threads of one name count
 //! their stacks under one thread, so each distinct stack is stored once,
 //! not once per thread id. Without it, or for a name the kernel may have
 //! cut to 15 bytes, each thread keeps its own. Runs under a watchdog, on

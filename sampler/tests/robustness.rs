@@ -750,7 +750,7 @@ fn second_sampler_is_refused() {
 // ---------------------------------------------------------------------------
 
 /// A busy thread with the profiling signal blocked is found from its
-/// signal mask and never signalled (issue 10, item 3): nothing queues up on
+/// signal mask and never signalled: nothing queues up on
 /// it, its lost samples are counted as `signal_blocked_samples`, stop
 /// still returns promptly, and unblocking afterwards (under `SIG_DFL`) is
 /// harmless.

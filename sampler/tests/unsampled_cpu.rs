@@ -1,5 +1,4 @@
-//! CPU time no sample covered is estimated and reported (issue 10, item
-//! 7): threads that use less than one sampling period of CPU start and
+//! CPU time no sample covered is estimated and reported: threads that use less than one sampling period of CPU start and
 //! exit between two listings of the threads and before a single period of
 //! their CPU time is up, so no sample stands for their CPU time (threads
 //! born while sampling are sampled from birth on the timer path, see

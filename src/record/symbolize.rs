@@ -132,7 +132,7 @@ pub(crate) type ResolvedAddress = (u64, Arc<[Frame]>);
 /// looked up minus one, so a call that is the last instruction of a
 /// function is attributed to that function and not the next one. On
 /// aarch64 the link register becomes frame 1 only when the leaf had not yet
-/// pushed its frame record (DESIGN.md rule 3); "the same function" is
+/// pushed its frame record (`docs/architecture.md`, rule 3); "the same function" is
 /// decided by function starts, which unnamed functions have too
 /// (`.eh_frame`, `LC_FUNCTION_STARTS`).
 pub(crate) fn resolve_stack(

@@ -11,7 +11,8 @@
 //! system calls, and the tests drive the very same loop on Linux with a
 //! recording fake that proves the rules below.
 //!
-//! The loop's rules (DESIGN.md, "Rules a sampler must follow"):
+//! The loop's rules (`docs/architecture.md`, "Rules a sampler must
+//! follow"):
 //!
 //! - The sampler never stops its own thread.
 //! - Everything that may lock or allocate (thread id, CPU time, name, stack

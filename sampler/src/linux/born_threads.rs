@@ -3,8 +3,7 @@
 //! A thread gets its own timer ([`super::thread_timers`]) only once a
 //! listing of `/proc/self/task` has found it, every 10 ms at best. A
 //! thread that lives a few milliseconds was therefore mostly missed: 2-29%
-//! of the CPU time of threads doing 2 ms of work was sampled (issue 10,
-//! item 7).
+//! of the CPU time of threads doing 2 ms of work was sampled.
 //!
 //! The kernel can do better: a perf event opened with `inherit` is copied
 //! into every thread its thread creates, at creation, and so on down. At

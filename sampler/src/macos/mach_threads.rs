@@ -236,7 +236,7 @@ impl ThreadControl for MachThreads {
 }
 
 /// `KERN_SUCCESS` or the error, with every code that means "the thread
-/// exited" told apart (DESIGN.md rule 4; the host-independent
+/// exited" told apart (`docs/architecture.md`, rule 4; the host-independent
 /// [`kern_return::thread_call`], tested on Linux).
 fn check(kr: kern_return_t) -> Result<(), ThreadError> {
     kern_return::thread_call(kr)

@@ -145,7 +145,7 @@ fn samples(raw: &RawProfile) -> u64 {
 const EXEC_TRIALS: usize = 1000;
 const EXEC_PARALLEL: usize = 4;
 
-/// Item 2 of issue 10: a signal still queued for a thread that calls
+/// `exec` while profiling: a signal still queued for a thread that calls
 /// `execve` survives into the new program, whose default action for a
 /// real-time signal is to terminate. 1000 processes start the profiler
 /// at 5 kHz (on the sampler thread in wall mode: every thread signalled
@@ -233,7 +233,7 @@ fn exec_trial(signal: Option<i32>) {
 
 // ---------------------------------------------------------------- fork
 
-/// Item 10: a child forked while a profiler runs gets back the handler it
+/// `fork`: a child forked while a profiler runs gets back the handler it
 /// had before btprof, can start (and stop) a profiler of its own, and
 /// stopping the parent's profiler from the child returns an error at once
 /// instead of waiting forever for a thread that only the parent has.
@@ -307,7 +307,7 @@ extern "C" fn their_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut lib
     THEIR_SIGNALS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Item 9: the application installs a handler for the profiling signal
+/// Signal ownership: the application installs a handler for the profiling signal
 /// while btprof runs. `stop` must leave it in place (it replaces only its
 /// own handler), and it must still work afterwards.
 fn stop_leaves_a_handler_installed_later() {
@@ -338,7 +338,7 @@ fn stop_leaves_a_handler_installed_later() {
 
 // ----------------------------------------------------- stale mapping
 
-/// Item 6: a coroutine runtime maps a stack, the profiler starts (and
+/// Stale memory maps: a coroutine runtime maps a stack, the profiler starts (and
 /// snapshots the mappings), the runtime unmaps it and maps a smaller one
 /// at the same address, and runs there with a frame pointer into the part
 /// that is gone. The snapshot still says that part is stack; a walk that
@@ -476,7 +476,7 @@ struct CallResults {
     eintr: u64,
 }
 
-/// Item 1: a thread that works ~100 µs of CPU, then blocks in `poll`, in
+/// Blocking calls: a thread that works ~100 µs of CPU, then blocks in `poll`, in
 /// `nanosleep`, or in a `recv` with a socket timeout, round after round
 /// (after 20 ms of work).
 /// Returns what the blocking calls returned.
@@ -534,7 +534,7 @@ fn blocking_loop_under(mode: Option<Mode>) -> (CallResults, Option<RawProfile>) 
     (results, sampler.map(|s| s.stop().expect("stop")))
 }
 
-/// Item 1 of issue 10: profiled or not, the blocking calls return the
+/// Blocking calls: profiled or not, they return the
 /// same: no `EINTR` in cpu mode (on either clock) or in wall mode. The
 /// thread is still sampled where it works, and in wall mode it is counted
 /// while blocked, without being interrupted.
@@ -613,7 +613,7 @@ fn queued_signals() -> u64 {
     line[5..].trim().split('/').next().unwrap().parse().unwrap()
 }
 
-/// Item 3: a thread that blocks the profiling signal (the daemon pattern:
+/// Signal masks: a thread that blocks the profiling signal (the daemon pattern:
 /// everything blocked) is detected, never has more than one signal
 /// outstanding, gets its lost samples counted (per thread), and the
 /// process's queued-signal count does not grow.
@@ -704,7 +704,7 @@ fn threads_blocking_the_signal_are_counted_not_queued() {
     }
 }
 
-/// Item 3, the other way round: while btprof's handler runs, the kernel
+/// Signal masks, the other way round: while btprof's handler runs, the kernel
 /// blocks the profiling signal for that thread (the handler's `sa_mask`),
 /// so its `SigBlk` looks like that of a thread that blocks the signal. A
 /// thread looked at in that moment, after a spell without samples, must
@@ -796,7 +796,7 @@ fn a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal() {
 
 // ------------------------------------------------ many idle threads
 
-/// Item 4: in wall mode every thread of a process with 300 idle threads
+/// Many threads: in wall mode every thread of a process with 300 idle threads
 /// gets its share of the samples, not the first ones every tick.
 fn wall_mode_samples_every_one_of_300_idle_threads() {
     const THREADS: usize = 300;
@@ -849,7 +849,7 @@ fn wall_mode_samples_every_one_of_300_idle_threads() {
 
 // ------------------------------------------- many threads and mappings
 
-/// Item 5: 5,000 idle threads and 4,000 more writable mappings (over
+/// Many threads and mappings: 5,000 idle threads and 4,000 more writable mappings (over
 /// 9,000 in all, more than the 8,192 the region snapshot holds) beside 4
 /// busy threads: the busy ones still get whole stacks (not just the leaf),
 /// and the sampler thread stays under 10% of a core once it has listed

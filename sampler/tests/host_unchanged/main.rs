@@ -1,4 +1,4 @@
-//! The profiled program cannot tell it is profiled (DESIGN.md rule 8):
+//! The profiled program cannot tell it is profiled (`docs/architecture.md`, rule 8):
 //! `exec` while profiling, `fork`, a handler installed after ours, stale
 //! memory maps under a coroutine stack, threads with little stack left.
 //!

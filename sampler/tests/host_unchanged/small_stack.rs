@@ -1,4 +1,4 @@
-//! Item 11 of issue 10: how much stack taking a sample costs a thread
+//! How much stack taking a sample costs a thread
 //! without an alternate signal stack (a C thread), and that a thread with
 //! only that much left survives being sampled.
 //!

@@ -15,13 +15,13 @@
 //!   return addresses.
 //!
 //! Why not unwind in the handler (framehop supports it allocation-free,
-//! with one cache per slot)? Measured (benches/overhead.rs and the
-//! closing note of issue 11): both cost the same CPU per sample, since
+//! with one cache per slot)? Measured with `benches/overhead.rs`: both
+//! cost the same CPU per sample, since
 //! the unwinding is the same work, but in the handler it runs on the
 //! interrupted thread's stack, and gimli's allocation-free evaluation
 //! keeps its register rules and expression stack there: several KiB,
 //! against the 512 bytes a sample may cost a thread with a small stack
-//! (issue 10, item 11). Here, nothing of it runs in the handler, the
+//! (`sampler/tests/host_unchanged/small_stack.rs`). Here, nothing of it runs in the handler, the
 //! module list is never read by a handler (so no handler can see it
 //! half-updated, and `dlclose` cannot pull unwind data from under one),
 //! and the sampler thread may allocate and take the loader lock.
