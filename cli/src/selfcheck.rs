@@ -446,7 +446,7 @@ impl fmt::Display for SelfCheck {
             None => write!(
                 f,
                 "inlined frame: not checked: the profile has no inlined frames (no DWARF \
-                 line tables found for this binary; see the README)"
+                 line tables found for this binary; see docs/symbols.md)"
             ),
         }
     }

@@ -158,7 +158,7 @@ impl ProfilerBuilder {
     /// How the profile, each dump and each snapshot are symbolised: by
     /// default with inline frames ([`Symbolize`]). Without them, the first
     /// stop or dump reads no DWARF, which in a large binary with full debug
-    /// information takes a while (see the README's symbols section).
+    /// information takes a while (see `docs/symbols.md`).
     pub fn symbolize(mut self, how: Symbolize) -> Self {
         self.symbolize = how;
         self
@@ -184,8 +184,8 @@ impl ProfilerBuilder {
     /// installed, most of it once (inflating libc's compressed DWARF), plus
     /// a clone of the sampler's table per copy. With it that stop took
     /// 0.25-0.5x the time of a names-only stop instead of 4-12x
-    /// ([`Profiler::warm_up_stats`] reports the cost of a run; the
-    /// README's symbols section has the measurements).
+    /// ([`Profiler::warm_up_stats`] reports the cost of a run;
+    /// `docs/symbols.md` has the measurements).
     pub fn warm_up(mut self, on: bool) -> Self {
         self.warm_up = on;
         self

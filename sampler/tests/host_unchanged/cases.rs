@@ -576,7 +576,8 @@ fn blocking_calls_never_fail_with_eintr() {
             // The sampler thread signals only threads it finds running
             // (`R` in /proc), but a thread can enter a blocking call
             // between that look and the signal: what remains, documented
-            // in the README. Before the check every call was interrupted.
+            // in docs/reliability.md. Without the look every call is
+            // interrupted, so one in ten is far from chance.
             assert!(
                 profiled.eintr <= alone.eintr + profiled.calls / 10,
                 "{mode:?} mode on the sampler thread: {} of {} blocking calls failed with EINTR",

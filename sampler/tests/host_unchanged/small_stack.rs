@@ -20,7 +20,7 @@ const PAINT: u8 = 0xA5;
 
 /// The most stack btprof's handler may use beyond what the kernel's
 /// signal frame takes (measured: about 200-300 bytes, including the frame
-/// record walk through `process_vm_readv`). The README states it.
+/// record walk through `process_vm_readv`). `docs/reliability.md` states it.
 const HANDLER_BUDGET: usize = 512;
 
 /// A C-style thread stack: `STACK` bytes above one guard page.
@@ -227,7 +227,7 @@ pub fn run() {
     assert!(signals > 20 && samples > 20, "the C thread was interrupted");
     assert!(
         sampled <= noop + HANDLER_BUDGET,
-        "btprof's handler used {} bytes of stack beyond the kernel's frame; the README promises at most {HANDLER_BUDGET}",
+        "btprof's handler used {} bytes of stack beyond the kernel's frame; docs/reliability.md promises at most {HANDLER_BUDGET}",
         sampled - noop
     );
 
