@@ -100,9 +100,14 @@ pub mod test_hooks {
     }
 }
 #[cfg(target_os = "linux")]
-pub use linux::{default_signal, Sampler, MAX_DEPTH};
+pub use linux::{default_signal, MAX_DEPTH};
 
 #[cfg(target_os = "macos")]
 mod macos;
 #[cfg(target_os = "macos")]
-pub use macos::{Sampler, MAX_DEPTH};
+pub use macos::MAX_DEPTH;
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod sampler_handle;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+pub use sampler_handle::Sampler;

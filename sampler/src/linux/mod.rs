@@ -53,7 +53,7 @@ use crate::clock::TickSchedule;
 use crate::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
 use crate::cpu_wakeups::CpuWakeups;
 use crate::exit_tails::{share_out, ExitTail, ExitTails};
-use crate::sampler_thread::{Claim, SamplerThread};
+use crate::sampler_thread::SamplerThread;
 use crate::stack_table::{StackKey, StackTable};
 use crate::thread_keys::ThreadKeys;
 use crate::unseen_cpu::UnseenCpu;
@@ -144,102 +144,51 @@ fn choose_clock(config: &SamplerConfig) -> SampleClock {
     }
 }
 
-/// A running sampler of the current process.
-pub struct Sampler {
-    thread: SamplerThread,
-    /// Dropped after the thread is joined: flushes pending signals and
-    /// restores the previous action.
-    handler: Option<InstalledHandler>,
-    /// Released last: only then may another sampler start.
-    _claim: Claim,
+/// What a running sampler undoes after its thread is joined: the
+/// installed signal handler, whose drop flushes pending signals and
+/// restores the previous action.
+pub(crate) type Running = InstalledHandler;
+
+/// Refuses a profiling signal the sampler cannot use.
+pub(crate) fn check_config(config: &SamplerConfig) -> Result<(), Error> {
+    let signal = config.signal.unwrap_or_else(default_signal);
+    if !usable_signal(signal) {
+        return Err(Error::InvalidConfig(format!(
+            "signal {signal} cannot be the profiling signal: use SIGURG ({}), SIGWINCH ({}) \
+             or a real-time signal ({}..={})",
+            libc::SIGURG,
+            libc::SIGWINCH,
+            libc::SIGRTMIN(),
+            libc::SIGRTMAX()
+        )));
+    }
+    Ok(())
 }
 
-impl Sampler {
-    /// Installs the signal handler and starts the sampler thread.
-    pub fn start(config: SamplerConfig) -> Result<Sampler, Error> {
-        config.validate()?;
-        let signal = config.signal.unwrap_or_else(default_signal);
-        if !usable_signal(signal) {
-            return Err(Error::InvalidConfig(format!(
-                "signal {signal} cannot be the profiling signal: use SIGURG ({}), SIGWINCH ({}) \
-                 or a real-time signal ({}..={})",
-                libc::SIGURG,
-                libc::SIGWINCH,
-                libc::SIGRTMIN(),
-                libc::SIGRTMAX()
-            )));
-        }
-        let claim = Claim::take()?;
-        // SAFETY: getpid has no preconditions.
-        slots::OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-        // Without a fault-safe read, walks keep only the pc (counted as
-        // unreadable) rather than trust a snapshot of the mappings.
-        checked_memory::probe();
-        unwind::stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
-        slots::TIMER_MAX_DEPTH.store(
-            config.max_depth.clamp(1, MAX_DEPTH) as u32,
-            Ordering::Relaxed,
-        );
-        let clock = choose_clock(&config);
-        let mut scratch = Vec::new();
-        stack_regions::refresh(&mut scratch);
-        let handler = InstalledHandler::install(signal)?;
-        let thread = SamplerThread::spawn(config.hz, move |cx| {
-            signal::block_in_this_thread(signal);
-            scheduling::request_short_slice();
-            SamplerLoop::new(config, clock, signal, cx.progress, cx.requests)?.run(&cx.stop)
-        })?;
-        Ok(Sampler {
-            thread,
-            handler: Some(handler),
-            _claim: claim,
-        })
-    }
-
-    /// Whether this sampler was started by the calling process; `false` in
-    /// a child forked while it ran, where it cannot be stopped (the child
-    /// gets [`Error::ForkedChild`] and may start its own).
-    pub fn started_in_this_process(&self) -> bool {
-        !self.thread.forked_away()
-    }
-
-    /// Live counters, for progress displays.
-    pub fn progress(&self) -> &Progress {
-        self.thread.progress()
-    }
-
-    /// The stacks collected so far, while sampling goes on. With `reset`,
-    /// the next window starts: the sampler continues with an empty table
-    /// and later calls (and [`Sampler::stop`]) return only what came
-    /// after. The counters in the result cover the window alone.
-    ///
-    /// The sampler answers between two ticks, so this waits up to a
-    /// period; [`Error::Timeout`] if it does not answer within a few.
-    pub fn collect(&self, reset: bool) -> Result<RawProfile, Error> {
-        self.thread.collect(reset)
-    }
-
-    /// Stops sampling and returns everything collected since the start or
-    /// the last [`Sampler::collect`] with `reset`. The previous signal
-    /// disposition is back in place, with no signal left pending, when this
-    /// returns.
-    pub fn stop(mut self) -> Result<RawProfile, Error> {
-        self.shutdown()
-    }
-
-    fn shutdown(&mut self) -> Result<RawProfile, Error> {
-        let result = self.thread.join();
-        self.handler.take();
-        result
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        if self.thread.is_running() {
-            let _ = self.shutdown();
-        }
-    }
+/// Installs the signal handler and starts the sampler thread, once
+/// [`check_config`] passed and the caller holds the process's claim.
+pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), Error> {
+    let signal = config.signal.unwrap_or_else(default_signal);
+    // SAFETY: getpid has no preconditions.
+    slots::OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    // Without a fault-safe read, walks keep only the pc (counted as
+    // unreadable) rather than trust a snapshot of the mappings.
+    checked_memory::probe();
+    unwind::stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
+    slots::TIMER_MAX_DEPTH.store(
+        config.max_depth.clamp(1, MAX_DEPTH) as u32,
+        Ordering::Relaxed,
+    );
+    let clock = choose_clock(&config);
+    let mut scratch = Vec::new();
+    stack_regions::refresh(&mut scratch);
+    let handler = InstalledHandler::install(signal)?;
+    let thread = SamplerThread::spawn(config.hz, move |cx| {
+        signal::block_in_this_thread(signal);
+        scheduling::request_short_slice();
+        SamplerLoop::new(config, clock, signal, cx.progress, cx.requests)?.run(&cx.stop)
+    })?;
+    Ok((thread, handler))
 }
 
 /// What the sampler knows about one thread between ticks.
