@@ -20,15 +20,12 @@
 //! `cargo bench --bench continuous`.
 //! Always exits 0: it reports, it does not gate.
 
-#[path = "support/measure.rs"]
-mod measure;
-
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use measure::{fields, median, peak_rss_kib};
+use btprof_testkit::measure::{fields, median, peak_rss_kib};
 
 const HZ: u32 = 1000;
 const MAX_RECURSION: u64 = 120;

@@ -21,12 +21,6 @@
 //! reused while their size matches. Always exits 0 unless a step fails: it
 //! reports, it does not gate.
 
-#[path = "support/measure.rs"]
-mod measure;
-#[path = "../tests/support/synthetic.rs"]
-#[allow(dead_code)]
-mod synthetic;
-
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -37,8 +31,8 @@ use btprof::diff::{compare, DiffOptions};
 use btprof::formats::flamegraph::write_differential;
 use btprof::report::{self, Format};
 use btprof::{FlamegraphOptions, Profile};
-use measure::median;
-use synthetic::SplitMix64;
+use btprof_testkit::measure::{self, median};
+use btprof_testkit::synthetic::SplitMix64;
 
 /// Set in a child process: the base and new files to measure, and whether
 /// to draw the flamegraph too.

@@ -47,6 +47,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig};
+use btprof_testkit::thread_cpu;
 
 /// Samples per second per thread.
 const HZ: u32 = 1000;
@@ -122,19 +123,6 @@ fn descend_to_copy(depth: u32, iters: u64, seed: u64) -> u64 {
     }
     let r = descend_to_copy(black_box(depth - 1), iters, seed);
     black_box(r).wrapping_add(u64::from(depth))
-}
-
-/// The calling thread's CPU time (user + system).
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a
-    // constant the platform defines.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The calling thread's id as the sampler reports it in `ThreadInfo::tid`.

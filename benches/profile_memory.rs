@@ -23,10 +23,7 @@ use std::sync::Arc;
 
 use btprof::profile::Builder;
 use btprof::{Profile, Stats};
-
-#[path = "support/measure.rs"]
-#[allow(dead_code)]
-mod measure;
+use btprof_testkit::measure;
 
 /// Counts live heap bytes.
 struct Counting;

@@ -32,10 +32,7 @@
 //! `cargo bench --bench symbolize`. Always exits 0: it reports, it does
 //! not gate.
 
-// Only `median` of the shared helpers is needed here.
-#[allow(dead_code)]
-#[path = "support/measure.rs"]
-mod measure;
+use btprof_testkit::measure;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use btprof::folded::TABLE_FULL_FRAME;
 use btprof::scope::ScopeBuilder;
 use btprof::{Profiler, RunInfo, Symbolize};
+use btprof_testkit::thread_cpu_ns;
 
 /// One profiler per process: tests in this file take turns.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -41,16 +42,6 @@ fn continuous_spin(stop: &AtomicBool, cpu_ns: &AtomicU64) -> u64 {
         cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
     x
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// A busy thread until the returned guard is dropped.

@@ -2,13 +2,10 @@
 //! sampling noise at the default settings, real changes found with the
 //! right size, and the library comparing two `Profile`s in code.
 
-#[path = "support/synthetic.rs"]
-mod synthetic;
-
 use btprof::diff::{compare, DiffOptions, Metric, Verdict};
 use btprof::profile::Builder;
 use btprof::{Mode, Profile, Stats};
-use synthetic::{Program, SplitMix64};
+use btprof_testkit::synthetic::{Program, SplitMix64};
 
 const TRIALS: u64 = 100;
 

@@ -5,34 +5,11 @@
 //! waiting for the inner one's thread. Each case runs under a watchdog
 //! that aborts the test binary rather than hang CI.
 
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use btprof::scope::ScopeBuilder;
-
-fn with_watchdog<T: Send + 'static>(
-    what: &'static str,
-    limit: Duration,
-    body: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel::<()>();
-    let handle = thread::spawn(move || {
-        let result = body();
-        let _ = tx.send(());
-        result
-    });
-    match rx.recv_timeout(limit) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Ok(result) => result,
-            Err(panic) => std::panic::resume_unwind(panic),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            eprintln!("WATCHDOG: `{what}` did not finish within {limit:?}: scopes hung. Aborting.");
-            std::process::abort();
-        }
-    }
-}
+use btprof_testkit::with_watchdog;
 
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("btprof-scopes-{}-{name}", std::process::id()));

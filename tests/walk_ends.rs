@@ -12,16 +12,7 @@ use std::thread;
 use std::time::Duration;
 
 use btprof::{Mode, Profiler};
-
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
+use btprof_testkit::thread_cpu;
 
 #[inline(never)]
 fn whole_chain_leaf(cpu: Duration) -> u64 {

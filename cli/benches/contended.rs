@@ -21,9 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[path = "../tests/support/hogs.rs"]
-mod hogs;
-use hogs::Hogs;
+use btprof_testkit::hogs::Hogs;
 
 const BTPROF: &str = env!("CARGO_BIN_EXE_btprof");
 const FUNCTIONS: [&str; 5] = [

@@ -12,9 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-#[path = "support/hogs.rs"]
-mod hogs;
-use hogs::Hogs;
+use btprof_testkit::hogs::Hogs;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 const WORKER_PREFIX: &str = "btprof-work-";

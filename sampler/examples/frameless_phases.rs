@@ -35,6 +35,7 @@ mod linux {
 
     use btprof_sampler::{Mode, Sampler, SamplerConfig};
     use btprof_symbols::Resolver;
+    use btprof_testkit::thread_cpu_ns;
 
     const PHASES: [&str; 4] = [
         "phase_malloc",
@@ -46,16 +47,6 @@ mod linux {
 
     type Callback = extern "C" fn(u64) -> u64;
     type NoframesCall = unsafe extern "C" fn(Callback, u64, u64) -> u64;
-
-    fn thread_cpu_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid clock id and out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
 
     #[inline(never)]
     fn phase_malloc(seed: u64) -> u64 {
@@ -201,7 +192,10 @@ mod linux {
                 })
                 .collect();
             // The harness's clock reads between phases are no phase.
-            if names.iter().any(|n| n.ends_with("thread_cpu_ns")) {
+            if names
+                .iter()
+                .any(|n| n.contains("btprof_testkit::thread_cpu"))
+            {
                 continue;
             }
             total += count;

@@ -34,7 +34,8 @@ use btprof_sampler::{
 use btprof_symbols::Resolver;
 
 mod support;
-use support::{frame_names, thread_cpu, with_watchdog};
+use btprof_testkit::{thread_cpu, with_watchdog};
+use support::frame_names;
 
 /// Short threads, run one after another.
 const THREADS: usize = 300;

@@ -13,6 +13,7 @@ use btprof_sampler::{
     current_thread_id, exclude_current_thread, Mode, RawProfile, SampleClock, Sampler,
     SamplerConfig,
 };
+use btprof_testkit::thread_cpu_ns;
 
 /// One sampler per process: the tests here take turns.
 static SAMPLER: Mutex<()> = Mutex::new(());
@@ -36,16 +37,6 @@ impl Spinner {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[inline(never)]

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV};
 
-mod support;
-use support::{thread_cpu, with_watchdog};
+use btprof_testkit::{thread_cpu, with_watchdog};
 
 /// Pool threads, run one after another.
 const THREADS: usize = 60;

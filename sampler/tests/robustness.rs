@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 #[cfg(target_os = "linux")]
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 #[cfg(target_os = "linux")]
 use btprof_sampler::default_signal;
 use btprof_sampler::{Error, Mode, RawProfile, Sampler, SamplerConfig};
+use btprof_testkit::{thread_cpu_ns, with_watchdog};
 
 /// Serialises the tests of this file: the sampler is a process global.
 static LOCK: Mutex<()> = Mutex::new(());
@@ -38,39 +39,6 @@ static LOCK: Mutex<()> = Mutex::new(());
 /// Takes [`LOCK`], recovering it if an earlier test panicked while holding it.
 fn lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Runs `body` on its own thread and returns its result (re-raising its
-/// panic). If it does not finish within `limit`, the sampler hung the
-/// process: print what hung and abort, rather than hang the test run.
-fn with_watchdog<T: Send + 'static>(
-    what: &'static str,
-    limit: Duration,
-    body: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let handle = thread::Builder::new()
-        .name("btp-test-body".into())
-        .spawn(move || {
-            let result = body();
-            let _ = done_tx.send(());
-            result
-        })
-        .expect("spawn test body");
-    match done_rx.recv_timeout(limit) {
-        // Disconnected: the body panicked; join re-raises it below.
-        Ok(()) | Err(RecvTimeoutError::Disconnected) => match handle.join() {
-            Ok(result) => result,
-            Err(panic) => std::panic::resume_unwind(panic),
-        },
-        Err(RecvTimeoutError::Timeout) => {
-            eprintln!(
-                "WATCHDOG: `{what}` did not finish within {limit:?}: the sampler \
-                 (start, sampling or stop) hung the process. Aborting."
-            );
-            std::process::abort();
-        }
-    }
 }
 
 fn config(hz: u32, mode: Mode) -> SamplerConfig {
@@ -117,17 +85,6 @@ fn spin_counting(stop: &AtomicBool, cpu_ns: &AtomicU64) -> u64 {
         cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
     x
-}
-
-/// The calling thread's CPU time.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Waits until a thread publishing its CPU time in `cpu_ns` used `more`

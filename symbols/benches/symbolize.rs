@@ -16,6 +16,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use btprof_symbols::Resolver;
+use btprof_testkit::measure::{fields, median, peak_rss_kib};
 
 const MODULES: usize = 50;
 const ADDRESSES: usize = 100_000;
@@ -193,35 +194,4 @@ fn build_libraries() -> PathBuf {
         std::fs::copy(&lib, dir.join(format!("libbench{index:02}.so"))).expect("copy");
     }
     dir
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
-/// Peak resident set of this process in KiB (`ru_maxrss` is KiB on Linux; bytes on macOS,
-/// where this benchmark does not run).
-fn peak_rss_kib() -> u64 {
-    // SAFETY: `rusage` is plain data, zeroed is a valid value, and getrusage with
-    // RUSAGE_SELF only writes to the pointer it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        let rc = libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        assert_eq!(rc, 0, "getrusage failed");
-        usage
-    };
-    u64::try_from(usage.ru_maxrss).unwrap_or(0)
-}
-
-fn fields(line: &str) -> impl Iterator<Item = (&str, f64)> + '_ {
-    line.split_whitespace().map(|field| {
-        let (key, value) = field.split_once('=').expect("key=value");
-        (key, value.parse().expect("a number"))
-    })
 }

@@ -1,5 +1,4 @@
-//! CPU-burning processes for runs that must hold on a busy machine, shared
-//! by the CLI tests and the contended-accuracy bench (`#[path]` module).
+//! CPU-burning processes for runs that must hold on a busy machine.
 
 use std::process::{Child, Command, Stdio};
 

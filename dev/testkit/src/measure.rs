@@ -1,4 +1,5 @@
-//! Small helpers the benchmarks that measure in child processes share.
+//! Small helpers for benchmarks that measure each variant in a child
+//! process of its own.
 
 /// The median of `values` (the mean of the middle two for an even count).
 pub fn median(mut values: Vec<f64>) -> f64 {

@@ -13,8 +13,8 @@ use btprof_sampler::{
     default_signal, Error, Mode, RawProfile, SampleClock, Sampler, SamplerConfig,
 };
 
-use crate::support::thread_cpu;
 use crate::watchdog::Case;
+use btprof_testkit::thread_cpu;
 
 pub const ALL: &[Case] = &[
     Case {

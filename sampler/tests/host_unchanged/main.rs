@@ -15,9 +15,6 @@ mod cases;
 #[cfg(target_os = "linux")]
 mod small_stack;
 #[cfg(target_os = "linux")]
-#[path = "../support/mod.rs"]
-mod support;
-#[cfg(target_os = "linux")]
 mod watchdog;
 
 /// Every case checks signals, `/proc` or `fork` behaviour of the Linux

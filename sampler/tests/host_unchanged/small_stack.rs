@@ -76,8 +76,8 @@ extern "C" fn c_thread(arg: *mut libc::c_void) -> *mut libc::c_void {
     unsafe { libc::sigaltstack(std::ptr::null(), ss.as_mut_ptr()) };
     // SAFETY: filled in by sigaltstack.
     assert_ne!(unsafe { ss.assume_init() }.ss_flags & libc::SS_DISABLE, 0);
-    let end = super::support::thread_cpu() + job.cpu;
-    while super::support::thread_cpu() < end {
+    let end = btprof_testkit::thread_cpu() + job.cpu;
+    while btprof_testkit::thread_cpu() < end {
         // SAFETY: `sp` lies inside this thread's own mapped stack; the loop
         // touches no memory and puts rsp and rbp back.
         unsafe { super::cases::run_on_stack_with_fp(job.sp, job.fp, 1_000_000) };

@@ -1,0 +1,68 @@
+//! Helpers that the tests, benchmarks and examples of several btprof
+//! crates share, so that each exists once instead of as copies or
+//! `#[path]` includes: the calling thread's CPU clock, a watchdog that
+//! fails a test rather than let it hang CI, CPU-burning processes for runs
+//! that must hold on a busy machine, the measuring helpers of benchmarks
+//! that run variants in child processes, and seeded synthetic profiles.
+//!
+//! Not published and not part of btprof's API.
+
+pub mod hogs;
+pub mod measure;
+pub mod synthetic;
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::Duration;
+
+/// The calling thread's CPU time.
+///
+/// Never inlined, like [`thread_cpu_ns`]: a profiled test can tell its
+/// harness's clock reads from the work under test by the frame name.
+#[inline(never)]
+pub fn thread_cpu() -> Duration {
+    Duration::from_nanos(thread_cpu_ns())
+}
+
+/// The calling thread's CPU time, in nanoseconds.
+#[inline(never)]
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Runs `body` on a thread of its own and returns its result, re-raising
+/// its panic. If it does not finish within `limit`, prints that `what`
+/// hung and aborts the process: a hang fails the test binary instead of
+/// stalling CI.
+pub fn with_watchdog<T: Send + 'static>(
+    what: &str,
+    limit: Duration,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let handle = thread::Builder::new()
+        .name("btp-test-body".into())
+        .spawn(move || {
+            let result = body();
+            let _ = done_tx.send(());
+            result
+        })
+        .expect("spawn test body");
+    match done_rx.recv_timeout(limit) {
+        // Disconnected: the body panicked; join re-raises it below.
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => match handle.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        },
+        Err(RecvTimeoutError::Timeout) => {
+            eprintln!("WATCHDOG: `{what}` did not finish within {limit:?}. Aborting.");
+            std::process::abort();
+        }
+    }
+}
