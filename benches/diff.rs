@@ -24,7 +24,6 @@
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use btprof::diff::{compare, DiffOptions};
@@ -197,20 +196,10 @@ struct Measured {
 }
 
 fn run_child(base: &Path, new: &Path, flamegraph: bool) -> Measured {
-    let exe = std::env::current_exe().expect("own path");
-    let out = Command::new(exe)
-        .env(
-            CHILD_ENV,
-            format!("{}\n{}\n{}", base.display(), new.display(), flamegraph),
-        )
-        .output()
-        .expect("run child");
-    assert!(
-        out.status.success(),
-        "child failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let spec = format!("{}\n{}\n{}", base.display(), new.display(), flamegraph);
+    let line = measure::run_self("child", |c| c.env(CHILD_ENV, spec))
+        .trim()
+        .to_owned();
     let mut m = Measured {
         line: line.clone(),
         ..Measured::default()

@@ -912,11 +912,7 @@ fn measure_floor(_: usize, _: u64) -> Result<FloorResult, String> {
 }
 
 fn main() {
-    let runs = std::env::var("BTPROF_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(5);
+    let runs = btprof_testkit::measure::runs(5);
     machine_context(runs);
 
     let iters_per_sec = calibrate(Duration::from_secs(1));

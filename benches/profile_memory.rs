@@ -163,10 +163,7 @@ fn held_by<T>(build: impl FnOnce() -> T) -> (usize, T) {
 }
 
 fn main() {
-    let runs: usize = std::env::var("BTPROF_BENCH_RUNS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(5);
+    let runs = measure::runs(5);
     let names: Vec<Arc<str>> = (0..NAMES)
         .map(|n| {
             Arc::from(format!(

@@ -197,11 +197,7 @@ fn round(index: usize, workers_first: bool) -> Round {
 }
 
 fn main() {
-    let runs: usize = std::env::var("BTPROF_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5)
-        .max(1);
+    let runs = measure::runs(5);
     let workers_first =
         std::env::var_os("BTPROF_BENCH_STOP_WORKERS_FIRST").is_some_and(|v| v == "1");
     println!(

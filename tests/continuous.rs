@@ -55,11 +55,7 @@ impl Busy {
     /// Waits until the thread used `more` CPU time beyond now: tests wait
     /// for the CPU their threads get, so a loaded machine only slows them.
     fn wait_for_cpu(&self, more: Duration) {
-        let target = self.cpu_ns.load(Ordering::Relaxed) + more.as_nanos() as u64;
-        let give_up = Instant::now() + Duration::from_secs(60);
-        while self.cpu_ns.load(Ordering::Relaxed) < target && Instant::now() < give_up {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        btprof_testkit::wait_for_cpu(&self.cpu_ns, more, Duration::from_secs(60));
     }
 }
 

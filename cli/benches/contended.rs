@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use btprof_testkit::hogs::Hogs;
+use btprof_testkit::measure::{self, median};
 
 const BTPROF: &str = env!("CARGO_BIN_EXE_btprof");
 const FUNCTIONS: [&str; 5] = [
@@ -239,20 +240,6 @@ fn perf_row(dir: &Path) -> Result<Accuracy, String> {
     Ok(acc)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn print_row(name: &str, acc: &Accuracy) {
     let errors: Vec<String> = acc.errors.iter().map(|e| format!("{e:+.2}")).collect();
     let rates: Vec<String> = acc.rates.iter().map(|r| format!("{r:.0}")).collect();
@@ -267,11 +254,7 @@ fn print_row(name: &str, acc: &Accuracy) {
 }
 
 fn main() {
-    let rounds = std::env::var("BTPROF_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(3);
+    let rounds = measure::runs(3);
     let dir = scratch();
     println!(
         "contended accuracy: btprof --pid-self --hz 1000 --duration {DURATION} and perf, {rounds} rounds beside 2 CPU hogs on {} CPUs",

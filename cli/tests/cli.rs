@@ -13,6 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use btprof_testkit::hogs::Hogs;
+use btprof_testkit::temp_dir::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 const WORKER_PREFIX: &str = "btprof-work-";
@@ -35,29 +36,6 @@ fn profiling_lock() -> MutexGuard<'static, ()> {
     PROFILING
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A scratch directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("btprof-cli-test-{}-{test}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A finished run of the binary.
@@ -89,7 +67,7 @@ fn spawn_with_env(dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Child {
     Command::new(BIN)
         .args(args)
         .envs(env.iter().copied())
-        .current_dir(&dir.0)
+        .current_dir(dir.root())
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
@@ -234,7 +212,7 @@ fn share_table(stdout: &str) -> Vec<(String, f64)> {
 
 #[test]
 fn pid_self_passes_and_writes_outputs() {
-    let dir = TempDir::new("pid_self_passes_and_writes_outputs");
+    let dir = TempDir::new("btprof-cli-test", "pid_self_passes_and_writes_outputs");
     let (result, svg, folded) = profile(&dir, &["--pid-self", "--hz", "1000", "--duration", "2s"]);
     let report = result.describe();
     assert_eq!(result.status.code(), Some(0), "{report}");
@@ -334,7 +312,10 @@ fn pid_self_passes_and_writes_outputs() {
 /// unsampled: 3 of 6 such runs failed, with shares 4-7 points off.
 #[test]
 fn the_fallback_keeps_its_shares_beside_two_busy_processes() {
-    let dir = TempDir::new("the_fallback_keeps_its_shares_beside_two_busy_processes");
+    let dir = TempDir::new(
+        "btprof-cli-test",
+        "the_fallback_keeps_its_shares_beside_two_busy_processes",
+    );
     let hogs = Hogs::start(2);
     let (result, _, _) = profile_with_env(
         &dir,
@@ -360,7 +341,7 @@ fn the_fallback_keeps_its_shares_beside_two_busy_processes() {
 
 #[test]
 fn merge_threads_drops_thread_roots() {
-    let dir = TempDir::new("merge_threads_drops_thread_roots");
+    let dir = TempDir::new("btprof-cli-test", "merge_threads_drops_thread_roots");
     let (result, _svg, folded) =
         profile(&dir, &["--pid-self", "--duration", "1s", "--merge-threads"]);
     let report = result.describe();
@@ -392,7 +373,7 @@ fn merge_threads_drops_thread_roots() {
 
 #[test]
 fn ctrl_c_still_writes_everything() {
-    let dir = TempDir::new("ctrl_c_still_writes_everything");
+    let dir = TempDir::new("btprof-cli-test", "ctrl_c_still_writes_everything");
     let (svg, folded) = (dir.path("out.svg"), dir.path("out.folded"));
     let _lock = profiling_lock();
     let mut child = spawn(
@@ -450,7 +431,7 @@ fn ctrl_c_still_writes_everything() {
 
 #[test]
 fn bad_duration_is_a_usage_error() {
-    let dir = TempDir::new("bad_duration_is_a_usage_error");
+    let dir = TempDir::new("btprof-cli-test", "bad_duration_is_a_usage_error");
     let result = run(&dir, &["--pid-self", "--duration", "5parsecs"]);
     let report = result.describe();
     assert_eq!(result.status.code(), Some(2), "{report}");
@@ -464,7 +445,7 @@ fn bad_duration_is_a_usage_error() {
 
 #[test]
 fn missing_target_says_what_to_do() {
-    let dir = TempDir::new("missing_target_says_what_to_do");
+    let dir = TempDir::new("btprof-cli-test", "missing_target_says_what_to_do");
     let result = run(&dir, &["--duration", "1s"]);
     let report = result.describe();
     assert_eq!(result.status.code(), Some(2), "{report}");
@@ -474,7 +455,7 @@ fn missing_target_says_what_to_do() {
 
 #[test]
 fn unwritable_output_is_reported() {
-    let dir = TempDir::new("unwritable_output_is_reported");
+    let dir = TempDir::new("btprof-cli-test", "unwritable_output_is_reported");
     let folded = dir.path("out.folded");
     let bad = "/nonexistent-dir/x.svg";
     assert!(!Path::new("/nonexistent-dir").exists());
@@ -508,7 +489,7 @@ fn unwritable_output_is_reported() {
 
 #[test]
 fn dump_every_writes_windows_that_add_up() {
-    let dir = TempDir::new("dump_every_writes_windows_that_add_up");
+    let dir = TempDir::new("btprof-cli-test", "dump_every_writes_windows_that_add_up");
     let dumps = dir.path("windows");
     let (result, _, folded) = profile(
         &dir,
@@ -552,7 +533,7 @@ fn dump_every_writes_windows_that_add_up() {
 
 #[test]
 fn help_teaches() {
-    let dir = TempDir::new("help_teaches");
+    let dir = TempDir::new("btprof-cli-test", "help_teaches");
     let result = run(&dir, &["--help"]);
     let report = result.describe();
     assert_eq!(result.status.code(), Some(0), "{report}");
@@ -573,7 +554,7 @@ fn help_teaches() {
 
 #[test]
 fn wall_mode_runs() {
-    let dir = TempDir::new("wall_mode_runs");
+    let dir = TempDir::new("btprof-cli-test", "wall_mode_runs");
     let (result, _svg, folded) = profile(
         &dir,
         &[

@@ -3,9 +3,11 @@
 //! bad input, and a real regression made with `--slow`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Mutex;
+
+use btprof_testkit::temp_dir::TempDir;
 
 use serde_json::Value;
 
@@ -15,36 +17,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 /// another `btprof` running beside a profiling run would be profiled as
 /// contention (and the real-run test judges how alike two profiles are).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// A scratch directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("btprof-compare-test-{}-{test}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// Writes `text` to `name` and returns its path as a string.
-    fn file(&self, name: &str, text: &str) -> String {
-        let path = self.path(name);
-        fs::write(&path, text).expect("write test file");
-        path_str(&path).to_owned()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("temp path is UTF-8")
@@ -74,7 +46,7 @@ fn btprof(dir: &TempDir, args: &[&str]) -> Run {
         stderr,
     } = Command::new(BIN)
         .args(args)
-        .current_dir(&dir.0)
+        .current_dir(dir.root())
         .output()
         .expect("run btprof");
     Run {
@@ -106,7 +78,7 @@ fn json(run: &Run) -> Value {
 
 #[test]
 fn a_function_going_from_10_to_20_percent_is_a_regression() {
-    let dir = TempDir::new("ten_to_twenty");
+    let dir = TempDir::new("btprof-compare-test", "ten_to_twenty");
     let base = dir.file("base.folded", &program(1000));
     let new = dir.file("new.folded", &program(2000));
 
@@ -174,7 +146,7 @@ fn program_with_inlined_std(hot: u64) -> String {
 
 #[test]
 fn self_time_of_inlined_std_helpers_names_the_users_function() {
-    let dir = TempDir::new("inlined_std");
+    let dir = TempDir::new("btprof-compare-test", "inlined_std");
     let base = dir.file("base.folded", &program_with_inlined_std(2000));
     let new = dir.file("new.folded", &program_with_inlined_std(4000));
 
@@ -222,7 +194,7 @@ fn self_time_of_inlined_std_helpers_names_the_users_function() {
 
 #[test]
 fn identical_and_rescaled_profiles_do_not_regress() {
-    let dir = TempDir::new("identical");
+    let dir = TempDir::new("btprof-compare-test", "identical");
     let base = dir.file("base.folded", &program(1000));
     // The same shares in a run three times as long.
     let tripled: String = program(1000)
@@ -244,7 +216,7 @@ fn identical_and_rescaled_profiles_do_not_regress() {
 
 #[test]
 fn gate_options_change_the_verdict() {
-    let dir = TempDir::new("gate_options");
+    let dir = TempDir::new("btprof-compare-test", "gate_options");
     let base = dir.file("base.folded", &program(1000));
     let new = dir.file("new.folded", &program(2000));
     let high = btprof(&dir, &["diff", &base, &new, "--threshold", "15"]);
@@ -267,7 +239,7 @@ fn gate_options_change_the_verdict() {
 
 #[test]
 fn differential_flamegraphs_are_written() {
-    let dir = TempDir::new("flamegraphs");
+    let dir = TempDir::new("btprof-compare-test", "flamegraphs");
     let base = dir.file("base.folded", "t;main;old 400\nt;main;keep 600\n");
     let new = dir.file("new.folded", "t;main;fresh 400\nt;main;keep 600\n");
     let (svg, negated) = (dir.path("diff.svg"), dir.path("negated.svg"));
@@ -302,7 +274,7 @@ fn differential_flamegraphs_are_written() {
 
 #[test]
 fn bad_input_is_named_and_exits_2() {
-    let dir = TempDir::new("bad_input");
+    let dir = TempDir::new("btprof-compare-test", "bad_input");
     let good = dir.file("good.folded", "t;main;a 10\n");
     let malformed = dir.file("bad.folded", "t;main;a 10\n\nt;main;b ten\n");
     let empty = dir.file("empty.folded", "");
@@ -351,7 +323,7 @@ fn bad_input_is_named_and_exits_2() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let dir = TempDir::new("usage");
+    let dir = TempDir::new("btprof-compare-test", "usage");
     let good = dir.file("good.folded", "t;main;a 10\n");
     for args in [
         vec!["diff", good.as_str()],
@@ -382,7 +354,7 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn help_teaches_the_commands_and_the_gate() {
-    let dir = TempDir::new("help");
+    let dir = TempDir::new("btprof-compare-test", "help");
     let top = btprof(&dir, &["--help"]);
     assert_eq!(top.code, Some(0));
     for needle in ["diff", "report", "flamegraph", "--slow", "btprof diff "] {
@@ -412,7 +384,7 @@ fn help_teaches_the_commands_and_the_gate() {
 
 #[test]
 fn report_lists_top_functions_by_self_and_total() {
-    let dir = TempDir::new("report");
+    let dir = TempDir::new("btprof-compare-test", "report");
     let file = dir.file("p.folded", &program(3000));
     let run = btprof(&dir, &["report", &file, "--top", "2", "--skip-root"]);
     assert_eq!(run.code, Some(0), "{}", run.describe());
@@ -436,7 +408,7 @@ fn report_lists_top_functions_by_self_and_total() {
 
 #[test]
 fn flamegraph_rerenders_a_folded_file() {
-    let dir = TempDir::new("flamegraph");
+    let dir = TempDir::new("btprof-compare-test", "flamegraph");
     let file = dir.file("run.folded", &program(1000));
     let run = btprof(
         &dir,
@@ -563,7 +535,7 @@ fn worker_samples(stdout: &str) -> u64 {
 
 #[test]
 fn real_runs_find_a_slowed_function_and_no_change_between_equal_runs() {
-    let dir = TempDir::new("real_runs");
+    let dir = TempDir::new("btprof-compare-test", "real_runs");
     let (first, base) = faithful_profile(&dir, "base.folded", &[]);
     let (second, again) = faithful_profile(&dir, "again.folded", &[]);
     // `beta` runs on both worker threads, so doubling its work raises its
@@ -632,7 +604,7 @@ fn sidecar(hz: u32, mode: &str) -> String {
 
 #[test]
 fn run_metadata_beside_the_files_warns_when_runs_do_not_compare() {
-    let dir = TempDir::new("sidecars");
+    let dir = TempDir::new("btprof-compare-test", "sidecars");
     let base = dir.file("base.folded", &program(1000));
     let new = dir.file("new.folded", &program(1000));
     dir.file("base.json", &sidecar(1000, "cpu"));

@@ -9,6 +9,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use btprof_testkit::temp_dir::TempDir;
+
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
@@ -28,39 +30,6 @@ fn fixture_files(kind: &str) -> Vec<PathBuf> {
     files.sort();
     assert!(!files.is_empty(), "fixtures missing in {kind}");
     files
-}
-
-/// A scratch directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("btprof-interop-{}-{test}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// Names of the files in the directory, sorted.
-    fn entries(&self) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 struct Run {
@@ -176,7 +145,7 @@ fn report(file: &str, extra: &[&str]) -> (Run, BTreeMap<String, (u64, u64)>, u64
 
 #[test]
 fn every_fixture_passes_report_flamegraph_and_diff_against_itself() {
-    let dir = TempDir::new("every_fixture");
+    let dir = TempDir::new("btprof-interop", "every_fixture");
     let mut files = fixture_files("folded");
     files.extend(fixture_files("raw"));
     for file in &files {
@@ -222,7 +191,7 @@ fn svg_frames(svg: &str) -> Vec<(String, String, String, String, String)> {
 
 #[test]
 fn svg_frames_match_inferno_for_every_fixture() {
-    let dir = TempDir::new("svg_parity");
+    let dir = TempDir::new("btprof-interop", "svg_parity");
     for file in fixture_files("folded") {
         let out = dir.path("btprof.svg");
         let run = btprof(&["flamegraph", s(&file), "-o", s(&out)]);
@@ -263,7 +232,7 @@ fn svg_frames_match_inferno_for_every_fixture() {
 fn min_width_is_inferno_percent_of_the_width() {
     // 1 sample in 100,000: 0.001 % wide. inferno's default (0.01 %)
     // leaves it out, 0 keeps it, and a 5 % cut leaves out a 3 % frame.
-    let dir = TempDir::new("min_width");
+    let dir = TempDir::new("btprof-interop", "min_width");
     let file = dir.path("narrow.folded");
     // `small` is 0.05 % wide: kept at inferno's 0.01 % default, lost at
     // the 0.1 btprof used to pass.
@@ -364,7 +333,7 @@ fn crlf_spaces_and_duplicates_read_as_meant() {
 
 #[test]
 fn standard_input_is_read_by_report_flamegraph_diff_and_export() {
-    let dir = TempDir::new("stdin");
+    let dir = TempDir::new("btprof-interop", "stdin");
     let file = fixtures("folded").join("awkward-names.folded");
     let text = fs::read(&file).unwrap();
     let from_file = report(s(&file), &[]).1;
@@ -401,7 +370,7 @@ fn standard_input_is_read_by_report_flamegraph_diff_and_export() {
 
 #[test]
 fn perf_script_output_is_read_without_a_collapse_step() {
-    let dir = TempDir::new("perf_script");
+    let dir = TempDir::new("btprof-interop", "perf_script");
     let perf = fixtures("raw").join("perf-script.txt");
     let (run, functions, _) = report(s(&perf), &[]);
     assert!(
@@ -547,7 +516,7 @@ fn check_failed_write_keeps(dir: &TempDir, args: &[&str], existing: &[&Path]) {
 
 #[test]
 fn a_failed_write_never_changes_an_existing_file() {
-    let dir = TempDir::new("failed_write");
+    let dir = TempDir::new("btprof-interop", "failed_write");
     let input = big_folded(&dir);
     let i = s(&input);
     let out = dir.path("out.svg");
@@ -588,7 +557,7 @@ fn a_failed_write_never_changes_an_existing_file() {
 fn a_bad_output_path_fails_before_touching_anything() {
     // The SVG's directory does not exist; the
     // folded file and its sidecar beside it must survive.
-    let dir = TempDir::new("bad_path");
+    let dir = TempDir::new("btprof-interop", "bad_path");
     let folded = dir.path("good.folded");
     let sidecar = dir.path("good.json");
     fs::write(&folded, "main;f 1\n").unwrap();
@@ -695,7 +664,7 @@ fn go_tool_pprof_reads_exports_with_the_same_functions_and_totals() {
             return;
         }
     };
-    let dir = TempDir::new("pprof_export");
+    let dir = TempDir::new("btprof-interop", "pprof_export");
     let mut files = fixture_files("folded");
     files.retain(|f| !f.ends_with("non-utf8.folded"));
     files.push(fixtures("raw").join("perf-script.txt"));
@@ -720,7 +689,7 @@ fn go_tool_pprof_reads_a_recorded_profile_like_btprof_report() {
             return;
         }
     };
-    let dir = TempDir::new("pprof_record");
+    let dir = TempDir::new("btprof-interop", "pprof_record");
     let (folded, svg, pb) = (dir.path("r.folded"), dir.path("r.svg"), dir.path("r.pb.gz"));
     let run = btprof(&[
         "--pid-self",

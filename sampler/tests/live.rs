@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use btprof_sampler::walker::WalkEnd;
 use btprof_sampler::{
@@ -31,11 +31,7 @@ impl Spinner {
     /// Waits until the spinner used `more` CPU time beyond now (or a
     /// minute passed, which the test's assertions then report).
     fn wait_for_cpu(&self, more: Duration) {
-        let target = self.cpu_ns.load(Ordering::Relaxed) + more.as_nanos() as u64;
-        let give_up = Instant::now() + Duration::from_secs(60);
-        while self.cpu_ns.load(Ordering::Relaxed) < target && Instant::now() < give_up {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        btprof_testkit::wait_for_cpu(&self.cpu_ns, more, Duration::from_secs(60));
     }
 }
 

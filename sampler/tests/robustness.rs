@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 #[cfg(target_os = "linux")]
 use btprof_sampler::default_signal;
 use btprof_sampler::{Error, Mode, RawProfile, Sampler, SamplerConfig};
-use btprof_testkit::{thread_cpu_ns, with_watchdog};
+use btprof_testkit::{thread_cpu_ns, wait_for_cpu, with_watchdog};
 
 /// Serialises the tests of this file: the sampler is a process global.
 static LOCK: Mutex<()> = Mutex::new(());
@@ -85,17 +85,6 @@ fn spin_counting(stop: &AtomicBool, cpu_ns: &AtomicU64) -> u64 {
         cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
     x
-}
-
-/// Waits until a thread publishing its CPU time in `cpu_ns` used `more`
-/// beyond now, or `limit` of wall time passed: tests wait for CPU time the
-/// sampled threads got, so a loaded machine makes them slower, not wrong.
-fn wait_for_cpu(cpu_ns: &AtomicU64, more: Duration, limit: Duration) {
-    let target = cpu_ns.load(Ordering::Relaxed) + more.as_nanos() as u64;
-    let give_up = Instant::now() + limit;
-    while cpu_ns.load(Ordering::Relaxed) < target && Instant::now() < give_up {
-        thread::sleep(Duration::from_micros(500));
-    }
 }
 
 /// Burns CPU for `d` of wall time.

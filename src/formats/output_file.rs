@@ -138,34 +138,12 @@ mod tests {
 
     use super::*;
 
-    struct Dir(PathBuf);
-    impl Dir {
-        fn new(name: &str) -> Dir {
-            let p = std::env::temp_dir()
-                .join(format!("btprof-output-file-{}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&p);
-            fs::create_dir_all(&p).unwrap();
-            Dir(p)
-        }
-        fn entries(&self) -> Vec<String> {
-            let mut v: Vec<String> = fs::read_dir(&self.0)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        }
-    }
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use btprof_testkit::temp_dir::TempDir as Dir;
 
     #[test]
     fn a_complete_write_replaces_the_file() {
-        let dir = Dir::new("ok");
-        let dest = dir.0.join("out.txt");
+        let dir = Dir::new("btprof-output-file", "ok");
+        let dest = dir.path("out.txt");
         fs::write(&dest, "old").unwrap();
         write_atomically(&dest, |w| w.write_all(b"new")).unwrap();
         assert_eq!(fs::read_to_string(&dest).unwrap(), "new");
@@ -174,8 +152,8 @@ mod tests {
 
     #[test]
     fn a_failed_write_keeps_the_old_file_and_leaves_no_temp() {
-        let dir = Dir::new("fail");
-        let dest = dir.0.join("out.txt");
+        let dir = Dir::new("btprof-output-file", "fail");
+        let dest = dir.path("out.txt");
         fs::write(&dest, "old").unwrap();
         let err = write_atomically(&dest, |w| {
             w.write_all(b"half")?;
@@ -189,8 +167,8 @@ mod tests {
 
     #[test]
     fn an_uncommitted_file_is_removed_on_drop() {
-        let dir = Dir::new("drop");
-        let mut p = PendingFile::create(dir.0.join("a")).unwrap();
+        let dir = Dir::new("btprof-output-file", "drop");
+        let mut p = PendingFile::create(dir.path("a")).unwrap();
         p.writer().write_all(b"x").unwrap();
         assert_eq!(dir.entries().len(), 1, "the temporary file exists");
         drop(p);
@@ -204,8 +182,8 @@ mod tests {
             err.to_string().starts_with("/nonexistent-btprof/p.svg: "),
             "{err}"
         );
-        let dir = Dir::new("isdir");
-        let err = PendingFile::create(&dir.0).unwrap_err();
+        let dir = Dir::new("btprof-output-file", "isdir");
+        let err = PendingFile::create(dir.root()).unwrap_err();
         assert!(err.to_string().contains("is a directory"), "{err}");
         assert!(dir.entries().is_empty());
     }
@@ -214,8 +192,8 @@ mod tests {
     fn a_failed_rename_leaves_no_temp() {
         // A directory appears at the destination after the temp file was
         // created: the rename fails, the temp is cleaned up.
-        let dir = Dir::new("rename");
-        let dest = dir.0.join("d");
+        let dir = Dir::new("btprof-output-file", "rename");
+        let dest = dir.path("d");
         let mut p = PendingFile::create(&dest).unwrap();
         p.writer().write_all(b"x").unwrap();
         fs::create_dir(&dest).unwrap();
@@ -229,8 +207,8 @@ mod tests {
     #[test]
     fn permissions_of_an_existing_file_are_kept() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = Dir::new("perm");
-        let dest = dir.0.join("x.sh");
+        let dir = Dir::new("btprof-output-file", "perm");
+        let dest = dir.path("x.sh");
         fs::write(&dest, "old").unwrap();
         fs::set_permissions(&dest, fs::Permissions::from_mode(0o750)).unwrap();
         write_atomically(&dest, |w| w.write_all(b"new")).unwrap();

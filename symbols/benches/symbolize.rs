@@ -16,15 +16,18 @@ use std::process::Command;
 use std::time::Instant;
 
 use btprof_symbols::Resolver;
-use btprof_testkit::measure::{fields, median, peak_rss_kib};
+use btprof_testkit::measure::{self, fields, median, peak_rss_kib};
 
 const MODULES: usize = 50;
 const ADDRESSES: usize = 100_000;
 const FUNCTIONS: usize = 1_000;
 const ROUNDS: usize = 5;
-/// Load address of module `i`: `BASE + i * STRIDE`.
-const BASE: u64 = 0x7f00_0000_0000;
-const STRIDE: u64 = 0x1000_0000;
+
+/// The load address of module `index`: 256 MiB apart, far above the
+/// bench's own mappings.
+fn module_bias(index: usize) -> u64 {
+    0x7f00_0000_0000 + index as u64 * 0x1000_0000
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -117,7 +120,7 @@ fn workload(dir: &Path) -> (Vec<(PathBuf, u64)>, Vec<u64>) {
     let mut addresses = Vec::with_capacity(ADDRESSES);
     for index in 0..MODULES {
         let path = dir.join(format!("libbench{index:02}.so"));
-        let bias = BASE + index as u64 * STRIDE;
+        let bias = module_bias(index);
         let data = std::fs::read(&path).expect("library");
         let file = object::File::parse(&*data).expect("ELF");
         let text = file.section_by_name(".text").expect(".text");
@@ -139,24 +142,13 @@ fn workload(dir: &Path) -> (Vec<(PathBuf, u64)>, Vec<u64>) {
 }
 
 fn run_child(variant: &str, dir: &Path) -> String {
-    let exe = std::env::current_exe().expect("own path");
-    let output = Command::new(exe)
-        .arg("--child")
-        .arg(variant)
-        .arg(dir)
-        .output()
-        .expect("run child");
-    assert!(
-        output.status.success(),
-        "child {variant} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("UTF-8")
-        .lines()
-        .find(|l| l.starts_with("cold_ms="))
-        .expect("result line")
-        .to_owned()
+    measure::run_self(&format!("child {variant}"), |c| {
+        c.arg("--child").arg(variant).arg(dir)
+    })
+    .lines()
+    .find(|l| l.starts_with("cold_ms="))
+    .expect("result line")
+    .to_owned()
 }
 
 /// Generates and builds the library once, then copies it to 50 files.

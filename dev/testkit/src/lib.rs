@@ -10,10 +10,12 @@
 pub mod hogs;
 pub mod measure;
 pub mod synthetic;
+pub mod temp_dir;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The calling thread's CPU time.
 ///
@@ -64,5 +66,17 @@ pub fn with_watchdog<T: Send + 'static>(
             eprintln!("WATCHDOG: `{what}` did not finish within {limit:?}. Aborting.");
             std::process::abort();
         }
+    }
+}
+
+/// Waits until a thread that publishes its CPU time in `cpu_ns` has used
+/// `more` beyond now, or `limit` of wall time passed. Tests wait for the
+/// CPU time their threads got, so a loaded machine makes them slower, not
+/// wrong; the caller's assertions report a thread that never ran.
+pub fn wait_for_cpu(cpu_ns: &AtomicU64, more: Duration, limit: Duration) {
+    let target = cpu_ns.load(Ordering::Relaxed) + more.as_nanos() as u64;
+    let give_up = Instant::now() + limit;
+    while cpu_ns.load(Ordering::Relaxed) < target && Instant::now() < give_up {
+        thread::sleep(Duration::from_micros(500));
     }
 }

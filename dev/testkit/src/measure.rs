@@ -1,8 +1,26 @@
 //! Small helpers for benchmarks that measure each variant in a child
 //! process of its own.
 
-/// The median of `values` (the mean of the middle two for an even count).
+use std::process::Command;
+
+/// Rounds per measurement: `BTPROF_BENCH_RUNS` if it is a positive
+/// number, else `default`.
+pub fn runs(default: usize) -> usize {
+    std::env::var("BTPROF_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(default)
+}
+
+/// The median of the finite `values` (the mean of the middle two for an
+/// even count), NaN when there are none: a round that could not measure
+/// (a missing tool, no samples) reports NaN and is left out.
 pub fn median(mut values: Vec<f64>) -> f64 {
+    values.retain(|x| x.is_finite());
+    if values.is_empty() {
+        return f64::NAN;
+    }
     values.sort_by(f64::total_cmp);
     let n = values.len();
     if n % 2 == 1 {
@@ -32,4 +50,21 @@ pub fn fields(line: &str) -> impl Iterator<Item = (&str, f64)> + '_ {
         let (key, value) = field.split_once('=').expect("key=value");
         (key, value.parse().expect("a number"))
     })
+}
+
+/// Runs this benchmark's own executable again, set up by `configure`
+/// (arguments, environment) to measure one variant, and returns its
+/// standard output. Panics with the child's standard error, naming
+/// `what`, if it fails.
+pub fn run_self(what: &str, configure: impl FnOnce(&mut Command) -> &mut Command) -> String {
+    let exe = std::env::current_exe().expect("own path");
+    let out = configure(&mut Command::new(exe))
+        .output()
+        .expect("run child");
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
