@@ -7,10 +7,12 @@
 pub struct SplitMix64(u64);
 
 impl SplitMix64 {
+    /// A generator whose draws are fixed by `seed`.
     pub fn new(seed: u64) -> Self {
         SplitMix64(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -34,6 +36,7 @@ impl SplitMix64 {
 /// A program: distinct stacks (folded, root first) with the probability
 /// that a sample lands in each.
 pub struct Program {
+    /// Each stack, folded (`a;b;c`), with its probability.
     pub stacks: Vec<(String, f64)>,
 }
 
