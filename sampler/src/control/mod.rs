@@ -49,6 +49,7 @@
 
 pub mod kern_return;
 pub mod never_stop;
+pub mod rosetta_gate;
 mod sampling_loop;
 mod stopped;
 

@@ -95,6 +95,8 @@ pub struct SamplingLoop<C: ThreadControl> {
     ids: HashMap<C::Thread, u64>,
     /// Whether the current listing differs from the previous one.
     list_changed: bool,
+    /// Never stop a young thread (see [`SamplingLoop::sparing_young_threads`]).
+    spare_young: bool,
 }
 
 impl<C: ThreadControl> SamplingLoop<C> {
@@ -124,7 +126,20 @@ impl<C: ThreadControl> SamplingLoop<C> {
             young_ticks: (f64::from(config.hz) * YOUNG_SECS).ceil().max(1.0) as u64,
             ids: HashMap::new(),
             list_changed: true,
+            spare_young: false,
         }
+    }
+
+    /// With `spare` set, a thread is not stopped while it is young (its
+    /// first 100 ms in view, in either mode), only looked at: its name is
+    /// read every tick until then. For a process under Rosetta 2, whose
+    /// translator threads must never be stopped but are known only by a
+    /// name they set after they start: without this, wall mode would stop
+    /// a new thread on the loop's first look at it, before it had named
+    /// itself.
+    pub fn sparing_young_threads(mut self, spare: bool) -> Self {
+        self.spare_young = spare;
+        self
     }
 
     /// Answers window requests from `requests` between ticks (see
@@ -319,6 +334,9 @@ impl<C: ThreadControl> SamplingLoop<C> {
             }
         };
         self.stats.add_thread_cpu(id, Duration::from_nanos(used));
+        if self.spare_young && self.tick.saturating_sub(state.first_tick) < self.young_ticks {
+            return;
+        }
         let mut weight = 1;
         if self.mode == Mode::Cpu {
             state.owed_ns += owed_for(state, usage, used, self.period_ns);

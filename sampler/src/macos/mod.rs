@@ -8,7 +8,7 @@
 //! recording fake; this module supplies the Mach calls
 //! ([`mach_threads`]), the registers per architecture ([`thread_state`]),
 //! the clock ([`mach_clock`]), the sampler thread's priority
-//! ([`scheduling`]) and the Rosetta 2 check ([`rosetta`]).
+//! ([`scheduling`]) and the Rosetta 2 refusal ([`rosetta`]).
 //!
 //! No signal is involved and no privilege is needed: a task may suspend
 //! its own threads. Profiling another process (`task_for_pid`) is not
@@ -56,8 +56,8 @@ impl Sampler {
                  on macOS btprof suspends threads with thread_suspend and sends no signal"
             )));
         }
+        let translated = rosetta::refuse_unless_allowed(&config)?;
         let claim = Claim::take()?;
-        rosetta::warn_once_if_translated();
         let thread = SamplerThread::spawn(config.hz, move |cx| {
             // First, so no thread is ever stopped at a lower priority. A
             // refusal leaves the default priority; missed ticks show it.
@@ -66,7 +66,8 @@ impl Sampler {
             // calling thread as the one never to stop.
             let control = MachThreads::for_calling_thread();
             let mut sampling = SamplingLoop::new(control, &config, Arch::host(), cx.progress)
-                .with_requests(cx.requests);
+                .with_requests(cx.requests)
+                .sparing_young_threads(translated);
             sampling.run(&MachClock::new(), &cx.stop)?;
             Ok(sampling.finish())
         })?;
