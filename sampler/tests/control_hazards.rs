@@ -11,7 +11,7 @@ use btprof_sampler::control::SamplingLoop;
 use btprof_sampler::walker::Arch;
 use btprof_sampler::{Mode, Progress, SamplerConfig};
 
-use fake_control::{check_protocol, Call, FakeControl, FakeThread, Port};
+use fake_control::{check_protocol, Call, FakeControl, FakeThread, Fault, Port};
 
 /// The sampler thread's own port in every fake.
 const OWN: Port = 1;
@@ -41,6 +41,10 @@ fn assert_followed_the_rules(lp: &SamplingLoop<FakeControl>) {
         panic!("{e}\nlast calls: {tail:#?}");
     }
     lp.control().assert_clean();
+}
+
+fn count_of(lp: &SamplingLoop<FakeControl>, want: Call) -> usize {
+    lp.control().count(|c| *c == want)
 }
 
 fn stops_of(lp: &SamplingLoop<FakeControl>, port: Port) -> usize {
@@ -82,4 +86,65 @@ fn under_rosetta_a_new_thread_is_not_stopped_before_it_could_name_itself() {
         .rename(10, "com.apple.rosetta.exceptionserver");
     ticks(&mut lp, 5);
     assert_eq!(stops_of(&lp, 10), 3);
+}
+
+/// Whatever goes wrong with a thread, at whatever step, a successful stop
+/// is matched by exactly one resume and a failed one by none, and the
+/// ports and listings are all released.
+#[test]
+fn every_error_path_resumes_each_successful_stop_exactly_once() {
+    for fault in Fault::SURVIVABLE {
+        for mode in [Mode::Wall, Mode::Cpu] {
+            let threads = vec![
+                FakeThread::new(10, "faulty").with_fault(fault),
+                FakeThread::new(11, "fine"),
+            ];
+            let mut lp = sampling(FakeControl::new(OWN, threads), mode);
+            ticks(&mut lp, 8);
+            assert_followed_the_rules(&lp);
+            for port in [10, 11] {
+                let stopped = count_of(&lp, Call::Stop { port, ok: true });
+                let resumed = count_of(&lp, Call::Resume(port));
+                assert_eq!(stopped, resumed, "{fault:?} {mode:?} port {port}");
+            }
+            // The fine thread is sampled whatever its neighbour does.
+            assert!(count_of(&lp, Call::Resume(11)) >= 7, "{fault:?} {mode:?}");
+        }
+    }
+}
+
+/// `KERN_FAILURE` or `KERN_INVALID_ARGUMENT` from `thread_suspend` or
+/// `thread_get_state` is an exit only when `thread_info` confirms it: a
+/// live thread that answers them is a failed sample, and one that was
+/// suspended is resumed. On the code before this, all three counted as
+/// exits.
+#[test]
+fn ambiguous_codes_count_as_exits_only_when_thread_info_confirms() {
+    let threads = vec![
+        FakeThread::new(10, "stop-live").with_fault(Fault::AmbiguousStopLive),
+        FakeThread::new(11, "stop-gone").with_fault(Fault::AmbiguousStopGone),
+        FakeThread::new(12, "registers-live").with_fault(Fault::AmbiguousRegistersLive),
+        FakeThread::new(13, "gone-while-stopped").with_fault(Fault::GoneWhileStopped),
+        FakeThread::new(14, "fine"),
+    ];
+    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
+    ticks(&mut lp, 5);
+    assert_followed_the_rules(&lp);
+    // Ports 10 and 11: never stopped, never resumed.
+    for port in [10, 11] {
+        assert_eq!(
+            count_of(&lp, Call::Stop { port, ok: false }),
+            5,
+            "port {port}"
+        );
+        assert_eq!(count_of(&lp, Call::Resume(port)), 0, "port {port}");
+    }
+    for port in [12, 13, 14] {
+        assert_eq!(count_of(&lp, Call::Resume(port)), 5, "port {port}");
+    }
+    let stats = lp.stats();
+    // A failure each tick for 10 and 12; an exit each tick for 11 and 13.
+    assert_eq!(stats.failed_samples, 10, "{stats:?}");
+    assert_eq!(stats.exited_threads, 10, "{stats:?}");
+    assert_eq!(stats.samples, 5, "{stats:?}");
 }

@@ -13,7 +13,9 @@
 
 pub mod counting_alloc;
 
-use btprof_sampler::control::kern_return::{self, Resumed, KERN_FAILURE, KERN_INVALID_ARGUMENT};
+use btprof_sampler::control::kern_return::{
+    self, Resumed, KERN_FAILURE, KERN_INVALID_ARGUMENT, KERN_SUCCESS,
+};
 use btprof_sampler::control::{
     holding_a_thread_stopped, StackRange, ThreadControl, ThreadError, ThreadUsage,
 };
@@ -112,6 +114,37 @@ pub enum Fault {
     AllocatesWhileStopped,
     /// The fake panics inside `registers`.
     PanicsWhileStopped,
+    /// `thread_suspend` fails with `KERN_FAILURE` on a live thread
+    /// (`thread_info` succeeds): a failure, not an exit.
+    AmbiguousStopLive,
+    /// `thread_suspend` fails with `KERN_INVALID_ARGUMENT` on a thread
+    /// inside its exit (`thread_info` fails the same way): an exit.
+    AmbiguousStopGone,
+    /// `thread_get_state` fails with `KERN_FAILURE` on a live, suspended
+    /// thread (`thread_info` succeeds): a failure, and the thread must
+    /// still be resumed.
+    AmbiguousRegistersLive,
+}
+
+impl Fault {
+    /// Every fault a run can go on after: all but the ones that end the
+    /// process by design (a panic in the window, a resume that fails).
+    pub const SURVIVABLE: [Fault; 14] = [
+        Fault::None,
+        Fault::ExitsBeforeInfo,
+        Fault::ExitsBeforeStop,
+        Fault::StopFails,
+        Fault::RegistersFail,
+        Fault::ExitsWhileStopped,
+        Fault::GoneWhileStopped,
+        Fault::GoneBeforeResume,
+        Fault::ResumedBySomeoneElse,
+        Fault::UnreadableStack,
+        Fault::AllocatesWhileStopped,
+        Fault::AmbiguousStopLive,
+        Fault::AmbiguousStopGone,
+        Fault::AmbiguousRegistersLive,
+    ];
 }
 
 /// A fake thread: a port, an id, a name, a CPU clock and a synthetic stack.
@@ -405,6 +438,18 @@ impl FakeControl {
         self.threads.iter_mut().find(|t| t.port == port)
     }
 
+    /// What `thread_info` answers about `port`, with which an ambiguous
+    /// code is confirmed: a thread inside its exit has its port disabled
+    /// (`KERN_INVALID_ARGUMENT`), any other answers.
+    fn info_code(&self, port: Port) -> i32 {
+        match self.fault_of(port) {
+            Fault::GoneWhileStopped | Fault::GoneBeforeResume | Fault::AmbiguousStopGone => {
+                KERN_INVALID_ARGUMENT
+            }
+            _ => KERN_SUCCESS,
+        }
+    }
+
     fn fault_of(&self, port: Port) -> Fault {
         self.threads
             .iter()
@@ -556,9 +601,14 @@ impl ThreadControl for FakeControl {
             self.own_stops += 1;
             Ok(())
         } else {
+            let info = self.info_code(thread);
             match self.fault_of(thread) {
                 Fault::ExitsBeforeStop => Err(ThreadError::Exited),
                 Fault::StopFails => Err(ThreadError::Failed(14)),
+                Fault::AmbiguousStopLive => kern_return::thread_call(KERN_FAILURE, || info),
+                Fault::AmbiguousStopGone => {
+                    kern_return::thread_call(KERN_INVALID_ARGUMENT, || info)
+                }
                 _ => match self.thread_mut(thread) {
                     Some(t) => {
                         t.suspended += 1;
@@ -586,11 +636,15 @@ impl ThreadControl for FakeControl {
         if !holding_a_thread_stopped() {
             self.unmarked_windows += 1;
         }
+        let info = self.info_code(thread);
         match self.fault_of(thread) {
             Fault::RegistersFail => Err(ThreadError::Failed(14)),
             Fault::ExitsWhileStopped => Err(ThreadError::Exited),
             Fault::GoneWhileStopped => {
-                Err(kern_return::thread_call(KERN_INVALID_ARGUMENT).unwrap_err())
+                Err(kern_return::thread_call(KERN_INVALID_ARGUMENT, || info).unwrap_err())
+            }
+            Fault::AmbiguousRegistersLive => {
+                Err(kern_return::thread_call(KERN_FAILURE, || info).unwrap_err())
             }
             Fault::AllocatesWhileStopped => {
                 std::hint::black_box(Box::new(7u64));
@@ -628,6 +682,7 @@ impl ThreadControl for FakeControl {
             return Resumed::Running;
         }
         let fault = self.fault_of(thread);
+        let info = self.info_code(thread);
         match self.thread_mut(thread) {
             Some(t) if t.suspended > 0 => {
                 // Gone or resumed by someone else, it is not frozen either way.
@@ -636,15 +691,15 @@ impl ThreadControl for FakeControl {
             }
             _ => {
                 self.resumes_without_stop += 1;
-                return kern_return::resume(KERN_FAILURE);
+                return kern_return::resume(KERN_FAILURE, || info);
             }
         }
         match fault {
             Fault::GoneWhileStopped | Fault::GoneBeforeResume => {
-                kern_return::resume(KERN_INVALID_ARGUMENT)
+                kern_return::resume(KERN_INVALID_ARGUMENT, || info)
             }
-            Fault::ResumedBySomeoneElse => kern_return::resume(KERN_FAILURE),
-            Fault::ResumeFails => kern_return::resume(17),
+            Fault::ResumedBySomeoneElse => kern_return::resume(KERN_FAILURE, || info),
+            Fault::ResumeFails => kern_return::resume(17, || info),
             _ => Resumed::Running,
         }
     }
