@@ -148,3 +148,47 @@ fn ambiguous_codes_count_as_exits_only_when_thread_info_confirms() {
     assert_eq!(stats.exited_threads, 10, "{stats:?}");
     assert_eq!(stats.samples, 5, "{stats:?}");
 }
+
+/// x86_64: a thread stopped inside a frameless system-call stub has its
+/// stub's caller at `[sp]`, not in the `rbp` chain; inside the stub ranges
+/// the loop takes it as frame 1, elsewhere it does not (a framed function
+/// keeps other things at `[sp]`), nor where the code before the pc is not
+/// a `syscall`.
+#[test]
+fn a_thread_stopped_in_a_frameless_syscall_stub_keeps_its_caller() {
+    let stub = FakeThread::new(10, "in-stub").in_syscall_stub();
+    let framed = FakeThread::new(11, "framed");
+    let (with_caller, stub_pc) = (stub.expected_frames(), stub.pc());
+    let (framed_frames, framed_pc) = (framed.expected_frames(), framed.pc());
+    assert_eq!(with_caller[1], stub.stub_caller());
+    let fake = FakeControl::new(OWN, vec![stub, framed]);
+    // Both pcs are in "stub code"; only port 10's is after a syscall.
+    let mut lp = sampling(fake, Mode::Wall)
+        .with_frameless_stubs(vec![stub_pc..stub_pc + 16, framed_pc..framed_pc + 16]);
+    ticks(&mut lp, 2);
+    assert_followed_the_rules(&lp);
+    let raw = lp.finish();
+    let stacks = |name: &str| -> Vec<Vec<u64>> {
+        let keys: Vec<u32> = (0..raw.threads.len() as u32)
+            .filter(|&k| raw.threads[k as usize].name == name)
+            .collect();
+        raw.table
+            .iter()
+            .filter(|(k, _)| keys.contains(&k.thread))
+            .map(|(k, _)| k.frames.to_vec())
+            .collect()
+    };
+    assert_eq!(stacks("in-stub"), vec![with_caller.clone()]);
+    assert_eq!(stacks("framed"), vec![framed_frames]);
+
+    // Outside the stub ranges the same thread loses its caller: what the
+    // walk did before.
+    let stub = FakeThread::new(10, "in-stub").in_syscall_stub();
+    let mut lp = sampling(FakeControl::new(OWN, vec![stub]), Mode::Wall);
+    ticks(&mut lp, 1);
+    let raw = lp.finish();
+    let (k, _) = raw.table.iter().next().unwrap();
+    let mut without = with_caller;
+    without.remove(1);
+    assert_eq!(k.frames.to_vec(), without);
+}

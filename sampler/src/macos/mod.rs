@@ -22,6 +22,7 @@ mod mach_clock;
 mod mach_threads;
 mod rosetta;
 mod scheduling;
+mod syscall_stubs;
 mod thread_state;
 
 use crate::control::SamplingLoop;
@@ -65,7 +66,14 @@ impl Sampler {
             // Built on the sampler thread: `MachThreads` records the
             // calling thread as the one never to stop.
             let control = MachThreads::for_calling_thread();
+            // x86_64 only: arm64 stubs keep their caller in lr.
+            let stubs = if cfg!(target_arch = "x86_64") {
+                syscall_stubs::ranges()
+            } else {
+                Vec::new()
+            };
             let mut sampling = SamplingLoop::new(control, &config, Arch::host(), cx.progress)
+                .with_frameless_stubs(stubs)
                 .with_requests(cx.requests)
                 .sparing_young_threads(translated);
             sampling.run(&MachClock::new(), &cx.stop)?;

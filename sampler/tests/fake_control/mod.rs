@@ -168,6 +168,10 @@ pub struct FakeThread {
     /// Words between two frame records (at least 2).
     pub frame_words: usize,
     pub fault: Fault,
+    /// Stopped just after the `syscall` of a frameless stub: the code
+    /// before its pc is `0f 05`, the stub's caller's return address is at
+    /// `[sp]`, and `rbp` still points at the caller's frame record.
+    pub in_syscall_stub: bool,
     suspended: u32,
     refs: u32,
 }
@@ -187,6 +191,7 @@ impl FakeThread {
             depth: 3,
             frame_words: 4,
             fault: Fault::None,
+            in_syscall_stub: false,
             suspended: 0,
             refs: 0,
         }
@@ -203,6 +208,18 @@ impl FakeThread {
         self.depth = depth;
         self.frame_words = frame_words;
         self
+    }
+
+    /// Stopped inside a frameless system-call stub (see
+    /// [`FakeThread::in_syscall_stub`]).
+    pub fn in_syscall_stub(mut self) -> FakeThread {
+        self.in_syscall_stub = true;
+        self
+    }
+
+    /// The return address into the stub's caller, at `[sp]`.
+    pub fn stub_caller(&self) -> u64 {
+        0x6000_0000 + u64::from(self.port) * 0x1000 + 0x42
     }
 
     pub fn with_id(mut self, id: u64) -> FakeThread {
@@ -252,9 +269,11 @@ impl FakeThread {
         0x7f00_0000_0000 + u64::from(self.port) * 0x10_0000
     }
 
-    /// The stack a complete walk of this thread records: pc first.
+    /// The stack a complete walk of this thread records: pc first (then
+    /// the stub's caller, for a thread in a stub).
     pub fn expected_frames(&self) -> Vec<u64> {
         std::iter::once(self.pc())
+            .chain(self.in_syscall_stub.then(|| self.stub_caller()))
             .chain((0..self.depth).map(|k| self.return_address(k)))
             .collect()
     }
@@ -285,6 +304,9 @@ impl FakeThread {
             };
             words[at] = next;
             words[at + 1] = self.return_address(k);
+        }
+        if self.in_syscall_stub {
+            words[2] = self.stub_caller();
         }
         words
     }
@@ -404,6 +426,16 @@ impl FakeControl {
                 readable: t.fault != Fault::UnreadableStack,
             })
             .collect();
+        // The code around a stub thread's pc: `syscall` (0f 05) just
+        // before it, `ret` (c3) at it.
+        for t in self.threads.iter().filter(|t| t.in_syscall_stub) {
+            let before = u64::from_le_bytes([0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x0f, 0x05]);
+            self.memory.regions.push(Region {
+                base: t.pc() - 8,
+                words: vec![before, 0xc3],
+                readable: true,
+            });
+        }
     }
 
     /// A thread starts (between ticks).
