@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 use btprof_sampler::{Mode, Sampler, SamplerConfig};
 
 extern "C" {
+    /// This task's port (what `mach_task_self()` reads).
+    static mach_task_self_: libc::mach_port_t;
+    /// `vm_deallocate` (`<mach/vm_map.h>`).
+    fn vm_deallocate(task: libc::mach_port_t, address: usize, size: usize) -> libc::c_int;
     /// `mach_port_names` (`<mach/mach_port.h>`): every port name of the
     /// task, in two arrays the caller deallocates.
     fn mach_port_names(
@@ -38,11 +42,11 @@ fn port_count() -> usize {
     // SAFETY: valid out-pointers; on success the kernel hands over two
     // arrays of `n` and `t` entries, deallocated below.
     let kr = unsafe {
-        let task = libc::mach_task_self();
+        let task = mach_task_self_;
         let kr = mach_port_names(task, &mut names, &mut n, &mut types, &mut t);
         if kr == 0 {
-            libc::vm_deallocate(task, names as usize, n as usize * 4);
-            libc::vm_deallocate(task, types as usize, t as usize * 4);
+            vm_deallocate(task, names as usize, n as usize * 4);
+            vm_deallocate(task, types as usize, t as usize * 4);
         }
         kr
     };
