@@ -11,6 +11,13 @@ use std::ops::Range;
 
 /// `LC_SEGMENT_64`.
 const LC_SEGMENT_64: u32 = 0x19;
+/// `MH_MAGIC_64`.
+const MH_MAGIC_64: u32 = 0xfeed_facf;
+/// `sizeof(struct mach_header_64)`; `ncmds` is at offset 16, `sizeofcmds` at 20.
+const HEADER_SIZE: u64 = 32;
+/// `sizeof(struct segment_command_64)`: `cmd`, `cmdsize`, `segname[16]` at 8, `vmaddr` at
+/// 24, `vmsize` at 32, ...
+const SEGMENT_SIZE: u64 = 72;
 
 /// The `__TEXT` range of the library `getpid` lives in
 /// (`libsystem_kernel.dylib`), or nothing if it cannot be found. Read
@@ -40,34 +47,56 @@ pub(crate) fn ranges() -> Vec<Range<u64>> {
 ///
 /// `base` must be the header of a loaded image that stays loaded.
 unsafe fn text_of(base: u64) -> Option<Range<u64>> {
-    // SAFETY: the caller guarantees a mapped header.
-    let header = unsafe { &*(base as *const libc::mach_header_64) };
-    if header.magic != libc::MH_MAGIC_64 {
+    // SAFETY: the caller guarantees the header is mapped; the reads below stay inside it.
+    let (magic, ncmds, sizeofcmds) =
+        unsafe { (read_u32(base), read_u32(base + 16), read_u32(base + 20)) };
+    if magic != MH_MAGIC_64 {
         return None;
     }
-    let mut at = base + std::mem::size_of::<libc::mach_header_64>() as u64;
-    let end = at + u64::from(header.sizeofcmds);
-    for _ in 0..header.ncmds {
+    let mut at = base + HEADER_SIZE;
+    let end = at + u64::from(sizeofcmds);
+    for _ in 0..ncmds {
         if at + 8 > end {
             return None;
         }
-        // SAFETY: inside the load commands, which are mapped with the
-        // header (`sizeofcmds` bytes).
-        let command = unsafe { &*(at as *const libc::load_command) };
-        if command.cmd == LC_SEGMENT_64
-            && at + std::mem::size_of::<libc::segment_command_64>() as u64 <= end
-        {
+        // SAFETY: inside the load commands, which are mapped with the header
+        // (`sizeofcmds` bytes after it), checked above.
+        let (cmd, cmdsize) = unsafe { (read_u32(at), read_u32(at + 4)) };
+        if cmd == LC_SEGMENT_64 && at + SEGMENT_SIZE <= end {
             // SAFETY: a segment command of its full size, checked above.
-            let segment = unsafe { &*(at as *const libc::segment_command_64) };
-            let name = segment.segname.map(|c| c as u8);
+            let (name, vmsize) = unsafe { (read_bytes::<16>(at + 8), read_u64(at + 32)) };
             if name.starts_with(b"__TEXT\0") {
-                return Some(base..base + segment.vmsize);
+                return Some(base..base + vmsize);
             }
         }
-        if command.cmdsize == 0 {
+        if cmdsize == 0 {
             return None;
         }
-        at += u64::from(command.cmdsize);
+        at += u64::from(cmdsize);
     }
     None
+}
+
+/// # Safety
+///
+/// `addr..addr + N` must be mapped readable.
+unsafe fn read_bytes<const N: usize>(addr: u64) -> [u8; N] {
+    // SAFETY: the caller guarantees the bytes are readable; any alignment is fine.
+    unsafe { std::ptr::read_unaligned(addr as usize as *const [u8; N]) }
+}
+
+/// # Safety
+///
+/// As [`read_bytes`], for 4 bytes.
+unsafe fn read_u32(addr: u64) -> u32 {
+    // SAFETY: the caller's guarantee.
+    u32::from_le_bytes(unsafe { read_bytes(addr) })
+}
+
+/// # Safety
+///
+/// As [`read_bytes`], for 8 bytes.
+unsafe fn read_u64(addr: u64) -> u64 {
+    // SAFETY: the caller's guarantee.
+    u64::from_le_bytes(unsafe { read_bytes(addr) })
 }
