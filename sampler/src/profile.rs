@@ -123,7 +123,18 @@ pub struct SamplerConfig {
     /// apart. Per-thread CPU time ([`ThreadCpu`]) stays per thread. Off by
     /// default here; `btprof`'s recorder turns it on.
     pub share_stacks_by_name: bool,
+    /// macOS: sample an x86_64 build running under Rosetta 2 anyway. By
+    /// default such a process gets [`Error::Rosetta`]: asking for the
+    /// registers of a translated thread can block while another
+    /// translated thread is suspended inside the translator, hanging the
+    /// sampler and the thread it holds. The environment variable
+    /// [`ALLOW_ROSETTA_ENV`] set to `1` does the same. No effect elsewhere.
+    pub allow_rosetta: bool,
 }
+
+/// Set to `1`, lets btprof sample a process translated by Rosetta 2 (see
+/// [`SamplerConfig::allow_rosetta`]).
+pub const ALLOW_ROSETTA_ENV: &str = "BTPROF_ALLOW_ROSETTA";
 
 /// Distinct stacks a window keeps by default: far more than a real
 /// program's hot stacks, and a memory ceiling of about 18 MB
@@ -141,6 +152,7 @@ impl Default for SamplerConfig {
             frame_pointers_only: false,
             force_sampler_thread: false,
             share_stacks_by_name: false,
+            allow_rosetta: false,
         }
     }
 }
@@ -604,6 +616,10 @@ pub enum Error {
     Timeout,
     /// This platform has no sampler backend.
     Unsupported,
+    /// macOS: the process is an x86_64 build translated by Rosetta 2,
+    /// where suspending threads can hang the process, and the user did not
+    /// opt in ([`SamplerConfig::allow_rosetta`], [`ALLOW_ROSETTA_ENV`]).
+    Rosetta,
     /// An operating-system call failed.
     Io(std::io::Error),
 }
@@ -627,6 +643,14 @@ impl fmt::Display for Error {
             Error::SamplerPanicked => f.write_str("the sampler thread panicked"),
             Error::Timeout => f.write_str("the sampler thread did not hand over its stacks in time"),
             Error::Unsupported => f.write_str("sampling is not supported on this platform"),
+            Error::Rosetta => write!(
+                f,
+                "this x86_64 build runs under Rosetta 2, where suspending threads to sample them \
+                 can hang the process (reading a translated thread's registers may wait for a \
+                 thread stopped inside the translator); run the native arm64 build instead \
+                 (cargo build --target aarch64-apple-darwin), or set {ALLOW_ROSETTA_ENV}=1 to \
+                 sample anyway at that risk"
+            ),
             Error::Io(e) => write!(f, "system call failed: {e}"),
         }
     }

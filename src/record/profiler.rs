@@ -69,6 +69,16 @@ impl ProfilerBuilder {
         self
     }
 
+    /// macOS: sample an x86_64 build running under Rosetta 2 instead of
+    /// refusing with [`btprof_sampler::Error::Rosetta`]. Suspending
+    /// translated threads can hang the process; the native arm64 build is
+    /// the safe choice. The environment variable `BTPROF_ALLOW_ROSETTA=1`
+    /// does the same. No effect elsewhere.
+    pub fn allow_rosetta(mut self, allow: bool) -> Self {
+        self.config.allow_rosetta = allow;
+        self
+    }
+
     /// The most frames kept per stack; deeper stacks are marked truncated.
     pub fn max_depth(mut self, frames: usize) -> Self {
         self.config.max_depth = frames;

@@ -621,6 +621,38 @@ fn slide_is_derived_from_the_header() {
     }
 }
 
+/// Copies from a dyld-like mapping, failing from call `vanish_at` on, as an image that a
+/// `dlclose` unmaps mid-read. Returns the image, or the error, and the calls made.
+fn parse_copied(mapped: &Mapped, vanish_at: usize) -> (Result<MachImage, MachOError>, usize) {
+    let mut calls = 0;
+    let copy = |addr, out: &mut [u8]| {
+        calls += 1;
+        let len = out.len();
+        (calls < vanish_at)
+            .then(|| out.copy_from_slice(mapped.at(addr, len)))
+            .is_some()
+    };
+    (MachImage::parse_copied(copy, mapped.load_address), calls)
+}
+
+#[test]
+fn an_image_read_by_copies_that_disappears_mid_read_is_an_error_not_a_crash() {
+    for name in SYMBOLISED.iter().chain(&STRIPPED) {
+        let mapped = map_like_dyld(&fixture(name), SLIDE, 0);
+        let (copied, calls) = parse_copied(&mapped, usize::MAX);
+        let copied = copied.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(calls, 2, "{name}: the header, then header and commands");
+        assert_eq!(copied.ranges(), mapped.image(SLIDE).ranges(), "{name}");
+        assert_eq!(copied.slide(), SLIDE, "{name}");
+        // Unmapped before the first copy, and between the two.
+        for vanish_at in [1, 2] {
+            let (result, _) = parse_copied(&mapped, vanish_at);
+            let gone = matches!(result, Err(MachOError::Unreadable { .. }));
+            assert!(gone, "{name}, gone at copy {vanish_at}: {result:?}");
+        }
+    }
+}
+
 #[test]
 fn a_slide_that_does_not_match_the_header_is_refused() {
     // The race's outcome: image A's header paired with image B's slide. Reading on with it

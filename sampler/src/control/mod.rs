@@ -39,8 +39,9 @@
 //! - A thread that exits at any point (before it is stopped, while it is
 //!   stopped, even when that makes its resume fail) is counted in
 //!   [`SamplerStats::exited_threads`](crate::SamplerStats), never a reason
-//!   to abort ([`kern_return`] says which Mach codes mean that); any other
-//!   failure is counted in `failed_samples`.
+//!   to abort ([`kern_return`] says which Mach codes mean that, and which
+//!   must be confirmed with `thread_info` first); any other failure is
+//!   counted in `failed_samples`.
 //! - A stopped thread's stack is read by copy into a buffer allocated
 //!   before sampling ([`StackCopy`](crate::stack_copy::StackCopy)), never
 //!   by plain loads: it may be unmapped while the thread is suspendable.
@@ -50,6 +51,7 @@
 
 pub mod kern_return;
 pub mod never_stop;
+pub mod rosetta_gate;
 mod sampling_loop;
 mod stopped;
 
@@ -68,8 +70,9 @@ pub const MAX_DEPTH: usize = 512;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThreadError {
     /// The thread exited after it was listed, or is inside its exit (on
-    /// Mach: see [`kern_return::is_gone`]). Not a failure: it is skipped
-    /// and counted as exited.
+    /// Mach: a certain code, [`kern_return::is_gone`], or an ambiguous one
+    /// that `thread_info` confirmed, [`kern_return::thread_call`]). Not a
+    /// failure: it is skipped and counted as exited.
     Exited,
     /// Anything else, with the platform's error code. Counted as a failed
     /// sample.

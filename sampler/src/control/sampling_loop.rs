@@ -2,6 +2,7 @@
 //! releasing, and the fixed-rate loop around it.
 
 use std::io;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
@@ -11,10 +12,10 @@ use hashbrown::HashMap;
 use super::stopped::{install_abort_on_panic_hook, Stopped};
 use super::{never_stop, Resumed, StackRange, ThreadControl, ThreadError, ThreadUsage, MAX_DEPTH};
 use crate::clock::{Clock, TickSchedule};
-use crate::stack_copy::StackCopy;
+use crate::stack_copy::{CopyMemory, StackCopy};
 use crate::stack_table::{StackKey, StackTable};
 use crate::thread_keys::ThreadKeys;
-use crate::walker::{self, Arch, StackBounds, Walk};
+use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, Walk};
 use crate::window::{Request, Window};
 use crate::{exclusions, profile, Error, Mode, Progress, RawProfile, SamplerConfig, SamplerStats};
 
@@ -95,6 +96,11 @@ pub struct SamplingLoop<C: ThreadControl> {
     ids: HashMap<C::Thread, u64>,
     /// Whether the current listing differs from the previous one.
     list_changed: bool,
+    /// Never stop a young thread (see [`SamplingLoop::sparing_young_threads`]).
+    spare_young: bool,
+    /// x86_64: code of frameless system-call stubs (see
+    /// [`SamplingLoop::with_frameless_stubs`]).
+    frameless: Vec<Range<u64>>,
 }
 
 impl<C: ThreadControl> SamplingLoop<C> {
@@ -124,7 +130,35 @@ impl<C: ThreadControl> SamplingLoop<C> {
             young_ticks: (f64::from(config.hz) * YOUNG_SECS).ceil().max(1.0) as u64,
             ids: HashMap::new(),
             list_changed: true,
+            spare_young: false,
+            frameless: Vec::new(),
         }
+    }
+
+    /// x86_64: `ranges` hold frameless system-call stubs
+    /// (`libsystem_kernel`'s `mach_msg_trap`, `__psynch_cvwait`, ...). A
+    /// thread stopped in one, just after its `syscall` instruction (where a
+    /// thread blocked in the kernel is), has not pushed a frame: `rbp`
+    /// still belongs to the stub's caller, whose own frame record names
+    /// the caller's caller, so a plain frame-pointer walk skips the
+    /// immediate caller. There the return address sits at `[sp]`, and it
+    /// is taken as frame 1 before `rbp` is followed (as arm64 does with
+    /// its link register). Ignored on other architectures.
+    pub fn with_frameless_stubs(mut self, ranges: Vec<Range<u64>>) -> Self {
+        self.frameless = ranges;
+        self
+    }
+
+    /// With `spare` set, a thread is not stopped while it is young (its
+    /// first 100 ms in view, in either mode), only looked at: its name is
+    /// read every tick until then. For a process under Rosetta 2, whose
+    /// translator threads must never be stopped but are known only by a
+    /// name they set after they start: without this, wall mode would stop
+    /// a new thread on the loop's first look at it, before it had named
+    /// itself.
+    pub fn sparing_young_threads(mut self, spare: bool) -> Self {
+        self.spare_young = spare;
+        self
     }
 
     /// Answers window requests from `requests` between ticks (see
@@ -319,6 +353,9 @@ impl<C: ThreadControl> SamplingLoop<C> {
             }
         };
         self.stats.add_thread_cpu(id, Duration::from_nanos(used));
+        if self.spare_young && self.tick.saturating_sub(state.first_tick) < self.young_ticks {
+            return;
+        }
         let mut weight = 1;
         if self.mode == Mode::Cpu {
             state.owed_ns += owed_for(state, usage, used, self.period_ns);
@@ -332,8 +369,11 @@ impl<C: ThreadControl> SamplingLoop<C> {
         let walked = stopped_walk(
             &mut self.control,
             thread,
-            self.arch,
-            stack,
+            Target {
+                arch: self.arch,
+                stack,
+                frameless: &self.frameless,
+            },
             &mut self.frames,
             &mut self.stack_copy,
         );
@@ -439,18 +479,44 @@ fn owed_for(state: &mut ThreadState, usage: ThreadUsage, used: u64, period_ns: u
 fn stopped_walk<C: ThreadControl>(
     control: &mut C,
     thread: C::Thread,
-    arch: Arch,
-    stack: Option<StackRange>,
+    target: Target<'_>,
     frames: &mut [u64],
     stack_copy: &mut StackCopy,
 ) -> Result<Sampled, ThreadError> {
     let mut stopped = Stopped::stop(control, thread)?;
     let walked = stopped.registers().map(|regs| {
-        let bounds = stack.and_then(|s| s.live_from(regs.sp));
+        let bounds = target.stack.and_then(|s| s.live_from(regs.sp));
+        let in_stub = target.arch == Arch::X86_64
+            && bounds.is_some()
+            && target.frameless.iter().any(|r| r.contains(&regs.pc))
+            && after_syscall(&mut stopped, regs.pc);
         // Without bounds the walker reads nothing; an empty range stands in.
         let readable = bounds.unwrap_or(StackBounds { low: 0, high: 0 });
         let mut memory = stack_copy.reader(&mut stopped, readable);
-        walker::walk(arch, &regs, bounds, &mut memory, frames)
+        let caller = match (in_stub, frames.len() >= 2, regs.sp % 8 == 0) {
+            (true, true, true) => memory.read_record(regs.sp).map(|[ret, _]| ret),
+            _ => None,
+        };
+        match caller {
+            Some(ret) if ret != 0 => {
+                // The stub's caller is frame 1; the rbp chain goes on from
+                // its frame.
+                frames[0] = regs.pc;
+                let from_caller = Registers { pc: ret, ..regs };
+                let walk = walker::walk(
+                    target.arch,
+                    &from_caller,
+                    bounds,
+                    &mut memory,
+                    &mut frames[1..],
+                );
+                Walk {
+                    depth: walk.depth + 1,
+                    ..walk
+                }
+            }
+            _ => walker::walk(target.arch, &regs, bounds, &mut memory, frames),
+        }
     });
     let exited = stopped.resume() == Resumed::Gone;
     match walked {
@@ -459,6 +525,35 @@ fn stopped_walk<C: ThreadControl>(
         Err(_) if exited => Err(ThreadError::Exited),
         Err(e) => Err(e),
     }
+}
+
+/// What a walk needs to know about the thread and the code around it.
+struct Target<'a> {
+    arch: Arch,
+    /// The thread's stack, read before it was stopped.
+    stack: Option<StackRange>,
+    /// Code of frameless system-call stubs (x86_64).
+    frameless: &'a [Range<u64>],
+}
+
+/// Whether the two bytes before `pc` are x86_64's `syscall` (`0f 05`): the
+/// stub has returned from the kernel or is blocked in it, and has pushed
+/// nothing since it was called. Read by copy, so unreadable code is a
+/// `false`, never a fault.
+fn after_syscall(memory: &mut impl CopyMemory, pc: u64) -> bool {
+    let Some(first) = pc.checked_sub(2) else {
+        return false;
+    };
+    let aligned = first & !7;
+    let mut words = [0u64; 2];
+    if !memory.copy_words(aligned, &mut words) {
+        return false;
+    }
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&words[0].to_le_bytes());
+    bytes[8..].copy_from_slice(&words[1].to_le_bytes());
+    let at = (first - aligned) as usize;
+    bytes[at..at + 2] == [0x0f, 0x05]
 }
 
 /// A walk taken in a stopped window.

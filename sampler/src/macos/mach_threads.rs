@@ -74,7 +74,29 @@ impl MachThreads {
                 &mut count,
             )
         };
-        check(kr).map(|()| info)
+        kern_return::info_call(kr).map(|()| info)
+    }
+}
+
+/// The code `thread_info(THREAD_BASIC_INFO)` returns for `thread`: how an
+/// ambiguous code from another call is confirmed as an exit or not (see
+/// [`kern_return::thread_call`]). A system call on the port, with a buffer
+/// on the stack: no allocation, no user-space lock, so it may run while a
+/// thread is stopped.
+fn info_code(thread: thread_act_t) -> kern_return_t {
+    // SAFETY: plain integers, for which all zero bytes is a valid value.
+    let mut info: libc::thread_basic_info = unsafe { mem::zeroed() };
+    let mut count = (mem::size_of::<libc::thread_basic_info>() / mem::size_of::<libc::integer_t>())
+        as mach_msg_type_number_t;
+    // SAFETY: `info` is writable for `count` integers, `THREAD_BASIC_INFO`'s
+    // size.
+    unsafe {
+        libc::thread_info(
+            thread,
+            libc::THREAD_BASIC_INFO as libc::thread_flavor_t,
+            (&mut info as *mut libc::thread_basic_info).cast(),
+            &mut count,
+        )
     }
 }
 
@@ -113,7 +135,11 @@ impl ThreadControl for MachThreads {
         // us the array and one send right per thread, which `release_*`
         // give back.
         let kr = unsafe { task_threads(self.task, &mut list.ports, &mut list.count) };
-        check(kr).map(|()| list)
+        if kr == kern_return::KERN_SUCCESS {
+            Ok(list)
+        } else {
+            Err(ThreadError::Failed(kr))
+        }
     }
 
     fn thread_id(&mut self, thread: thread_act_t) -> Result<u64, ThreadError> {
@@ -180,14 +206,20 @@ impl ThreadControl for MachThreads {
     fn stop(&mut self, thread: thread_act_t) -> Result<(), ThreadError> {
         // SAFETY: a port name from the current listing, not our own thread
         // (the loop never stops it). `thread_suspend` returns once the
-        // thread is off CPU.
-        check(unsafe { thread_suspend(thread) })
+        // thread is off CPU. An ambiguous failure is confirmed with
+        // `thread_info` before it counts as an exit.
+        let kr = unsafe { thread_suspend(thread) };
+        kern_return::thread_call(kr, || info_code(thread))
     }
 
     fn registers(&mut self, thread: thread_act_t) -> Result<Registers, ThreadError> {
-        thread_state::read(thread).map_err(|kr| match check(kr) {
-            Err(e) => e,
-            Ok(()) => ThreadError::Failed(kr),
+        // An ambiguous failure is confirmed with `thread_info`, a system
+        // call that neither allocates nor locks.
+        thread_state::read(thread).map_err(|kr| {
+            match kern_return::thread_call(kr, || info_code(thread)) {
+                Err(e) => e,
+                Ok(()) => ThreadError::Failed(kr),
+            }
         })
     }
 
@@ -209,9 +241,11 @@ impl ThreadControl for MachThreads {
     fn resume(&mut self, thread: thread_act_t) -> Resumed {
         // SAFETY: a thread this sampler suspended once and not resumed yet.
         // A thread that exited while suspended makes this fail with
-        // `KERN_INVALID_ARGUMENT` or `KERN_TERMINATED`; the shared loop
-        // counts it as exited (see `kern_return::resume`).
-        kern_return::resume(unsafe { thread_resume(thread) })
+        // `KERN_INVALID_ARGUMENT` (confirmed with `thread_info`) or
+        // `KERN_TERMINATED`; the shared loop counts it as exited (see
+        // `kern_return::resume`).
+        let kr = unsafe { thread_resume(thread) };
+        kern_return::resume(kr, || info_code(thread))
     }
 
     fn release_thread(&mut self, thread: thread_act_t) {
@@ -233,13 +267,6 @@ impl ThreadControl for MachThreads {
             mach_vm_deallocate(self.task, list.ports as u64, bytes);
         }
     }
-}
-
-/// `KERN_SUCCESS` or the error, with every code that means "the thread
-/// exited" told apart (`docs/architecture.md`, rule 4; the host-independent
-/// [`kern_return::thread_call`], tested on Linux).
-fn check(kr: kern_return_t) -> Result<(), ThreadError> {
-    kern_return::thread_call(kr)
 }
 
 fn time_value_ns(t: libc::time_value_t) -> u64 {

@@ -8,7 +8,7 @@
 //! recording fake; this module supplies the Mach calls
 //! ([`mach_threads`]), the registers per architecture ([`thread_state`]),
 //! the clock ([`mach_clock`]), the sampler thread's priority
-//! ([`scheduling`]) and the Rosetta 2 check ([`rosetta`]).
+//! ([`scheduling`]) and the Rosetta 2 refusal ([`rosetta`]).
 //!
 //! No signal is involved and no privilege is needed: a task may suspend
 //! its own threads. Profiling another process (`task_for_pid`) is not
@@ -22,6 +22,7 @@ mod mach_clock;
 mod mach_threads;
 mod rosetta;
 mod scheduling;
+mod syscall_stubs;
 mod thread_state;
 
 use crate::control::SamplingLoop;
@@ -54,7 +55,7 @@ pub(crate) fn check_config(config: &SamplerConfig) -> Result<(), Error> {
 /// Starts the sampler thread, once [`check_config`] passed and the caller
 /// holds the process's claim.
 pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), Error> {
-    rosetta::warn_once_if_translated();
+    let translated = rosetta::refuse_unless_allowed(&config)?;
     let thread = SamplerThread::spawn(config.hz, move |cx| {
         // First, so no thread is ever stopped at a lower priority. A
         // refusal leaves the default priority; missed ticks show it.
@@ -62,8 +63,16 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
         // Built on the sampler thread: `MachThreads` records the
         // calling thread as the one never to stop.
         let control = MachThreads::for_calling_thread();
+        // x86_64 only: arm64 stubs keep their caller in lr.
+        let stubs = if cfg!(target_arch = "x86_64") {
+            syscall_stubs::ranges()
+        } else {
+            Vec::new()
+        };
         let mut sampling = SamplingLoop::new(control, &config, Arch::host(), cx.progress)
-            .with_requests(cx.requests);
+            .with_frameless_stubs(stubs)
+            .with_requests(cx.requests)
+            .sparing_young_threads(translated);
         sampling.run(&MachClock::new(), &cx.stop)?;
         Ok(sampling.finish())
     })?;

@@ -7,10 +7,12 @@
 //! coalesces a 1 ms `mach_wait_until` with a leeway of up to about 32 ms.
 //!
 //! So the sampler thread runs at the `QOS_CLASS_USER_INTERACTIVE` quality
-//! of service: base priority 47, above every default-QoS thread of the
-//! program (31) and at the top of what a thread may take without
-//! privileges (Sentry's sampler uses priority 50 for the same reason), and
-//! the timer tier with the least coalescing. It does not make the sampler
+//! of service: base priority 46 for a normal app's thread on current macOS
+//! (47 only for the focal app's main thread), above every default-QoS
+//! thread of the program (31) and near the top of what a thread may take
+//! without privileges (Sentry's sampler uses priority 50 for the same
+//! reason), and the timer tier with the least coalescing. The priority it
+//! gets is measured on a Mac by `scripts/mac-first-run` (`ps -M`). It does not make the sampler
 //! take more CPU: it sleeps between ticks. Late wake-ups that remain are
 //! reported as missed ticks.
 

@@ -13,7 +13,9 @@
 
 pub mod counting_alloc;
 
-use btprof_sampler::control::kern_return::{self, Resumed, KERN_FAILURE, KERN_INVALID_ARGUMENT};
+use btprof_sampler::control::kern_return::{
+    self, Resumed, KERN_FAILURE, KERN_INVALID_ARGUMENT, KERN_SUCCESS,
+};
 use btprof_sampler::control::{
     holding_a_thread_stopped, StackRange, ThreadControl, ThreadError, ThreadUsage,
 };
@@ -112,6 +114,37 @@ pub enum Fault {
     AllocatesWhileStopped,
     /// The fake panics inside `registers`.
     PanicsWhileStopped,
+    /// `thread_suspend` fails with `KERN_FAILURE` on a live thread
+    /// (`thread_info` succeeds): a failure, not an exit.
+    AmbiguousStopLive,
+    /// `thread_suspend` fails with `KERN_INVALID_ARGUMENT` on a thread
+    /// inside its exit (`thread_info` fails the same way): an exit.
+    AmbiguousStopGone,
+    /// `thread_get_state` fails with `KERN_FAILURE` on a live, suspended
+    /// thread (`thread_info` succeeds): a failure, and the thread must
+    /// still be resumed.
+    AmbiguousRegistersLive,
+}
+
+impl Fault {
+    /// Every fault a run can go on after: all but the ones that end the
+    /// process by design (a panic in the window, a resume that fails).
+    pub const SURVIVABLE: [Fault; 14] = [
+        Fault::None,
+        Fault::ExitsBeforeInfo,
+        Fault::ExitsBeforeStop,
+        Fault::StopFails,
+        Fault::RegistersFail,
+        Fault::ExitsWhileStopped,
+        Fault::GoneWhileStopped,
+        Fault::GoneBeforeResume,
+        Fault::ResumedBySomeoneElse,
+        Fault::UnreadableStack,
+        Fault::AllocatesWhileStopped,
+        Fault::AmbiguousStopLive,
+        Fault::AmbiguousStopGone,
+        Fault::AmbiguousRegistersLive,
+    ];
 }
 
 /// A fake thread: a port, an id, a name, a CPU clock and a synthetic stack.
@@ -135,6 +168,10 @@ pub struct FakeThread {
     /// Words between two frame records (at least 2).
     pub frame_words: usize,
     pub fault: Fault,
+    /// Stopped just after the `syscall` of a frameless stub: the code
+    /// before its pc is `0f 05`, the stub's caller's return address is at
+    /// `[sp]`, and `rbp` still points at the caller's frame record.
+    pub in_syscall_stub: bool,
     suspended: u32,
     refs: u32,
 }
@@ -154,6 +191,7 @@ impl FakeThread {
             depth: 3,
             frame_words: 4,
             fault: Fault::None,
+            in_syscall_stub: false,
             suspended: 0,
             refs: 0,
         }
@@ -170,6 +208,18 @@ impl FakeThread {
         self.depth = depth;
         self.frame_words = frame_words;
         self
+    }
+
+    /// Stopped inside a frameless system-call stub (see
+    /// [`FakeThread::in_syscall_stub`]).
+    pub fn in_syscall_stub(mut self) -> FakeThread {
+        self.in_syscall_stub = true;
+        self
+    }
+
+    /// The return address into the stub's caller, at `[sp]`.
+    pub fn stub_caller(&self) -> u64 {
+        0x6000_0000 + u64::from(self.port) * 0x1000 + 0x42
     }
 
     pub fn with_id(mut self, id: u64) -> FakeThread {
@@ -219,9 +269,11 @@ impl FakeThread {
         0x7f00_0000_0000 + u64::from(self.port) * 0x10_0000
     }
 
-    /// The stack a complete walk of this thread records: pc first.
+    /// The stack a complete walk of this thread records: pc first (then
+    /// the stub's caller, for a thread in a stub).
     pub fn expected_frames(&self) -> Vec<u64> {
         std::iter::once(self.pc())
+            .chain(self.in_syscall_stub.then(|| self.stub_caller()))
             .chain((0..self.depth).map(|k| self.return_address(k)))
             .collect()
     }
@@ -252,6 +304,9 @@ impl FakeThread {
             };
             words[at] = next;
             words[at + 1] = self.return_address(k);
+        }
+        if self.in_syscall_stub {
+            words[2] = self.stub_caller();
         }
         words
     }
@@ -371,6 +426,16 @@ impl FakeControl {
                 readable: t.fault != Fault::UnreadableStack,
             })
             .collect();
+        // The code around a stub thread's pc: `syscall` (0f 05) just
+        // before it, `ret` (c3) at it.
+        for t in self.threads.iter().filter(|t| t.in_syscall_stub) {
+            let before = u64::from_le_bytes([0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x0f, 0x05]);
+            self.memory.regions.push(Region {
+                base: t.pc() - 8,
+                words: vec![before, 0xc3],
+                readable: true,
+            });
+        }
     }
 
     /// A thread starts (between ticks).
@@ -403,6 +468,18 @@ impl FakeControl {
 
     fn thread_mut(&mut self, port: Port) -> Option<&mut FakeThread> {
         self.threads.iter_mut().find(|t| t.port == port)
+    }
+
+    /// What `thread_info` answers about `port`, with which an ambiguous
+    /// code is confirmed: a thread inside its exit has its port disabled
+    /// (`KERN_INVALID_ARGUMENT`), any other answers.
+    fn info_code(&self, port: Port) -> i32 {
+        match self.fault_of(port) {
+            Fault::GoneWhileStopped | Fault::GoneBeforeResume | Fault::AmbiguousStopGone => {
+                KERN_INVALID_ARGUMENT
+            }
+            _ => KERN_SUCCESS,
+        }
     }
 
     fn fault_of(&self, port: Port) -> Fault {
@@ -556,9 +633,14 @@ impl ThreadControl for FakeControl {
             self.own_stops += 1;
             Ok(())
         } else {
+            let info = self.info_code(thread);
             match self.fault_of(thread) {
                 Fault::ExitsBeforeStop => Err(ThreadError::Exited),
                 Fault::StopFails => Err(ThreadError::Failed(14)),
+                Fault::AmbiguousStopLive => kern_return::thread_call(KERN_FAILURE, || info),
+                Fault::AmbiguousStopGone => {
+                    kern_return::thread_call(KERN_INVALID_ARGUMENT, || info)
+                }
                 _ => match self.thread_mut(thread) {
                     Some(t) => {
                         t.suspended += 1;
@@ -586,11 +668,15 @@ impl ThreadControl for FakeControl {
         if !holding_a_thread_stopped() {
             self.unmarked_windows += 1;
         }
+        let info = self.info_code(thread);
         match self.fault_of(thread) {
             Fault::RegistersFail => Err(ThreadError::Failed(14)),
             Fault::ExitsWhileStopped => Err(ThreadError::Exited),
             Fault::GoneWhileStopped => {
-                Err(kern_return::thread_call(KERN_INVALID_ARGUMENT).unwrap_err())
+                Err(kern_return::thread_call(KERN_INVALID_ARGUMENT, || info).unwrap_err())
+            }
+            Fault::AmbiguousRegistersLive => {
+                Err(kern_return::thread_call(KERN_FAILURE, || info).unwrap_err())
             }
             Fault::AllocatesWhileStopped => {
                 std::hint::black_box(Box::new(7u64));
@@ -628,6 +714,7 @@ impl ThreadControl for FakeControl {
             return Resumed::Running;
         }
         let fault = self.fault_of(thread);
+        let info = self.info_code(thread);
         match self.thread_mut(thread) {
             Some(t) if t.suspended > 0 => {
                 // Gone or resumed by someone else, it is not frozen either way.
@@ -636,15 +723,15 @@ impl ThreadControl for FakeControl {
             }
             _ => {
                 self.resumes_without_stop += 1;
-                return kern_return::resume(KERN_FAILURE);
+                return kern_return::resume(KERN_FAILURE, || info);
             }
         }
         match fault {
             Fault::GoneWhileStopped | Fault::GoneBeforeResume => {
-                kern_return::resume(KERN_INVALID_ARGUMENT)
+                kern_return::resume(KERN_INVALID_ARGUMENT, || info)
             }
-            Fault::ResumedBySomeoneElse => kern_return::resume(KERN_FAILURE),
-            Fault::ResumeFails => kern_return::resume(17),
+            Fault::ResumedBySomeoneElse => kern_return::resume(KERN_FAILURE, || info),
+            Fault::ResumeFails => kern_return::resume(17, || info),
             _ => Resumed::Running,
         }
     }

@@ -267,6 +267,45 @@ impl MachImage {
         Ok(image)
     }
 
+    /// [`MachImage::parse_at`] over memory that is only ever *copied* by `copy(addr, out)`,
+    /// which fills `out` from runtime address `addr` or returns `false`: first the header,
+    /// then the header with its load commands, into buffers this owns.
+    ///
+    /// On macOS `copy` is `mach_vm_read_overwrite`, which fails with an error code on an
+    /// unmapped page instead of faulting: an image listed by dyld can be unmapped by a
+    /// `dlclose` on another thread before it is read, and a plain load from it would crash
+    /// the profiled process. A failed copy is [`MachOError::Unreadable`].
+    pub fn parse_copied(
+        mut copy: impl FnMut(u64, &mut [u8]) -> bool,
+        load_address: u64,
+    ) -> Result<MachImage, MachOError> {
+        /// Load commands larger than this are taken as garbage, not copied.
+        const MAX_COMMANDS: u64 = 1 << 20;
+        let unreadable = |len| MachOError::Unreadable {
+            addr: load_address,
+            len,
+        };
+        let mut head = vec![0u8; HEADER_SIZE as usize];
+        if !copy(load_address, &mut head) {
+            return Err(unreadable(HEADER_SIZE));
+        }
+        let header = MachHeader64::<Endianness>::parse(&head[..], 0)
+            .map_err(|_| MachOError::Malformed("no 64-bit Mach-O header at the load address"))?;
+        let endian = header
+            .endian()
+            .map_err(|_| MachOError::Malformed("unknown byte order"))?;
+        let sizeofcmds = u64::from(header.sizeofcmds(endian));
+        if sizeofcmds > MAX_COMMANDS {
+            return Err(MachOError::Malformed("load commands too large"));
+        }
+        let len = HEADER_SIZE + sizeofcmds;
+        let mut commands = vec![0u8; len as usize];
+        if !copy(load_address, &mut commands) {
+            return Err(unreadable(len));
+        }
+        Self::parse_at(&MappedBuffer::new(load_address, &commands), load_address)
+    }
+
     /// `load_address - __TEXT.vmaddr`: the header is the first thing in `__TEXT`, in an
     /// image file and in the shared cache alike (where `__TEXT`'s file offset is the image's
     /// place in the cache, not 0). dyld computes the slide the same way

@@ -6,13 +6,15 @@
 //! - The dyld functions take dyld's lock, so they must never run while a sampled thread is
 //!   stopped (it may hold that lock). The resolver only runs after the sampler has resumed
 //!   every thread; this module does not and cannot check that.
-//! - Memory is read in place, and only where dyld mapped the image: the header and load
-//!   commands at the load address, and `__LINKEDIT`. Both are read-only mappings. An image
-//!   that another thread unloads (`dlclose`) while it is being read would be unmapped under
-//!   the reader; dyld offers no lock against that, so a lazily loaded table is read only
-//!   while the image is pinned with `dlopen(RTLD_NOLOAD)` and confirmed to be still loaded
-//!   at the same address. Images in the shared cache, which are most of them, are never
-//!   unmapped.
+//! - Memory is read only where dyld mapped the image: the header and load commands at the
+//!   load address, and `__LINKEDIT`. An image that another thread unloads (`dlclose`) while
+//!   it is being read would be unmapped under the reader, and dyld offers no lock against
+//!   that. So the header and load commands of every listed image are copied with
+//!   `mach_vm_read_overwrite` (an unmapped page is an error code, not a crash), and a lazily
+//!   loaded symbol table is read in place only while the image is pinned with
+//!   `dlopen(RTLD_NOLOAD)` and confirmed to be still loaded at the same address (an image
+//!   that cannot be pinned by path, the main executable, is never unloaded). Images in the
+//!   shared cache, which are most of them, are never unmapped.
 
 use std::ffi::{c_void, CStr, CString, OsStr};
 use std::ops::Range;
@@ -21,10 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mach2::dyld::{_dyld_get_image_header, _dyld_image_count};
-use mach2::loader::mach_header;
-use object::macho::MH_MAGIC_64;
 
-use super::macho_image::{ImageMemory, MachImage, HEADER_SIZE};
+use super::macho_image::{ImageMemory, MachImage};
 use super::{LoadedModule, Source};
 use crate::SymbolTable;
 
@@ -148,20 +148,33 @@ fn image_path(header: u64) -> Option<PathBuf> {
 
 /// Reads the header and load commands of the image dyld loaded at `header`, deriving the
 /// slide from the header.
+///
+/// The image may be unloaded by a `dlclose` on another thread at any moment (it is not
+/// pinned here: listing every image must not take a reference to each), so its memory is
+/// only ever copied with `mach_vm_read_overwrite`, which returns an error for an unmapped
+/// page where a plain load would crash the process ([`MachImage::parse_copied`]).
 fn parse_image(header: u64) -> Option<MachImage> {
-    let header_ptr = usize::try_from(header).ok()? as *const mach_header;
-    // SAFETY: `header` is what `_dyld_get_image_header` returned for a loaded image: a
-    // pointer to its Mach-O header, mapped readable (it starts the image's `__TEXT`) and
-    // never written after loading.
-    let (magic, sizeofcmds) = unsafe { ((*header_ptr).magic, (*header_ptr).sizeofcmds) };
-    if magic != MH_MAGIC_64 {
-        return None;
-    }
-    let commands_end = header.checked_add(HEADER_SIZE + u64::from(sizeofcmds))?;
-    // SAFETY: the load commands follow the header inside `__TEXT`; dyld read them from
-    // this mapping to load the image, and `__TEXT` is mapped read-only.
-    let memory = unsafe { OwnMemory::trusting(header..commands_end) };
-    MachImage::parse_at(&memory, header).ok()
+    MachImage::parse_copied(copy_own_memory, header).ok()
+}
+
+/// Copies `out.len()` bytes of this process's memory at `addr` into `out`; `false` when any
+/// of it is not mapped readable. A system call, never a plain load, so an address that was
+/// just unmapped is an error code, not a crash.
+fn copy_own_memory(addr: u64, out: &mut [u8]) -> bool {
+    let size = out.len() as u64;
+    let mut copied = 0;
+    // SAFETY: `out` is writable for `size` bytes; the kernel copies this task's
+    // `[addr, addr + size)` into it, or fails without touching it through a load.
+    let kr = unsafe {
+        mach2::vm::mach_vm_read_overwrite(
+            mach2::traps::mach_task_self(),
+            addr,
+            size,
+            out.as_mut_ptr() as u64,
+            &mut copied,
+        )
+    };
+    kr == mach2::kern_return::KERN_SUCCESS && copied == size
 }
 
 /// Keeps an image loaded while its `__LINKEDIT` is read: `dlopen(path, RTLD_NOLOAD)` takes a
