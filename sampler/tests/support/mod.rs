@@ -1,6 +1,7 @@
 //! Helpers the sampler's integration tests share: the calling thread's CPU
-//! clock, a watchdog that fails a test rather than let it hang CI, and the
-//! names of a sampled stack's frames.
+//! clock, a watchdog that fails a test rather than let it hang CI, the
+//! names of a sampled stack's frames, and a child process with
+//! `perf_event_open` refused ([`seccomp`]).
 // Each test binary uses a part of this.
 #![allow(dead_code)]
 
@@ -9,6 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use btprof_symbols::Resolver;
+
+pub mod seccomp;
 
 /// The calling thread's CPU time.
 pub fn thread_cpu() -> Duration {
