@@ -2,13 +2,17 @@
 //! crates share, so that each exists once instead of as copies or
 //! `#[path]` includes: the calling thread's CPU clock, a watchdog that
 //! fails a test rather than let it hang CI, CPU-burning processes for runs
-//! that must hold on a busy machine, the measuring helpers of benchmarks
-//! that run variants in child processes, and seeded synthetic profiles.
+//! that must hold on a busy machine, a child process with
+//! `perf_event_open` refused by a real seccomp filter, the measuring
+//! helpers of benchmarks that run variants in child processes, and seeded
+//! synthetic profiles.
 //!
 //! Not published and not part of btprof's API.
 
 pub mod hogs;
 pub mod measure;
+#[cfg(target_os = "linux")]
+pub mod seccomp;
 pub mod synthetic;
 pub mod temp_dir;
 

@@ -66,18 +66,17 @@ pub(crate) struct CfiWalker {
     /// When the loader was last asked whether objects changed; `None`:
     /// never yet.
     checked_at: Option<Instant>,
-    /// A sample's pc lay outside every known object (a library loaded
-    /// since the last check, perhaps): check again soon.
-    unknown_pc: bool,
+    /// Whether a walk that met unknown code may still ask the loader
+    /// before the next [`CfiWalker::refresh_modules`] (once per tick).
+    may_ask: bool,
 }
 
-/// How often the loader is asked whether objects were loaded or unloaded.
+/// How often the loader is asked whether objects were loaded or unloaded
+/// when no sample calls for it (to drop the copies of unloaded objects).
 /// `dl_iterate_phdr` takes the loader's lock; asking rarely keeps the
 /// sampler thread out of it (a `fork` while a thread holds it leaves it
 /// held in the child).
 const CHECK_INTERVAL: Duration = Duration::from_millis(200);
-/// How soon after a sample in unknown code the loader is asked again.
-const UNKNOWN_PC_CHECK_INTERVAL: Duration = Duration::from_millis(10);
 
 /// A walk completed by [`CfiWalker::complete`]: borrowed frames, pc first.
 pub(crate) struct Completed<'a> {
@@ -96,30 +95,45 @@ impl CfiWalker {
             cache: NativeCache::new(),
             out: Vec::with_capacity(crate::linux::MAX_DEPTH),
             checked_at: None,
-            unknown_pc: false,
+            may_ask: false,
         }
     }
 
-    /// Picks up objects loaded or unloaded since the last check: every
-    /// [`CHECK_INTERVAL`], or [`UNKNOWN_PC_CHECK_INTERVAL`] after a sample
-    /// ran in code outside every known object. Cheap when nothing changed.
-    /// Call before completing freshly collected samples.
+    /// Picks up objects loaded or unloaded since the last check, every
+    /// [`CHECK_INTERVAL`], and lets the next walk that meets code outside
+    /// every known object ask the loader at once (see
+    /// [`CfiWalker::complete`]). Cheap when nothing changed. Call once per
+    /// tick, between collections of samples.
     pub fn refresh_modules(&mut self) {
-        let due = if self.unknown_pc {
-            UNKNOWN_PC_CHECK_INTERVAL
-        } else {
-            CHECK_INTERVAL
-        };
-        if self.checked_at.is_none_or(|at| at.elapsed() >= due) {
-            self.modules.refresh();
-            self.checked_at = Some(Instant::now());
-            self.unknown_pc = false;
+        if self
+            .checked_at
+            .is_none_or(|at| at.elapsed() >= CHECK_INTERVAL)
+        {
+            self.ask_loader();
         }
+        self.may_ask = true;
+    }
+
+    /// Asks the loader whether objects changed, and reads them if so.
+    /// Returns whether the list changed.
+    fn ask_loader(&mut self) -> bool {
+        self.checked_at = Some(Instant::now());
+        self.modules.refresh()
     }
 
     /// Completes one sample: unwinds `copy` with CFI and joins the
     /// handler's frame-pointer walk (`fp_frames`, pc first, which ended
     /// for `fp_end`) beyond it. At most `max_depth` frames.
+    ///
+    /// A walk that meets code outside every known object asks the loader
+    /// first (once per tick) and, if objects were loaded, unwinds again.
+    /// Such code is most often a library loaded since the last check: the
+    /// sample was taken after its `dlopen` returned, so a check made now,
+    /// after the sample was collected, finds it. Without it, every sample
+    /// taken in a new library until the next periodic check was unwound
+    /// with the frame pointer there, which in frameless code holds data:
+    /// those walks ended early (misaligned, or beyond the copy), or,
+    /// worse, followed a stale chain.
     pub fn complete<'a>(
         &'a mut self,
         copy: &CopiedStack<'_>,
@@ -127,29 +141,50 @@ impl CfiWalker {
         fp_end: WalkEnd,
         max_depth: usize,
     ) -> Completed<'a> {
+        let mut walked = self.unwind(copy, fp_frames, fp_end, max_depth);
+        if walked.unknown_code && self.may_ask {
+            self.may_ask = false;
+            if self.ask_loader() {
+                walked = self.unwind(copy, fp_frames, fp_end, max_depth);
+            }
+        }
+        Completed {
+            frames: &self.out,
+            end: walked.end,
+            sources: walked.sources,
+        }
+    }
+
+    /// One unwind of `copy` into `self.out` with the current module list
+    /// (see [`CfiWalker::complete`]).
+    fn unwind(
+        &mut self,
+        copy: &CopiedStack<'_>,
+        fp_frames: &[u64],
+        fp_end: WalkEnd,
+        max_depth: usize,
+    ) -> Unwound {
         let arch = Arch::host();
         let max_depth = max_depth.max(1);
-        if !self.modules.covers(arch.strip_code_address(copy.regs.pc)) {
-            self.unknown_pc = true;
-        }
+        let modules = &self.modules;
         let out = &mut self.out;
         out.clear();
         let mut sources = FrameSources::default();
         let mut read = |addr: u64| copy.read(addr).ok_or(());
         let mut regs = initial_regs(&copy.regs);
         let mut address = FrameAddress::from_instruction_pointer(copy.regs.pc);
-        out.push(arch.strip_code_address(copy.regs.pc));
+        let pc = arch.strip_code_address(copy.regs.pc);
+        let mut unknown_code = !modules.covers(pc);
+        out.push(pc);
         let end = loop {
             if out.len() >= max_depth {
                 break WalkEnd::DepthCap;
             }
             let (sp, fp) = sp_fp(&regs);
-            let unwound = self.modules.unwinder().unwind_frame(
-                address,
-                &mut regs,
-                &mut self.cache,
-                &mut read,
-            );
+            let unwound =
+                modules
+                    .unwinder()
+                    .unwind_frame(address, &mut regs, &mut self.cache, &mut read);
             match unwound {
                 Ok(Some(ret)) => {
                     let stripped = arch.strip_code_address(ret);
@@ -169,6 +204,9 @@ impl CfiWalker {
                     } else {
                         sources.cfi += 1;
                     }
+                    // The call instruction, not what follows it, is the
+                    // caller's code (a call may end its function).
+                    unknown_code |= !modules.covers(stripped - 1);
                     out.push(stripped);
                     address = next;
                 }
@@ -214,22 +252,31 @@ impl CfiWalker {
                 cfi: 0,
                 frame_pointer: n.saturating_sub(1) as u64,
             };
-            return Completed {
-                frames: out,
+            return Unwound {
                 end: if n < fp_frames.len() {
                     WalkEnd::DepthCap
                 } else {
                     fp_end
                 },
                 sources,
+                unknown_code,
             };
         }
-        Completed {
-            frames: out,
+        Unwound {
             end,
             sources,
+            unknown_code,
         }
     }
+}
+
+/// What [`CfiWalker::unwind`] left beside its frames.
+struct Unwound {
+    end: WalkEnd,
+    sources: FrameSources,
+    /// Whether a frame's code (the pc, or a return address) lay outside
+    /// every known object.
+    unknown_code: bool,
 }
 
 /// The hook the sampler calls on each collected walk: completes it with
@@ -300,4 +347,124 @@ fn initial_regs(regs: &crate::walker::Registers) -> framehop::UnwindRegsNative {
 #[cfg(target_arch = "aarch64")]
 fn sp_fp(regs: &framehop::UnwindRegsNative) -> (u64, u64) {
     (regs.sp(), regs.fp())
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::walker::{walk, Registers, StackBounds, StackMemory};
+
+    /// This function's return address: a real one, into its caller, which
+    /// (as all Rust code here) keeps a frame pointer.
+    #[inline(never)]
+    fn return_address() -> u64 {
+        let ret: u64;
+        // SAFETY: reads this function's own frame record, at `rbp` (frame
+        // pointers are forced for the whole workspace); no side effects.
+        unsafe { core::arch::asm!("mov {}, [rbp + 8]", out(reg) ret, options(nostack, readonly)) };
+        ret
+    }
+
+    /// A stack copy as a frame-pointer walk reads it.
+    struct Words<'a>(&'a CopiedStack<'a>);
+
+    impl StackMemory for Words<'_> {
+        fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
+            Some([self.0.read(addr)?, self.0.read(addr + 8)?])
+        }
+    }
+
+    /// The handler's frame-pointer walk of `copy`.
+    fn fp_walk(copy: &CopiedStack<'_>, end_of_stack: u64) -> (Vec<u64>, WalkEnd) {
+        let mut out = [0u64; 16];
+        let bounds = StackBounds {
+            low: copy.regs.sp,
+            high: end_of_stack,
+        };
+        let w = walk(
+            Arch::host(),
+            &copy.regs,
+            Some(bounds),
+            &mut Words(copy),
+            &mut out,
+        );
+        (out[..w.depth].to_vec(), w.end)
+    }
+
+    /// A sample taken at the first instruction of a frameless library's
+    /// function, in a library loaded after the walker last read the
+    /// module list (as when a thread `dlopen`s a library and runs it
+    /// before the sampler's next periodic check). The return address is
+    /// at `sp`; `rbp` is either still the caller's frame pointer, whose
+    /// record ends the chain, or data (a frameless caller). With the
+    /// library's CFI the caller is found in both cases; walked by frame
+    /// pointer, as code outside every known object is, the caller is
+    /// skipped in the first case and the walk ends misaligned at the leaf
+    /// in the second.
+    #[test]
+    fn code_loaded_since_the_last_check_is_unwound_with_its_cfi() {
+        let _turn = modules::tests::LOADER
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
+            panic!("the C test library was not built (see the build script's warning)");
+        };
+        // Both walkers read the module list before the library is loaded,
+        // and a tick passed since.
+        let mut walkers = [CfiWalker::new(), CfiWalker::new()];
+        for w in &mut walkers {
+            w.refresh_modules();
+        }
+        let c_path = std::ffi::CString::new(path).unwrap();
+        // SAFETY: loading our own test library, which has no initialisers.
+        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen {path}");
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let spin = unsafe { libc::dlsym(handle, c"noframes_spin".as_ptr()) } as u64;
+        assert_ne!(spin, 0);
+        assert!(
+            walkers.iter().all(|w| !w.modules.covers(spin)),
+            "the walkers' lists predate the library"
+        );
+
+        let ret = return_address();
+        let base = 0x7ff0_0000_0000u64;
+        // [sp] = the leaf's return address; at sp + 16 a frame record
+        // ending the chain (saved frame pointer 0, return address 0).
+        let words = [ret, 0, 0, 0];
+        let end_of_stack = base + 8 * words.len() as u64;
+
+        let cases = [
+            (base + 16, "the caller's frame pointer"),
+            (0x9e37_79b9_7f4a_7c15, "data in rbp"),
+        ];
+        for (walker, (fp, fp_leaves)) in walkers.iter_mut().zip(cases) {
+            let regs = Registers {
+                pc: spin,
+                sp: base,
+                fp,
+                lr: 0,
+            };
+            let copy = CopiedStack::from_parts(regs, base, &words);
+            let (fp_frames, fp_end) = fp_walk(&copy, end_of_stack);
+            // The frame-pointer walk alone misses the caller.
+            assert_eq!(fp_frames, [spin], "{fp_leaves}");
+            let done = walker.complete(&copy, &fp_frames, fp_end, 16);
+            assert_eq!(
+                done.frames.get(..2),
+                Some(&[spin, ret][..]),
+                "{fp_leaves}: the leaf's caller, from the library's CFI ({:?}, {:x?})",
+                done.end,
+                done.frames
+            );
+            if fp_leaves == "the caller's frame pointer" {
+                assert_eq!(done.frames.len(), 2);
+                assert_eq!(done.end, WalkEnd::Complete);
+            }
+            assert!(done.sources.cfi >= 1, "{:?}", done.sources);
+            assert!(walker.modules.covers(spin), "the walk read the new library");
+        }
+        // SAFETY: nothing from the library is in use.
+        assert_eq!(unsafe { libc::dlclose(handle) }, 0);
+    }
 }

@@ -395,12 +395,12 @@ fn eh_frame_len(bytes: &[u8]) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// The loader's counters are process-wide: tests that load objects
     /// and tests that expect no change take turns.
-    static LOADER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    pub(in crate::linux::unwind) static LOADER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
     fn finds_this_program_and_the_c_library() {
