@@ -94,6 +94,13 @@ fn is_preload_frame(previous: Option<&str>, frame: &str) -> bool {
         || (frame == "__libc_start_main" && previous == Some("__libc_start_main"))
 }
 
+/// A frame of the embedded profiler stopping (at exit, before `exec`) on
+/// the program's own thread: btprof's work, not the program's, so its
+/// few samples are left out.
+fn is_btprof_at_exit(frame: &str) -> bool {
+    frame.starts_with("btprof::record::")
+}
+
 /// The parts merged into one profile.
 pub fn merge(
     parts: &[Part],
@@ -113,6 +120,9 @@ pub fn merge(
         };
         let mut frames: Vec<&str> = Vec::new();
         for stack in profile.stacks() {
+            if stack.frames().any(is_btprof_at_exit) {
+                continue;
+            }
             frames.clear();
             frames.push(&root);
             // A folded line's first frame is its thread's name.
