@@ -566,3 +566,39 @@ fn static_and_setuid_programs_are_refused_before_running() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("statically linked"), "{stderr}");
 }
+
+#[test]
+fn duration_stops_sampling_and_the_command_goes_on() {
+    let scratch = Scratch::new("duration");
+    let Some(exe) = split_program(&scratch) else {
+        return;
+    };
+    let raw = scratch.path("raw");
+    let out = record(
+        &scratch,
+        &[
+            "--duration",
+            "200ms",
+            "--raw-dir",
+            raw.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "0.5",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The program ran to its end (it prints its threads' CPU last)...
+    let truth = measured(&text(&out.stdout));
+    assert!(truth["alpha"] >= 0.5, "{truth:?}");
+    // ...and its profile was written at the deadline, not at its exit.
+    let json = std::fs::read_dir(&raw)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .expect("the process's record");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(record["ended_by"], "duration", "{record}");
+    assert!(record["duration_secs"].as_f64().unwrap() < 2.0, "{record}");
+}

@@ -132,7 +132,9 @@ unsafe fn errno_location() -> *mut libc::c_int {
 /// `patience`: for `_exit`, which may be called where the calling thread
 /// must not allocate (a signal handler that interrupted `malloc`), so
 /// the work is done on another thread and a helper stuck behind such a
-/// lock costs at most that long, never a hang.
+/// lock costs at most that long, never a hang. (Linux only: macOS has no
+/// interposed `_exit`.)
+#[cfg(target_os = "linux")]
 pub fn finish_on_helper(patience: std::time::Duration) {
     let (fd, done) = (
         PIPE_WRITE.load(Ordering::Acquire),
