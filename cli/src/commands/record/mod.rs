@@ -37,8 +37,8 @@ use crate::duration::parse_duration;
 /// from the terminal directly.
 ///
 /// Statically linked and setuid programs cannot be preloaded into and are
-/// refused before anything runs. A process that ends by _exit or SIGKILL
-/// writes no profile; the summary names it.
+/// refused before anything runs. A process killed by SIGKILL or a crash
+/// writes no profile; the summary names it. See docs/record.md.
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(after_help = "Examples:
