@@ -603,3 +603,31 @@ fn duration_stops_sampling_and_the_command_goes_on() {
     assert_eq!(record["ended_by"], "duration", "{record}");
     assert!(record["duration_secs"].as_f64().unwrap() < 2.0, "{record}");
 }
+
+#[test]
+fn a_forked_child_without_exec_gets_no_profile_and_leaves_the_parents_intact() {
+    let scratch = Scratch::new("fork");
+    let Some(exe) = compile(
+        &scratch,
+        "fork_no_exec.c",
+        "forker",
+        &["-O1", "-fno-omit-frame-pointer"],
+    ) else {
+        return;
+    };
+    let out = record(
+        &scratch,
+        &["--", exe.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    // The child exited normally: the inherited handlers left it alone.
+    assert!(stdout.contains("child 0"), "{stdout}");
+    assert!(stdout.contains("profiled 1 process (forker ("), "{stdout}");
+    assert!(!stderr.contains("btprof:"), "{stderr}");
+    let lines = folded(&scratch.path("btprof.folded"));
+    assert_eq!(roots(&lines).len(), 1, "{lines:?}");
+    assert_eq!(samples_in(&lines, "child_work"), 0, "{lines:?}");
+    assert!(samples_in(&lines, "parent_work") >= 200, "{lines:?}");
+}
