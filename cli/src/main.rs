@@ -48,6 +48,7 @@ use clap::{Parser, ValueEnum};
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]
 #[command(args_conflicts_with_subcommands = true)]
 #[command(after_help = "Examples:
+  btprof record -- ./my-program           profile any program: btprof.svg, btprof.folded
   btprof --pid-self                       5 s at 1000 Hz, writes btprof.svg and btprof.folded
   btprof --pid-self --hz 1000 --duration 500ms --output /tmp/p.svg
   btprof --pid-self --mode wall --merge-threads
@@ -62,8 +63,8 @@ struct Args {
     #[command(subcommand)]
     command: Option<Command>,
 
-    /// Profile this btprof process running its built-in workload (the only
-    /// target supported yet).
+    /// Profile this btprof process running its built-in workload (another
+    /// program: btprof record -- CMD).
     #[arg(long)]
     pid_self: bool,
 
@@ -188,8 +189,8 @@ fn main() -> ExitCode {
     }
     if !args.pid_self {
         eprintln!(
-            "btprof: nothing to profile: pass --pid-self to profile btprof's own workload \
-             (other targets are not supported yet), or use a command (diff, report, \
+            "btprof: nothing to profile: use `btprof record -- CMD` to profile a program, \
+             --pid-self to profile btprof's own workload, or a command (diff, report, \
              flamegraph); see btprof --help"
         );
         return ExitCode::from(2);

@@ -217,6 +217,17 @@ impl Builder {
         profile
     }
 
+    /// A profile put together from other profiles (the processes of one
+    /// `btprof record` run), named `source`: stacks sorted by their folded
+    /// lines as a recording's are, so the file is deterministic, and no
+    /// sampler stats, since each part had its own (give the combined run
+    /// metadata with [`Profile::with_run_info`]).
+    pub fn finish_combined(self, source: impl Into<String>) -> Profile {
+        let mut profile = self.into_profile(Some(source.into()), None);
+        profile.stacks = sorted_by_folded_line(&profile);
+        profile
+    }
+
     /// The profile of a folded file named `source`: stacks in the order
     /// first read.
     pub(crate) fn finish_read(self, source: String) -> Profile {

@@ -1,6 +1,7 @@
-//! The `btprof` commands that read folded files, one module each;
-//! `main.rs` parses the command line and dispatches here (the profiling
-//! run itself, `btprof --pid-self`, is still in `main.rs`).
+//! The `btprof` commands, one module each: those that read folded files,
+//! and `record`, which profiles another program; `main.rs` parses the
+//! command line and dispatches here (the self-profiling run, `btprof
+//! --pid-self`, is still in `main.rs`).
 //!
 //! Exit codes are shared with profiling: 0 success (no regression), 1 a
 //! failed check (a regression, a failed self-check), 2 bad input or usage.
@@ -8,6 +9,7 @@
 pub mod diff;
 pub mod export;
 pub mod flamegraph;
+pub mod record;
 pub mod report;
 
 use std::fs::File;
@@ -39,6 +41,7 @@ pub enum Command {
     Flamegraph(flamegraph::FlamegraphArgs),
     #[cfg_attr(doc, doc = "`btprof export`: convert a profile to pprof.")]
     Export(export::ExportArgs),
+    Record(record::RecordArgs),
 }
 
 impl Command {
@@ -49,6 +52,7 @@ impl Command {
             Command::Report(args) => report::run(args),
             Command::Flamegraph(args) => flamegraph::run(args),
             Command::Export(args) => export::run(args),
+            Command::Record(args) => record::run(args),
         }
     }
 }

@@ -1,0 +1,429 @@
+//! `btprof record [OPTIONS] -- CMD [ARGS...]`: profile any dynamically
+//! linked program, and the processes it starts, by preloading btprof's
+//! sampler into them (see `docs/record.md`).
+
+mod launch;
+mod library;
+mod merge;
+mod preflight;
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use btprof::formats::output_file::PendingFile;
+use btprof::formats::process_record::env;
+use btprof::formats::sidecar::sidecar_path;
+use btprof::{FlamegraphOptions, FoldOptions, Profile};
+use clap::{Args, ValueEnum};
+
+use super::{fail, EXIT_BAD_INPUT};
+use crate::duration::parse_duration;
+
+/// Profile a program: btprof record -- CMD [ARGS...]
+///
+/// Runs CMD with btprof's sampler preloaded (LD_PRELOAD; on macOS
+/// DYLD_INSERT_LIBRARIES), so any dynamically linked program is profiled
+/// unchanged and unprivileged, and by default every process it starts
+/// too. When CMD ends, the processes' profiles are merged, each under a
+/// root frame `name (pid)`, and written as with --pid-self: an SVG
+/// flamegraph, folded stacks with a JSON sidecar, and pprof on request.
+///
+/// btprof exits with CMD's exit status (128 + the signal when a signal
+/// ended it). SIGINT and SIGTERM sent to btprof are passed on to CMD,
+/// whose profile is written before it dies of them; Ctrl-C reaches CMD
+/// from the terminal directly.
+///
+/// Statically linked and setuid programs cannot be preloaded into and are
+/// refused before anything runs. A process killed by SIGKILL or a crash
+/// writes no profile; the summary names it. See docs/record.md.
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+#[command(after_help = "Examples:
+  btprof record -- ./my-program --its-flag       writes btprof.svg and btprof.folded
+  btprof record --hz 500 -o run.svg -- python3 script.py
+  btprof record --no-follow -- make               only make's own process
+  btprof record --duration 10s --pprof run.pb.gz -- ./server")]
+pub struct RecordArgs {
+    /// Samples per second per thread (of its CPU time in cpu mode).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=20_000))]
+    pub hz: u32,
+
+    /// Stop sampling after this long (5s, 500ms, 2m); CMD goes on
+    /// [default: until CMD ends].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// cpu: sample threads that are running; wall: sample every thread.
+    #[arg(long, value_enum, default_value_t = RecordMode::Cpu)]
+    pub mode: RecordMode,
+
+    /// Where to write the SVG flamegraph.
+    #[arg(long, short, default_value = "btprof.svg")]
+    pub output: PathBuf,
+
+    /// Where to write folded stacks (`process (pid);thread;root;...;leaf
+    /// count`); the run metadata goes beside it as JSON.
+    #[arg(long, default_value = "btprof.folded")]
+    pub folded: PathBuf,
+
+    /// Also write the profile as pprof (gzipped profile.proto) here.
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
+    /// Only CMD's own process (and what it execs), not the processes it
+    /// starts.
+    #[arg(long)]
+    pub no_follow: bool,
+
+    /// Root each process's stacks at its name only, without the pid, so
+    /// processes of one program add up (e.g. a build's compiler runs).
+    #[arg(long)]
+    pub merge_processes: bool,
+
+    /// Merge identical stacks of different threads (no thread-name frame).
+    #[arg(long)]
+    pub merge_threads: bool,
+
+    /// Leave inlined functions out of the folded file and flamegraph.
+    #[arg(long)]
+    pub no_inline: bool,
+
+    /// Most frames kept per stack; deeper stacks are marked truncated.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=512))]
+    pub max_depth: u64,
+
+    /// Most distinct stacks kept per process.
+    #[arg(long, default_value_t = btprof::DEFAULT_MAX_STACKS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_stacks: u64,
+
+    /// The Linux profiling signal, as a number, if CMD uses SIGURG itself
+    /// (SIGWINCH, or a real-time signal).
+    #[arg(long, value_name = "NUMBER")]
+    pub signal: Option<i32>,
+
+    /// Pace cpu-mode samples from the sampler thread instead of per-thread
+    /// CPU timers (what happens where perf events are refused).
+    #[arg(long)]
+    pub no_thread_timers: bool,
+
+    /// Keep each process's own folded file and record (JSON) in this
+    /// directory instead of a temporary one that is removed.
+    #[arg(long, value_name = "DIR")]
+    pub raw_dir: Option<PathBuf>,
+
+    /// No summary lines.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// The command to profile, and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `--mode`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RecordMode {
+    Cpu,
+    Wall,
+}
+
+/// Runs CMD profiled and exits with its status.
+pub fn run(args: &RecordArgs) -> ExitCode {
+    match record(args) {
+        Ok(code) => code,
+        Err(message) => fail(message),
+    }
+}
+
+fn record(args: &RecordArgs) -> Result<ExitCode, String> {
+    let program = &args.command[0];
+    preflight::check(program)?;
+    let library = library::find()?;
+    // The outputs first: a typo in a path costs nothing.
+    let outputs = Outputs::create(args)?;
+    let raw = RawDir::create(args.raw_dir.as_deref())?;
+    launch::forward_stop_signals()?;
+
+    let mut command = Command::new(program);
+    command.args(&args.command[1..]);
+    configure(&mut command, args, &library, raw.path());
+    let (pid, status) = launch::run(command)
+        .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
+    let name = Path::new(program)
+        .file_name()
+        .map_or_else(|| program.to_string_lossy(), |n| n.to_string_lossy())
+        .into_owned();
+    let died = status.signal();
+    if let Some(signal) = launch::interrupted() {
+        eprintln!(
+            "btprof: got {} while {name} ran; writing what was collected",
+            launch::signal_name(signal)
+        );
+    }
+    if let Some(signal) = died {
+        eprintln!(
+            "btprof: {name} ({pid}) died of {}{}",
+            launch::signal_name(signal),
+            if status.core_dumped() {
+                " (core dumped)"
+            } else {
+                ""
+            }
+        );
+    }
+
+    let gathered = merge::gather(raw.path());
+    for problem in &gathered.unreadable {
+        eprintln!("btprof: warning: {problem}");
+    }
+    let info = merge::combined_run_info(&gathered.parts);
+    let profile = merge::merge(&gathered.parts, args.merge_processes, args.merge_threads)?
+        .with_run_info(info);
+    if !args.quiet {
+        print_summary(&gathered, &profile, args);
+        print_missing(&gathered, pid, died);
+    }
+    if gathered.parts.is_empty() {
+        eprintln!(
+            "btprof: no process wrote a profile{}",
+            if died.is_some() {
+                ""
+            } else {
+                " (see the lines above)"
+            }
+        );
+    } else {
+        outputs.write(&profile, args)?;
+    }
+    Ok(exit_code(status))
+}
+
+/// The environment that injects the library and configures it.
+fn configure(command: &mut Command, args: &RecordArgs, library: &Path, dir: &Path) {
+    let preload_var = if cfg!(target_os = "macos") {
+        "DYLD_INSERT_LIBRARIES"
+    } else {
+        "LD_PRELOAD"
+    };
+    let mut preload = library.as_os_str().to_owned();
+    if let Some(existing) = std::env::var_os(preload_var).filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(existing);
+    }
+    command
+        .env(preload_var, preload)
+        .env(env::DIR, dir)
+        .env(env::HZ, args.hz.to_string())
+        .env(
+            env::MODE,
+            match args.mode {
+                RecordMode::Cpu => "cpu",
+                RecordMode::Wall => "wall",
+            },
+        )
+        .env(env::MAX_DEPTH, args.max_depth.to_string())
+        .env(env::MAX_STACKS, args.max_stacks.to_string())
+        .env(env::NO_INLINE, if args.no_inline { "1" } else { "0" })
+        .env_remove(env::SIGNAL)
+        .env_remove(env::DEADLINE_MS)
+        .env_remove(env::PARENT);
+    if let Some(signal) = args.signal {
+        command.env(env::SIGNAL, signal.to_string());
+    }
+    if args.no_thread_timers {
+        command.env("BTPROF_FORCE_SAMPLER_THREAD", "1");
+    }
+    if let Some(duration) = args.duration {
+        let deadline = SystemTime::now() + duration;
+        let ms = deadline
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        command.env(env::DEADLINE_MS, ms.to_string());
+    }
+    if args.no_follow {
+        command.env(env::PARENT, std::process::id().to_string());
+    }
+}
+
+/// CMD's status as btprof's: its exit code, or 128 + the signal that
+/// ended it, as shells report it.
+fn exit_code(status: ExitStatus) -> ExitCode {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
+        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
+        _ => ExitCode::from(EXIT_BAD_INPUT),
+    }
+}
+
+/// The status lines: processes, samples, rate, clock.
+fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArgs) {
+    let Some(info) = profile.run_info() else {
+        return;
+    };
+    let names: Vec<String> = gathered
+        .parts
+        .iter()
+        .map(|p| format!("{} ({})", p.record.name, p.record.pid))
+        .collect();
+    let rate = match args.mode {
+        RecordMode::Cpu => format!(
+            "{:.1} samples per CPU-second ({:.3} CPU-s sampled; requested {} Hz)",
+            info.samples_per_cpu_second, info.sampled_cpu_secs, args.hz
+        ),
+        RecordMode::Wall => format!(
+            "{:.1} ticks per second (requested {} Hz)",
+            info.achieved_hz, args.hz
+        ),
+    };
+    let clock = match info.clock.as_str() {
+        "thread-timers" => "per-thread CPU timers",
+        "sampler-thread" => "sampler-thread ticks",
+        other => other,
+    };
+    println!(
+        "profiled {} process{} ({}): {} samples, {rate}, {} mode, {clock}; truncated walks: {}, \
+         failed samples: {}",
+        gathered.parts.len(),
+        if gathered.parts.len() == 1 { "" } else { "es" },
+        names.join(", "),
+        info.samples,
+        info.mode,
+        info.truncated_walks,
+        info.failed_samples,
+    );
+}
+
+/// One line per process that was profiled and wrote no profile.
+fn print_missing(gathered: &merge::Gathered, child: u32, died: Option<i32>) {
+    for m in &gathered.missing {
+        let why = match died {
+            Some(signal) if m.pid == child => format!("it died of {}", launch::signal_name(signal)),
+            _ if process_alive(m.pid) => {
+                "it is still running (started by CMD, not waited for)".to_owned()
+            }
+            _ => "it ended without exit: _exit, SIGKILL or a fatal signal".to_owned(),
+        };
+        eprintln!("btprof: no profile from {} ({}): {why}", m.name, m.pid);
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+}
+
+/// Where the processes write their own profiles: `--raw-dir`, or a
+/// private temporary directory removed at the end.
+struct RawDir {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl RawDir {
+    fn create(keep: Option<&Path>) -> Result<RawDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        let (path, remove) = match keep {
+            Some(dir) => (std::path::absolute(dir).unwrap_or(dir.to_path_buf()), false),
+            None => {
+                let nanos = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let name = format!("btprof-record-{}-{nanos}", std::process::id());
+                (std::env::temp_dir().join(name), true)
+            }
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        Ok(RawDir { path, remove })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for RawDir {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The output files, created under temporary names before CMD runs and
+/// renamed into place together once complete (see
+/// `btprof::formats::output_file`).
+struct Outputs {
+    folded: PendingFile,
+    sidecar: PendingFile,
+    svg: PendingFile,
+    pprof: Option<PendingFile>,
+}
+
+impl Outputs {
+    fn create(args: &RecordArgs) -> Result<Outputs, String> {
+        let create =
+            |path: &Path| PendingFile::create(path).map_err(|e| format!("cannot write {e}"));
+        Ok(Outputs {
+            folded: create(&args.folded)?,
+            sidecar: create(&sidecar_path(&args.folded))?,
+            svg: create(&args.output)?,
+            pprof: args.pprof.as_deref().map(create).transpose()?,
+        })
+    }
+
+    fn write(mut self, profile: &Profile, args: &RecordArgs) -> Result<(), String> {
+        // Threads and inlining were applied while merging (the threads)
+        // and in each process (inlining).
+        profile
+            .write_folded_with(FoldOptions::default(), self.folded.writer())
+            .map_err(|e| format!("{}: {e}", args.folded.display()))?;
+        if let Some(info) = profile.run_info() {
+            let path = self.sidecar.path().to_path_buf();
+            info.write_json(self.sidecar.writer())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let svg = if profile.is_empty() {
+            None
+        } else {
+            profile
+                .write_flamegraph_with(&FlamegraphOptions::default(), self.svg.writer())
+                .map_err(|e| format!("{}: {e}", args.output.display()))?;
+            Some(self.svg)
+        };
+        if let Some(pprof) = &mut self.pprof {
+            let path = pprof.path().to_path_buf();
+            profile
+                .write_pprof(pprof.writer())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let all = [Some(self.folded), Some(self.sidecar), svg, self.pprof];
+        for pending in all.into_iter().flatten() {
+            let path = pending.commit().map_err(|e| format!("cannot write {e}"))?;
+            if !args.quiet {
+                println!("wrote {}", path.display());
+            }
+        }
+        if profile.is_empty() {
+            eprintln!(
+                "btprof: no samples, so no flamegraph was written ({} is unchanged)",
+                args.output.display()
+            );
+        }
+        Ok(())
+    }
+}

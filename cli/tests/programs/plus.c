@@ -1,0 +1,1 @@
+int plus_one(int x) { return x + 1; }

@@ -1,0 +1,213 @@
+//! The profile of this process: started once per program image, written
+//! once when it ends (or before it `exec`s, or at the deadline), only by
+//! the process that started it.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use btprof::formats::output_file::write_atomically;
+use btprof::formats::process_record::ProcessRecord;
+use btprof::{Mode, Profiler, SampleClock};
+
+use crate::config::Config;
+
+/// The running profiler, if any.
+static SESSION: Mutex<Option<Session>> = Mutex::new(None);
+/// The settings, read once.
+static CONFIG: OnceLock<Config> = OnceLock::new();
+/// The process the profiler runs in: a forked child has another pid and
+/// must not touch the parent's profiler (its threads are not there).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// Profiles written by this program image (a failed `exec` starts
+/// another).
+static SEQ: AtomicU32 = AtomicU32::new(0);
+/// Problems already reported, so each is said once per process.
+static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+struct Session {
+    profiler: Profiler,
+    /// `DIR/PID-NANOS-SEQ`: the files are this with `.folded`, `.json`
+    /// and, while the profile is not written yet, `.started`.
+    stem: PathBuf,
+}
+
+/// Says `message` on stderr, prefixed `btprof:`, the first time a
+/// problem of this `kind` comes up in this process.
+pub fn say_once(kind: &'static str, message: impl std::fmt::Display) {
+    let mut said = lock(&SAID);
+    if !said.contains(&kind) {
+        said.push(kind);
+        eprintln!("btprof: {message}");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// This process's id.
+pub fn pid() -> i32 {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Whether this process is the one the profiler was started in.
+pub fn is_owner() -> bool {
+    let owner = OWNER_PID.load(Ordering::Acquire);
+    owner != 0 && owner == pid()
+}
+
+/// Reads the settings and starts profiling this process; `false` when it
+/// is not to be profiled or cannot be (said on stderr).
+pub fn start() -> bool {
+    let config = match Config::from_env() {
+        Ok(Some(config)) => config,
+        Ok(None) => return false,
+        Err(e) => {
+            say_once("config", format_args!("not profiling this process: {e}"));
+            return false;
+        }
+    };
+    if config.deadline.is_some_and(|d| SystemTime::now() >= d) {
+        // Started after --duration ran out: nothing to sample.
+        return false;
+    }
+    if CONFIG.set(config).is_err() {
+        return false;
+    }
+    OWNER_PID.store(pid(), Ordering::Release);
+    begin()
+}
+
+/// The settings, once [`start`] read them.
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+/// Starts a profiler for this program image (again after a failed
+/// `exec`).
+pub fn begin() -> bool {
+    let Some(config) = CONFIG.get() else {
+        return false;
+    };
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let stem = config.dir.join(format!("{}-{nanos}-{seq}", pid()));
+    // The marker tells `btprof record` that this process was profiled, so
+    // a process that never writes its profile (`_exit`, SIGKILL) is
+    // reported as missing; it also proves the directory writable before
+    // any sampling.
+    if let Err(e) = std::fs::write(stem.with_extension("started"), process_name()) {
+        say_once(
+            "dir",
+            format_args!(
+                "not profiling this process: cannot write to {}: {e}",
+                config.dir.display()
+            ),
+        );
+        return false;
+    }
+    match config.builder().start() {
+        Ok(profiler) => {
+            *lock(&SESSION) = Some(Session { profiler, stem });
+            true
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(stem.with_extension("started"));
+            say_once("start", format_args!("not profiling this process: {e}"));
+            false
+        }
+    }
+}
+
+/// Stops the profiler and writes this process's profile, saying why it
+/// ended (`exit`, `exec`, `signal SIGTERM`, `duration`). Does nothing in
+/// a forked child or when nothing runs; `true` when it stopped one.
+pub fn finish(ended_by: &str) -> bool {
+    if !is_owner() {
+        return false;
+    }
+    let Some(session) = lock(&SESSION).take() else {
+        return false;
+    };
+    let profile = match session.profiler.stop() {
+        Ok(profile) => profile,
+        Err(e) => {
+            say_once("stop", format_args!("this process's profile is lost: {e}"));
+            return true;
+        }
+    };
+    if let Some(stats) = profile.stats() {
+        if stats.mode == Mode::Cpu
+            && stats.clock == SampleClock::SamplerThread
+            && std::env::var_os(btprof_force_env()).is_none_or(|v| v.is_empty() || v == "0")
+        {
+            say_once(
+                "clock",
+                "per-thread CPU timers (perf events) were refused here, so the sampler \
+                 thread paced the samples (see docs/record.md)",
+            );
+        }
+    }
+    let Some(config) = CONFIG.get() else {
+        return true;
+    };
+    let record = profile.run_info().map(|run| ProcessRecord {
+        pid: pid().unsigned_abs(),
+        name: process_name(),
+        command_line: std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        ended_by: ended_by.to_owned(),
+        run: run.clone(),
+    });
+    let written = write_atomically(session.stem.with_extension("folded"), |w| {
+        profile.write_folded_with(config.fold, w)
+    })
+    .map_err(|e| e.to_string())
+    .and_then(|_| match &record {
+        Some(record) => write_atomically(session.stem.with_extension("json"), |w| {
+            record.write_json(w)
+        })
+        .map_err(|e| e.to_string()),
+        None => Err("the recording has no run metadata".to_owned()),
+    });
+    match written {
+        Ok(_) => {
+            let _ = std::fs::remove_file(session.stem.with_extension("started"));
+        }
+        Err(e) => say_once(
+            "write",
+            format_args!("cannot write this process's profile: {e}"),
+        ),
+    }
+    true
+}
+
+/// The variable that forces the sampler-thread clock (then its use is
+/// no surprise to report).
+fn btprof_force_env() -> &'static str {
+    "BTPROF_FORCE_SAMPLER_THREAD"
+}
+
+/// The name this process goes by: its `argv[0]`'s file name (what `ps`
+/// shows: `sh` for a shell started as `sh`), else its executable's.
+fn process_name() -> String {
+    let from_argv = std::env::args_os()
+        .next()
+        .and_then(|a| Path::new(&a).file_name().map(OsStr::to_os_string));
+    let from_exe = || {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(OsStr::to_os_string))
+    };
+    from_argv
+        .or_else(from_exe)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
