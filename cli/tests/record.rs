@@ -3,15 +3,12 @@
 //! the programs measured themselves. A test whose tool (`cc`, `python3`)
 //! is missing says NOT CHECKED in its output.
 
-#[path = "support/hogs.rs"]
-mod hogs;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use hogs::Hogs;
+use btprof_testkit::hogs::Hogs;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 
