@@ -31,6 +31,7 @@ mod error;
 pub mod formats;
 pub mod profile;
 pub mod record;
+pub mod thread_dump;
 
 pub use analysis::{diff, report};
 pub use btprof_sampler::{
@@ -46,6 +47,7 @@ pub use record::scope::{self as scope, profile_scope, ProfileScope};
 pub use record::{
     register_current_thread, DumpStats, Profiler, ProfilerBuilder, Symbolize, WarmUpStats,
 };
+pub use thread_dump::{backtrace, Frame, Thread, ThreadBacktrace, ThreadDump, ThreadState};
 
 /// For btprof's tests and benchmarks only: not part of the API.
 #[doc(hidden)]
