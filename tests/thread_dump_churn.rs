@@ -65,6 +65,10 @@ fn ten_thousand_captures_while_threads_come_and_go() {
             })
             .unwrap()
     };
+    // The new thread sets its own name when it first runs.
+    while progress.load(Relaxed) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let started = Instant::now();
     let mut gone = 0u64;
     for _ in 0..10_000 {
