@@ -119,14 +119,17 @@ impl CapturedThread {
 #[cfg(target_os = "linux")]
 pub use crate::linux::one_shot::{capture_thread, capture_threads};
 
+#[cfg(target_os = "macos")]
+pub use crate::macos::one_shot::{capture_thread, capture_threads};
+
 /// No capture backend on this platform.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn capture_threads() -> Result<Vec<CapturedThread>, crate::Error> {
     Err(crate::Error::Unsupported)
 }
 
 /// No capture backend on this platform.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 pub fn capture_thread(_tid: u64) -> Result<CapturedThread, crate::Error> {
     Err(crate::Error::Unsupported)
 }
