@@ -25,6 +25,10 @@
 //! [`Profile::write_flamegraph`], [`formats::flamegraph::write_differential`])
 //! and analysis ([`analysis::functions`], [`diff::compare`], [`report`])
 //! takes a `Profile`.
+//!
+//! Beside that path, [`thread_dump`] answers "what is each thread doing
+//! right now?" ([`ThreadDump::capture`], [`backtrace`]) with the
+//! sampler's one-shot capture and the same symbol resolver.
 
 pub mod analysis;
 mod error;

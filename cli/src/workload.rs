@@ -12,7 +12,8 @@
 //!
 //! Thread `btprof-work-0` runs `alpha`, `beta` and `sort_in_libc`; thread
 //! `btprof-work-1` runs `beta` and the three-deep chain
-//! `chain_outer` → `chain_middle` → `chain_inner`.
+//! `chain_outer` → `chain_middle` → `chain_inner`. For a thread dump,
+//! [`BlockedReader`] adds `btprof-wait`, waiting in `read` on a pipe.
 //!
 //! [`Work::slow`] makes one function do twice the work per call: a known
 //! regression for `btprof diff` to find. The truth is measured either way,
@@ -340,30 +341,6 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slow_doubles_one_function_each_time() {
-        let work = Work::default().slow("chain_inner").unwrap();
-        let mut want = ITERATIONS;
-        want[INNER] *= 2;
-        assert_eq!(work.iterations(), want);
-        want[INNER] *= 2;
-        assert_eq!(work.slow("chain_inner").unwrap().iterations(), want);
-    }
-
-    #[test]
-    fn slow_names_the_choices_for_an_unknown_function() {
-        let err = Work::default().slow("gamma").unwrap_err();
-        assert!(
-            err.contains("`gamma`") && err.contains("alpha, beta"),
-            "{err}"
-        );
-    }
-}
-
 /// The name of the workload's thread that waits in `read` on a pipe.
 pub const BLOCKED_THREAD: &str = "btprof-wait";
 /// The function it waits in.
@@ -425,5 +402,29 @@ fn wait_for_input(fd: i32) {
         if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_doubles_one_function_each_time() {
+        let work = Work::default().slow("chain_inner").unwrap();
+        let mut want = ITERATIONS;
+        want[INNER] *= 2;
+        assert_eq!(work.iterations(), want);
+        want[INNER] *= 2;
+        assert_eq!(work.slow("chain_inner").unwrap().iterations(), want);
+    }
+
+    #[test]
+    fn slow_names_the_choices_for_an_unknown_function() {
+        let err = Work::default().slow("gamma").unwrap_err();
+        assert!(
+            err.contains("`gamma`") && err.contains("alpha, beta"),
+            "{err}"
+        );
     }
 }
