@@ -329,3 +329,75 @@ fn captures_beside_a_cpu_mode_profiler_leave_it_alone() {
 fn captures_beside_a_wall_mode_profiler_leave_it_alone() {
     beside_profiler(Mode::Wall);
 }
+
+/// The capture signal's action, as a raw handler address.
+fn capture_action() -> usize {
+    let sig = btprof_sampler::one_shot::capture_signal();
+    // SAFETY: an all-zero sigaction is valid; querying into it.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid signal and out-pointer.
+    assert_eq!(
+        unsafe { libc::sigaction(sig, std::ptr::null(), &mut action) },
+        0
+    );
+    action.sa_sigaction
+}
+
+/// Whether the capture signal is pending for thread `tid` or the process.
+fn capture_signal_pending(tid: i32) -> bool {
+    let bit = 1u64 << (btprof_sampler::one_shot::capture_signal() - 1);
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    ["SigPnd:", "ShdPnd:"].iter().any(|field| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .is_some_and(|mask| mask & bit != 0)
+    })
+}
+
+#[test]
+fn a_thread_that_blocks_the_signal_is_reported_not_queued_to() {
+    let _serial = serial();
+    let before = capture_action();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = stop.clone();
+    let masked = spawn("dump-masked", move || {
+        // SAFETY: blocking every signal in this thread only.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+        }
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let mut x = 0u64;
+        while !s.load(Relaxed) {
+            x = black_box(x.wrapping_add(1));
+        }
+    });
+    let tid = rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let dump = ThreadDump::capture().unwrap();
+    let t = thread(&dump, "dump-masked");
+    assert_eq!(t.state(), ThreadState::Running, "\n{t}");
+    assert!(t.frames().is_empty() && !t.complete(), "\n{t}");
+    assert_eq!(
+        t.not_read(),
+        Some("the thread blocks the capture signal"),
+        "\n{t}"
+    );
+    assert!(
+        !capture_signal_pending(tid),
+        "a capture signal was left queued"
+    );
+    stop.store(true, Relaxed);
+    masked.join().unwrap();
+    // With no profiler, the previous action is back after the dump.
+    assert_eq!(
+        capture_action(),
+        before,
+        "the capture handler was left installed"
+    );
+}

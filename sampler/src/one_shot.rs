@@ -117,7 +117,7 @@ impl CapturedThread {
 }
 
 #[cfg(target_os = "linux")]
-pub use crate::linux::one_shot::{capture_thread, capture_threads};
+pub use crate::linux::one_shot::{capture_signal, capture_thread, capture_threads};
 
 #[cfg(target_os = "macos")]
 pub use crate::macos::one_shot::{capture_thread, capture_threads};
