@@ -2,13 +2,11 @@
 //! its busy workers walked to their entry and the waiting thread blocked
 //! in `read`, as text and as JSON.
 
-use std::process::Command;
-
-const BIN: &str = env!("CARGO_BIN_EXE_btprof");
-
 #[cfg(target_os = "linux")]
 #[test]
 fn the_dump_shows_busy_workers_and_a_thread_blocked_in_read() {
+    use std::process::Command;
+    const BIN: &str = env!("CARGO_BIN_EXE_btprof");
     let out = Command::new(BIN)
         .args(["--pid-self", "--dump-threads"])
         .output()
