@@ -121,12 +121,17 @@
 //! [`formats::flamegraph::write_differential`], [`Profile::write_pprof`])
 //! and analysis ([`analysis::functions`], [`diff::compare`], [`report`])
 //! takes a `Profile`.
+//!
+//! Beside that path, [`thread_dump`] answers "what is each thread doing
+//! right now?" ([`ThreadDump::capture`], [`backtrace`]) with the
+//! sampler's one-shot capture and the same symbol resolver.
 
 pub mod analysis;
 mod error;
 pub mod formats;
 pub mod profile;
 pub mod record;
+pub mod thread_dump;
 
 pub use analysis::{diff, report};
 pub use btprof_sampler::{
@@ -142,6 +147,7 @@ pub use record::scope::{self as scope, profile_scope, ProfileScope};
 pub use record::{
     register_current_thread, DumpStats, Profiler, ProfilerBuilder, Symbolize, WarmUpStats,
 };
+pub use thread_dump::{backtrace, Frame, Thread, ThreadBacktrace, ThreadDump, ThreadState};
 
 /// For btprof's tests and benchmarks only: not part of the API.
 #[doc(hidden)]

@@ -6,4 +6,5 @@
 pub mod commands;
 pub mod duration;
 pub mod selfcheck;
+pub mod thread_dump;
 pub mod workload;

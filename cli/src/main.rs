@@ -54,6 +54,7 @@ use clap::{Parser, ValueEnum};
   btprof --pid-self --mode wall --merge-threads
   btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5
   btprof --pid-self --slow beta --folded slow.folded
+  btprof --pid-self --dump-threads            what each thread is doing now
   btprof diff btprof.folded slow.folded -o diff.svg     exit 1: beta regressed
   btprof report --top 10 btprof.folded
   btprof flamegraph btprof.folded -o btprof.svg --inverted
@@ -165,6 +166,16 @@ struct Args {
     /// btprof --workload-only`.
     #[arg(long)]
     workload_only: bool,
+
+    /// Print a thread dump of the running workload instead of profiling
+    /// it: each thread's name, id, state and backtrace (two busy workers
+    /// and a thread blocked in `read` on a pipe).
+    #[arg(long, requires = "pid_self")]
+    dump_threads: bool,
+
+    /// With --dump-threads: print the dump as JSON.
+    #[arg(long, requires = "dump_threads")]
+    json: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -194,6 +205,15 @@ fn main() -> ExitCode {
              flamegraph); see btprof --help"
         );
         return ExitCode::from(2);
+    }
+    if args.dump_threads {
+        return match btprof_cli::thread_dump::run(args.json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("btprof: {message}");
+                ExitCode::from(2)
+            }
+        };
     }
     match run(&args) {
         Ok(code) => code,

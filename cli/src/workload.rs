@@ -12,7 +12,8 @@
 //!
 //! Thread `btprof-work-0` runs `alpha`, `beta` and `sort_in_libc`; thread
 //! `btprof-work-1` runs `beta` and the three-deep chain
-//! `chain_outer` → `chain_middle` → `chain_inner`.
+//! `chain_outer` → `chain_middle` → `chain_inner`. For a thread dump,
+//! [`BlockedReader`] adds `btprof-wait`, waiting in `read` on a pipe.
 //!
 //! [`Work::slow`] makes one function do twice the work per call: a known
 //! regression for `btprof diff` to find. The truth is measured either way,
@@ -338,6 +339,70 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: valid clock id and out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The name of the workload's thread that waits in `read` on a pipe.
+pub const BLOCKED_THREAD: &str = "btprof-wait";
+/// The function it waits in.
+pub const BLOCKED_FUNCTION: &str = "wait_for_input";
+
+/// A thread of the workload blocked in `read` on a pipe until stopped:
+/// what a thread dump shows as blocked in a system call (it must be read
+/// without interrupting it).
+pub struct BlockedReader {
+    write_end: i32,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BlockedReader {
+    /// Starts the thread; it blocks in [`BLOCKED_FUNCTION`] at once.
+    pub fn start() -> std::io::Result<BlockedReader> {
+        let mut fds = [0i32; 2];
+        // SAFETY: a valid array for the two descriptors.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let read_end = fds[0];
+        let thread = std::thread::Builder::new()
+            .name(BLOCKED_THREAD.into())
+            .spawn(move || {
+                wait_for_input(read_end);
+                // SAFETY: closing this thread's own read end once.
+                unsafe { libc::close(read_end) };
+            })?;
+        Ok(BlockedReader {
+            write_end: fds[1],
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for BlockedReader {
+    /// Wakes the thread with one byte and joins it.
+    fn drop(&mut self) {
+        // SAFETY: one byte from a valid buffer to our own pipe, then
+        // closing the write end once.
+        unsafe {
+            libc::write(self.write_end, b"x".as_ptr().cast(), 1);
+            libc::close(self.write_end);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Waits for one byte on `fd` (retrying a read a signal cut short).
+#[inline(never)]
+fn wait_for_input(fd: i32) {
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reading one byte into a valid buffer.
+        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

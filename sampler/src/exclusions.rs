@@ -48,6 +48,39 @@ pub(crate) fn is_excluded(tid: u64) -> bool {
     tid != 0 && EXCLUDED.iter().any(|e| e.load(Ordering::Acquire) == tid)
 }
 
+/// btprof's own threads that are running (the sampler, dump and warm-up
+/// threads), by id, 0 for a free entry: a thread dump leaves them out.
+static OWN: [AtomicU64; CAPACITY] = [const { AtomicU64::new(0) }; CAPACITY];
+
+/// Marks the calling thread as one of btprof's own until dropped.
+pub(crate) struct OwnThread(Option<usize>);
+
+impl OwnThread {
+    /// Registers the calling thread (left unregistered when every entry
+    /// is taken: it then shows in thread dumps, which is harmless).
+    pub(crate) fn register() -> OwnThread {
+        let tid = crate::current_thread_id();
+        OwnThread(OWN.iter().position(|entry| {
+            entry
+                .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        }))
+    }
+}
+
+impl Drop for OwnThread {
+    fn drop(&mut self) {
+        if let Some(index) = self.0 {
+            OWN[index].store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Whether a thread is one of btprof's own or excluded from sampling.
+pub(crate) fn is_own_or_excluded(tid: u64) -> bool {
+    is_excluded(tid) || (tid != 0 && OWN.iter().any(|e| e.load(Ordering::Acquire) == tid))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@
 
 pub mod clock;
 pub mod control;
+pub mod one_shot;
 pub mod stack_copy;
 pub mod stack_table;
 pub mod walker;

@@ -47,7 +47,11 @@ where
     T: Send + 'static,
 {
     let _restore = BlockAll::in_this_thread();
-    Builder::new().name(name.to_owned()).spawn(body)
+    Builder::new().name(name.to_owned()).spawn(move || {
+        // Left out of thread dumps while it runs.
+        let _own = crate::exclusions::OwnThread::register();
+        body()
+    })
 }
 
 /// The calling thread's mask before everything was blocked, restored on

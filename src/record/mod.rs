@@ -7,9 +7,9 @@ mod dump_signal;
 pub mod lost_samples;
 mod profiler;
 pub mod scope;
-mod symbolize;
-mod thread_names;
-mod walk_ends;
+pub(crate) mod symbolize;
+pub(crate) mod thread_names;
+pub(crate) mod walk_ends;
 mod warm_up;
 
 pub use dump::DumpStats;

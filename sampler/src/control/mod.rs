@@ -51,11 +51,13 @@
 
 pub mod kern_return;
 pub mod never_stop;
+mod one_shot;
 pub mod rosetta_gate;
 mod sampling_loop;
 mod stopped;
 
 pub use kern_return::Resumed;
+pub use one_shot::capture_all;
 pub use sampling_loop::SamplingLoop;
 pub use stopped::{holding_a_thread_stopped, install_abort_on_panic_hook};
 

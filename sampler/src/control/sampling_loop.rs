@@ -476,7 +476,7 @@ fn owed_for(state: &mut ThreadState, usage: ThreadUsage, used: u64, period_ns: u
 /// thread that could not be stopped is not resumed. A thread that turns
 /// out to be gone when it is resumed (it exited while stopped) is counted
 /// as exited; a walk taken before that is kept.
-fn stopped_walk<C: ThreadControl>(
+pub(super) fn stopped_walk<C: ThreadControl>(
     control: &mut C,
     thread: C::Thread,
     target: Target<'_>,
@@ -557,11 +557,11 @@ fn after_syscall(memory: &mut impl CopyMemory, pc: u64) -> bool {
 }
 
 /// A walk taken in a stopped window.
-struct Sampled {
-    walk: Walk,
+pub(super) struct Sampled {
+    pub(super) walk: Walk,
     /// The thread was found gone when it was resumed: it exited while
     /// stopped, after its stack was walked.
-    exited: bool,
+    pub(super) exited: bool,
 }
 
 /// The run's counters up to now, with the ones kept elsewhere: the

@@ -32,6 +32,7 @@
 
 mod born_threads;
 pub(crate) mod checked_memory;
+pub(crate) mod one_shot;
 mod perf_attr;
 mod perf_ring;
 mod scheduling;

@@ -20,7 +20,7 @@ pub(crate) struct InstalledHandler {
 
 /// The signal whose handler is installed now (0: none), for the fork
 /// handler, which cannot reach the `Sampler`.
-static INSTALLED_SIGNAL: AtomicI32 = AtomicI32::new(0);
+pub(super) static INSTALLED_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// The action that was in place before ours, for the fork handler.
 struct SavedAction(UnsafeCell<MaybeUninit<libc::sigaction>>);
@@ -53,9 +53,14 @@ impl InstalledHandler {
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
         action.sa_sigaction = slots::on_signal as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
-        // SAFETY: `sa_mask` is a valid sigset; the signal itself is blocked
-        // during the handler by default (no SA_NODEFER).
-        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // The signal itself is blocked during the handler by default (no
+        // SA_NODEFER); the one-shot capture's signal is held back too, so
+        // a capture never walks from inside a sample's handler.
+        // SAFETY: `sa_mask` is a valid sigset and both signals are valid.
+        unsafe {
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaddset(&mut action.sa_mask, super::one_shot::capture_signal());
+        };
         REGISTER_FORK_HANDLER.call_once(|| {
             // SAFETY: registering a child handler that only makes
             // async-signal-safe calls; it stays valid for the process's life.
@@ -79,7 +84,7 @@ impl InstalledHandler {
 }
 
 /// Whether our handler is `signal`'s action right now.
-fn handler_is_ours(signal: libc::c_int) -> bool {
+pub(super) fn handler_is_ours(signal: libc::c_int) -> bool {
     let mut current = MaybeUninit::<libc::sigaction>::zeroed();
     // SAFETY: querying the current action into a valid out-pointer.
     if unsafe { libc::sigaction(signal, std::ptr::null(), current.as_mut_ptr()) } != 0 {

@@ -148,9 +148,10 @@ pub(crate) static HANDLER_TEST_DELAY_TID: AtomicI32 = AtomicI32::new(0);
 /// (the handler's first instructions, before it claims a slot) are left to
 /// the callers, which want the mask seen twice, at looks far enough apart.
 pub(crate) fn in_handler(tid: i32) -> bool {
-    SLOT_TABLE.iter().any(|slot| {
-        matches!(slot.state.load(Acquire) & 3, WRITING | DONE) && slot.tid.load(Relaxed) == tid
-    })
+    super::one_shot::in_dump_handler(tid)
+        || SLOT_TABLE.iter().any(|slot| {
+            matches!(slot.state.load(Acquire) & 3, WRITING | DONE) && slot.tid.load(Relaxed) == tid
+        })
 }
 
 /// How long a thread may have been off CPU between the sampler's decision
@@ -183,7 +184,7 @@ pub(crate) fn reset_after_fork() {
 
 /// How far above the stack pointer a walk may go when the snapshot does not
 /// know the stack's mapping: the default size of a thread's stack (8 MiB).
-const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
+pub(super) const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
 
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
@@ -419,6 +420,13 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     let claimed = if info.si_code == libc::SI_QUEUE {
         // SAFETY: si_pid and si_value are valid for SI_QUEUE signals.
         let (pid, value) = unsafe { (info.si_pid(), info.si_value().sival_ptr as usize) };
+        if pid == OWN_PID.load(Relaxed) && value & super::one_shot::DUMP_MARK != 0 {
+            // A one-shot capture's request: its own slot, not a sample's.
+            // SAFETY: `context` is the kernel's `ucontext_t` for this
+            // delivery (checked non-null above).
+            unsafe { super::one_shot::on_dump_signal(value, context) };
+            return;
+        }
         if pid != OWN_PID.load(Relaxed) {
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
@@ -536,7 +544,7 @@ fn after_system_call(pc: u64) -> bool {
 }
 
 /// `clock` in nanoseconds. Async-signal-safe (`clock_gettime` is).
-fn clock_ns(clock: libc::clockid_t) -> u64 {
+pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -631,7 +639,7 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
 }
 
 #[cfg(target_arch = "x86_64")]
-fn registers(uc: &libc::ucontext_t) -> Registers {
+pub(super) fn registers(uc: &libc::ucontext_t) -> Registers {
     let g = &uc.uc_mcontext.gregs;
     Registers {
         pc: g[libc::REG_RIP as usize] as u64,
@@ -642,7 +650,7 @@ fn registers(uc: &libc::ucontext_t) -> Registers {
 }
 
 #[cfg(target_arch = "aarch64")]
-fn registers(uc: &libc::ucontext_t) -> Registers {
+pub(super) fn registers(uc: &libc::ucontext_t) -> Registers {
     let m = &uc.uc_mcontext;
     Registers {
         pc: m.pc,

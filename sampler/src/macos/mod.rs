@@ -20,6 +20,7 @@
 
 mod mach_clock;
 mod mach_threads;
+pub(crate) mod one_shot;
 mod rosetta;
 mod scheduling;
 mod syscall_stubs;

@@ -30,6 +30,7 @@
 //! above the stack pointer (below frames whose stack use exceeds that)
 //! ends the walk there, counted as truncated.
 
+pub(crate) mod blocked;
 pub(crate) mod modules;
 pub(crate) mod stack_copy;
 

@@ -1,0 +1,131 @@
+//! What a thread dump costs the threads it looks at, and the caller.
+//!
+//! - **Hold**: how long each interrupted thread is kept from running, from
+//!   the capture handler's entry to its exit (Linux; suspend to resume on
+//!   macOS): a register read, a 32 KiB stack copy and a frame-pointer walk,
+//!   no symbolisation. Target: median at most 100 µs.
+//! - **Capture**: the whole [`ThreadDump::capture`] as the caller sees it
+//!   (listing, every thread's capture, CFI unwinding, symbolisation with
+//!   the warm resolver cache), and the raw capture alone
+//!   ([`btprof_sampler::one_shot::capture_threads`], no symbols).
+//! - Baseline, in the same run: one `getpid` system call round trip and
+//!   one `/proc/self/task/TID/stat` read, the floors the per-thread costs
+//!   are built from, so a slower machine shows as such.
+//!
+//! Two scenarios: 10 threads, all spinning (every one interrupted), and
+//! 200 threads of which 10 spin and 190 sleep in `nanosleep` (read from
+//! outside, never interrupted). Medians over `BTPROF_BENCH_RUNS` rounds
+//! (default 5) of 20 captures each.
+//!
+//! `cargo bench --bench thread_dump`. Always exits 0: it reports, it does
+//! not gate.
+
+#[allow(dead_code)]
+#[path = "support/measure.rs"]
+mod measure;
+
+#[cfg(target_os = "linux")]
+fn main() {
+    use std::hint::black_box;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use measure::median;
+
+    let rounds: usize = std::env::var("BTPROF_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+
+    // Baselines.
+    let started = Instant::now();
+    for _ in 0..10_000 {
+        // SAFETY: getpid has no preconditions.
+        black_box(unsafe { libc::getpid() });
+    }
+    let syscall_us = started.elapsed().as_secs_f64() * 1e6 / 10_000.0;
+    let stat = format!("/proc/self/task/{}/stat", std::process::id());
+    let started = Instant::now();
+    for _ in 0..1000 {
+        black_box(std::fs::read(&stat).unwrap());
+    }
+    let stat_us = started.elapsed().as_secs_f64() * 1e6 / 1000.0;
+    println!("baseline: getpid {syscall_us:.2} µs, /proc stat read {stat_us:.1} µs");
+
+    for (total, spinning) in [(10usize, 10usize), (200, 10)] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..total)
+            .map(|i| {
+                let stop = stop.clone();
+                std::thread::Builder::new()
+                    .name(format!("bench-{i}"))
+                    .spawn(move || {
+                        if i < spinning {
+                            let mut x = 0u64;
+                            while !stop.load(Relaxed) {
+                                x = black_box(x.wrapping_add(1));
+                            }
+                        } else {
+                            while !stop.load(Relaxed) {
+                                std::thread::sleep(Duration::from_millis(200));
+                            }
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        // Warm the resolver and the unwinder.
+        btprof::ThreadDump::capture().unwrap();
+        let (mut holds, mut captures, mut raws, mut interrupted) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let mut round_holds = Vec::new();
+            let mut round_captures = Vec::new();
+            let mut round_raws = Vec::new();
+            let mut round_interrupted = Vec::new();
+            for _ in 0..20 {
+                let started = Instant::now();
+                let dump = btprof::ThreadDump::capture().unwrap();
+                round_captures.push(started.elapsed().as_secs_f64() * 1e3);
+                let held: Vec<f64> = dump
+                    .threads()
+                    .iter()
+                    .filter_map(|t| t.held())
+                    .map(|d| d.as_secs_f64() * 1e6)
+                    .collect();
+                round_interrupted.push(held.len() as f64);
+                round_holds.extend(held);
+                let started = Instant::now();
+                black_box(btprof_sampler::one_shot::capture_threads().unwrap());
+                round_raws.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+            holds.push(median(round_holds));
+            captures.push(median(round_captures));
+            raws.push(median(round_raws));
+            interrupted.push(median(round_interrupted));
+        }
+        stop.store(true, Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let hold = median(holds);
+        println!(
+            "{total} threads ({spinning} spinning): hold median {hold:.1} µs per interrupted \
+             thread ({:.0} interrupted per dump; {:.0} x getpid) [target <= 100 µs: {}]; \
+             capture {:.2} ms with symbols, {:.2} ms raw ({:.1} x a stat read per thread)",
+            median(interrupted),
+            hold / syscall_us,
+            if hold <= 100.0 { "met" } else { "missed" },
+            median(captures.clone()),
+            median(raws.clone()),
+            median(raws) * 1e3 / total as f64 / stat_us,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    println!("thread_dump bench: no capture backend measured on this platform");
+}

@@ -1,0 +1,88 @@
+//! One-shot captures over the shared stop/walk/resume window: every
+//! thread once, one at a time, each stopped only for its register read and
+//! stack copy (the same window, with the same rules, as a sample's).
+//! Everything that may allocate (the frames' own vector, the caller's
+//! symbolisation) happens after the thread runs again.
+
+use std::time::Instant;
+
+use super::sampling_loop::stopped_walk;
+use super::{never_stop, ThreadControl, ThreadError, MAX_DEPTH};
+use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
+use crate::stack_copy::StackCopy;
+use crate::walker::Arch;
+
+/// Captures every thread of `control`'s listing but the calling one, those
+/// `skip` names (by id) and those never to be stopped, walking for
+/// `arch`. A thread that exits on the way is reported [`RunState::Gone`];
+/// one whose stop or register read fails is reported with
+/// [`NotTaken::Unreadable`] (and, having been stopped, was resumed once).
+/// Fails only if the threads cannot be listed.
+pub fn capture_all<C: ThreadControl>(
+    control: &mut C,
+    arch: Arch,
+    skip: impl Fn(u64) -> bool,
+) -> Result<Vec<CapturedThread>, ThreadError> {
+    let list = control.list_threads()?;
+    let own = control.current_thread();
+    let mut out = Vec::new();
+    // Allocated before any thread is stopped.
+    let mut frames = vec![0u64; MAX_DEPTH];
+    let mut stack_copy = StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES);
+    for &thread in list.as_ref() {
+        if thread == own {
+            continue;
+        }
+        let id = match control.thread_id(thread) {
+            Ok(id) => id,
+            Err(_) => continue,
+        };
+        if skip(id) {
+            continue;
+        }
+        let name = control.name(thread).unwrap_or_default();
+        if never_stop::is_protected(&name) {
+            continue;
+        }
+        let gone = |name: String| {
+            CapturedThread::not_taken(id, name, RunState::Gone, None, NotTaken::Gone)
+        };
+        let state = match control.usage(thread) {
+            Ok(usage) if usage.running => RunState::Running,
+            Ok(_) => RunState::Blocked,
+            Err(ThreadError::Exited) => {
+                out.push(gone(name));
+                continue;
+            }
+            Err(ThreadError::Failed(_)) => RunState::Blocked,
+        };
+        let stack = control.stack_range(thread);
+        let stopped_at = Instant::now();
+        let walked = stopped_walk(control, thread, arch, stack, &mut frames, &mut stack_copy);
+        let held_ns = stopped_at.elapsed().as_nanos() as u64;
+        out.push(match walked {
+            Ok(sampled) if sampled.exited => gone(name),
+            Ok(sampled) => CapturedThread {
+                tid: id,
+                name,
+                state,
+                syscall: None,
+                frames: frames[..sampled.walk.depth].to_vec(),
+                lr: sampled.walk.lr,
+                end: sampled.walk.end,
+                taken: Taken::Interrupted,
+                held_ns: Some(held_ns),
+            },
+            Err(ThreadError::Exited) => gone(name),
+            Err(ThreadError::Failed(_)) => {
+                CapturedThread::not_taken(id, name, state, None, NotTaken::Unreadable)
+            }
+        });
+    }
+    // Every thread runs again by now.
+    for &thread in list.as_ref() {
+        control.release_thread(thread);
+    }
+    control.release_list(list);
+    Ok(out)
+}

@@ -1,0 +1,698 @@
+//! One-shot captures on Linux: every thread's stack, or one thread's, now.
+//!
+//! A thread that is running (`R` in `/proc`) is sent the profiling signal
+//! with `si_code == SI_QUEUE` and [`DUMP_MARK`] plus a generation in
+//! `si_value`, so the handler a running profiler shares tells it from a
+//! sample's signal; it copies the registers and the top of the stack into
+//! the dump's own static slot and walks the frame-pointer chain there, as
+//! for a sample, and the capturing thread unwinds the copy with call frame
+//! information afterwards. No profiler's slot, counter or handler is
+//! touched. Without a profiler the handler is installed for the capture and
+//! the previous action put back after (any signal still pending is
+//! discarded on the way, see `signal.rs`).
+//!
+//! A thread that is not running is never signalled: a signal would end
+//! its `read`, `poll` or `nanosleep` with `EINTR` (or restart it), and the
+//! program must not be able to tell it was looked at. The kernel reports
+//! its user stack pointer and pc in `/proc/self/task/TID/syscall`; its
+//! stack is copied from there with `process_vm_readv`, its frame pointer
+//! recovered from the copy (the kernel does not report it; see
+//! `unwind/blocked.rs`) and the copy unwound with CFI. The thread is then
+//! checked to be still blocked at the same stack pointer and pc, so the
+//! copy is of the stack it is blocked on; if it moved, the read is tried
+//! again, and marked [`NotTaken::Moved`] after that.
+//!
+//! A thread that blocks the signal is not queued to (the signal would wait
+//! for it to unblock) and is reported with what `/proc` says. The residual
+//! race: a thread seen running may enter a blocking call in the
+//! microseconds before the signal lands; a thread waiting for a CPU takes
+//! the signal on its way back to user space, which is harmless.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{
+    AtomicI32, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
+use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, WalkEnd};
+use crate::Error;
+
+use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::signal::{self, SignalSender};
+use super::threads::{self, TaskList};
+use super::unwind::stack_copy::CopiedStack;
+use super::unwind::CfiWalker;
+use super::{slots, stack_regions, MAX_DEPTH};
+
+/// The bit of `si_value` that marks a one-shot capture's request; the
+/// profiler's values (a generation shifted by 8 and a slot index) never
+/// reach it.
+pub(crate) const DUMP_MARK: usize = 1 << (usize::BITS - 1);
+
+/// Stack copied per thread: 32 KiB, four times a sample's, since only one
+/// thread is copied at a time. Frames beyond it come from the frame-pointer
+/// walk.
+const COPY_WORDS: usize = 4096;
+/// How long a signalled thread may take to run its handler before the
+/// request is withdrawn: a thread waiting for a CPU behind busy processes
+/// takes milliseconds.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+/// Tries at reading a blocked thread that keeps moving.
+const TRIES: usize = 4;
+
+const IDLE: u64 = 0;
+const ARMED: u64 = 1;
+const WRITING: u64 = 2;
+const DONE: u64 = 3;
+
+#[inline]
+const fn state(generation: u64, phase: u64) -> u64 {
+    generation << 2 | phase
+}
+
+/// The one slot a capture's handler writes into; static, so a handler
+/// that runs after its request was withdrawn touches only valid memory
+/// (and finds the slot not armed for it).
+struct DumpSlot {
+    state: AtomicU64,
+    tid: AtomicI32,
+    depth: AtomicU32,
+    end: AtomicU32,
+    lr: AtomicU64,
+    held_ns: AtomicU64,
+    regs: [AtomicU64; 4],
+    base: AtomicU64,
+    len: AtomicU32,
+    frames: UnsafeCell<[u64; MAX_DEPTH]>,
+    window: UnsafeCell<[u64; WINDOW_WORDS]>,
+    words: UnsafeCell<[u64; COPY_WORDS]>,
+}
+
+// SAFETY: the buffers are written only by the handler that won
+// `Armed -> Writing` for the current generation, and read only by the
+// capturing thread after an `Acquire` load of `Done`, which that handler
+// stored with `Release`; the capture lock allows one capturing thread.
+unsafe impl Sync for DumpSlot {}
+
+static SLOT: DumpSlot = DumpSlot {
+    state: AtomicU64::new(IDLE),
+    tid: AtomicI32::new(0),
+    depth: AtomicU32::new(0),
+    end: AtomicU32::new(0),
+    lr: AtomicU64::new(0),
+    held_ns: AtomicU64::new(0),
+    regs: [const { AtomicU64::new(0) }; 4],
+    base: AtomicU64::new(0),
+    len: AtomicU32::new(0),
+    frames: UnsafeCell::new([0; MAX_DEPTH]),
+    window: UnsafeCell::new([0; WINDOW_WORDS]),
+    words: UnsafeCell::new([0; COPY_WORDS]),
+};
+
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// Whether thread `tid` is in the capture's handler (its signal mask then
+/// holds the profiling signal for a moment).
+pub(crate) fn in_dump_handler(tid: i32) -> bool {
+    SLOT.state.load(Acquire) & 3 == WRITING && SLOT.tid.load(Relaxed) == tid
+}
+
+/// The handler's part: copies registers and stack into the slot armed for
+/// `value`'s generation and walks the frame-pointer chain. Returns at once
+/// if the slot is not armed for it (a withdrawn request).
+/// Async-signal-safe: no allocation, lock or panic.
+///
+/// # Safety
+/// `context` must be the handler's `ucontext_t`.
+pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) {
+    let entered = slots::clock_ns(libc::CLOCK_MONOTONIC);
+    let generation = (value & !DUMP_MARK) as u64;
+    if SLOT
+        .state
+        .compare_exchange(
+            state(generation, ARMED),
+            state(generation, WRITING),
+            Acquire,
+            Relaxed,
+        )
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    SLOT.tid.store(unsafe { libc::gettid() }, Relaxed);
+    // SAFETY: the caller's promise.
+    let regs = slots::registers(unsafe { &*(context as *const libc::ucontext_t) });
+    let high = stack_regions::region_containing(regs.sp)
+        .map(|(_, high)| high)
+        .unwrap_or(regs.sp.saturating_add(slots::UNKNOWN_STACK_SPAN));
+    for (to, from) in SLOT.regs.iter().zip([regs.pc, regs.sp, regs.fp, regs.lr]) {
+        to.store(from, Relaxed);
+    }
+    let base = regs.sp & !7;
+    // SAFETY: we won `Writing`, so the buffers are ours until `Done`.
+    let (words, window, frames) = unsafe {
+        (
+            &mut *SLOT.words.get(),
+            &mut *SLOT.window.get(),
+            &mut *SLOT.frames.get(),
+        )
+    };
+    let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
+    let len = checked_memory::copy_words(base, &mut words[..room]);
+    SLOT.base.store(base, Relaxed);
+    SLOT.len.store(len as u32, Relaxed);
+    let mut memory = CopyFirst {
+        base,
+        words: &words[..len],
+        rest: CheckedMemory::new(window, regs.sp, high),
+    };
+    let bounds = Some(StackBounds { low: regs.sp, high });
+    let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
+    SLOT.depth.store(walk.depth as u32, Relaxed);
+    SLOT.lr.store(walk.lr, Relaxed);
+    SLOT.end.store(walk.end as u32, Relaxed);
+    let left = slots::clock_ns(libc::CLOCK_MONOTONIC);
+    SLOT.held_ns.store(left.saturating_sub(entered), Relaxed);
+    SLOT.state.store(state(generation, DONE), Release);
+}
+
+/// Frame records inside a stack copy are read from it, the rest through
+/// [`CheckedMemory`] (fault-safe).
+struct CopyFirst<'a> {
+    base: u64,
+    words: &'a [u64],
+    rest: CheckedMemory<'a>,
+}
+
+impl StackMemory for CopyFirst<'_> {
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
+        if addr % 8 == 0 && addr >= self.base {
+            let i = ((addr - self.base) / 8) as usize;
+            if let (Some(&a), Some(&b)) = (self.words.get(i), self.words.get(i + 1)) {
+                return Some([a, b]);
+            }
+        }
+        self.rest.read_record(addr)
+    }
+}
+
+/// The signal captures are requested with: `SIGRTMAX - 1`, a real-time
+/// signal (queued, never merged with another pending instance) that
+/// programs rarely use. A capture fails with [`Error::SignalInUse`] if the
+/// program installed a handler for it.
+pub fn capture_signal() -> libc::c_int {
+    libc::SIGRTMAX() - 1
+}
+
+/// The capture signal's handler, installed for one capture: the shared
+/// handler (`slots::on_signal`) with every signal but the synchronous
+/// fault signals blocked while it runs, so a profiler's handler never
+/// runs inside it (and a fault still crashes visibly). Dropping it
+/// discards any instance still pending (`SIG_IGN` first: a late real-time
+/// signal meeting `SIG_DFL` would end the process) and puts the previous
+/// action back, if ours is still in place.
+struct CaptureHandler {
+    signal: libc::c_int,
+    previous: libc::sigaction,
+}
+
+impl CaptureHandler {
+    fn install(sig: libc::c_int) -> Result<CaptureHandler, Error> {
+        // SAFETY: an all-zero sigaction is valid; querying into it.
+        let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid signal and out-pointer.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut previous) } != 0 {
+            return Err(Error::Io(std::io::Error::last_os_error()));
+        }
+        if previous.sa_sigaction != libc::SIG_DFL && previous.sa_sigaction != libc::SIG_IGN {
+            return Err(Error::SignalInUse(sig));
+        }
+        // SAFETY: as above.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = slots::on_signal as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        // SAFETY: building a valid signal set in place.
+        unsafe {
+            libc::sigfillset(&mut action.sa_mask);
+            for fault in [
+                libc::SIGSEGV,
+                libc::SIGBUS,
+                libc::SIGILL,
+                libc::SIGFPE,
+                libc::SIGTRAP,
+            ] {
+                libc::sigdelset(&mut action.sa_mask, fault);
+            }
+        }
+        // SAFETY: a valid action whose handler is async-signal-safe.
+        if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
+            return Err(Error::Io(std::io::Error::last_os_error()));
+        }
+        Ok(CaptureHandler {
+            signal: sig,
+            previous,
+        })
+    }
+}
+
+impl Drop for CaptureHandler {
+    fn drop(&mut self) {
+        if !signal::handler_is_ours(self.signal) {
+            return;
+        }
+        // SAFETY: an all-zero sigaction with SIG_IGN set.
+        let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
+        ignore.sa_sigaction = libc::SIG_IGN;
+        // SAFETY: valid actions for a valid signal.
+        unsafe {
+            libc::sigaction(self.signal, &ignore, std::ptr::null_mut());
+            libc::sigaction(self.signal, &self.previous, std::ptr::null_mut());
+        }
+    }
+}
+
+/// What the capturing side keeps between captures: the CFI unwinder (its
+/// module list is costly to build). Its lock also makes captures take
+/// turns, as they share one slot.
+struct Shared {
+    cfi: Option<CfiWalker>,
+}
+
+static SHARED: Mutex<Shared> = Mutex::new(Shared { cfi: None });
+
+/// The raw stack of every thread of this process but btprof's own (the
+/// calling thread included), in one pass.
+pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
+    let mut session = Session::open()?;
+    let mut tids = Vec::new();
+    TaskList::open()
+        .and_then(|mut list| list.read(&mut tids))
+        .map_err(Error::Io)?;
+    let mut out = Vec::with_capacity(tids.len());
+    for tid in tids {
+        if crate::exclusions::is_own_or_excluded(tid as u64) {
+            continue;
+        }
+        out.push(session.capture(tid));
+    }
+    Ok(out)
+}
+
+/// The raw stack of thread `tid` of this process; a thread that is not (or
+/// no longer) one of ours comes back [`RunState::Gone`].
+pub fn capture_thread(tid: u64) -> Result<CapturedThread, Error> {
+    let tid = i32::try_from(tid).map_err(|_| Error::InvalidConfig(format!("no thread {tid}")))?;
+    Ok(Session::open()?.capture(tid))
+}
+
+/// One capture: the lock, the signal and, without a profiler, the
+/// handler installed for it (restored on drop).
+struct Session {
+    shared: MutexGuard<'static, Shared>,
+    sender: SignalSender,
+    _handler: Option<CaptureHandler>,
+    regions: Vec<(u64, u64)>,
+    copy: Vec<u64>,
+    window: Vec<u64>,
+    fp_frames: Vec<u64>,
+}
+
+impl Session {
+    fn open() -> Result<Session, Error> {
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: getpid has no preconditions.
+        slots::OWN_PID.store(unsafe { libc::getpid() }, Relaxed);
+        checked_memory::probe();
+        let cfi = shared.cfi.get_or_insert_with(CfiWalker::new);
+        cfi.refresh_modules();
+        // The capture has a signal of its own, so its requests never merge
+        // with a profiler's pending sample signal; if a profiler was given
+        // that very signal, its handler serves both.
+        let sig = capture_signal();
+        let installed = signal::INSTALLED_SIGNAL.load(Acquire);
+        let handler = if installed == sig && signal::handler_is_ours(sig) {
+            None
+        } else {
+            Some(CaptureHandler::install(sig)?)
+        };
+        let mut regions = Vec::new();
+        if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+            stack_regions::parse_rw_regions(&maps, &mut regions);
+        }
+        Ok(Session {
+            shared,
+            sender: SignalSender::new(sig),
+            _handler: handler,
+            regions,
+            copy: vec![0; COPY_WORDS],
+            window: vec![0; WINDOW_WORDS],
+            fp_frames: vec![0; MAX_DEPTH],
+        })
+    }
+
+    fn capture(&mut self, tid: i32) -> CapturedThread {
+        let name = threads::thread_name(tid).unwrap_or_default();
+        let gone = |name: String| {
+            CapturedThread::not_taken(tid as u64, name, RunState::Gone, None, NotTaken::Gone)
+        };
+        let mut last = None;
+        for _ in 0..TRIES {
+            let Some(code) = state_code(tid) else {
+                return gone(name);
+            };
+            let state = match code {
+                b'R' => match self.by_signal(tid, &name) {
+                    Some(captured) => return captured,
+                    // It blocked meanwhile: read it from outside.
+                    None => continue,
+                },
+                b'T' | b't' => RunState::Stopped,
+                b'Z' | b'X' | b'x' => return gone(name),
+                _ => RunState::Blocked,
+            };
+            match read_syscall(tid) {
+                None => return gone(name),
+                // It started running again: look at its state again.
+                Some(Syscall::Running) => continue,
+                Some(Syscall::At { nr, sp, pc }) => {
+                    let syscall = (nr >= 0).then_some(nr);
+                    last = Some((state, syscall));
+                    if let Some(captured) = self.read_from_outside(tid, &name, state, nr, sp, pc) {
+                        return captured;
+                    }
+                }
+            }
+        }
+        let (state, syscall) = last.unwrap_or((RunState::Blocked, None));
+        CapturedThread::not_taken(tid as u64, name, state, syscall, NotTaken::Moved)
+    }
+
+    /// A running thread: through the handler.
+    /// A running thread: through the handler. `None` if it is no longer
+    /// running when the signal is about to go.
+    fn by_signal(&mut self, tid: i32, name: &str) -> Option<CapturedThread> {
+        let sig = self.sender.signal();
+        let not_taken = |state, why| {
+            Some(CapturedThread::not_taken(
+                tid as u64,
+                name.to_owned(),
+                state,
+                None,
+                why,
+            ))
+        };
+        // A thread inside a handler has the signal in its mask for a
+        // moment; one that blocks it shows so at every look. One that
+        // still has an earlier, withdrawn request pending is given time to
+        // take it.
+        let mut blocked_looks = 0;
+        let mut waits = 0;
+        loop {
+            let Some(status) = threads::signal_status(tid, sig) else {
+                return not_taken(RunState::Gone, NotTaken::Gone);
+            };
+            if status.blocked && !slots::in_handler(tid) {
+                blocked_looks += 1;
+                if blocked_looks >= 3 {
+                    return not_taken(RunState::Running, NotTaken::SignalBlocked);
+                }
+            } else if !status.blocked && !status.pending {
+                break;
+            }
+            waits += 1;
+            if waits > 200 {
+                return not_taken(RunState::Running, NotTaken::NoReply);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The state is looked at last, just before the signal goes, so the
+        // moment in which a running thread can enter a blocking call and
+        // still be signalled is as short as it can be (see the module
+        // documentation).
+        if state_code(tid)? != b'R' {
+            return None;
+        }
+        let generation = NEXT_GENERATION.fetch_add(1, Relaxed);
+        // Idle: every earlier request was collected or withdrawn under
+        // the lock this session holds.
+        SLOT.state.store(state(generation, ARMED), Release);
+        if let Err(e) = self.sender.send(tid, DUMP_MARK | generation as usize) {
+            SLOT.state.store(IDLE, Release);
+            let why = if e.raw_os_error() == Some(libc::ESRCH) {
+                NotTaken::Gone
+            } else {
+                NotTaken::NoReply
+            };
+            let state = if why == NotTaken::Gone {
+                RunState::Gone
+            } else {
+                RunState::Running
+            };
+            return not_taken(state, why);
+        }
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            let now = SLOT.state.load(Acquire);
+            if now == state(generation, DONE) {
+                break;
+            }
+            if now == state(generation, ARMED) {
+                let exited = polls % 64 == 63 && !thread_exists(tid);
+                if exited || start.elapsed() > REPLY_TIMEOUT {
+                    // Withdraw; a handler that claimed it meanwhile is
+                    // waited for.
+                    if SLOT
+                        .state
+                        .compare_exchange(now, IDLE, Relaxed, Relaxed)
+                        .is_ok()
+                    {
+                        return if exited {
+                            not_taken(RunState::Gone, NotTaken::Gone)
+                        } else {
+                            not_taken(RunState::Running, NotTaken::NoReply)
+                        };
+                    }
+                }
+            }
+            polls += 1;
+            if polls < 200 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        // SAFETY: the slot is `Done` for our generation (Acquire above):
+        // its handler finished and none can claim it until we arm it again.
+        let (frames, words) = unsafe { (&*SLOT.frames.get(), &*SLOT.words.get()) };
+        let depth = (SLOT.depth.load(Relaxed) as usize).min(MAX_DEPTH);
+        let len = (SLOT.len.load(Relaxed) as usize).min(COPY_WORDS);
+        let [pc, sp, fp, lr] = SLOT.regs.each_ref().map(|r| r.load(Relaxed));
+        let regs = Registers { pc, fp, sp, lr };
+        let copy = CopiedStack::from_parts(regs, SLOT.base.load(Relaxed), &words[..len]);
+        let fp_end = WalkEnd::from_u8(SLOT.end.load(Relaxed) as u8);
+        let cfi = self
+            .shared
+            .cfi
+            .as_mut()
+            .expect("set when the session opened");
+        let done = cfi.complete(&copy, &frames[..depth], fp_end, MAX_DEPTH);
+        let captured = CapturedThread {
+            tid: tid as u64,
+            name: name.to_owned(),
+            state: RunState::Running,
+            syscall: None,
+            frames: done.frames.to_vec(),
+            lr: SLOT.lr.load(Relaxed),
+            end: done.end,
+            taken: Taken::Interrupted,
+            held_ns: Some(SLOT.held_ns.load(Relaxed)),
+        };
+        SLOT.state.store(IDLE, Release);
+        Some(captured)
+    }
+
+    /// A thread that is not running: its stack read from outside at the
+    /// kernel's sp and pc. `None` if it moved meanwhile.
+    fn read_from_outside(
+        &mut self,
+        tid: i32,
+        name: &str,
+        state: RunState,
+        nr: i64,
+        sp: u64,
+        pc: u64,
+    ) -> Option<CapturedThread> {
+        let syscall = (nr >= 0).then_some(nr);
+        let high = match region_of(&self.regions, sp) {
+            Some(high) => high,
+            None => {
+                // A stack mapped since the session opened.
+                if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+                    stack_regions::parse_rw_regions(&maps, &mut self.regions);
+                }
+                region_of(&self.regions, sp).unwrap_or(sp.saturating_add(slots::UNKNOWN_STACK_SPAN))
+            }
+        };
+        let base = sp & !7;
+        let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
+        let len = checked_memory::copy_words(base, &mut self.copy[..room]);
+        let cfi = self
+            .shared
+            .cfi
+            .as_mut()
+            .expect("set when the session opened");
+        let mut regs = Registers {
+            pc,
+            fp: 0,
+            sp,
+            lr: 0,
+        };
+        let guess = CopiedStack::from_parts(regs, base, &self.copy[..len]);
+        regs.fp = cfi.frame_pointer_at_syscall(&guess).unwrap_or(0);
+        let mut memory = CopyFirst {
+            base,
+            words: &self.copy[..len],
+            rest: CheckedMemory::new(&mut self.window, sp, high),
+        };
+        let bounds = Some(StackBounds { low: sp, high });
+        let walk = walker::walk(
+            Arch::host(),
+            &regs,
+            bounds,
+            &mut memory,
+            &mut self.fp_frames,
+        );
+        let copy = CopiedStack::from_parts(regs, base, &self.copy[..len]);
+        let done = cfi.complete(&copy, &self.fp_frames[..walk.depth], walk.end, MAX_DEPTH);
+        let frames = done.frames.to_vec();
+        let end = done.end;
+        // Still blocked where it was read: the copy is of that stack.
+        match read_syscall(tid) {
+            Some(Syscall::At {
+                nr: nr2,
+                sp: sp2,
+                pc: pc2,
+            }) if (nr2, sp2, pc2) == (nr, sp, pc) => {}
+            None => {
+                return Some(CapturedThread::not_taken(
+                    tid as u64,
+                    name.to_owned(),
+                    RunState::Gone,
+                    syscall,
+                    NotTaken::Gone,
+                ))
+            }
+            _ => return None,
+        }
+        Some(CapturedThread {
+            tid: tid as u64,
+            name: name.to_owned(),
+            state,
+            syscall,
+            frames,
+            lr: 0,
+            end,
+            taken: Taken::FromOutside,
+            held_ns: None,
+        })
+    }
+}
+
+/// The end of the `rw` mapping holding `addr`.
+fn region_of(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
+    let i = regions.partition_point(|&(start, _)| start <= addr);
+    let (start, end) = *regions.get(i.checked_sub(1)?)?;
+    (start..end).contains(&addr).then_some(end)
+}
+
+/// Whether thread `tid` is still one of ours.
+fn thread_exists(tid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists.
+    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) == 0 }
+}
+
+/// The state letter of `/proc/self/task/TID/stat`, `None` if gone.
+fn state_code(tid: i32) -> Option<u8> {
+    let stat = std::fs::read(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // `pid (comm) S ...`: comm may hold spaces and parentheses.
+    let after = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(after + 2).copied()
+}
+
+/// What `/proc/self/task/TID/syscall` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Syscall {
+    /// The thread is running: no registers to read.
+    Running,
+    /// Blocked, in system call `nr` (-1: in the kernel, not in a system
+    /// call) with its user stack pointer and pc.
+    At { nr: i64, sp: u64, pc: u64 },
+}
+
+fn read_syscall(tid: i32) -> Option<Syscall> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    parse_syscall(&text)
+}
+
+/// Parses `nr arg1 .. arg6 sp pc`, `-1 sp pc` or `running`.
+fn parse_syscall(text: &str) -> Option<Syscall> {
+    let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+    if fields.first() == Some(&"running") {
+        return Some(Syscall::Running);
+    }
+    let hex = |s: &str| u64::from_str_radix(s.strip_prefix("0x")?, 16).ok();
+    let nr: i64 = fields.first()?.parse().ok()?;
+    let [.., sp, pc] = fields.as_slice() else {
+        return None;
+    };
+    if fields.len() < 3 {
+        return None;
+    }
+    Some(Syscall::At {
+        nr,
+        sp: hex(sp)?,
+        pc: hex(pc)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_lines_parse() {
+        assert_eq!(parse_syscall("running\n"), Some(Syscall::Running));
+        assert_eq!(
+            parse_syscall("0 0x3 0x7f00 0x1 0x0 0x0 0x0 0x7ffc10 0x7f1234\n"),
+            Some(Syscall::At {
+                nr: 0,
+                sp: 0x7ffc10,
+                pc: 0x7f1234
+            })
+        );
+        assert_eq!(
+            parse_syscall("-1 0x7ffc10 0x7f1234\n"),
+            Some(Syscall::At {
+                nr: -1,
+                sp: 0x7ffc10,
+                pc: 0x7f1234
+            })
+        );
+        assert_eq!(parse_syscall(""), None);
+        assert_eq!(parse_syscall("0 0x1"), None);
+    }
+
+    #[test]
+    fn regions_are_found_by_address() {
+        let regions = [(0x1000, 0x2000), (0x5000, 0x8000)];
+        assert_eq!(region_of(&regions, 0x1000), Some(0x2000));
+        assert_eq!(region_of(&regions, 0x7fff), Some(0x8000));
+        assert_eq!(region_of(&regions, 0x2000), None);
+        assert_eq!(region_of(&regions, 0x0fff), None);
+    }
+}

@@ -1,0 +1,135 @@
+//! One-shot captures: the raw stack of every thread, or of one thread, at
+//! one moment, with no profiler needed ("what is this thread doing right
+//! now?").
+//!
+//! The platform captures ([`capture_threads`], [`capture_thread`]) hand
+//! back addresses only: a thread is held just long enough to copy its
+//! registers and the top of its stack, and everything that may allocate or
+//! lock (unwinding with call frame information, symbolising) runs after it
+//! is going again. On Linux a running thread is walked by the profiling
+//! signal's handler and a thread blocked in a system call is read from
+//! outside, never signalled, so a capture never makes a blocking call fail
+//! with `EINTR`; on macOS each thread is suspended for its register read
+//! and stack copy by the shared control loop. See `docs/architecture.md`.
+
+use crate::walker::WalkEnd;
+
+/// What the operating system says a thread was doing when it was captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunState {
+    /// On a CPU or waiting for one. Linux does not tell the two apart in
+    /// `/proc` (`R` is both); macOS does, see [`RunState::Runnable`].
+    Running,
+    /// Ready to run but not on a CPU (macOS only).
+    Runnable,
+    /// Waiting in the kernel: a system call, a page fault, a lock.
+    Blocked,
+    /// Stopped by a signal or a debugger.
+    Stopped,
+    /// The thread exited while it was being captured.
+    Gone,
+}
+
+/// How a thread's stack was read, or why it was not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Taken {
+    /// Interrupted (Linux: the profiling signal; macOS: suspended) for its
+    /// registers and a copy of its stack.
+    Interrupted,
+    /// Read from outside while it stayed blocked in a system call, at the
+    /// pc and stack pointer the kernel reports; never interrupted.
+    FromOutside,
+    /// Not read: see [`NotTaken`].
+    NotTaken(NotTaken),
+}
+
+/// Why a thread's stack was not read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotTaken {
+    /// The thread blocks the profiling signal, so no signal is queued to it
+    /// (it would stay pending, and reach the thread when it unblocks).
+    SignalBlocked,
+    /// The thread exited during the capture.
+    Gone,
+    /// The signal was sent but the handler did not run in time (a thread
+    /// starved of CPU); the request was withdrawn.
+    NoReply,
+    /// Blocked in the kernel but not in a system call (a page fault, say):
+    /// the kernel gives no user registers to start from, and interrupting
+    /// it is not allowed.
+    NoUserRegisters,
+    /// It kept moving between the read and the check that it was still
+    /// blocked at the same place, on every try.
+    Moved,
+    /// The thread could not be stopped or its registers read (macOS).
+    Unreadable,
+}
+
+/// One thread of a capture, in raw addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapturedThread {
+    /// The id samplers report ([`crate::ThreadInfo::tid`]).
+    pub tid: u64,
+    /// The thread's name as the OS keeps it (cut to 15 bytes on Linux).
+    pub name: String,
+    /// What it was doing.
+    pub state: RunState,
+    /// The system call it is blocked in, by number, where the OS says.
+    pub syscall: Option<i64>,
+    /// `frames[0]` is the pc, the rest return addresses, innermost first.
+    /// Empty when the walk was not taken.
+    pub frames: Vec<u64>,
+    /// The link register on aarch64 (0 elsewhere), for the caller decision
+    /// that needs symbols.
+    pub lr: u64,
+    /// Why the walk stopped; [`WalkEnd::Complete`] only if it reached the
+    /// end of the frame chain.
+    pub end: WalkEnd,
+    /// How the stack was read.
+    pub taken: Taken,
+    /// How long the thread was kept from running for this capture, in
+    /// nanoseconds: from handler entry to exit (Linux), suspend to resume
+    /// (macOS). `None` when it was never interrupted.
+    pub held_ns: Option<u64>,
+}
+
+impl CapturedThread {
+    /// A thread whose stack was not read.
+    pub(crate) fn not_taken(
+        tid: u64,
+        name: String,
+        state: RunState,
+        syscall: Option<i64>,
+        why: NotTaken,
+    ) -> Self {
+        CapturedThread {
+            tid,
+            name,
+            state,
+            syscall,
+            frames: Vec::new(),
+            lr: 0,
+            end: WalkEnd::Unreadable,
+            taken: Taken::NotTaken(why),
+            held_ns: None,
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+pub use crate::linux::one_shot::{capture_signal, capture_thread, capture_threads};
+
+#[cfg(target_os = "macos")]
+pub use crate::macos::one_shot::{capture_thread, capture_threads};
+
+/// No capture backend on this platform.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+pub fn capture_threads() -> Result<Vec<CapturedThread>, crate::Error> {
+    Err(crate::Error::Unsupported)
+}
+
+/// No capture backend on this platform.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+pub fn capture_thread(_tid: u64) -> Result<CapturedThread, crate::Error> {
+    Err(crate::Error::Unsupported)
+}

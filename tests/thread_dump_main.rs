@@ -1,0 +1,94 @@
+//! `backtrace(&Thread::main())` from another thread names the function the
+//! main thread is in, 100 of 100 times, while it spins and while it
+//! sleeps. A test binary of its own (no test harness), so its main thread
+//! is this file's `main`.
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::hint::black_box;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    use btprof::{backtrace, Thread, ThreadState};
+
+    #[inline(never)]
+    fn main_thread_spins(stop: &AtomicBool) {
+        let mut x = 0u64;
+        while !stop.load(Relaxed) {
+            x = black_box(x.wrapping_add(1));
+        }
+    }
+
+    #[inline(never)]
+    fn main_thread_sleeps(stop: &AtomicBool) {
+        while !stop.load(Relaxed) {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+
+    /// Runs `body` on the main thread while another thread takes 100
+    /// backtraces of it; returns how many named `function`, and the states.
+    fn hundred_backtraces(
+        function: &'static str,
+        body: fn(&AtomicBool),
+    ) -> (u32, Vec<ThreadState>) {
+        let main = Thread::main();
+        assert_eq!(main, Thread::current(), "main() is this thread");
+        let stop = Arc::new(AtomicBool::new(false));
+        let hits = Arc::new(AtomicU32::new(0));
+        let taker = {
+            let (stop, hits) = (stop.clone(), hits.clone());
+            std::thread::spawn(move || {
+                // Until the main thread is inside `body`.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                let mut states = Vec::new();
+                for _ in 0..100 {
+                    let bt = backtrace(&main).unwrap();
+                    if bt
+                        .frames()
+                        .iter()
+                        .any(|f| f.function().is_some_and(|n| n.contains(function)))
+                    {
+                        hits.fetch_add(1, Relaxed);
+                    } else {
+                        eprintln!("{function} missing:\n{bt}");
+                    }
+                    states.push(bt.state());
+                }
+                stop.store(true, Relaxed);
+                states
+            })
+        };
+        body(&stop);
+        let states = taker.join().unwrap();
+        (hits.load(Relaxed), states)
+    }
+
+    pub fn main() {
+        let (spin_hits, spin_states) = hundred_backtraces("main_thread_spins", main_thread_spins);
+        println!("while it spins: {spin_hits} of 100 name main_thread_spins");
+        assert_eq!(spin_hits, 100);
+        assert!(spin_states.iter().all(|s| *s == ThreadState::Running));
+        let (sleep_hits, sleep_states) =
+            hundred_backtraces("main_thread_sleeps", main_thread_sleeps);
+        println!("while it sleeps: {sleep_hits} of 100 name main_thread_sleeps");
+        assert_eq!(sleep_hits, 100);
+        let blocked = sleep_states
+            .iter()
+            .filter(|s| **s == ThreadState::Blocked)
+            .count();
+        assert!(blocked >= 90, "blocked in {blocked} of 100");
+        // A thread from a pthread_t names the same thread.
+        // SAFETY: pthread_self has no preconditions.
+        let me = Thread::from_pthread(unsafe { libc::pthread_self() });
+        assert_eq!(me, Thread::current());
+        println!("main-thread backtraces: ok");
+    }
+}
+
+fn main() {
+    #[cfg(target_os = "linux")]
+    linux::main();
+    #[cfg(not(target_os = "linux"))]
+    println!("thread_dump_main: no capture backend on this platform; nothing run");
+}
