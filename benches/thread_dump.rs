@@ -20,10 +20,6 @@
 //! `cargo bench --bench thread_dump`. Always exits 0: it reports, it does
 //! not gate.
 
-#[allow(dead_code)]
-#[path = "support/measure.rs"]
-mod measure;
-
 #[cfg(target_os = "linux")]
 fn main() {
     use std::hint::black_box;
@@ -31,12 +27,9 @@ fn main() {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use measure::median;
+    use btprof_testkit::measure::median;
 
-    let rounds: usize = std::env::var("BTPROF_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let rounds = btprof_testkit::measure::runs(5);
 
     // Baselines.
     let started = Instant::now();

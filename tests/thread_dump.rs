@@ -336,10 +336,8 @@ fn capture_action() -> usize {
     // SAFETY: an all-zero sigaction is valid; querying into it.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: a valid signal and out-pointer.
-    assert_eq!(
-        unsafe { libc::sigaction(sig, std::ptr::null(), &mut action) },
-        0
-    );
+    let rc = unsafe { libc::sigaction(sig, std::ptr::null(), &mut action) };
+    assert_eq!(rc, 0);
     action.sa_sigaction
 }
 

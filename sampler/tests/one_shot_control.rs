@@ -31,7 +31,7 @@ fn every_stopped_thread_is_resumed_once_even_when_its_registers_fail() {
     ];
     let skipped_id = 1000 + 16;
     let mut fake = FakeControl::new(OWN, threads);
-    let captured = capture_all(&mut fake, Arch::X86_64, |id| id == skipped_id).unwrap();
+    let captured = capture_all(&mut fake, Arch::X86_64, &[], |id| id == skipped_id).unwrap();
 
     if let Err(e) = check_protocol(fake.calls(), OWN) {
         panic!("{e}\ncalls: {:#?}", fake.calls());
@@ -81,7 +81,7 @@ fn a_thread_gone_before_its_stop_is_reported_gone_and_never_resumed() {
         FakeThread::new(11, "fine"),
     ];
     let mut fake = FakeControl::new(OWN, threads);
-    let captured = capture_all(&mut fake, Arch::X86_64, |_| false).unwrap();
+    let captured = capture_all(&mut fake, Arch::X86_64, &[], |_| false).unwrap();
     if let Err(e) = check_protocol(fake.calls(), OWN) {
         panic!("{e}");
     }

@@ -4,9 +4,10 @@
 //! Everything that may allocate (the frames' own vector, the caller's
 //! symbolisation) happens after the thread runs again.
 
+use std::ops::Range;
 use std::time::Instant;
 
-use super::sampling_loop::stopped_walk;
+use super::sampling_loop::{stopped_walk, Target};
 use super::{never_stop, ThreadControl, ThreadError, MAX_DEPTH};
 use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
 use crate::stack_copy::StackCopy;
@@ -14,13 +15,15 @@ use crate::walker::Arch;
 
 /// Captures every thread of `control`'s listing but the calling one, those
 /// `skip` names (by id) and those never to be stopped, walking for
-/// `arch`. A thread that exits on the way is reported [`RunState::Gone`];
+/// `arch` (with `frameless`, the code of frameless system-call stubs on
+/// x86_64, whose caller is read from the stack). A thread that exits on the way is reported [`RunState::Gone`];
 /// one whose stop or register read fails is reported with
 /// [`NotTaken::Unreadable`] (and, having been stopped, was resumed once).
 /// Fails only if the threads cannot be listed.
 pub fn capture_all<C: ThreadControl>(
     control: &mut C,
     arch: Arch,
+    frameless: &[Range<u64>],
     skip: impl Fn(u64) -> bool,
 ) -> Result<Vec<CapturedThread>, ThreadError> {
     let list = control.list_threads()?;
@@ -58,7 +61,12 @@ pub fn capture_all<C: ThreadControl>(
         };
         let stack = control.stack_range(thread);
         let stopped_at = Instant::now();
-        let walked = stopped_walk(control, thread, arch, stack, &mut frames, &mut stack_copy);
+        let target = Target {
+            arch,
+            stack,
+            frameless,
+        };
+        let walked = stopped_walk(control, thread, target, &mut frames, &mut stack_copy);
         let held_ns = stopped_at.elapsed().as_nanos() as u64;
         out.push(match walked {
             Ok(sampled) if sampled.exited => gone(name),

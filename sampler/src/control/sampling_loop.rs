@@ -528,12 +528,12 @@ pub(super) fn stopped_walk<C: ThreadControl>(
 }
 
 /// What a walk needs to know about the thread and the code around it.
-struct Target<'a> {
-    arch: Arch,
+pub(super) struct Target<'a> {
+    pub(super) arch: Arch,
     /// The thread's stack, read before it was stopped.
-    stack: Option<StackRange>,
+    pub(super) stack: Option<StackRange>,
     /// Code of frameless system-call stubs (x86_64).
-    frameless: &'a [Range<u64>],
+    pub(super) frameless: &'a [Range<u64>],
 }
 
 /// Whether the two bytes before `pc` are x86_64's `syscall` (`0f 05`): the

@@ -64,12 +64,7 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
         // Built on the sampler thread: `MachThreads` records the
         // calling thread as the one never to stop.
         let control = MachThreads::for_calling_thread();
-        // x86_64 only: arm64 stubs keep their caller in lr.
-        let stubs = if cfg!(target_arch = "x86_64") {
-            syscall_stubs::ranges()
-        } else {
-            Vec::new()
-        };
+        let stubs = one_shot::frameless_stubs();
         let mut sampling = SamplingLoop::new(control, &config, Arch::host(), cx.progress)
             .with_frameless_stubs(stubs)
             .with_requests(cx.requests)

@@ -8,6 +8,17 @@ use crate::walker::Arch;
 use crate::Error;
 
 use super::mach_threads::MachThreads;
+use super::syscall_stubs;
+
+/// The code of frameless system-call stubs, whose caller is read from the
+/// stack: x86_64 only, as arm64 stubs keep their caller in lr.
+pub(super) fn frameless_stubs() -> Vec<std::ops::Range<u64>> {
+    if cfg!(target_arch = "x86_64") {
+        syscall_stubs::ranges()
+    } else {
+        Vec::new()
+    }
+}
 
 fn listing_failed(e: ThreadError) -> Error {
     Error::Io(std::io::Error::other(format!(
@@ -21,6 +32,7 @@ pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
     capture_all(
         &mut control,
         Arch::host(),
+        &frameless_stubs(),
         crate::exclusions::is_own_or_excluded,
     )
     .map_err(listing_failed)
@@ -30,7 +42,10 @@ pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
 /// one that is gone, comes back [`RunState::Gone`].
 pub fn capture_thread(tid: u64) -> Result<CapturedThread, Error> {
     let mut control = MachThreads::for_calling_thread();
-    let found = capture_all(&mut control, Arch::host(), |id| id != tid).map_err(listing_failed)?;
+    let found = capture_all(&mut control, Arch::host(), &frameless_stubs(), |id| {
+        id != tid
+    })
+    .map_err(listing_failed)?;
     Ok(found.into_iter().next().unwrap_or_else(|| {
         CapturedThread::not_taken(tid, String::new(), RunState::Gone, None, NotTaken::Gone)
     }))
