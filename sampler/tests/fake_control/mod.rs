@@ -14,6 +14,8 @@
 pub mod counting_alloc;
 mod protocol;
 
+// Not every test binary that shares the fake checks a call log.
+#[allow(unused_imports)]
 pub use protocol::check_protocol;
 
 use btprof_sampler::control::kern_return::{
