@@ -39,8 +39,9 @@ pub const FAULT_SIGNALS: [libc::c_int; 5] = [
 ];
 
 /// Spawns the thread `name` running `body`, with every maskable signal but
-/// the [`FAULT_SIGNALS`] blocked from its first instruction. The calling thread's mask is
-/// unchanged when this returns.
+/// the synchronous fault signals (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`,
+/// `SIGTRAP`) blocked from its first instruction, so a fault in it crashes
+/// visibly. The calling thread's mask is unchanged when this returns.
 pub fn spawn_with_signals_blocked<T, F>(name: &str, body: F) -> io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
