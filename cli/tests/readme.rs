@@ -104,6 +104,19 @@ fn every_readme_command_works_as_written() {
         &std::env::var_os("PATH").unwrap_or_default(),
     )))
     .unwrap();
+    // `./your-program` in the README stands for the reader's program: a
+    // shell script that does some work stands in for it here.
+    let program = dir.join("your-program");
+    std::fs::write(
+        &program,
+        "#!/bin/sh\ni=0\nwhile [ $i -lt 200000 ]; do i=$((i+1)); done\necho done $i\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for step in steps {
         match step {
