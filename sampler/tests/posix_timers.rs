@@ -43,12 +43,26 @@ fn spinner(stop: Arc<AtomicBool>, tid: Arc<AtomicU64>) -> thread::JoinHandle<Dur
         .expect("spawn")
 }
 
-/// Timers of this process whose signal is the profiling signal, from
-/// `/proc/self/timers` (`signal: N/...` lines).
-fn our_timers() -> usize {
+/// The threads that timers of this process with the profiling signal
+/// notify, one entry per timer, from `/proc/self/timers` (a `signal: N/...`
+/// line, then `notify: signal/tid.TID`).
+fn timer_threads() -> Vec<u64> {
     let text = std::fs::read_to_string("/proc/self/timers").unwrap_or_default();
     let want = format!("signal: {}/", default_signal());
-    text.lines().filter(|l| l.starts_with(&want)).count()
+    let mut ours = false;
+    let mut tids = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("signal: ") {
+            ours = line.starts_with(&want);
+        } else if let (true, Some(tid)) = (ours, line.strip_prefix("notify: signal/tid.")) {
+            tids.push(tid.trim().parse().expect("a thread id"));
+        }
+    }
+    tids
+}
+
+fn our_timers() -> usize {
+    timer_threads().len()
 }
 
 /// Waits until `thread` used `cpu` of CPU time (its own clock, not wall
@@ -151,29 +165,25 @@ fn timers_go_with_their_threads_and_with_stop() {
     wait_for_cpu(&tid, Duration::from_millis(100));
     // The spinner has run since the start: it has a timer by now, after a
     // few listings (10 ms apart).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let with_spinner = loop {
-        let n = our_timers();
-        if n > 0 || Instant::now() > deadline {
-            break n;
+    let spinner_tid = tid.load(Ordering::Relaxed);
+    let has_timer = |want: bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = timer_threads().contains(&spinner_tid);
+            if found == want || Instant::now() > deadline {
+                return found;
+            }
+            thread::sleep(Duration::from_millis(20));
         }
-        thread::sleep(Duration::from_millis(20));
     };
-    assert!(with_spinner > 0, "no timer for a running thread");
+    assert!(has_timer(true), "no timer for a running thread");
     stop.store(true, Ordering::Relaxed);
     worker.join().expect("spinner");
     // Exited mid-run: its timer goes at a later listing.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let after_exit = loop {
-        let n = our_timers();
-        if n < with_spinner || Instant::now() > deadline {
-            break n;
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
     assert!(
-        after_exit < with_spinner,
-        "the exited thread's timer is still there ({after_exit} timers)"
+        !has_timer(false),
+        "the exited thread's timer is still there: {:?}",
+        timer_threads()
     );
     let raw = sampler.stop().expect("stop");
     assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
