@@ -243,11 +243,9 @@ mod tests {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // SAFETY: a valid out-pointer.
-        assert_eq!(
-            unsafe { libc::clock_gettime(thread_clock(tid), &mut ts) },
-            0
-        );
+        // SAFETY: a valid clock id and out-pointer.
+        let rc = unsafe { libc::clock_gettime(thread_clock(tid), &mut ts) };
+        assert_eq!(rc, 0);
         // The calling thread's clock, so at least what it read before.
         let before = threads::thread_cpu_ns(tid).unwrap();
         assert!(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64 <= before + 1);
