@@ -533,7 +533,7 @@ fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
     let config = |force: bool| SamplerConfig {
         hz: HZ,
         mode: Mode::Cpu,
-        force_sampler_thread: force,
+        clock: force.then_some(btprof_sampler::SampleClock::SamplerThread),
         ..SamplerConfig::default()
     };
     let mut base_cpu = Vec::new();

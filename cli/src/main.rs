@@ -151,12 +151,19 @@ struct Args {
     #[arg(long, short)]
     quiet: bool,
 
-    /// Pace cpu-mode samples from the sampler thread, by the CPU time each
-    /// thread used, instead of each thread's own CPU-time timer (Linux
-    /// perf events). This is what btprof falls back to where perf events
-    /// are refused (perf_event_paranoid 3 and up, seccomp); the summary
-    /// says which clock ran. Same as BTPROF_FORCE_SAMPLER_THREAD=1.
-    #[arg(long)]
+    /// The clock that paces cpu-mode samples (Linux), instead of the one
+    /// btprof chooses: perf (each thread's own perf CPU-time timer, the
+    /// default where perf events are allowed), posix (each thread's own
+    /// POSIX CPU timer, which works where perf events are refused), thread
+    /// (the sampler thread signals threads by the CPU time they used, the
+    /// default where perf events are refused). A clock the kernel refuses
+    /// is an error. The summary says which clock ran. Same as
+    /// BTPROF_CLOCK=perf|posix|thread.
+    #[arg(long, value_enum, value_name = "CLOCK")]
+    clock: Option<ClockArg>,
+
+    /// Same as --clock thread.
+    #[arg(long, conflicts_with = "clock")]
     no_thread_timers: bool,
 
     /// Run the built-in workload for --duration without profiling it, and
@@ -182,6 +189,23 @@ struct Args {
 enum ModeArg {
     Cpu,
     Wall,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ClockArg {
+    Perf,
+    Posix,
+    Thread,
+}
+
+impl ClockArg {
+    fn clock(self) -> btprof::SampleClock {
+        match self {
+            ClockArg::Perf => btprof::SampleClock::ThreadTimers,
+            ClockArg::Posix => btprof::SampleClock::PosixTimers,
+            ClockArg::Thread => btprof::SampleClock::SamplerThread,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -346,7 +370,11 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
         .mode(mode)
         .max_depth(args.max_depth as usize)
         .max_stacks(usize::try_from(args.max_stacks).unwrap_or(usize::MAX))
-        .force_sampler_thread(args.no_thread_timers);
+        .clock(match (args.clock, args.no_thread_timers) {
+            (Some(clock), _) => Some(clock.clock()),
+            (None, true) => Some(btprof::SampleClock::SamplerThread),
+            (None, false) => None,
+        });
     if let Some(every) = args.dump_every {
         builder = builder
             .dump_every(every)
@@ -369,11 +397,22 @@ fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
     let p = profiler.progress();
     let secs = elapsed.as_secs_f64();
     let samples = p.samples.load(Ordering::Relaxed);
+    let distinct = p.recorded.load(Ordering::Relaxed);
+    let clock = p.clock();
     let rate = match args.mode {
         ModeArg::Cpu => {
             let cpu = p.sampled_cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
-            let rate = if cpu > 0.0 { samples as f64 / cpu } else { 0.0 };
-            format!("{rate:.0}/CPU-s (of {})", args.hz)
+            let per_cpu = |n: u64| if cpu > 0.0 { n as f64 / cpu } else { 0.0 };
+            if distinct < samples {
+                format!(
+                    "{:.0}/CPU-s weighted, {:.0} distinct (of {})",
+                    per_cpu(samples),
+                    per_cpu(distinct),
+                    args.hz
+                )
+            } else {
+                format!("{:.0}/CPU-s (of {})", per_cpu(samples), args.hz)
+            }
         }
         ModeArg::Wall => {
             let ticks = p.ticks.load(Ordering::Relaxed);
@@ -381,13 +420,13 @@ fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
             format!("{rate:.0} ticks/s (of {})", args.hz)
         }
     };
-    let clock = if p.thread_timers.load(Ordering::Relaxed) {
-        btprof::SampleClock::ThreadTimers
+    let samples = if distinct < samples {
+        format!("{samples} samples ({distinct} distinct)")
     } else {
-        btprof::SampleClock::SamplerThread
+        format!("{samples} samples")
     };
     let mut line = format!(
-        "\r  {secs:>6.2} s / {:.2} s   {samples} samples   {rate}   {} threads   {}",
+        "\r  {secs:>6.2} s / {:.2} s   {samples}   {rate}   {} threads   {}",
         args.duration.as_secs_f64(),
         p.threads.load(Ordering::Relaxed),
         clock.describe(),
@@ -574,12 +613,13 @@ fn print_summary(profile: &Profile) {
     let Some(s) = profile.stats() else { return };
     println!(
         "sampled {} stacks over {:.2} s ({} mode, {}): {:.1} samples per CPU-second of the sampled threads \
-         ({:.3} CPU-s; requested {} Hz); sampler thread {:.1} ticks/s, {} missed ticks",
+         ({:.1} distinct; {:.3} CPU-s; requested {} Hz); sampler thread {:.1} ticks/s, {} missed ticks",
         s.samples,
         s.duration.as_secs_f64(),
         s.mode,
         s.clock.describe(),
         s.samples_per_cpu_second(),
+        s.distinct_per_cpu_second(),
         s.sampled_cpu().as_secs_f64(),
         s.requested_hz,
         s.ticks_per_second(),

@@ -45,8 +45,9 @@ mod window;
 pub use exclusions::{exclude_current_thread, Excluded};
 pub use own_threads::spawn_with_signals_blocked;
 pub use profile::{
-    Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats, ThreadCpu,
-    ThreadInfo, ALLOW_ROSETTA_ENV, DEFAULT_MAX_STACKS, FORCE_SAMPLER_THREAD_ENV,
+    clock_from_env, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats,
+    ThreadCpu, ThreadInfo, ALLOW_ROSETTA_ENV, CLOCK_ENV, DEFAULT_MAX_STACKS,
+    FORCE_SAMPLER_THREAD_ENV,
 };
 pub use stack_table::Limit;
 

@@ -1,7 +1,7 @@
 //! The sampler's configuration, counters and result, shared by platforms.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::stack_table::{Limit, StackTable};
@@ -31,6 +31,14 @@ pub enum SampleClock {
     /// sample landed while its thread ran, at the instruction where the
     /// CPU time was spent. The sampler thread only collected.
     ThreadTimers,
+    /// Each thread had its own POSIX CPU timer (Linux: `timer_create` on
+    /// the thread's CPU clock, signalling that thread), which needs no
+    /// privilege and works where perf events are refused. The kernel
+    /// checks such timers on its scheduler tick, so at rates above the
+    /// tick one signal stands for several periods (`1 + si_overrun`):
+    /// [`SamplerStats::samples`] counts periods, [`SamplerStats::recorded`]
+    /// the distinct signals.
+    PosixTimers,
     /// A sampler thread ticked on absolute wall-clock deadlines and, in
     /// [`Mode::Cpu`], sampled a thread whenever the CPU time it used since
     /// its last sample reached one period (macOS; Linux in wall mode or
@@ -40,20 +48,54 @@ pub enum SampleClock {
 }
 
 impl SampleClock {
-    /// `"thread-timers"` or `"sampler-thread"`, as in the JSON sidecar.
+    /// Every clock.
+    pub const ALL: [SampleClock; 3] = [
+        SampleClock::ThreadTimers,
+        SampleClock::PosixTimers,
+        SampleClock::SamplerThread,
+    ];
+
+    /// `"thread-timers"`, `"posix-timers"` or `"sampler-thread"`, as in
+    /// the JSON sidecar.
     pub const fn as_str(self) -> &'static str {
         match self {
             SampleClock::ThreadTimers => "thread-timers",
+            SampleClock::PosixTimers => "posix-timers",
             SampleClock::SamplerThread => "sampler-thread",
         }
+    }
+
+    /// The short name users force the clock with (`--clock`,
+    /// [`CLOCK_ENV`]): `"perf"`, `"posix"` or `"thread"`.
+    pub const fn short_name(self) -> &'static str {
+        match self {
+            SampleClock::ThreadTimers => "perf",
+            SampleClock::PosixTimers => "posix",
+            SampleClock::SamplerThread => "thread",
+        }
+    }
+
+    /// The clock a short name ([`Self::short_name`]) or a sidecar name
+    /// ([`Self::as_str`]) stands for.
+    pub fn from_name(name: &str) -> Option<SampleClock> {
+        SampleClock::ALL
+            .into_iter()
+            .find(|c| c.short_name() == name || c.as_str() == name)
     }
 
     /// A short human description, for status lines.
     pub const fn describe(self) -> &'static str {
         match self {
             SampleClock::ThreadTimers => "per-thread CPU timers",
+            SampleClock::PosixTimers => "per-thread POSIX CPU timers",
             SampleClock::SamplerThread => "sampler-thread ticks",
         }
+    }
+
+    /// Whether the kernel paces the samples by each thread's own CPU time
+    /// (a timer per thread), rather than the sampler thread.
+    pub const fn is_kernel_paced(self) -> bool {
+        !matches!(self, SampleClock::SamplerThread)
     }
 }
 
@@ -64,9 +106,31 @@ impl fmt::Display for SampleClock {
 }
 
 /// The environment variable that forces the sampler-thread path on Linux
-/// (any value but empty or `0`), as [`SamplerConfig::force_sampler_thread`]
-/// does: for tests and comparisons of the two paths.
+/// (any value but empty or `0`), as `BTPROF_CLOCK=thread` does. Kept for
+/// scripts written before [`CLOCK_ENV`].
 pub const FORCE_SAMPLER_THREAD_ENV: &str = "BTPROF_FORCE_SAMPLER_THREAD";
+
+/// The environment variable that forces a cpu-mode clock on Linux, as
+/// [`SamplerConfig::clock`] does (which wins when both are set): `perf`,
+/// `posix` or `thread` ([`SampleClock::short_name`]). For tests and
+/// comparisons of the clocks; its grandchildren inherit it.
+pub const CLOCK_ENV: &str = "BTPROF_CLOCK";
+
+/// The clock the environment forces ([`CLOCK_ENV`], then
+/// [`FORCE_SAMPLER_THREAD_ENV`]), if any; an unknown name is an error.
+pub fn clock_from_env() -> Result<Option<SampleClock>, Error> {
+    if let Some(name) = std::env::var_os(CLOCK_ENV).filter(|v| !v.is_empty()) {
+        let name = name.to_string_lossy();
+        return SampleClock::from_name(&name).map(Some).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "{CLOCK_ENV}={name} names no clock: use perf, posix or thread"
+            ))
+        });
+    }
+    let forced =
+        std::env::var_os(FORCE_SAMPLER_THREAD_ENV).is_some_and(|v| !v.is_empty() && v != "0");
+    Ok(forced.then_some(SampleClock::SamplerThread))
+}
 
 impl Mode {
     /// `"cpu"` or `"wall"`.
@@ -109,11 +173,13 @@ pub struct SamplerConfig {
     /// `.eh_frame`; this turns that off, for comparison. macOS always
     /// walks frame pointers only.
     pub frame_pointers_only: bool,
-    /// Linux, cpu mode: do not give threads their own CPU-time timers even
-    /// where perf events are allowed; pace samples from the sampler thread
-    /// instead (see [`SampleClock`]). The environment variable
-    /// [`FORCE_SAMPLER_THREAD_ENV`] does the same. No effect elsewhere.
-    pub force_sampler_thread: bool,
+    /// Linux, cpu mode: the clock that paces samples, instead of the one
+    /// the backend chooses (perf timers where perf events are allowed,
+    /// else the sampler thread). `None` chooses, unless [`CLOCK_ENV`]
+    /// forces one. A forced kernel clock the kernel refuses fails the
+    /// start rather than run on another. Wall mode always runs on the
+    /// sampler thread and rejects a kernel clock; no effect on macOS.
+    pub clock: Option<SampleClock>,
     /// Count stacks of threads that share a name under one thread, the
     /// first of that name ([`ThreadInfo`]), so that a pool which replaces
     /// its threads (a new thread id per task) does not fill the table with
@@ -150,7 +216,7 @@ impl Default for SamplerConfig {
             signal: None,
             limit: Limit::stacks(DEFAULT_MAX_STACKS),
             frame_pointers_only: false,
-            force_sampler_thread: false,
+            clock: None,
             share_stacks_by_name: false,
             allow_rosetta: false,
         }
@@ -403,6 +469,20 @@ impl SamplerStats {
         }
     }
 
+    /// Distinct samples (signals or ring records, each counted once) per
+    /// CPU-second of the sampled threads: below
+    /// [`Self::samples_per_cpu_second`] where one sample stands for several
+    /// periods (POSIX timers on a kernel whose tick is slower than the
+    /// rate). What a share's statistical error depends on.
+    pub fn distinct_per_cpu_second(&self) -> f64 {
+        let secs = self.sampled_cpu().as_secs_f64();
+        if secs > 0.0 {
+            self.recorded as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
     /// CPU time thread `tid` used while sampled, if it was seen.
     pub fn cpu_of(&self, tid: u64) -> Option<Duration> {
         self.thread_cpu
@@ -562,9 +642,32 @@ pub struct Progress {
     /// CPU time the sampled threads used so far, in nanoseconds (read every
     /// few milliseconds): samples / this is the rate per CPU-second.
     pub sampled_cpu_ns: AtomicU64,
-    /// Whether per-thread CPU timers pace the samples
-    /// ([`SampleClock::ThreadTimers`]); set before the first sample.
-    pub thread_timers: AtomicBool,
+    /// Stacks recorded so far, each counted once (`samples` counts the
+    /// periods they stand for).
+    pub recorded: AtomicU64,
+    /// Which clock paces the samples ([`Progress::clock`]); set before the
+    /// first sample.
+    pub clock: AtomicU8,
+}
+
+impl Progress {
+    /// The clock that paces the samples.
+    pub fn clock(&self) -> SampleClock {
+        // 0: not set yet (the Mach sampler never sets it).
+        let i = usize::from(self.clock.load(Ordering::Relaxed));
+        i.checked_sub(1)
+            .and_then(|i| SampleClock::ALL.get(i).copied())
+            .unwrap_or(SampleClock::SamplerThread)
+    }
+
+    /// Records the clock that paces the samples.
+    pub fn set_clock(&self, clock: SampleClock) {
+        let i = SampleClock::ALL
+            .iter()
+            .position(|&c| c == clock)
+            .unwrap_or(2);
+        self.clock.store(i as u8 + 1, Ordering::Relaxed);
+    }
 }
 
 /// A stopped sampler's result: stacks of raw addresses.

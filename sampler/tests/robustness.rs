@@ -835,7 +835,7 @@ fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
             Duration::from_secs(60),
             move || {
                 let sampler = Sampler::start(SamplerConfig {
-                    force_sampler_thread: force,
+                    clock: force.then_some(btprof_sampler::SampleClock::SamplerThread),
                     ..config(1000, Mode::Cpu)
                 })
                 .expect("start");

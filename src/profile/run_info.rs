@@ -36,14 +36,23 @@ pub struct RunInfo {
     /// sampled threads' CPU clocks in cpu mode, the monotonic clock in wall
     /// mode).
     pub achieved_hz: f64,
-    /// What paced the samples: `thread-timers` (each thread's own CPU-time
-    /// timer) or `sampler-thread` (the sampler thread's ticks). Empty in
-    /// metadata written before btprof recorded it.
+    /// What paced the samples: `thread-timers` (each thread's own perf
+    /// CPU-time timer), `posix-timers` (each thread's own POSIX CPU timer)
+    /// or `sampler-thread` (the sampler thread's ticks). Empty in metadata
+    /// written before btprof recorded it.
     #[serde(default)]
     pub clock: String,
-    /// Samples per CPU-second of the sampled threads, all together.
+    /// Samples per CPU-second of the sampled threads, all together, each
+    /// counted by the periods it stands for (weighted).
     #[serde(default)]
     pub samples_per_cpu_second: f64,
+    /// Distinct samples per CPU-second: each stack recorded counted once.
+    /// Below `samples_per_cpu_second` where one sample stood for several
+    /// periods (POSIX timers on a kernel tick slower than the rate, a
+    /// sampler thread that fell behind); what a share's noise depends on.
+    /// Zero in metadata written before btprof recorded it.
+    #[serde(default)]
+    pub distinct_samples_per_cpu_second: f64,
     /// CPU time the sampled threads used while sampled, seconds.
     #[serde(default)]
     pub sampled_cpu_secs: f64,
@@ -53,8 +62,12 @@ pub struct RunInfo {
     /// at random moments, not the sample rate).
     #[serde(default)]
     pub ticks_per_second: f64,
-    /// Stacks recorded.
+    /// Stacks recorded, each counted by the periods it stands for.
     pub samples: u64,
+    /// Stacks recorded, each counted once (see
+    /// `distinct_samples_per_cpu_second`).
+    #[serde(default)]
+    pub distinct_samples: u64,
     /// Deadlines the sampler skipped because it woke too late.
     pub missed_ticks: u64,
     /// Samples whose walk stopped short of the thread's entry (`main`, a
@@ -88,9 +101,12 @@ impl RunInfo {
             achieved_hz: (stats.achieved_hz() * 10.0).round() / 10.0,
             clock: stats.clock.to_string(),
             samples_per_cpu_second: (stats.samples_per_cpu_second() * 10.0).round() / 10.0,
+            distinct_samples_per_cpu_second: (stats.distinct_per_cpu_second() * 10.0).round()
+                / 10.0,
             sampled_cpu_secs: (stats.sampled_cpu().as_secs_f64() * 1e6).round() / 1e6,
             ticks_per_second: (stats.ticks_per_second() * 10.0).round() / 10.0,
             samples: stats.samples,
+            distinct_samples: stats.recorded,
             missed_ticks: stats.missed_ticks,
             truncated_walks: stats.truncated(),
             failed_samples: stats.failed_samples,
@@ -259,5 +275,28 @@ mod tests {
         assert!(why[0].contains("base 1000 Hz, new 99 Hz"), "{why:?}");
         assert!(why[1].contains("base cpu, new wall"), "{why:?}");
         assert!(RunInfo::differences(Some(&info), None).is_empty());
+    }
+
+    /// Weighted samples (periods) and distinct ones are reported apart:
+    /// 100 POSIX timer signals standing for 400 periods in 0.4 CPU-s are
+    /// 1000 samples per CPU-second, but only 250 distinct ones.
+    #[test]
+    fn reports_weighted_and_distinct_rates_apart() {
+        let mut stats = Stats::new(&btprof_sampler::SamplerConfig::default());
+        stats.clock = btprof_sampler::SampleClock::PosixTimers;
+        stats.samples = 400;
+        stats.recorded = 100;
+        stats.add_thread_cpu(7, Duration::from_millis(400));
+        let info = RunInfo::of_this_process(&stats, 0);
+        assert_eq!(info.clock, "posix-timers");
+        assert_eq!(info.samples, 400);
+        assert_eq!(info.distinct_samples, 100);
+        assert_eq!(info.samples_per_cpu_second, 1000.0);
+        assert_eq!(info.distinct_samples_per_cpu_second, 250.0);
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(
+            json.contains("\"distinct_samples_per_cpu_second\":250.0"),
+            "{json}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use btprof_sampler::{Limit, Progress, Sampler, SamplerConfig};
+use btprof_sampler::{Limit, Progress, SampleClock, Sampler, SamplerConfig};
 
 use super::dump::{DumpConfig, DumpStats, Dumper, MIN_INTERVAL};
 use super::dump_signal::DumpSignal;
@@ -57,15 +57,17 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Linux, cpu mode: pace samples from the sampler thread (by the CPU
-    /// time each thread used) instead of giving each thread its own
-    /// CPU-time timer. The timers are the default where perf events are
-    /// allowed; this is the path taken where they are refused, forced (for
-    /// tests and comparisons). The environment variable
-    /// `BTPROF_FORCE_SAMPLER_THREAD=1` does the same. [`crate::Stats::clock`]
-    /// says which one ran.
-    pub fn force_sampler_thread(mut self, force: bool) -> Self {
-        self.config.force_sampler_thread = force;
+    /// Linux, cpu mode: the clock that paces samples, instead of the one
+    /// btprof chooses (`None`, the default: perf timers where perf events
+    /// are allowed, the sampler thread where they are refused). Forcing
+    /// one is for tests and comparisons: [`SampleClock::PosixTimers`]
+    /// where perf events are refused, [`SampleClock::SamplerThread`] to
+    /// see the fallback. A forced kernel clock the kernel refuses fails
+    /// the start. The environment variable `BTPROF_CLOCK` (`perf`,
+    /// `posix`, `thread`) does the same. [`crate::Stats::clock`] says which
+    /// one ran.
+    pub fn clock(mut self, clock: Option<SampleClock>) -> Self {
+        self.config.clock = clock;
         self
     }
 

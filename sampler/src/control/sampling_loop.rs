@@ -288,6 +288,9 @@ impl<C: ThreadControl> SamplingLoop<C> {
             .samples
             .store(self.stats.samples, Ordering::Relaxed);
         self.progress
+            .recorded
+            .store(self.stats.recorded, Ordering::Relaxed);
+        self.progress
             .threads
             .store(self.threads.len() as u64, Ordering::Relaxed);
         Ok(())

@@ -17,6 +17,14 @@
 //! thread reads ([`born_threads`]). A thread that lives 2 ms would
 //! otherwise be gone before a listing found it.
 //!
+//! A second kernel-paced clock needs no perf events: a POSIX CPU timer per
+//! thread ([`posix_timers`], `timer_create` on the thread's CPU clock). It
+//! takes the same path as the perf timers (a [`CpuTimer`] per thread, the
+//! handler claiming a free slot), but its expiries come on the scheduler
+//! tick, so each sample carries the periods it stands for. It runs when
+//! forced ([`SamplerConfig::clock`]); the default where perf events are
+//! refused stays the sampler thread, which measured as accurate.
+//!
 //! Where perf events are refused (or the fallback is forced, and always in
 //! wall mode), the sampler thread paces the samples itself ([`SampleClock`]
 //! says which) and sends the profiling signal with `rt_tgsigqueueinfo` to
@@ -32,9 +40,11 @@
 
 mod born_threads;
 pub(crate) mod checked_memory;
+mod cpu_timer;
 pub(crate) mod one_shot;
 mod perf_attr;
 mod perf_ring;
+mod posix_timers;
 mod scheduling;
 mod signal;
 pub(crate) mod slots;
@@ -62,15 +72,15 @@ use crate::walker::{Arch, WalkEnd};
 use crate::window::{self, Window};
 use crate::{
     exclusions, profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig,
-    SamplerStats, FORCE_SAMPLER_THREAD_ENV,
+    SamplerStats,
 };
 
 pub use slots::MAX_DEPTH;
 
 use born_threads::{BornSample, BornThreads, Settled};
+use cpu_timer::CpuTimer;
 use signal::{InstalledHandler, SignalSender};
 use slots::{Collected, Poll, SlotOwner, SLOTS};
-use thread_timers::ThreadTimer;
 use unwind::stack_copy::CopiedStack;
 use unwind::CfiWalker;
 
@@ -133,22 +143,57 @@ fn usable_signal(signal: i32) -> bool {
         || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal)
 }
 
-/// Per-thread CPU timers in cpu mode where perf events are allowed and the
-/// fallback is not forced; the sampler thread's ticks otherwise.
-fn choose_clock(config: &SamplerConfig) -> SampleClock {
-    let forced = config.force_sampler_thread
-        || std::env::var_os(FORCE_SAMPLER_THREAD_ENV).is_some_and(|v| !v.is_empty() && v != "0");
-    if config.mode == Mode::Cpu && !forced && thread_timers::available().is_ok() {
-        SampleClock::ThreadTimers
-    } else {
-        SampleClock::SamplerThread
+/// The clock forced by the configuration or the environment, checked
+/// against what the kernel allows; else perf timers in cpu mode where perf
+/// events are allowed, and the sampler thread's ticks otherwise. (Where
+/// perf is refused the sampler thread stays the default: measured beside
+/// busy processes, POSIX timers were not more accurate than it.)
+fn choose_clock(config: &SamplerConfig) -> Result<SampleClock, Error> {
+    let forced = match config.clock {
+        Some(clock) => Some(clock),
+        // The environment forces cpu-mode clocks only: wall mode has one.
+        None if config.mode == Mode::Cpu => crate::clock_from_env()?,
+        None => None,
+    };
+    let refused = |clock: SampleClock, e: std::io::Error| {
+        Error::InvalidConfig(format!(
+            "the {} clock was asked for, but the kernel refuses it: {e}",
+            clock.short_name()
+        ))
+    };
+    match forced {
+        Some(SampleClock::SamplerThread) => Ok(SampleClock::SamplerThread),
+        Some(clock) if config.mode == Mode::Wall => Err(Error::InvalidConfig(format!(
+            "wall mode samples every thread from the sampler thread: the {} clock is for cpu mode",
+            clock.short_name()
+        ))),
+        Some(SampleClock::ThreadTimers) => thread_timers::available()
+            .map(|()| SampleClock::ThreadTimers)
+            .map_err(|e| refused(SampleClock::ThreadTimers, e)),
+        Some(SampleClock::PosixTimers) => posix_timers::available()
+            .map(|()| SampleClock::PosixTimers)
+            .map_err(|e| refused(SampleClock::PosixTimers, e)),
+        None if config.mode == Mode::Cpu && thread_timers::available().is_ok() => {
+            Ok(SampleClock::ThreadTimers)
+        }
+        None => Ok(SampleClock::SamplerThread),
     }
 }
 
-/// What a running sampler undoes after its thread is joined: the
-/// installed signal handler, whose drop flushes pending signals and
-/// restores the previous action.
-pub(crate) type Running = InstalledHandler;
+/// What a running sampler undoes after its thread is joined, which
+/// deleted every timer before it returned: a POSIX timer signal still on
+/// its way is from then on stray, and then the installed signal handler's
+/// drop flushes pending signals and restores the previous action.
+pub(crate) struct Running {
+    _handler: InstalledHandler,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Before the handler goes: fields drop after this body.
+        posix_timers::end_run();
+    }
+}
 
 /// Refuses a profiling signal the sampler cannot use.
 pub(crate) fn check_config(config: &SamplerConfig) -> Result<(), Error> {
@@ -180,16 +225,20 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
         config.max_depth.clamp(1, MAX_DEPTH) as u32,
         Ordering::Relaxed,
     );
-    let clock = choose_clock(&config);
+    let clock = choose_clock(&config)?;
     let mut scratch = Vec::new();
     stack_regions::refresh(&mut scratch);
     let handler = InstalledHandler::install(signal)?;
+    if clock == SampleClock::PosixTimers {
+        posix_timers::begin_run();
+    }
+    let running = Running { _handler: handler };
     let thread = SamplerThread::spawn(config.hz, move |cx| {
         signal::block_in_this_thread(signal);
         scheduling::request_short_slice();
         SamplerLoop::new(config, clock, signal, cx.progress, cx.requests)?.run(&cx.stop)
     })?;
-    Ok((thread, handler))
+    Ok((thread, running))
 }
 
 /// What the sampler knows about one thread between ticks.
@@ -230,8 +279,8 @@ struct ThreadState {
     /// names, names are re-read at growing intervals (renames later in life).
     name_check_listing: u64,
     name_check_interval: u64,
-    /// With [`SampleClock::ThreadTimers`]: the thread's timer, once opened.
-    timer: Option<ThreadTimer>,
+    /// With a kernel-paced clock: the thread's timer, once opened.
+    timer: Option<CpuTimer>,
     /// Opening the timer failed once (counted once, retried each listing).
     timer_failed: bool,
     /// Timer samples interned since the last listing, and the timer's
@@ -438,8 +487,9 @@ struct SamplerLoop {
     pass: u64,
     /// When the thread list was last read.
     listed_at: Option<Instant>,
-    /// Timer samples copied out of their slots, reused between passes.
-    timer_walks: Vec<(i32, OwnedWalk)>,
+    /// Timer samples copied out of their slots with the periods each
+    /// stands for, reused between passes.
+    timer_walks: Vec<(i32, u64, OwnedWalk)>,
     /// How often the thread list is read: [`RELIST_INTERVAL`], or longer
     /// when a listing is costly.
     relist_every: Duration,
@@ -559,9 +609,7 @@ impl SamplerLoop {
             });
         stats.clock = clock;
         let period_ns = TickSchedule::period_for_hz(config.hz);
-        progress
-            .thread_timers
-            .store(clock == SampleClock::ThreadTimers, Ordering::Relaxed);
+        progress.set_clock(clock);
         Ok(SamplerLoop {
             window: Window::new(&stats),
             requests,
@@ -613,8 +661,10 @@ impl SamplerLoop {
         })
     }
 
+    /// Whether each thread has a timer of its own (perf or POSIX) and the
+    /// sampler thread only collects.
     fn timers(&self) -> bool {
-        self.clock == SampleClock::ThreadTimers
+        self.clock.is_kernel_paced()
     }
 
     fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
@@ -1317,7 +1367,7 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            let Some(count) = state.timer.as_ref().and_then(ThreadTimer::cpu_ns) else {
+            let Some(count) = state.timer.as_ref().and_then(CpuTimer::cpu_ns) else {
                 continue;
             };
             let silent = state.timer_samples == 0
@@ -1418,7 +1468,7 @@ impl SamplerLoop {
                     continue;
                 }
             }
-            match ThreadTimer::open(tid, period, signal) {
+            match CpuTimer::open(self.clock, tid, period, signal) {
                 Ok(timer) => {
                     // The timer counts from zero: CPU time is accounted from
                     // here, where samples can start. A (deep) born thread's
@@ -1598,6 +1648,9 @@ impl SamplerLoop {
         self.progress
             .samples
             .store(self.stats.samples, Ordering::Relaxed);
+        self.progress
+            .recorded
+            .store(self.stats.recorded, Ordering::Relaxed);
         writing
     }
 
@@ -1677,15 +1730,16 @@ impl SamplerLoop {
         walks.clear();
         let (cfi, stats) = (&mut self.cfi, &mut self.stats);
         let max_depth = self.config.max_depth;
-        let writing = self.slots.collect_claimed(|tid, walk| {
-            walks.push((tid, OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats)));
+        let writing = self.slots.collect_claimed(|tid, weight, walk| {
+            let walk = OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats);
+            walks.push((tid, weight, walk));
         });
-        for (tid, walk) in walks.drain(..) {
+        for (tid, weight, walk) in walks.drain(..) {
             if let Some(state) = self.threads.get_mut(&tid) {
                 state.timer_samples += 1;
             }
             match self.key_for_sample(tid, None) {
-                Some(key) => self.intern(key, &walk.as_collected(), 1),
+                Some(key) => self.intern(key, &walk.as_collected(), weight),
                 // A thread this sampler never listed (it exited before):
                 // its sample cannot be named.
                 None => self.stats.exited_threads += 1,
@@ -1698,7 +1752,8 @@ impl SamplerLoop {
     /// Timer path, first listing: opens the inherited events on the threads
     /// listed, so that threads they create are sampled from birth.
     fn open_born_events(&mut self) {
-        if self.born_tried {
+        // POSIX timers run where perf events are refused (or forced off).
+        if self.born_tried || self.clock != SampleClock::ThreadTimers {
             return;
         }
         self.born_tried = true;

@@ -16,7 +16,9 @@
 //! claims any `Idle` slot itself (`Idle` -> `Writing` with a fresh
 //! generation), records its thread id beside the walk and publishes it
 //! `Done`; the sampler collects such slots with
-//! [`SlotOwner::collect_claimed`].
+//! [`SlotOwner::collect_claimed`]. POSIX CPU timers
+//! ([`super::posix_timers`]) take the same path; their expiry may stand
+//! for several periods, and the slot carries that weight.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
@@ -75,6 +77,9 @@ struct Slot {
     lr: AtomicU64,
     /// The thread that wrote the walk (timer samples).
     tid: AtomicI32,
+    /// Timer samples: the periods of CPU time the sample stands for (a
+    /// POSIX timer's expiry covers `1 + si_overrun`; a perf timer's, 1).
+    weight: AtomicU64,
     /// Armed slots in cpu mode: the target thread's CPU clock and
     /// `CLOCK_MONOTONIC` read together just before the signal was sent
     /// (0: no check). The handler gives up a sample taken at a system
@@ -99,6 +104,7 @@ impl Slot {
             end: AtomicU32::new(0),
             lr: AtomicU64::new(0),
             tid: AtomicI32::new(0),
+            weight: AtomicU64::new(1),
             sent_ns: AtomicU64::new(0),
             sent_cpu_ns: AtomicU64::new(0),
             late: AtomicU32::new(0),
@@ -120,7 +126,7 @@ pub(crate) static STRAY_SIGNALS: AtomicU64 = AtomicU64::new(0);
 /// Walks that found no mapping around the stack pointer: the region
 /// snapshot is stale and should be refreshed.
 pub(crate) static MISSING_REGIONS: AtomicU64 = AtomicU64::new(0);
-/// Timer samples lost because every slot was full (the sampler thread did
+/// Timer periods lost because every slot was full (the sampler thread did
 /// not collect in time).
 pub(crate) static NO_FREE_SLOT: AtomicU64 = AtomicU64::new(0);
 /// Frames a timer sample keeps (slots armed by the sampler carry their own).
@@ -342,9 +348,10 @@ impl SlotOwner {
     }
 
     /// Hands every walk a timer handler finished (slots nobody armed, now
-    /// `Done`) to `collect` with the thread that wrote it, and frees those
-    /// slots. Returns how many slots a handler is still writing.
-    pub fn collect_claimed(&mut self, mut collect: impl FnMut(i32, Collected<'_>)) -> usize {
+    /// `Done`) to `collect` with the thread that wrote it and the periods
+    /// it stands for, and frees those slots. Returns how many slots a
+    /// handler is still writing.
+    pub fn collect_claimed(&mut self, mut collect: impl FnMut(i32, u64, Collected<'_>)) -> usize {
         let mut writing = 0;
         for (slot, s) in SLOT_TABLE.iter().enumerate() {
             if self.armed[slot].is_some() {
@@ -371,6 +378,7 @@ impl SlotOwner {
             let tid = s.tid.load(Relaxed);
             collect(
                 tid,
+                s.weight.load(Relaxed).max(1),
                 Collected {
                     frames: &self.scratch,
                     lr,
@@ -440,10 +448,19 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         // SAFETY: a poll-band signal carries `si_band` and `si_fd`.
         let fd = unsafe { poll_fd(info) };
         if super::thread_timers::is_ours(fd) {
-            claim_free()
+            claim_free(1)
         } else {
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
+        }
+    } else if info.si_code == libc::SI_TIMER {
+        // A POSIX CPU timer's expiry: ours only with the run's cookie.
+        match super::posix_timers::sample_weight(info) {
+            Some(weight) => claim_free(weight),
+            None => {
+                STRAY_SIGNALS.fetch_add(1, Relaxed);
+                None
+            }
         }
     } else {
         STRAY_SIGNALS.fetch_add(1, Relaxed);
@@ -555,8 +572,9 @@ pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
 }
 
 /// Any `Idle` slot, claimed `Idle -> Writing` with a fresh generation, for
-/// a timer sample; counts the sample lost if every slot is taken.
-fn claim_free() -> Option<(&'static Slot, u64, usize)> {
+/// a timer sample standing for `weight` periods; counts the sample lost if
+/// every slot is taken.
+fn claim_free(weight: u64) -> Option<(&'static Slot, u64, usize)> {
     let start = NEXT_FREE_HINT.fetch_add(1, Relaxed) as usize;
     for i in 0..SLOTS {
         let slot = &SLOT_TABLE[(start + i) % SLOTS];
@@ -573,11 +591,12 @@ fn claim_free() -> Option<(&'static Slot, u64, usize)> {
             // SAFETY: gettid has no preconditions and is async-signal-safe.
             slot.tid.store(unsafe { libc::gettid() }, Relaxed);
             slot.late.store(0, Relaxed);
+            slot.weight.store(weight, Relaxed);
             let max_depth = (TIMER_MAX_DEPTH.load(Relaxed) as usize).min(MAX_DEPTH);
             return Some((slot, generation, max_depth));
         }
     }
-    NO_FREE_SLOT.fetch_add(1, Relaxed);
+    NO_FREE_SLOT.fetch_add(weight, Relaxed);
     None
 }
 

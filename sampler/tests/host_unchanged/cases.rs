@@ -125,14 +125,19 @@ fn disposition(signal: libc::c_int) -> usize {
 /// for, and says so; a host that refuses perf events says that instead of
 /// passing silently on the other path.
 pub fn check_clock(raw: &RawProfile) {
-    let forced = std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some();
+    let forced = btprof_sampler::clock_from_env().expect("a known clock");
     let clock = raw.stats.clock;
-    if forced {
-        assert_eq!(clock, SampleClock::SamplerThread);
+    if let Some(forced) = forced {
+        assert_eq!(clock, forced);
     } else if clock != SampleClock::ThreadTimers {
         println!("measured: perf events refused here: this run used the sampler thread too");
     }
     println!("measured: clock {clock:?}");
+}
+
+/// Whether this run forces the sampler-thread clock.
+fn on_sampler_thread() -> bool {
+    btprof_sampler::clock_from_env().ok().flatten() == Some(SampleClock::SamplerThread)
 }
 
 fn samples(raw: &RawProfile) -> u64 {
@@ -161,7 +166,7 @@ fn exec_while_profiling_never_kills_the_new_program() {
     let rt = libc::SIGRTMAX() - 3;
     let rt_died = run_exec_trials(Some(rt), 200);
     println!("measured: exec while profiling with real-time signal {rt}: {rt_died} of 200 new programs died");
-    if std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some() {
+    if on_sampler_thread() {
         assert!(
             rt_died > 0,
             "the trial no longer catches a signal queued across exec"
@@ -210,7 +215,7 @@ pub fn run_exec_trials(signal: Option<i32>, trials: usize) -> usize {
 /// sampler-thread fallback (every thread signalled every tick: the most
 /// signals in flight).
 fn exec_trial(signal: Option<i32>) {
-    let mode = if std::env::var_os(btprof_sampler::FORCE_SAMPLER_THREAD_ENV).is_some() {
+    let mode = if on_sampler_thread() {
         Mode::Wall
     } else {
         Mode::Cpu

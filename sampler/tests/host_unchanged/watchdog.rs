@@ -12,9 +12,14 @@ pub struct Case {
     pub body: fn(),
 }
 
-/// The two ways cpu-mode samples are paced on Linux; every case runs under
-/// both, because every fix must hold on both.
-pub const CLOCKS: [(&str, bool); 2] = [("thread timers", false), ("sampler thread", true)];
+/// The ways cpu-mode samples are paced on Linux, by the name the clock
+/// environment variable forces them with; every case runs under each,
+/// because every fix must hold on each.
+pub const CLOCKS: [(&str, &str); 3] = [
+    ("thread timers", "perf"),
+    ("posix timers", "posix"),
+    ("sampler thread", "thread"),
+];
 
 /// Runs the cases whose names contain one of `filters` (all without
 /// filters), each in a child process, once per clock; returns the exit
@@ -60,20 +65,12 @@ pub fn run_all(cases: &[Case], filters: &[&str]) -> i32 {
     }
 }
 
-/// Runs one case; with `force_sampler_thread`, on the sampler-thread
-/// fallback (through the environment variable, which its grandchildren
-/// inherit too).
-fn run_one(
-    exe: &std::path::Path,
-    case: &Case,
-    force_sampler_thread: bool,
-) -> Result<String, String> {
+/// Runs one case on `clock` (forced through the environment variable,
+/// which its grandchildren inherit too).
+fn run_one(exe: &std::path::Path, case: &Case, clock: &str) -> Result<String, String> {
     let mut command = Command::new(exe);
-    if force_sampler_thread {
-        command.env(btprof_sampler::FORCE_SAMPLER_THREAD_ENV, "1");
-    } else {
-        command.env_remove(btprof_sampler::FORCE_SAMPLER_THREAD_ENV);
-    }
+    command.env_remove(btprof_sampler::FORCE_SAMPLER_THREAD_ENV);
+    command.env(btprof_sampler::CLOCK_ENV, clock);
     let mut child = command
         .args(["--case", case.name])
         .stdout(Stdio::piped())

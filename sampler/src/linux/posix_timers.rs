@@ -1,0 +1,254 @@
+//! Per-thread POSIX CPU timers: `timer_create` on a thread's own CPU clock,
+//! whose expiry raises the profiling signal in that same thread.
+//!
+//! The clock for another thread of this process is built from its id as
+//! glibc's `pthread_getcpuclockid` does (`CLOCK_THREAD_CPUTIME_ID` of that
+//! thread), and `SIGEV_THREAD_ID` sends each expiry to the thread whose CPU
+//! time ran out, so the sample lands in the thread that used the CPU, at a
+//! point unrelated to the code it runs. Unlike perf events this needs no
+//! privilege, and the default container seccomp profiles allow it: it is
+//! the kernel-paced clock where `perf_event_open` is refused.
+//!
+//! The kernel checks CPU timers on the scheduler tick (CONFIG_HZ, often
+//! 250), so a period shorter than a tick expires once per tick, with
+//! `si_overrun` counting the further periods that expiry covered. Each
+//! sample therefore stands for `1 + si_overrun` periods ([`sample_weight`]);
+//! the stats report these weighted samples apart from the distinct ones.
+//!
+//! A timer's signal carries a cookie in `si_value` that names the running
+//! sampler: the handler takes an `SI_TIMER` signal as a sample only while
+//! that cookie is current, so a timer signal of the application's own, or
+//! one of a stopped sampler, is counted as stray instead.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::threads;
+
+/// The cookie of the running sampler's timers (0: none runs).
+static RUN_COOKIE: AtomicU64 = AtomicU64::new(0);
+/// Tells one sampler run's cookie from the next.
+static RUN_GENERATION: AtomicU64 = AtomicU64::new(1);
+/// The high bits of every cookie: no pointer an application would put in
+/// its own timers' `si_value` looks like this (not canonical on x86_64 or
+/// aarch64).
+const COOKIE_TAG: u64 = 0xb7b7 << 48;
+
+/// Makes the timers opened from now on, and only they, count as samples.
+pub(crate) fn begin_run() {
+    let generation = RUN_GENERATION.fetch_add(1, Relaxed) & 0xffff_ffff_ffff;
+    RUN_COOKIE.store(COOKIE_TAG | generation, Relaxed);
+}
+
+/// After the last timer is deleted: a signal still on its way is stray.
+pub(crate) fn end_run() {
+    RUN_COOKIE.store(0, Relaxed);
+}
+
+/// The CPU clock of thread `tid` of this process: the per-thread scheduler
+/// clock, as glibc builds it (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`).
+fn thread_clock(tid: i32) -> libc::clockid_t {
+    (!tid << 3) | 6
+}
+
+/// `struct sigevent` as the kernel reads it for `SIGEV_THREAD_ID` on 64-bit
+/// Linux: the value, the signal, the notification kind, then the thread id
+/// in the union, in a 64-byte record.
+#[repr(C)]
+struct ThreadSigevent {
+    value: u64,
+    signo: i32,
+    notify: i32,
+    tid: i32,
+    _rest: [i32; 11],
+}
+
+const _: () = assert!(std::mem::size_of::<ThreadSigevent>() == 64);
+
+/// `struct itimerspec`: the period and the first expiry.
+#[repr(C)]
+struct TimerSpec {
+    interval: libc::timespec,
+    value: libc::timespec,
+}
+
+/// One thread's POSIX CPU timer; deleted on drop.
+#[derive(Debug)]
+pub(crate) struct PosixTimer {
+    /// The kernel's timer id.
+    id: i32,
+    tid: i32,
+    /// The thread's CPU clock when the timer was created.
+    start_ns: u64,
+}
+
+impl PosixTimer {
+    /// Creates and arms a timer that raises `signal` in thread `tid` every
+    /// `period_ns` of that thread's CPU time. `ESRCH`/`EINVAL`: the thread
+    /// exited.
+    pub(crate) fn open(tid: i32, period_ns: u64, signal: libc::c_int) -> io::Result<PosixTimer> {
+        let cookie = RUN_COOKIE.load(Relaxed);
+        let event = ThreadSigevent {
+            value: cookie,
+            signo: signal,
+            notify: libc::SIGEV_THREAD_ID,
+            tid,
+            _rest: [0; 11],
+        };
+        let mut id: libc::c_int = -1;
+        // SAFETY: a valid clock id, a complete sigevent record and a valid
+        // out-pointer for the timer id; the kernel copies both in and out.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_timer_create,
+                thread_clock(tid),
+                &event as *const ThreadSigevent,
+                &mut id as *mut libc::c_int,
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            // The kernel says EINVAL for a clock whose thread is gone.
+            return Err(if e.raw_os_error() == Some(libc::EINVAL) {
+                io::Error::from_raw_os_error(libc::ESRCH)
+            } else {
+                e
+            });
+        }
+        let Some(start_ns) = threads::thread_cpu_ns(tid) else {
+            let _ = PosixTimer {
+                id,
+                tid,
+                start_ns: 0,
+            };
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        };
+        let timer = PosixTimer { id, tid, start_ns };
+        let period = libc::timespec {
+            tv_sec: (period_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (period_ns % 1_000_000_000) as libc::c_long,
+        };
+        let spec = TimerSpec {
+            interval: period,
+            value: period,
+        };
+        // SAFETY: a timer id the kernel just gave us and a valid spec; no
+        // old value is asked for.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_timer_settime,
+                timer.id,
+                0,
+                &spec as *const TimerSpec,
+                std::ptr::null_mut::<TimerSpec>(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(timer)
+    }
+
+    /// The CPU time the thread used since the timer was created, in
+    /// nanoseconds; `None` once the thread exited.
+    pub(crate) fn cpu_ns(&self) -> Option<u64> {
+        threads::thread_cpu_ns(self.tid).map(|now| now.saturating_sub(self.start_ns))
+    }
+}
+
+impl Drop for PosixTimer {
+    fn drop(&mut self) {
+        // A signal the timer already queued is dropped by the kernel when
+        // its timer is deleted before delivery (and otherwise finds the
+        // run's cookie gone, or the handler replaced, and counts as stray).
+        // SAFETY: deleting our own timer id once; failure leaves nothing
+        // to undo.
+        unsafe { libc::syscall(libc::SYS_timer_delete, self.id) };
+    }
+}
+
+/// Whether this process may create POSIX CPU timers on its threads:
+/// creates one on the calling thread's clock and deletes it, unarmed.
+pub(crate) fn available() -> io::Result<()> {
+    let timer = PosixTimer::open_unarmed(threads::gettid())?;
+    drop(timer);
+    Ok(())
+}
+
+impl PosixTimer {
+    fn open_unarmed(tid: i32) -> io::Result<PosixTimer> {
+        let event = ThreadSigevent {
+            value: 0,
+            signo: libc::SIGURG,
+            notify: libc::SIGEV_THREAD_ID,
+            tid,
+            _rest: [0; 11],
+        };
+        let mut id: libc::c_int = -1;
+        // SAFETY: as in `open`.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_timer_create,
+                thread_clock(tid),
+                &event as *const ThreadSigevent,
+                &mut id as *mut libc::c_int,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(PosixTimer {
+            id,
+            tid,
+            start_ns: 0,
+        })
+    }
+}
+
+/// The periods a timer signal stands for, `1 + si_overrun`, if it is one of
+/// the running sampler's timers (`si_code` `SI_TIMER` and its cookie in
+/// `si_value`); `None` for any other signal. Async-signal-safe.
+pub(crate) fn sample_weight(info: &libc::siginfo_t) -> Option<u64> {
+    if info.si_code != libc::SI_TIMER {
+        return None;
+    }
+    // On 64-bit Linux the `_timer` member starts at byte 16 of `siginfo_t`:
+    // `int si_tid; int si_overrun; sigval_t si_sigval;`.
+    const OVERRUN_AT: usize = 20;
+    const VALUE_AT: usize = 24;
+    let base = (info as *const libc::siginfo_t).cast::<u8>();
+    // SAFETY: `siginfo_t` is 128 bytes and an `SI_TIMER` signal fills its
+    // `_timer` member at these offsets; unaligned reads of plain integers.
+    let (overrun, value) = unsafe {
+        (
+            base.add(OVERRUN_AT).cast::<i32>().read_unaligned(),
+            base.add(VALUE_AT).cast::<u64>().read_unaligned(),
+        )
+    };
+    let cookie = RUN_COOKIE.load(Relaxed);
+    if cookie == 0 || value != cookie {
+        return None;
+    }
+    Some(1 + u64::from(overrun.max(0).unsigned_abs()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_thread_clock_is_the_one_the_cpu_time_readers_use() {
+        let tid = threads::gettid();
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid clock id and out-pointer.
+        let rc = unsafe { libc::clock_gettime(thread_clock(tid), &mut ts) };
+        assert_eq!(rc, 0);
+        // The calling thread's clock, so at least what it read before.
+        let before = threads::thread_cpu_ns(tid).unwrap();
+        assert!(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64 <= before + 1);
+        assert!(available().is_ok());
+    }
+}

@@ -1,0 +1,190 @@
+//! The POSIX CPU timer clock, forced: each thread's samples follow its own
+//! CPU clock (weighted by the periods each expiry covered), and no timer
+//! of btprof's outlives its thread or the sampler.
+#![cfg(target_os = "linux")]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use btprof_sampler::{default_signal, Mode, SampleClock, Sampler, SamplerConfig};
+
+use btprof_testkit::thread_cpu;
+
+/// One sampler per process at a time.
+static SAMPLER: Mutex<()> = Mutex::new(());
+
+fn posix(hz: u32) -> SamplerConfig {
+    SamplerConfig {
+        hz,
+        mode: Mode::Cpu,
+        clock: Some(SampleClock::PosixTimers),
+        ..SamplerConfig::default()
+    }
+}
+
+/// Spins until `stop`, publishing its tid and CPU time.
+fn spinner(stop: Arc<AtomicBool>, tid: Arc<AtomicU64>) -> thread::JoinHandle<Duration> {
+    thread::Builder::new()
+        .name("btp-posix-spin".into())
+        .spawn(move || {
+            tid.store(btprof_sampler::current_thread_id(), Ordering::Relaxed);
+            let mut x = 1u64;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            thread_cpu()
+        })
+        .expect("spawn")
+}
+
+/// The threads that timers of this process with the profiling signal
+/// notify, one entry per timer, from `/proc/self/timers` (a `signal: N/...`
+/// line, then `notify: signal/tid.TID`).
+fn timer_threads() -> Vec<u64> {
+    let text = std::fs::read_to_string("/proc/self/timers").unwrap_or_default();
+    let want = format!("signal: {}/", default_signal());
+    let mut ours = false;
+    let mut tids = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("signal: ") {
+            ours = line.starts_with(&want);
+        } else if let (true, Some(tid)) = (ours, line.strip_prefix("notify: signal/tid.")) {
+            tids.push(tid.trim().parse().expect("a thread id"));
+        }
+    }
+    tids
+}
+
+fn our_timers() -> usize {
+    timer_threads().len()
+}
+
+/// Waits until `thread` used `cpu` of CPU time (its own clock, not wall
+/// time: the machine may be busy), or 60 s passed.
+fn wait_for_cpu(tid: &AtomicU64, cpu: Duration) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let t = tid.load(Ordering::Relaxed) as i32;
+        if t != 0 {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: the thread's CPU clock id and a valid out-pointer.
+            if unsafe { libc::clock_gettime((!t << 3) | 6, &mut ts) } == 0
+                && Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) >= cpu
+            {
+                return;
+            }
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the spinner did not get {cpu:?} of CPU in 60 s");
+}
+
+/// A spinning thread gets at least 950 weighted samples per second of its
+/// own CPU time at 1000 Hz, fewer distinct ones where the kernel's tick is
+/// slower than the rate, and the stats keep the two apart.
+#[test]
+fn a_spinning_thread_gets_its_rate_in_weighted_samples() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let worker = spinner(stop.clone(), tid.clone());
+    while tid.load(Ordering::Relaxed) == 0 {
+        thread::yield_now();
+    }
+    let sampler = Sampler::start(posix(1000)).expect("start on POSIX timers");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        let t = tid.load(Ordering::Relaxed);
+        if let Ok(raw) = sampler.collect(false) {
+            if raw
+                .stats
+                .cpu_of(t)
+                .is_some_and(|c| c >= Duration::from_millis(1500))
+            {
+                break;
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let raw = sampler.stop().expect("stop");
+    stop.store(true, Ordering::Relaxed);
+    worker.join().expect("spinner");
+    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    let t = tid.load(Ordering::Relaxed);
+    let key: Vec<u32> = (0..raw.threads.len() as u32)
+        .filter(|&i| raw.threads[i as usize].tid == t)
+        .collect();
+    let (weighted, distinct) = raw
+        .table
+        .iter()
+        .filter(|(k, _)| key.contains(&k.thread))
+        .fold((0u64, 0u64), |(w, d), (_, c)| (w + c, d + 1));
+    let cpu = raw.stats.cpu_of(t).expect("the spinner's CPU time");
+    let rate = weighted as f64 / cpu.as_secs_f64();
+    eprintln!(
+        "POSIX timers: {weighted} weighted samples ({distinct}+ distinct stacks) for {cpu:?}: \
+         {rate:.0}/CPU-s; whole run {:.0} weighted, {:.0} distinct per CPU-s",
+        raw.stats.samples_per_cpu_second(),
+        raw.stats.distinct_per_cpu_second()
+    );
+    assert!(cpu >= Duration::from_millis(500), "too little CPU: {cpu:?}");
+    assert!(
+        (950.0..=1050.0).contains(&rate),
+        "{rate:.0} weighted samples per CPU-second ({:?})",
+        raw.stats
+    );
+    assert!(raw.stats.recorded <= raw.stats.samples);
+    assert!(raw.stats.distinct_per_cpu_second() <= raw.stats.samples_per_cpu_second());
+    assert_eq!(our_timers(), 0, "a timer outlived stop");
+}
+
+/// Every timer is deleted when its thread exits (at the next listing of
+/// the threads) and when the sampler stops: `/proc/self/timers` lists none
+/// of btprof's afterwards.
+#[test]
+fn timers_go_with_their_threads_and_with_stop() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    assert_eq!(our_timers(), 0, "timers before the test");
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let worker = spinner(stop.clone(), tid.clone());
+    let sampler = Sampler::start(posix(1000)).expect("start on POSIX timers");
+    wait_for_cpu(&tid, Duration::from_millis(100));
+    // The spinner has run since the start: it has a timer by now, after a
+    // few listings (10 ms apart).
+    let spinner_tid = tid.load(Ordering::Relaxed);
+    let has_timer = |want: bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = timer_threads().contains(&spinner_tid);
+            if found == want || Instant::now() > deadline {
+                return found;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert!(has_timer(true), "no timer for a running thread");
+    stop.store(true, Ordering::Relaxed);
+    worker.join().expect("spinner");
+    // Exited mid-run: its timer goes at a later listing.
+    assert!(
+        !has_timer(false),
+        "the exited thread's timer is still there: {:?}",
+        timer_threads()
+    );
+    let raw = sampler.stop().expect("stop");
+    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    assert!(raw.stats.samples > 0, "no samples: {:?}", raw.stats);
+    assert_eq!(our_timers(), 0, "a timer outlived stop");
+}
