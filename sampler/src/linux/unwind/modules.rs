@@ -12,7 +12,9 @@
 //! (`dlpi_adds` / `dlpi_subs`, checked with a one-object iteration that
 //! costs well under a microsecond), and a rebuild copies only objects it
 //! has not seen: the copies are kept by (base address, `.eh_frame_hdr`
-//! address), and dropped when their object is gone.
+//! address), and dropped when their object is gone. The walker asks
+//! periodically, and at once (once per tick) when a sample ran in code
+//! outside every listed object (see [`super::CfiWalker::complete`]).
 //!
 //! No signal handler ever reads this list: handlers copy registers and the
 //! top of the stack, and the sampler thread unwinds those copies with it
