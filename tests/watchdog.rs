@@ -140,3 +140,55 @@ fn stall_at_stop_is_unfinished() {
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(!seen[0].4, "{seen:?}");
 }
+
+const CHILD: &str = "BTPROF_WATCHDOG_PAUSE_CHILD";
+
+/// Stopping and continuing the whole process holds every thread alike,
+/// the beating one included, so it must not be reported. The test runs
+/// itself again as a child that beats and reports its stall count; the
+/// parent stops it for a second in the middle.
+#[test]
+fn whole_process_pause_gives_no_stall() {
+    if std::env::var_os(CHILD).is_some() {
+        let seen: Seen = Arc::default();
+        let wd = watchdog(&seen, None);
+        let hb = wd.watch_current_thread("paused").unwrap();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(4) {
+            hb.beat();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(hb);
+        wd.stop();
+        println!("WATCHDOG-STALLS {}", seen.lock().unwrap().len());
+        return;
+    }
+    let _hogs = Hogs::start(2);
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "whole_process_pause_gives_no_stall",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: `pid` is our own child, not yet waited for.
+    let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert_eq!(rc, 0);
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: as above.
+    let rc = unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(rc, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("WATCHDOG-STALLS "))
+        .unwrap_or_else(|| panic!("no count in {text}"));
+    assert_eq!(line, "WATCHDOG-STALLS 0");
+}
