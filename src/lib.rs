@@ -132,6 +132,7 @@ pub mod formats;
 pub mod profile;
 pub mod record;
 pub mod thread_dump;
+pub mod watchdog;
 
 pub use analysis::{diff, report};
 pub use btprof_sampler::{
@@ -148,6 +149,7 @@ pub use record::{
     register_current_thread, DumpStats, Profiler, ProfilerBuilder, Symbolize, WarmUpStats,
 };
 pub use thread_dump::{backtrace, Frame, Thread, ThreadBacktrace, ThreadDump, ThreadState};
+pub use watchdog::{Heartbeat, Stall, Watchdog, WatchdogBuilder};
 
 /// For btprof's tests and benchmarks only: not part of the API.
 #[doc(hidden)]

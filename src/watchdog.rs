@@ -1,0 +1,456 @@
+//! The stall watchdog: notices a watched thread that stopped making
+//! progress and samples its backtrace until it moves again.
+//!
+//! Threads opt in with [`Watchdog::watch_current_thread`] and call
+//! [`Heartbeat::beat`] as they make progress; one relaxed atomic store
+//! keeps the hot path free. A single watchdog thread, spawned with
+//! signals blocked and left out of dumps and profiles, sleeps until the
+//! earliest moment a thread could be overdue, so an idle program costs
+//! nothing but one wake per threshold.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use crate::{backtrace, Error, Thread};
+
+type Callback = Arc<dyn Fn(&Stall) + Send + Sync + 'static>;
+
+/// Milliseconds of the monotonic clock. The coarse clock on Linux is read
+/// from the vDSO without a counter read, so beating stays a few
+/// nanoseconds; it does not advance while the system is suspended, so a
+/// laptop lid closing is not a stall.
+fn now_ms() -> u64 {
+    #[cfg(target_os = "linux")]
+    let clock = libc::CLOCK_MONOTONIC_COARSE;
+    #[cfg(not(target_os = "linux"))]
+    let clock = libc::CLOCK_MONOTONIC;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Configures a [`Watchdog`]; see [`Watchdog::builder`].
+pub struct WatchdogBuilder {
+    threshold: Duration,
+    sample_every: Duration,
+    dir: Option<PathBuf>,
+    on_stall: Option<Callback>,
+}
+
+impl WatchdogBuilder {
+    /// How long a thread may go without beating before it counts as
+    /// stalled (default 250 ms).
+    pub fn threshold(mut self, threshold: Duration) -> Self {
+        self.threshold = threshold;
+        self
+    }
+
+    /// How often a stalled thread's backtrace is taken (default 10 ms).
+    pub fn sample_every(mut self, every: Duration) -> Self {
+        self.sample_every = every;
+        self
+    }
+
+    /// Where each stall is written as `stall-<thread>-<time>.folded`,
+    /// `.svg` and `.json`; without it stalls only reach the callback.
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Called on the watchdog thread with every stall once it ends (or
+    /// when the watchdog stops while it goes on).
+    pub fn on_stall(mut self, callback: impl Fn(&Stall) + Send + Sync + 'static) -> Self {
+        self.on_stall = Some(Arc::new(callback));
+        self
+    }
+
+    /// Spawns the watchdog thread.
+    pub fn start(self) -> Result<Watchdog, Error> {
+        if let Some(dir) = &self.dir {
+            std::fs::create_dir_all(dir).map_err(Error::Io)?;
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                entries: Vec::new(),
+                stop: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let config = Config {
+            threshold: self.threshold.as_millis().max(1) as u64,
+            sample_every: self.sample_every.max(Duration::from_millis(1)),
+            dir: self.dir,
+            on_stall: self.on_stall,
+        };
+        let for_thread = Arc::clone(&shared);
+        let handle = btprof_sampler::spawn_with_signals_blocked("btprof-watchdog", move || {
+            run(&for_thread, &config)
+        })
+        .map_err(Error::Io)?;
+        Ok(Watchdog {
+            shared,
+            handle: Some(handle),
+        })
+    }
+}
+
+struct Config {
+    threshold: u64,
+    sample_every: Duration,
+    dir: Option<PathBuf>,
+    on_stall: Option<Callback>,
+}
+
+struct Entry {
+    name: String,
+    thread: Thread,
+    last: AtomicU64,
+    alive: AtomicBool,
+}
+
+struct State {
+    entries: Vec<Arc<Entry>>,
+    stop: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+/// Watches threads for stalls; see the module documentation.
+pub struct Watchdog {
+    shared: Arc<Shared>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// A watched thread's handle for reporting progress. Dropping it stops
+/// watching the thread.
+pub struct Heartbeat {
+    entry: Arc<Entry>,
+}
+
+impl Heartbeat {
+    /// Records that the thread made progress: one relaxed atomic store of
+    /// a coarse monotonic time.
+    #[inline]
+    pub fn beat(&self) {
+        self.entry.last.store(now_ms(), Ordering::Relaxed);
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.entry.alive.store(false, Ordering::Relaxed);
+    }
+}
+
+impl Watchdog {
+    /// A builder with the defaults: threshold 250 ms, a backtrace every
+    /// 10 ms, no directory, no callback.
+    pub fn builder() -> WatchdogBuilder {
+        WatchdogBuilder {
+            threshold: Duration::from_millis(250),
+            sample_every: Duration::from_millis(10),
+            dir: None,
+            on_stall: None,
+        }
+    }
+
+    /// Starts watching the calling thread under `name`; it counts as
+    /// having beaten now.
+    pub fn watch_current_thread(&self, name: &str) -> Result<Heartbeat, Error> {
+        let entry = Arc::new(Entry {
+            name: name.to_owned(),
+            thread: Thread::current(),
+            last: AtomicU64::new(now_ms()),
+            alive: AtomicBool::new(true),
+        });
+        let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.entries.push(Arc::clone(&entry));
+        drop(state);
+        self.shared.wake.notify_all();
+        Ok(Heartbeat { entry })
+    }
+
+    /// Stops the watchdog thread; a stall still going is delivered with
+    /// [`Stall::finished`] false.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            self.shared
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .stop = true;
+            self.shared.wake.notify_all();
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// One stall of one watched thread: when it began, how long it lasted
+/// and where the thread was meanwhile.
+pub struct Stall {
+    thread_name: String,
+    start: SystemTime,
+    duration: Duration,
+    backtraces: usize,
+    finished: bool,
+    stacks: HashMap<String, usize>,
+}
+
+impl Stall {
+    /// The name the thread was watched under.
+    pub fn thread_name(&self) -> &str {
+        &self.thread_name
+    }
+    /// Wall-clock time of the thread's last beat before the stall.
+    pub fn start(&self) -> SystemTime {
+        self.start
+    }
+    /// From the last beat before the stall to the first after it (or to
+    /// the watchdog stopping).
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+    /// How many backtraces were taken during the stall.
+    pub fn backtraces(&self) -> usize {
+        self.backtraces
+    }
+    /// False when the watchdog stopped while the thread was still stalled.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+    /// The aggregated stacks, outermost frame first, `;`-joined, with how
+    /// many backtraces showed each.
+    pub fn stacks(&self) -> &HashMap<String, usize> {
+        &self.stacks
+    }
+    /// Writes the stacks in folded form (`a;b;c count`), which flamegraph
+    /// tools read.
+    pub fn write_folded(&self, mut w: impl Write) -> Result<(), Error> {
+        let mut lines: Vec<_> = self.stacks.iter().collect();
+        lines.sort();
+        for (stack, count) in lines {
+            writeln!(w, "{stack} {count}").map_err(Error::Io)?;
+        }
+        Ok(())
+    }
+
+    fn write_json(&self, mut w: impl Write) -> Result<(), Error> {
+        let start = self
+            .start
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        writeln!(
+            w,
+            "{{\"thread\": {:?}, \"start_unix_ms\": {}, \"duration_ms\": {}, \"backtraces\": {}, \"finished\": {}}}",
+            self.thread_name,
+            start.as_millis(),
+            self.duration.as_millis(),
+            self.backtraces,
+            self.finished
+        )
+        .map_err(Error::Io)
+    }
+}
+
+/// What the watchdog thread keeps about a thread it currently sees
+/// stalled.
+struct Ongoing {
+    last_beat: u64,
+    stacks: HashMap<String, usize>,
+    backtraces: usize,
+}
+
+fn fold(bt: &crate::ThreadBacktrace) -> String {
+    let mut names: Vec<String> = bt
+        .frames()
+        .iter()
+        .map(|f| match f.function() {
+            Some(name) => name.to_owned(),
+            None => format!("{:#x}", f.address()),
+        })
+        .collect();
+    names.reverse();
+    names.join(";")
+}
+
+/// Whether a debugger is attached: its breakpoints stop threads for as
+/// long as the user looks, which is no stall of the program's own.
+#[cfg(target_os = "linux")]
+fn traced() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim() != "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Not detected on macOS yet: a debugger pause there can be reported.
+#[cfg(not(target_os = "linux"))]
+fn traced() -> bool {
+    false
+}
+
+fn run(shared: &Shared, config: &Config) {
+    let mut ongoing: HashMap<usize, Ongoing> = HashMap::new();
+    // Beats before this time are treated as taken at it: moved forward
+    // when the whole process was paused or a debugger held it.
+    let mut floor = now_ms();
+    let mut last_trace_check = 0u64;
+    let mut being_traced = false;
+    let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let now = now_ms();
+        state
+            .entries
+            .retain(|e| e.alive.load(Ordering::Relaxed) || ongoing.contains_key(&key(e)));
+        // The earliest moment something can need attention.
+        let mut wake_at = now + config.threshold;
+        for e in &state.entries {
+            let k = key(e);
+            if ongoing.contains_key(&k) {
+                wake_at = now;
+            } else {
+                let last = e.last.load(Ordering::Relaxed).max(floor);
+                wake_at = wake_at.min(last + config.threshold);
+            }
+        }
+        let sleep = if wake_at <= now && !ongoing.is_empty() {
+            config.sample_every
+        } else {
+            Duration::from_millis(wake_at.saturating_sub(now).max(1))
+        };
+        let before = now_ms();
+        let (guard, _) = shared
+            .wake
+            .wait_timeout(state, sleep)
+            .unwrap_or_else(|e| e.into_inner());
+        state = guard;
+        let after = now_ms();
+        let stopping = state.stop;
+        // The sleep overran by more than a threshold: the whole process was
+        // held (SIGSTOP, suspend), so no thread is to blame.
+        let overran = after.saturating_sub(before) > sleep.as_millis() as u64 + config.threshold;
+        if after.saturating_sub(last_trace_check) >= 1000 {
+            being_traced = traced();
+            last_trace_check = after;
+        }
+        if overran || being_traced {
+            floor = after;
+            ongoing.clear();
+        }
+        let entries = state.entries.clone();
+        drop(state);
+        for e in &entries {
+            let k = key(e);
+            let last = e.last.load(Ordering::Relaxed);
+            if let Some(o) = ongoing.get(&k) {
+                let moved = last != o.last_beat || !e.alive.load(Ordering::Relaxed);
+                if moved || stopping {
+                    let o = ongoing.remove(&k).expect("present");
+                    let end = if moved && last > o.last_beat {
+                        last
+                    } else {
+                        after
+                    };
+                    deliver(config, e, o, end, moved);
+                    continue;
+                }
+            } else if !stopping
+                && e.alive.load(Ordering::Relaxed)
+                && !overran
+                && !being_traced
+                && after.saturating_sub(last.max(floor)) >= config.threshold
+            {
+                ongoing.insert(
+                    k,
+                    Ongoing {
+                        last_beat: last,
+                        stacks: HashMap::new(),
+                        backtraces: 0,
+                    },
+                );
+            }
+            if let Some(o) = ongoing.get_mut(&k) {
+                if let Ok(bt) = backtrace(&e.thread) {
+                    *o.stacks.entry(fold(&bt)).or_insert(0) += 1;
+                    o.backtraces += 1;
+                }
+            }
+        }
+        if stopping {
+            return;
+        }
+        state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+fn key(e: &Arc<Entry>) -> usize {
+    Arc::as_ptr(e) as usize
+}
+
+fn deliver(config: &Config, e: &Entry, o: Ongoing, end: u64, finished: bool) {
+    let duration = Duration::from_millis(end.saturating_sub(o.last_beat));
+    let ago = Duration::from_millis(now_ms().saturating_sub(o.last_beat));
+    let stall = Stall {
+        thread_name: e.name.clone(),
+        start: SystemTime::now() - ago,
+        duration,
+        backtraces: o.backtraces,
+        finished,
+        stacks: o.stacks,
+    };
+    if let Some(dir) = &config.dir {
+        let when = stall
+            .start
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let safe: String = stall
+            .thread_name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let base = dir.join(format!("stall-{safe}-{when}"));
+        if let Ok(f) = std::fs::File::create(base.with_extension("folded")) {
+            let _ = stall.write_folded(std::io::BufWriter::new(f));
+        }
+        if let Ok(f) = std::fs::File::create(base.with_extension("json")) {
+            let _ = stall.write_json(std::io::BufWriter::new(f));
+        }
+    }
+    if let Some(cb) = &config.on_stall {
+        cb(&stall);
+    }
+}
