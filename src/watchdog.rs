@@ -16,18 +16,22 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
+use crate::formats::output_file::write_atomically;
 use crate::{backtrace, Error, Thread};
 
 type Callback = Arc<dyn Fn(&Stall) + Send + Sync + 'static>;
 
-/// Milliseconds of the monotonic clock. The coarse clock on Linux is read
-/// from the vDSO without a counter read, so beating stays a few
-/// nanoseconds; it does not advance while the system is suspended, so a
-/// laptop lid closing is not a stall.
+/// Milliseconds of a clock that does not advance while the system is
+/// suspended, so a laptop lid closing is not a stall. On Linux the coarse
+/// monotonic clock is read from the vDSO without a counter read, so
+/// beating stays a few nanoseconds; on Apple platforms `CLOCK_MONOTONIC`
+/// counts sleep, so the uptime clock is used instead.
 fn now_ms() -> u64 {
     #[cfg(target_os = "linux")]
     let clock = libc::CLOCK_MONOTONIC_COARSE;
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_vendor = "apple")]
+    let clock = libc::CLOCK_UPTIME_RAW;
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     let clock = libc::CLOCK_MONOTONIC;
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -61,8 +65,8 @@ impl WatchdogBuilder {
         self
     }
 
-    /// Where each stall is written as `stall-<thread>-<time>.folded`,
-    /// `.svg` and `.json`; without it stalls only reach the callback.
+    /// Where each stall is written as `stall-<thread>-<time>.folded` and
+    /// `.json`; without it stalls only reach the callback.
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
         self
@@ -263,16 +267,14 @@ impl Stall {
             .start
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
-        writeln!(
-            w,
-            "{{\"thread\": {:?}, \"start_unix_ms\": {}, \"duration_ms\": {}, \"backtraces\": {}, \"finished\": {}}}",
-            self.thread_name,
-            start.as_millis(),
-            self.duration.as_millis(),
-            self.backtraces,
-            self.finished
-        )
-        .map_err(Error::Io)
+        let record = serde_json::json!({
+            "thread": self.thread_name,
+            "start_unix_ms": start.as_millis() as u64,
+            "duration_ms": self.duration.as_millis() as u64,
+            "backtraces": self.backtraces,
+            "finished": self.finished,
+        });
+        writeln!(w, "{record}").map_err(Error::Io)
     }
 }
 
@@ -443,11 +445,15 @@ fn deliver(config: &Config, e: &Entry, o: Ongoing, end: u64, finished: bool) {
             })
             .collect();
         let base = dir.join(format!("stall-{safe}-{when}"));
-        if let Ok(f) = std::fs::File::create(base.with_extension("folded")) {
-            let _ = stall.write_folded(std::io::BufWriter::new(f));
-        }
-        if let Ok(f) = std::fs::File::create(base.with_extension("json")) {
-            let _ = stall.write_json(std::io::BufWriter::new(f));
+        // Each file appears whole or not at all; a failure is said, since
+        // the watchdog thread has no caller to return it to.
+        let folded = write_atomically(base.with_extension("folded"), |w| stall.write_folded(w));
+        let json = write_atomically(base.with_extension("json"), |w| stall.write_json(w));
+        if let Err(e) = folded.and(json) {
+            eprintln!(
+                "btprof: watchdog: could not write a stall of {}: {e}",
+                stall.thread_name
+            );
         }
     }
     if let Some(cb) = &config.on_stall {
