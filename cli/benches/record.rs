@@ -22,6 +22,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use btprof_testkit::measure::median;
+
 const BTPROF: &str = env!("CARGO_BIN_EXE_btprof");
 /// Loop iterations per worker thread: about a second of CPU here.
 const ITERATIONS: u64 = 400_000_000;
@@ -82,16 +84,6 @@ fn timed(command: &mut Command) -> f64 {
         .expect("run a child");
     assert!(status.success(), "{command:?} failed: {status}");
     start.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// The fixed work: two threads, `ITERATIONS` each.

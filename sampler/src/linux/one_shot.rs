@@ -37,14 +37,16 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
-use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, WalkEnd};
+use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
 use crate::Error;
 
 use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
 use super::signal::{self, SignalSender};
 use super::threads::{self, TaskList};
-use super::unwind::stack_copy::CopiedStack;
+use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
 use super::unwind::CfiWalker;
+// The dump slot runs the same generation-tagged states as the samples'.
+use super::slots::{state, ARMED, DONE, IDLE, WRITING};
 use super::{slots, stack_regions, MAX_DEPTH};
 
 /// The bit of `si_value` that marks a one-shot capture's request; the
@@ -62,16 +64,6 @@ const COPY_WORDS: usize = 4096;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tries at reading a blocked thread that keeps moving.
 const TRIES: usize = 4;
-
-const IDLE: u64 = 0;
-const ARMED: u64 = 1;
-const WRITING: u64 = 2;
-const DONE: u64 = 3;
-
-#[inline]
-const fn state(generation: u64, phase: u64) -> u64 {
-    generation << 2 | phase
-}
 
 /// The one slot a capture's handler writes into; static, so a handler
 /// that runs after its request was withdrawn touches only valid memory
@@ -165,11 +157,11 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     let len = checked_memory::copy_words(base, &mut words[..room]);
     SLOT.base.store(base, Relaxed);
     SLOT.len.store(len as u32, Relaxed);
-    let mut memory = CopyFirst {
+    let mut memory = CopyThenChecked::new(
         base,
-        words: &words[..len],
-        rest: CheckedMemory::new(window, regs.sp, high),
-    };
+        &words[..len],
+        CheckedMemory::new(window, regs.sp, high),
+    );
     let bounds = Some(StackBounds { low: regs.sp, high });
     let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
     SLOT.depth.store(walk.depth as u32, Relaxed);
@@ -178,26 +170,6 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     let left = slots::clock_ns(libc::CLOCK_MONOTONIC);
     SLOT.held_ns.store(left.saturating_sub(entered), Relaxed);
     SLOT.state.store(state(generation, DONE), Release);
-}
-
-/// Frame records inside a stack copy are read from it, the rest through
-/// [`CheckedMemory`] (fault-safe).
-struct CopyFirst<'a> {
-    base: u64,
-    words: &'a [u64],
-    rest: CheckedMemory<'a>,
-}
-
-impl StackMemory for CopyFirst<'_> {
-    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
-        if addr % 8 == 0 && addr >= self.base {
-            let i = ((addr - self.base) / 8) as usize;
-            if let (Some(&a), Some(&b)) = (self.words.get(i), self.words.get(i + 1)) {
-                return Some([a, b]);
-            }
-        }
-        self.rest.read_record(addr)
-    }
 }
 
 /// The signal captures are requested with: `SIGRTMAX - 1`, a real-time
@@ -554,11 +526,11 @@ impl Session {
         };
         let guess = CopiedStack::from_parts(regs, base, &self.copy[..len]);
         regs.fp = cfi.frame_pointer_at_syscall(&guess).unwrap_or(0);
-        let mut memory = CopyFirst {
+        let mut memory = CopyThenChecked::new(
             base,
-            words: &self.copy[..len],
-            rest: CheckedMemory::new(&mut self.window, sp, high),
-        };
+            &self.copy[..len],
+            CheckedMemory::new(&mut self.window, sp, high),
+        );
         let bounds = Some(StackBounds { low: sp, high });
         let walk = walker::walk(
             Arch::host(),

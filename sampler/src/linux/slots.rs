@@ -41,13 +41,14 @@ pub(crate) const SLOTS: usize = 256;
 /// The hard cap on frames per sample; `max_depth` may only lower it.
 pub const MAX_DEPTH: usize = 512;
 
-const IDLE: u64 = 0;
-const ARMED: u64 = 1;
-const WRITING: u64 = 2;
-const DONE: u64 = 3;
+pub(super) const IDLE: u64 = 0;
+pub(super) const ARMED: u64 = 1;
+pub(super) const WRITING: u64 = 2;
+pub(super) const DONE: u64 = 3;
 
+/// A slot's state word: its generation and its phase.
 #[inline]
-const fn state(generation: u64, phase: u64) -> u64 {
+pub(super) const fn state(generation: u64, phase: u64) -> u64 {
     generation << 2 | phase
 }
 

@@ -120,11 +120,11 @@ impl StackCopy {
         };
         self.base.store(base, Relaxed);
         self.len.store(len as u32, Relaxed);
-        CopyThenChecked {
+        CopyThenChecked::new(
             base,
-            words: &words[..len],
-            rest: CheckedMemory::new(window, regs.sp, high),
-        }
+            &words[..len],
+            CheckedMemory::new(window, regs.sp, high),
+        )
     }
 
     /// Sampler side: the copy, or `None` if the handler made none.
@@ -158,6 +158,14 @@ pub(crate) struct CopyThenChecked<'a> {
     base: u64,
     words: &'a [u64],
     rest: CheckedMemory<'a>,
+}
+
+impl<'a> CopyThenChecked<'a> {
+    /// Reads records from `words` (copied from `base` up) first, the rest
+    /// through `rest`: one-shot captures reuse it for their own copies.
+    pub(crate) fn new(base: u64, words: &'a [u64], rest: CheckedMemory<'a>) -> Self {
+        CopyThenChecked { base, words, rest }
+    }
 }
 
 impl StackMemory for CopyThenChecked<'_> {
