@@ -64,6 +64,9 @@ const COPY_WORDS: usize = 4096;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tries at reading a blocked thread that keeps moving.
 const TRIES: usize = 4;
+/// Milliseconds to wait for a thread blocked inside a profiler's sample
+/// handler to leave it before reading it as it is.
+const MAX_HANDLER_WAITS: u32 = 200;
 
 /// The one slot a capture's handler writes into; static, so a handler
 /// that runs after its request was withdrawn touches only valid memory
@@ -332,10 +335,21 @@ impl Session {
             CapturedThread::not_taken(tid as u64, name, RunState::Gone, None, NotTaken::Gone)
         };
         let mut last = None;
-        for _ in 0..TRIES {
+        let mut handler_waits = 0;
+        let mut tries = 0;
+        while tries < TRIES {
             let Some(code) = state_code(tid) else {
                 return gone(name);
             };
+            // Off CPU inside a profiler's sample handler (its stack read
+            // can wait in the kernel): what it runs is btprof's, not the
+            // program's. The handler is short; wait for it to return.
+            if code != b'R' && slots::in_handler(tid) && handler_waits < MAX_HANDLER_WAITS {
+                handler_waits += 1;
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            tries += 1;
             let state = match code {
                 b'R' => match self.by_signal(tid, &name) {
                     Some(captured) => return captured,
@@ -378,19 +392,34 @@ impl Session {
             ))
         };
         // A thread inside a handler has the signal in its mask for a
-        // moment; one that blocks it shows so at every look. One that
-        // still has an earlier, withdrawn request pending is given time to
-        // take it.
+        // moment; one that blocks it shows so at every look. A look counts
+        // only if the thread ran since the one before: on a busy machine a
+        // thread preempted inside a profiler's handler (after its sample
+        // was collected, so `in_handler` no longer knows it) keeps the
+        // signal masked for whole time slices without running, and three
+        // such looks in a row called a spinner beside two CPU hogs "blocks
+        // the capture signal". One that still has an earlier, withdrawn
+        // request pending is given time to take it.
         let mut blocked_looks = 0;
+        let mut cpu_at_last_look = None;
         let mut waits = 0;
         loop {
             let Some(status) = threads::signal_status(tid, sig) else {
                 return not_taken(RunState::Gone, NotTaken::Gone);
             };
             if status.blocked && !slots::in_handler(tid) {
-                blocked_looks += 1;
-                if blocked_looks >= 3 {
-                    return not_taken(RunState::Running, NotTaken::SignalBlocked);
+                let cpu = threads::thread_cpu_ns(tid);
+                if matches!((cpu, cpu_at_last_look), (Some(now), Some(last)) if now > last) {
+                    blocked_looks += 1;
+                    if blocked_looks >= 3 {
+                        return not_taken(RunState::Running, NotTaken::SignalBlocked);
+                    }
+                }
+                cpu_at_last_look = cpu;
+                // It went to sleep with the signal masked: read it from
+                // outside.
+                if state_code(tid)? != b'R' {
+                    return None;
                 }
             } else if !status.blocked && !status.pending {
                 break;
