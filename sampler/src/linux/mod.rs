@@ -38,6 +38,7 @@
 //! samples weighted as [`CpuDebt`] says. It never waits for a handler, so
 //! a thread that is slow to take its signal delays only its own sample.
 
+mod blocked_stack;
 mod born_threads;
 pub(crate) mod checked_memory;
 mod cpu_timer;

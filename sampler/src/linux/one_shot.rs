@@ -11,16 +11,9 @@
 //! the previous action put back after (any signal still pending is
 //! discarded on the way, see `signal.rs`).
 //!
-//! A thread that is not running is never signalled: a signal would end
-//! its `read`, `poll` or `nanosleep` with `EINTR` (or restart it), and the
-//! program must not be able to tell it was looked at. The kernel reports
-//! its user stack pointer and pc in `/proc/self/task/TID/syscall`; its
-//! stack is copied from there with `process_vm_readv`, its frame pointer
-//! recovered from the copy (the kernel does not report it; see
-//! `unwind/blocked.rs`) and the copy unwound with CFI. The thread is then
-//! checked to be still blocked at the same stack pointer and pc, so the
-//! copy is of the stack it is blocked on; if it moved, the read is tried
-//! again, and marked [`NotTaken::Moved`] after that.
+//! A thread that is not running is never signalled: its stack is read
+//! from outside ([`BlockedStackReader`]); if it moved meanwhile, the read
+//! is tried again, and marked [`NotTaken::Moved`] after that.
 //!
 //! A thread that blocks the signal is not queued to (the signal would wait
 //! for it to unblock) and is reported with what `/proc` says. The residual
@@ -40,6 +33,7 @@ use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
 use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
 use crate::Error;
 
+use super::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall, COPY_WORDS};
 use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
 use super::signal::{self, SignalSender};
 use super::threads::{self, TaskList};
@@ -54,10 +48,6 @@ use super::{slots, stack_regions, MAX_DEPTH};
 /// reach it.
 pub(crate) const DUMP_MARK: usize = 1 << (usize::BITS - 1);
 
-/// Stack copied per thread: 32 KiB, four times a sample's, since only one
-/// thread is copied at a time. Frames beyond it come from the frame-pointer
-/// walk.
-const COPY_WORDS: usize = 4096;
 /// How long a signalled thread may take to run its handler before the
 /// request is withdrawn: a thread waiting for a CPU behind busy processes
 /// takes milliseconds.
@@ -290,10 +280,7 @@ struct Session {
     shared: MutexGuard<'static, Shared>,
     sender: SignalSender,
     _handler: Option<CaptureHandler>,
-    regions: Vec<(u64, u64)>,
-    copy: Vec<u64>,
-    window: Vec<u64>,
-    fp_frames: Vec<u64>,
+    reader: BlockedStackReader,
 }
 
 impl Session {
@@ -314,18 +301,11 @@ impl Session {
         } else {
             Some(CaptureHandler::install(sig)?)
         };
-        let mut regions = Vec::new();
-        if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-            stack_regions::parse_rw_regions(&maps, &mut regions);
-        }
         Ok(Session {
             shared,
             sender: SignalSender::new(sig),
             _handler: handler,
-            regions,
-            copy: vec![0; COPY_WORDS],
-            window: vec![0; WINDOW_WORDS],
-            fp_frames: vec![0; MAX_DEPTH],
+            reader: BlockedStackReader::new(),
         })
     }
 
@@ -529,57 +509,15 @@ impl Session {
         pc: u64,
     ) -> Option<CapturedThread> {
         let syscall = (nr >= 0).then_some(nr);
-        let high = match region_of(&self.regions, sp) {
-            Some(high) => high,
-            None => {
-                // A stack mapped since the session opened.
-                if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-                    stack_regions::parse_rw_regions(&maps, &mut self.regions);
-                }
-                region_of(&self.regions, sp).unwrap_or(sp.saturating_add(slots::UNKNOWN_STACK_SPAN))
-            }
-        };
-        let base = sp & !7;
-        let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
-        let len = checked_memory::copy_words(base, &mut self.copy[..room]);
         let cfi = self
             .shared
             .cfi
             .as_mut()
             .expect("set when the session opened");
-        let mut regs = Registers {
-            pc,
-            fp: 0,
-            sp,
-            lr: 0,
-        };
-        let guess = CopiedStack::from_parts(regs, base, &self.copy[..len]);
-        regs.fp = cfi.frame_pointer_at_syscall(&guess).unwrap_or(0);
-        let mut memory = CopyThenChecked::new(
-            base,
-            &self.copy[..len],
-            CheckedMemory::new(&mut self.window, sp, high),
-        );
-        let bounds = Some(StackBounds { low: sp, high });
-        let walk = walker::walk(
-            Arch::host(),
-            &regs,
-            bounds,
-            &mut memory,
-            &mut self.fp_frames,
-        );
-        let copy = CopiedStack::from_parts(regs, base, &self.copy[..len]);
-        let done = cfi.complete(&copy, &self.fp_frames[..walk.depth], walk.end, MAX_DEPTH);
-        let frames = done.frames.to_vec();
-        let end = done.end;
-        // Still blocked where it was read: the copy is of that stack.
-        match read_syscall(tid) {
-            Some(Syscall::At {
-                nr: nr2,
-                sp: sp2,
-                pc: pc2,
-            }) if (nr2, sp2, pc2) == (nr, sp, pc) => {}
-            None => {
+        let (frames, end) = match self.reader.read(tid, cfi, nr, sp, pc) {
+            BlockedRead::Read(walk) => (walk.frames.to_vec(), walk.end),
+            BlockedRead::Moved => return None,
+            BlockedRead::Gone => {
                 return Some(CapturedThread::not_taken(
                     tid as u64,
                     name.to_owned(),
@@ -588,8 +526,7 @@ impl Session {
                     NotTaken::Gone,
                 ))
             }
-            _ => return None,
-        }
+        };
         Some(CapturedThread {
             tid: tid as u64,
             name: name.to_owned(),
@@ -604,13 +541,6 @@ impl Session {
     }
 }
 
-/// The end of the `rw` mapping holding `addr`.
-fn region_of(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
-    let i = regions.partition_point(|&(start, _)| start <= addr);
-    let (start, end) = *regions.get(i.checked_sub(1)?)?;
-    (start..end).contains(&addr).then_some(end)
-}
-
 /// Whether thread `tid` is still one of ours.
 fn thread_exists(tid: i32) -> bool {
     // SAFETY: signal 0 only checks that the thread exists.
@@ -623,77 +553,4 @@ fn state_code(tid: i32) -> Option<u8> {
     // `pid (comm) S ...`: comm may hold spaces and parentheses.
     let after = stat.iter().rposition(|&b| b == b')')?;
     stat.get(after + 2).copied()
-}
-
-/// What `/proc/self/task/TID/syscall` says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Syscall {
-    /// The thread is running: no registers to read.
-    Running,
-    /// Blocked, in system call `nr` (-1: in the kernel, not in a system
-    /// call) with its user stack pointer and pc.
-    At { nr: i64, sp: u64, pc: u64 },
-}
-
-fn read_syscall(tid: i32) -> Option<Syscall> {
-    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
-    parse_syscall(&text)
-}
-
-/// Parses `nr arg1 .. arg6 sp pc`, `-1 sp pc` or `running`.
-fn parse_syscall(text: &str) -> Option<Syscall> {
-    let fields: Vec<&str> = text.split_ascii_whitespace().collect();
-    if fields.first() == Some(&"running") {
-        return Some(Syscall::Running);
-    }
-    let hex = |s: &str| u64::from_str_radix(s.strip_prefix("0x")?, 16).ok();
-    let nr: i64 = fields.first()?.parse().ok()?;
-    let [.., sp, pc] = fields.as_slice() else {
-        return None;
-    };
-    if fields.len() < 3 {
-        return None;
-    }
-    Some(Syscall::At {
-        nr,
-        sp: hex(sp)?,
-        pc: hex(pc)?,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn syscall_lines_parse() {
-        assert_eq!(parse_syscall("running\n"), Some(Syscall::Running));
-        assert_eq!(
-            parse_syscall("0 0x3 0x7f00 0x1 0x0 0x0 0x0 0x7ffc10 0x7f1234\n"),
-            Some(Syscall::At {
-                nr: 0,
-                sp: 0x7ffc10,
-                pc: 0x7f1234
-            })
-        );
-        assert_eq!(
-            parse_syscall("-1 0x7ffc10 0x7f1234\n"),
-            Some(Syscall::At {
-                nr: -1,
-                sp: 0x7ffc10,
-                pc: 0x7f1234
-            })
-        );
-        assert_eq!(parse_syscall(""), None);
-        assert_eq!(parse_syscall("0 0x1"), None);
-    }
-
-    #[test]
-    fn regions_are_found_by_address() {
-        let regions = [(0x1000, 0x2000), (0x5000, 0x8000)];
-        assert_eq!(region_of(&regions, 0x1000), Some(0x2000));
-        assert_eq!(region_of(&regions, 0x7fff), Some(0x8000));
-        assert_eq!(region_of(&regions, 0x2000), None);
-        assert_eq!(region_of(&regions, 0x0fff), None);
-    }
 }

@@ -1,0 +1,204 @@
+//! The stack of a thread blocked in a system call, read from outside it.
+//!
+//! A thread blocked in `read`, `poll` or `nanosleep` must not be signalled:
+//! the signal would end its call with `EINTR` (or restart it), and the
+//! program must not be able to tell it was looked at. The kernel reports
+//! its user stack pointer and pc in `/proc/self/task/TID/syscall`; its
+//! stack is copied from there with `process_vm_readv`, its frame pointer
+//! recovered from the copy (the kernel does not report it; see
+//! `unwind/blocked.rs`) and the copy unwound with CFI. The thread is then
+//! checked to be still blocked at the same stack pointer and pc, so the
+//! copy is of the stack it is blocked on.
+//!
+//! Thread dumps read every blocked thread this way, and wall-mode
+//! profiles read a thread this way each time it is found blocked after
+//! running, so its off-CPU samples show where it waits.
+
+use crate::walker::{self, Arch, Registers, StackBounds};
+
+use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
+use super::unwind::{CfiWalker, Completed};
+use super::{slots, stack_regions, MAX_DEPTH};
+
+/// Stack copied per thread: 32 KiB, four times a sample's, since only one
+/// thread is copied at a time. Frames beyond it come from the frame-pointer
+/// walk.
+pub(crate) const COPY_WORDS: usize = 4096;
+
+/// What reading a blocked thread's stack came to.
+pub(crate) enum BlockedRead<'a> {
+    /// Its frames, innermost first; it was still blocked where it was read.
+    Read(Completed<'a>),
+    /// It ran meanwhile: the copy may be of another stack.
+    Moved,
+    /// It exited.
+    Gone,
+}
+
+/// Buffers for reading blocked threads' stacks, reused from one to the next.
+pub(crate) struct BlockedStackReader {
+    /// This process's `rw` mappings, sorted: a thread's stack ends where
+    /// its mapping does.
+    regions: Vec<(u64, u64)>,
+    copy: Vec<u64>,
+    window: Vec<u64>,
+    fp_frames: Vec<u64>,
+}
+
+impl BlockedStackReader {
+    /// A reader with the current mappings.
+    pub(crate) fn new() -> Self {
+        let mut reader = BlockedStackReader {
+            regions: Vec::new(),
+            copy: vec![0; COPY_WORDS],
+            window: vec![0; WINDOW_WORDS],
+            fp_frames: vec![0; MAX_DEPTH],
+        };
+        reader.refresh_regions();
+        reader
+    }
+
+    /// Re-reads the mappings, for stacks mapped since.
+    pub(crate) fn refresh_regions(&mut self) {
+        if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+            stack_regions::parse_rw_regions(&maps, &mut self.regions);
+        }
+    }
+
+    /// Reads thread `tid`, which `/proc` found blocked in system call `nr`
+    /// at stack pointer `sp` and pc `pc`, and unwinds it with `cfi`.
+    pub(crate) fn read<'a>(
+        &mut self,
+        tid: i32,
+        cfi: &'a mut CfiWalker,
+        nr: i64,
+        sp: u64,
+        pc: u64,
+    ) -> BlockedRead<'a> {
+        let high = match region_of(&self.regions, sp) {
+            Some(high) => high,
+            None => {
+                // A stack mapped since the mappings were read.
+                self.refresh_regions();
+                region_of(&self.regions, sp).unwrap_or(sp.saturating_add(slots::UNKNOWN_STACK_SPAN))
+            }
+        };
+        let base = sp & !7;
+        let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
+        let len = checked_memory::copy_words(base, &mut self.copy[..room]);
+        let mut regs = Registers {
+            pc,
+            fp: 0,
+            sp,
+            lr: 0,
+        };
+        let guess = CopiedStack::from_parts(regs, base, &self.copy[..len]);
+        regs.fp = cfi.frame_pointer_at_syscall(&guess).unwrap_or(0);
+        let mut memory = CopyThenChecked::new(
+            base,
+            &self.copy[..len],
+            CheckedMemory::new(&mut self.window, sp, high),
+        );
+        let bounds = Some(StackBounds { low: sp, high });
+        let walk = walker::walk(
+            Arch::host(),
+            &regs,
+            bounds,
+            &mut memory,
+            &mut self.fp_frames,
+        );
+        // Still blocked where it was read: the copy is of that stack.
+        match read_syscall(tid) {
+            Some(Syscall::At {
+                nr: nr2,
+                sp: sp2,
+                pc: pc2,
+            }) if (nr2, sp2, pc2) == (nr, sp, pc) => {}
+            None => return BlockedRead::Gone,
+            _ => return BlockedRead::Moved,
+        }
+        let copy = CopiedStack::from_parts(regs, base, &self.copy[..len]);
+        BlockedRead::Read(cfi.complete(&copy, &self.fp_frames[..walk.depth], walk.end, MAX_DEPTH))
+    }
+}
+
+/// The end of the `rw` mapping holding `addr`.
+fn region_of(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
+    let i = regions.partition_point(|&(start, _)| start <= addr);
+    let (start, end) = *regions.get(i.checked_sub(1)?)?;
+    (start..end).contains(&addr).then_some(end)
+}
+
+/// What `/proc/self/task/TID/syscall` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Syscall {
+    /// The thread is running: no registers to read.
+    Running,
+    /// Blocked, in system call `nr` (-1: in the kernel, not in a system
+    /// call) with its user stack pointer and pc.
+    At { nr: i64, sp: u64, pc: u64 },
+}
+
+pub(crate) fn read_syscall(tid: i32) -> Option<Syscall> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    parse_syscall(&text)
+}
+
+/// Parses `nr arg1 .. arg6 sp pc`, `-1 sp pc` or `running`.
+fn parse_syscall(text: &str) -> Option<Syscall> {
+    let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+    if fields.first() == Some(&"running") {
+        return Some(Syscall::Running);
+    }
+    let hex = |s: &str| u64::from_str_radix(s.strip_prefix("0x")?, 16).ok();
+    let nr: i64 = fields.first()?.parse().ok()?;
+    let [.., sp, pc] = fields.as_slice() else {
+        return None;
+    };
+    if fields.len() < 3 {
+        return None;
+    }
+    Some(Syscall::At {
+        nr,
+        sp: hex(sp)?,
+        pc: hex(pc)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_lines_parse() {
+        assert_eq!(parse_syscall("running\n"), Some(Syscall::Running));
+        assert_eq!(
+            parse_syscall("0 0x3 0x7f00 0x1 0x0 0x0 0x0 0x7ffc10 0x7f1234\n"),
+            Some(Syscall::At {
+                nr: 0,
+                sp: 0x7ffc10,
+                pc: 0x7f1234
+            })
+        );
+        assert_eq!(
+            parse_syscall("-1 0x7ffc10 0x7f1234\n"),
+            Some(Syscall::At {
+                nr: -1,
+                sp: 0x7ffc10,
+                pc: 0x7f1234
+            })
+        );
+        assert_eq!(parse_syscall(""), None);
+        assert_eq!(parse_syscall("0 0x1"), None);
+    }
+
+    #[test]
+    fn regions_are_found_by_address() {
+        let regions = [(0x1000, 0x2000), (0x5000, 0x8000)];
+        assert_eq!(region_of(&regions, 0x1000), Some(0x2000));
+        assert_eq!(region_of(&regions, 0x7fff), Some(0x8000));
+        assert_eq!(region_of(&regions, 0x2000), None);
+        assert_eq!(region_of(&regions, 0x0fff), None);
+    }
+}
