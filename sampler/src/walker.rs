@@ -143,11 +143,12 @@ pub enum WalkEnd {
     Unreadable = 5,
     /// No stack bounds were known for the thread, so only frame 0 was kept.
     NoBounds = 6,
-    /// Not a walk: the thread was blocked in the kernel when it was due
-    /// (wall mode), and was not interrupted, because a signal would make
-    /// its blocking call fail with `EINTR`. The frames are its last known
-    /// stack (or only the blocked system call's pc); the profile shows
-    /// them under `[btprof: blocked]`.
+    /// Wall mode: the thread was off CPU (blocked in the kernel, or
+    /// waiting for a CPU) when it was due, and was not interrupted, because
+    /// a signal would make its blocking call fail with `EINTR`. The frames
+    /// are the stack it is blocked on, read from outside, or else its last
+    /// known stack (or only the blocked system call's pc); the profile
+    /// shows them under `[btprof: off-cpu]`.
     Blocked = 7,
 }
 

@@ -87,10 +87,10 @@ impl Profile {
                 *truncated_at.entry(module).or_default() += count;
             }
             let thread = thread_of(&mut builder, key.thread);
-            // A wall-mode sample of a thread blocked in the kernel (not
-            // interrupted) shows under its last known stack.
+            // A wall-mode sample of a thread off CPU (not interrupted) is
+            // marked so, as the leaf of its stack.
             let blocked =
-                (key.end == WalkEnd::Blocked).then_some(FrameInfo::named(walk_ends::BLOCKED_FRAME));
+                (key.end == WalkEnd::Blocked).then_some(FrameInfo::named(walk_ends::OFF_CPU_FRAME));
             // Leaf-first addresses, each chain outermost first: reversing
             // the addresses, not the frames, keeps each chain's order.
             let root_first = frames

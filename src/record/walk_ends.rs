@@ -26,11 +26,13 @@
 use btprof_sampler::walker::WalkEnd;
 use btprof_symbols::Symbol;
 
-/// The leaf-most frame of a wall-mode sample of a thread that was blocked
-/// in the kernel and not interrupted (a signal would make its blocking call
-/// fail with `EINTR`): its frames are its last known stack, or only the
-/// blocked system call's pc.
-pub const BLOCKED_FRAME: &str = "[btprof: blocked]";
+/// The leaf-most frame of a wall-mode sample of a thread that was off CPU
+/// (blocked in the kernel, or waiting for a CPU) and was not interrupted:
+/// a signal would make its blocking call fail with `EINTR`. Its frames are
+/// the stack it is blocked on, read from outside, or else its last known
+/// stack (or only the blocked system call's pc). Every other wall-mode
+/// sample was taken while its thread ran.
+pub const OFF_CPU_FRAME: &str = "[btprof: off-cpu]";
 
 /// Functions where a thread's stack begins (demangled, without hashes).
 const ENTRY_FUNCTIONS: &[&str] = &[

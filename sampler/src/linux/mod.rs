@@ -29,7 +29,10 @@
 //! wall mode), the sampler thread paces the samples itself ([`SampleClock`]
 //! says which) and sends the profiling signal with `rt_tgsigqueueinfo` to
 //! every thread due. In wall mode it wakes on a fixed period and every
-//! thread is due. In cpu mode a thread is due when its CPU time since its
+//! thread is due: one that is off CPU is counted so without being
+//! interrupted, on the stack it is blocked on ([`blocked_stack`]), and a
+//! running one is asked for its sample with a one-shot CPU timer, which
+//! only a running thread can take. In cpu mode a thread is due when its CPU time since its
 //! last sample reaches one period, and the sampler wakes at the moment
 //! each thread will be due, plus at random moments ([`CpuWakeups`]), so
 //! that samples do not line up with where threads resume after waiting
@@ -78,8 +81,10 @@ use crate::{
 
 pub use slots::MAX_DEPTH;
 
+use blocked_stack::{BlockedRead, BlockedStackReader, Syscall};
 use born_threads::{BornSample, BornThreads, Settled};
 use cpu_timer::CpuTimer;
+use posix_timers::PosixTimer;
 use signal::{InstalledHandler, SignalSender};
 use slots::{Collected, Poll, SlotOwner, SLOTS};
 use unwind::stack_copy::CopiedStack;
@@ -109,6 +114,14 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
 /// count as not having run: taking a sample costs the thread a few
 /// microseconds of handler (up to ~10 in a VM, more under load).
 const IDLE_SLACK_NS: u64 = 50_000;
+/// Wall mode: the share of wall time the sampler may spend reading the
+/// stacks of threads found blocked after they ran (each read: a `/proc`
+/// file, up to 32 KiB of stack and a CFI unwind, tens of microseconds).
+/// Past it, such a thread is counted on its last known stack, as where
+/// the read fails.
+const BLOCKED_READ_SHARE: f64 = 0.02;
+/// The most of that budget saved up while no thread blocks.
+const BLOCKED_READ_BURST_NS: u64 = 2_000_000;
 /// The least time between two reads of `/proc/self/maps`.
 const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 /// Sampler-thread path, cpu mode: how many of a young thread's last stacks
@@ -300,11 +313,20 @@ struct ThreadState {
     /// finds it silent and blocked again ([`blocks_signal_now`]).
     suspect_since_ns: Option<u64>,
     /// Sampler-thread path, wall mode: the thread's last stack, counted
-    /// again while its CPU clock does not move (or under
-    /// `[btprof: blocked]` when it ran and blocked since), and its CPU
+    /// again, off CPU, while its CPU clock does not move, and its CPU
     /// clock when that stack was taken.
     last_walk: Option<OwnedWalk>,
     walk_cpu_ns: u64,
+    /// Sampler-thread path, wall mode: the one-shot timer asking for the
+    /// sample in flight ([`SamplerLoop::wall_requests`]); deleted, and with
+    /// it any signal it still had queued, once that sample is done.
+    request: Option<PosixTimer>,
+    /// The same: ticks that found the thread running and that no sample
+    /// has stood for yet. Its request fires on a scheduler tick of its
+    /// running, which a thread working in short bursts between blocking
+    /// calls reaches only now and then; the sample that lands stands for
+    /// all of them, so its CPU ticks are not counted as off CPU.
+    running_ticks: u64,
     /// Sampler-thread path, wall mode: the tick up to which the thread's
     /// samples are counted.
     counted_tick: u64,
@@ -414,6 +436,8 @@ impl ThreadState {
             suspect_since_ns: None,
             last_walk: None,
             walk_cpu_ns: 0,
+            request: None,
+            running_ticks: 0,
             counted_tick: 0,
             listing_cpu_ns: None,
             read_ns: None,
@@ -445,6 +469,9 @@ struct SlotUse {
     /// The periods of CPU time this sample stands for (1 in wall mode).
     weight: u64,
     armed_at: Instant,
+    /// Asked for with a one-shot CPU timer: it stands for the ticks since
+    /// the thread was last counted, known when it lands.
+    by_request: bool,
 }
 
 struct SamplerLoop {
@@ -504,6 +531,11 @@ struct SamplerLoop {
     /// Sampler-thread path, cpu mode: when to wake (due points and random
     /// ticks) instead of a fixed period.
     wakeups: Option<CpuWakeups>,
+    /// Sampler-thread path, wall mode: a running thread's sample is asked
+    /// for with a one-shot CPU timer ([`PosixTimer::open_request`]), not
+    /// a signal sent straight to it, so that no thread is ever signalled
+    /// inside a blocking call; `false` where the kernel refuses the timers.
+    wall_requests: bool,
     /// Sampler-thread path, cpu mode: CPU time of threads it did not look
     /// at, to list the threads early when a new one runs.
     unseen: Option<UnseenCpu>,
@@ -516,6 +548,12 @@ struct SamplerLoop {
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
+    /// Wall mode: reads the stacks of threads found blocked after they ran
+    /// (created at the first), and the sampler time it may still spend on
+    /// them ([`BLOCKED_READ_SHARE`]).
+    blocked_reader: Option<BlockedStackReader>,
+    blocked_read_budget_ns: u64,
+    blocked_read_tick: u64,
     /// Timer path: the inherited events that sample threads born while
     /// sampling; `None` where the kernel refused them (then `born_tried`).
     born: Option<BornThreads>,
@@ -565,6 +603,15 @@ struct OwnedWalk {
 }
 
 impl OwnedWalk {
+    /// The same frames, counted for a thread that was off CPU: the
+    /// profile shows them under `[btprof: off-cpu]`.
+    fn off_cpu(&self) -> OwnedWalk {
+        OwnedWalk {
+            end: WalkEnd::Blocked,
+            ..self.clone()
+        }
+    }
+
     /// Copies `walk` out of its slot, completed with CFI from the slot's
     /// stack copy first when there is a `cfi` walker (which counts in
     /// `stats` where the callers came from).
@@ -602,6 +649,9 @@ impl SamplerLoop {
     ) -> Result<Self, Error> {
         let mut stats = SamplerStats::new(&config);
         let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
+        let wall_requests = config.mode == Mode::Wall
+            && clock == SampleClock::SamplerThread
+            && posix_timers::available().is_ok();
         let wakeups =
             (clock == SampleClock::SamplerThread && config.mode == Mode::Cpu).then(|| {
                 let seed =
@@ -649,7 +699,11 @@ impl SamplerLoop {
             tails: wakeups.is_some().then(|| ExitTails::new(monotonic_ns())),
             exits: Vec::new(),
             wakeups,
+            wall_requests,
             cfi,
+            blocked_reader: None,
+            blocked_read_budget_ns: 0,
+            blocked_read_tick: 0,
             active: Vec::new(),
             relist_every: RELIST_INTERVAL,
             born: None,
@@ -847,9 +901,11 @@ impl SamplerLoop {
     /// `epoll_wait`, a `read` with a timeout…) fail with `EINTR`. In cpu
     /// mode its owed CPU time waits until it runs again. In wall mode a
     /// thread whose CPU clock has not moved since its last sample has not
-    /// run, so its last stack is counted again; one that ran and is blocked
-    /// now is counted under `[btprof: blocked]` below its last known stack
-    /// (or below the blocked system call's pc, when it has none yet).
+    /// run, so its last stack is counted again, off CPU; one that ran and
+    /// is off CPU now is counted off CPU on the stack it is blocked on
+    /// ([`Self::count_blocked`]). A running one is asked for a sample with
+    /// a one-shot CPU timer where the kernel allows them
+    /// ([`Self::wall_requests`]), else signalled.
     ///
     /// Only threads found active at the last listing are looked at
     /// ([`Self::choose_active`]): with thousands of idle threads, reading
@@ -943,11 +999,25 @@ impl SamplerLoop {
                 if let (false, Some(walk)) = (ran, &state.last_walk) {
                     let weight = self.tick.saturating_sub(state.counted_tick).max(1);
                     state.counted_tick = self.tick;
-                    let (key, walk) = (state.key, walk.clone());
+                    let (key, walk) = (state.key, walk.off_cpu());
                     self.stats.reused_samples += weight;
                     self.intern(key, &walk.as_collected(), weight);
                     continue;
                 }
+            }
+            if state.pending && self.wall_requests {
+                // Its request waits for it to run. Off CPU meanwhile, it is
+                // counted as such; running, its ticks are counted when the
+                // sample lands.
+                let running =
+                    progressed && threads::run_state(tid) == Some(threads::RunState::Running);
+                if running {
+                    state.running_ticks += 1;
+                    state.counted_tick = self.tick;
+                } else {
+                    self.count_blocked(tid, cpu);
+                }
+                continue;
             }
             if state.pending || !state.regions_ready {
                 self.stats.skipped_samples += 1;
@@ -1020,10 +1090,23 @@ impl SamplerLoop {
                 && state.first_seen.elapsed() < YOUNG;
             let read_at = if first { (0, 0) } else { read_at };
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
-            match self.sender.send(tid, armed.signal_value()) {
+            let by_request = self.wall_requests;
+            let sent = if by_request {
+                // No lateness check (`mark_sent` above had no reading in
+                // wall mode): the timer fires on a tick of the thread's
+                // own running, an unbiased moment, however late.
+                PosixTimer::open_request(tid, self.sender.signal(), armed.signal_value())
+                    .map(|timer| state.request = Some(timer))
+            } else {
+                self.sender.send(tid, armed.signal_value())
+            };
+            match sent {
                 Ok(()) => {
                     state.pending = true;
                     state.counted_tick = self.tick;
+                    if by_request {
+                        state.running_ticks += 1;
+                    }
                     if self.config.mode == Mode::Cpu {
                         state.debt.pay(weight, self.period_ns);
                         predict_due(state, self.wakeups.as_mut(), read_at.0, self.period_ns);
@@ -1037,6 +1120,7 @@ impl SamplerLoop {
                             1
                         },
                         armed_at: Instant::now(),
+                        by_request,
                     });
                 }
                 Err(e) => {
@@ -1053,19 +1137,36 @@ impl SamplerLoop {
         self.rotation = ran_out_at.unwrap_or(0);
     }
 
-    /// Wall mode: counts a thread that ran since its last sample but is
-    /// blocked in the kernel now, without interrupting it: its last known
-    /// stack (or the blocked system call's pc) marked blocked. That stack
-    /// is then counted again while its CPU clock stays put.
-    fn count_blocked(&mut self, tid: i32, cpu: u64) {
+    /// Wall mode with requests, at the end (the run's or the thread's): the
+    /// ticks that found the thread running and that no sample stood for,
+    /// counted on its last stack, or as skipped if it has none.
+    fn count_running_ticks_left(&mut self, tid: i32) {
         let Some(state) = self.threads.get_mut(&tid) else {
             return;
         };
-        let walk = match &state.last_walk {
-            Some(last) => OwnedWalk {
-                end: WalkEnd::Blocked,
-                ..last.clone()
-            },
+        let ticks = std::mem::take(&mut state.running_ticks);
+        match &state.last_walk {
+            Some(walk) if ticks > 0 => {
+                let (key, walk) = (state.key, walk.clone());
+                self.stats.reused_samples += ticks;
+                self.intern(key, &walk.as_collected(), ticks);
+            }
+            _ => self.stats.skipped_samples += ticks,
+        }
+    }
+
+    /// Wall mode: counts a thread that ran since its last sample but is
+    /// off CPU now, without interrupting it: the stack it is blocked on,
+    /// read from outside, or else its last known stack (or the blocked
+    /// system call's pc), marked off CPU. That stack is then counted again
+    /// while its CPU clock stays put.
+    fn count_blocked(&mut self, tid: i32, cpu: u64) {
+        let read = self.read_blocked_stack(tid);
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let walk = match read.or_else(|| state.last_walk.as_ref().map(OwnedWalk::off_cpu)) {
+            Some(walk) => walk,
             None => match threads::blocked_syscall_pc(tid) {
                 Some(pc) => OwnedWalk {
                     frames: vec![pc],
@@ -1084,6 +1185,41 @@ impl SamplerLoop {
         state.counted_tick = self.tick;
         let key = state.key;
         self.intern(key, &walk.as_collected(), weight);
+    }
+
+    /// Wall mode: the stack of thread `tid` if it is blocked in the kernel
+    /// and the budget allows reading it; `None` if it is waiting for a CPU
+    /// (nothing to read from outside), moved meanwhile, or the budget is
+    /// spent.
+    fn read_blocked_stack(&mut self, tid: i32) -> Option<OwnedWalk> {
+        let cfi = self.cfi.as_mut()?;
+        let tick_ns = self.period_ns;
+        let earned = (tick_ns as f64 * BLOCKED_READ_SHARE) as u64;
+        let since = self.tick.saturating_sub(self.blocked_read_tick);
+        self.blocked_read_tick = self.tick;
+        self.blocked_read_budget_ns =
+            (self.blocked_read_budget_ns + since * earned).min(BLOCKED_READ_BURST_NS);
+        if self.blocked_read_budget_ns == 0 {
+            return None;
+        }
+        let started = monotonic_ns();
+        let Some(Syscall::At { nr, sp, pc }) = blocked_stack::read_syscall(tid) else {
+            return None;
+        };
+        let reader = self
+            .blocked_reader
+            .get_or_insert_with(BlockedStackReader::new);
+        let walk = match reader.read(tid, cfi, nr, sp, pc) {
+            BlockedRead::Read(done) => Some(OwnedWalk {
+                frames: done.frames.to_vec(),
+                lr: 0,
+                end: WalkEnd::Blocked,
+            }),
+            BlockedRead::Moved | BlockedRead::Gone => None,
+        };
+        let spent = monotonic_ns().saturating_sub(started);
+        self.blocked_read_budget_ns = self.blocked_read_budget_ns.saturating_sub(spent);
+        walk
     }
 
     /// Sampler-thread path, at each listing: picks the threads the ticks
@@ -1121,11 +1257,10 @@ impl SamplerLoop {
             if busy || state.blocked.is_some() {
                 active.push(tid);
             } else if self.config.mode == Mode::Wall && self.tick > state.counted_tick {
-                if state.last_walk.is_some() {
+                if let Some(walk) = state.last_walk.as_ref().map(OwnedWalk::off_cpu) {
                     let weight = self.tick - state.counted_tick;
                     state.counted_tick = self.tick;
                     let key = state.key;
-                    let walk = state.last_walk.clone().expect("checked");
                     self.stats.reused_samples += weight;
                     self.intern(key, &walk.as_collected(), weight);
                 } else {
@@ -1591,8 +1726,23 @@ impl SamplerLoop {
                     // takes it: that is an exit, not a failure.
                     let exited = threads::thread_cpu_ns(slot_use.tid).is_none();
                     let expired = cancel_all || slot_use.armed_at.elapsed() > SAMPLE_TIMEOUT;
+                    let state = self.threads.get_mut(&slot_use.tid);
+                    if slot_use.by_request && (exited || expired) {
+                        // Deleted first: its signal, if queued, goes too.
+                        state.and_then(|state| state.request.take());
+                    }
                     if (exited || expired) && self.slots.cancel(slot) {
-                        if exited {
+                        if slot_use.by_request && !exited && !cancel_all {
+                            // It has not run through a scheduler tick since
+                            // (else its timer would have fired): the ticks
+                            // it was seen running wait for its next
+                            // request. One that blocks the signal still
+                            // shows it pending, and is marked so.
+                            let _ = self.cannot_take_signal(slot_use.tid);
+                        } else if slot_use.by_request {
+                            self.stats.exited_threads += u64::from(exited);
+                            self.count_running_ticks_left(slot_use.tid);
+                        } else if exited {
                             self.stats.exited_threads += 1;
                             // Its periods are counted with the rest of its
                             // last moments ([`ExitTails`]).
@@ -1618,7 +1768,13 @@ impl SamplerLoop {
                 let key = self
                     .key_for_sample(slot_use.tid, Some(slot_use.key))
                     .unwrap_or(slot_use.key);
-                self.intern(key, &walk.as_collected(), slot_use.weight);
+                let mut weight = slot_use.weight;
+                if slot_use.by_request {
+                    if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                        weight = std::mem::take(&mut state.running_ticks).max(1);
+                    }
+                }
+                self.intern(key, &walk.as_collected(), weight);
                 if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                     if self.config.mode == Mode::Wall {
                         // Its clock now includes what taking the sample cost.
@@ -1643,6 +1799,7 @@ impl SamplerLoop {
                 self.slot_uses[slot] = None;
                 if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                     state.pending = false;
+                    state.request = None;
                 }
             }
         }

@@ -87,57 +87,27 @@ impl PosixTimer {
     /// `period_ns` of that thread's CPU time. `ESRCH`/`EINVAL`: the thread
     /// exited.
     pub(crate) fn open(tid: i32, period_ns: u64, signal: libc::c_int) -> io::Result<PosixTimer> {
-        let cookie = RUN_COOKIE.load(Relaxed);
-        let event = ThreadSigevent {
-            value: cookie,
-            signo: signal,
-            notify: libc::SIGEV_THREAD_ID,
-            tid,
-            _rest: [0; 11],
-        };
-        let mut id: libc::c_int = -1;
-        // SAFETY: a valid clock id, a complete sigevent record and a valid
-        // out-pointer for the timer id; the kernel copies both in and out.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_timer_create,
-                thread_clock(tid),
-                &event as *const ThreadSigevent,
-                &mut id as *mut libc::c_int,
-            )
-        };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            // The kernel says EINVAL for a clock whose thread is gone.
-            return Err(if e.raw_os_error() == Some(libc::EINVAL) {
-                io::Error::from_raw_os_error(libc::ESRCH)
-            } else {
-                e
-            });
-        }
-        let Some(start_ns) = threads::thread_cpu_ns(tid) else {
-            let _ = PosixTimer {
-                id,
-                tid,
-                start_ns: 0,
-            };
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        };
-        let timer = PosixTimer { id, tid, start_ns };
-        let period = libc::timespec {
-            tv_sec: (period_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (period_ns % 1_000_000_000) as libc::c_long,
-        };
+        let mut timer = PosixTimer::open_unarmed(tid, signal, RUN_COOKIE.load(Relaxed))?;
+        timer.start_ns =
+            threads::thread_cpu_ns(tid).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let period = timespec(period_ns);
+        timer.arm(period, period)?;
+        Ok(timer)
+    }
+
+    /// Sets the timer to expire first after `first` of the thread's CPU
+    /// time, then every `interval` (zero: once).
+    fn arm(&self, interval: libc::timespec, first: libc::timespec) -> io::Result<()> {
         let spec = TimerSpec {
-            interval: period,
-            value: period,
+            interval,
+            value: first,
         };
-        // SAFETY: a timer id the kernel just gave us and a valid spec; no
-        // old value is asked for.
+        // SAFETY: a timer id the kernel gave us and a valid spec; no old
+        // value is asked for.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_timer_settime,
-                timer.id,
+                self.id,
                 0,
                 &spec as *const TimerSpec,
                 std::ptr::null_mut::<TimerSpec>(),
@@ -146,7 +116,7 @@ impl PosixTimer {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(timer)
+        Ok(())
     }
 
     /// The CPU time the thread used since the timer was created, in
@@ -167,19 +137,48 @@ impl Drop for PosixTimer {
     }
 }
 
+/// `ns` nanoseconds as a `timespec`.
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
 /// Whether this process may create POSIX CPU timers on its threads:
 /// creates one on the calling thread's clock and deletes it, unarmed.
 pub(crate) fn available() -> io::Result<()> {
-    let timer = PosixTimer::open_unarmed(threads::gettid())?;
+    let timer = PosixTimer::open_unarmed(threads::gettid(), libc::SIGURG, 0)?;
     drop(timer);
     Ok(())
 }
 
 impl PosixTimer {
-    fn open_unarmed(tid: i32) -> io::Result<PosixTimer> {
+    /// A request for one sample of thread `tid` that only a running thread
+    /// can take: a timer that expires once, as soon as the thread uses any
+    /// CPU time, and raises `signal` with `value` (see [`request_value`]).
+    ///
+    /// A signal sent straight to a thread seen running can land after the
+    /// thread entered `poll` or `nanosleep` and end the call with `EINTR`.
+    /// A CPU timer cannot: the kernel checks it on the scheduler tick of a
+    /// thread that is on a CPU and raises its signal on the way back to
+    /// user space, so the handler runs where the program was, never
+    /// inside a blocking call. The price is latency: up to one scheduler
+    /// tick (4 ms at 250 Hz) of the thread's running.
+    pub(crate) fn open_request(
+        tid: i32,
+        signal: libc::c_int,
+        value: usize,
+    ) -> io::Result<PosixTimer> {
+        let timer = PosixTimer::open_unarmed(tid, signal, request_value(value))?;
+        timer.arm(timespec(0), timespec(1))?;
+        Ok(timer)
+    }
+
+    fn open_unarmed(tid: i32, signal: libc::c_int, value: u64) -> io::Result<PosixTimer> {
         let event = ThreadSigevent {
-            value: 0,
-            signo: libc::SIGURG,
+            value,
+            signo: signal,
             notify: libc::SIGEV_THREAD_ID,
             tid,
             _rest: [0; 11],
@@ -195,7 +194,13 @@ impl PosixTimer {
             )
         };
         if rc != 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            // The kernel says EINVAL for a clock whose thread is gone.
+            return Err(if e.raw_os_error() == Some(libc::EINVAL) {
+                io::Error::from_raw_os_error(libc::ESRCH)
+            } else {
+                e
+            });
         }
         Ok(PosixTimer {
             id,
@@ -205,6 +210,36 @@ impl PosixTimer {
     }
 }
 
+/// The high bits of a sample request's timer value ([`PosixTimer::
+/// open_request`]): apart from the run cookie's, and from any pointer.
+const REQUEST_TAG: u64 = 0xb7b6 << 48;
+
+/// The `si_value` of a request's timer for an armed slot's `value`.
+fn request_value(value: usize) -> u64 {
+    REQUEST_TAG | value as u64
+}
+
+/// The armed slot's value a request timer's signal carries, if `info` is
+/// one (`SI_TIMER` with the request tag). Async-signal-safe.
+pub(crate) fn requested_slot(info: &libc::siginfo_t) -> Option<usize> {
+    if info.si_code != libc::SI_TIMER {
+        return None;
+    }
+    let value = timer_value(info);
+    (value & (0xffff << 48) == REQUEST_TAG).then_some((value & !(0xffff << 48)) as usize)
+}
+
+/// The `si_value` of an `SI_TIMER` signal. On 64-bit Linux the `_timer`
+/// member starts at byte 16 of `siginfo_t`: `int si_tid; int si_overrun;
+/// sigval_t si_sigval;`.
+fn timer_value(info: &libc::siginfo_t) -> u64 {
+    const VALUE_AT: usize = 24;
+    let base = (info as *const libc::siginfo_t).cast::<u8>();
+    // SAFETY: `siginfo_t` is 128 bytes and an `SI_TIMER` signal fills its
+    // `_timer` member at this offset; an unaligned read of an integer.
+    unsafe { base.add(VALUE_AT).cast::<u64>().read_unaligned() }
+}
+
 /// The periods a timer signal stands for, `1 + si_overrun`, if it is one of
 /// the running sampler's timers (`si_code` `SI_TIMER` and its cookie in
 /// `si_value`); `None` for any other signal. Async-signal-safe.
@@ -212,19 +247,14 @@ pub(crate) fn sample_weight(info: &libc::siginfo_t) -> Option<u64> {
     if info.si_code != libc::SI_TIMER {
         return None;
     }
-    // On 64-bit Linux the `_timer` member starts at byte 16 of `siginfo_t`:
-    // `int si_tid; int si_overrun; sigval_t si_sigval;`.
+    // `si_overrun` follows `si_tid` in the `_timer` member (see
+    // `timer_value`).
     const OVERRUN_AT: usize = 20;
-    const VALUE_AT: usize = 24;
     let base = (info as *const libc::siginfo_t).cast::<u8>();
     // SAFETY: `siginfo_t` is 128 bytes and an `SI_TIMER` signal fills its
-    // `_timer` member at these offsets; unaligned reads of plain integers.
-    let (overrun, value) = unsafe {
-        (
-            base.add(OVERRUN_AT).cast::<i32>().read_unaligned(),
-            base.add(VALUE_AT).cast::<u64>().read_unaligned(),
-        )
-    };
+    // `_timer` member at this offset; an unaligned read of an integer.
+    let overrun = unsafe { base.add(OVERRUN_AT).cast::<i32>().read_unaligned() };
+    let value = timer_value(info);
     let cookie = RUN_COOKIE.load(Relaxed);
     if cookie == 0 || value != cookie {
         return None;

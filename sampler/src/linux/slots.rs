@@ -454,6 +454,13 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         }
+    } else if let Some(value) = super::posix_timers::requested_slot(info) {
+        // The sampler's request for one sample of a running thread, raised
+        // by a one-shot CPU timer (see `PosixTimer::open_request`).
+        // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
+        // (checked non-null above).
+        let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
+        claim_armed(value, pc)
     } else if info.si_code == libc::SI_TIMER {
         // A POSIX CPU timer's expiry: ours only with the run's cookie.
         match super::posix_timers::sample_weight(info) {

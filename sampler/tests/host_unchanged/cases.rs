@@ -72,7 +72,10 @@ pub const ALL: &[Case] = &[
 /// Roles this binary plays as a grandchild of the runner.
 pub fn run_role(args: &[String]) {
     match args.first().map(String::as_str) {
-        Some("exec-trial") => exec_trial(args.get(1).and_then(|s| s.parse().ok())),
+        Some("exec-trial") => exec_trial(
+            args.get(1).and_then(|s| s.parse().ok()),
+            args.iter().any(|a| a == "wall"),
+        ),
         other => panic!("unknown role {other:?}"),
     }
 }
@@ -153,10 +156,9 @@ const EXEC_PARALLEL: usize = 4;
 /// `exec` while profiling: a signal still queued for a thread that calls
 /// `execve` survives into the new program, whose default action for a
 /// real-time signal is to terminate. 1000 processes start the profiler
-/// at 5 kHz (on the sampler thread in wall mode: every thread signalled
-/// every 0.2 ms, so nearly every exec has a signal in flight; on the
-/// per-thread timers in cpu mode), work, and exec `/bin/true`: none may
-/// die.
+/// at 5 kHz in cpu mode (on the sampler thread: a busy thread signalled
+/// every 0.2 ms of its CPU, so many an exec has a signal in flight; on
+/// the per-thread timers), work, and exec `/bin/true`: none may die.
 fn exec_while_profiling_never_kills_the_new_program() {
     // The trial can see the failure: on the sampler thread, which signals
     // threads wherever they are, a real-time signal (the old default)
@@ -164,24 +166,31 @@ fn exec_while_profiling_never_kills_the_new_program() {
     // only while their thread runs user code (exclude_kernel), so it is
     // taken before the thread enters execve: reported, not asserted.
     let rt = libc::SIGRTMAX() - 3;
-    let rt_died = run_exec_trials(Some(rt), 200);
+    let rt_died = run_exec_trials(Some(rt), 200, false);
     println!("measured: exec while profiling with real-time signal {rt}: {rt_died} of 200 new programs died");
     if on_sampler_thread() {
         assert!(
             rt_died > 0,
             "the trial no longer catches a signal queued across exec"
         );
+        // Wall mode asks for a running thread's sample with a one-shot
+        // CPU timer, whose signal is raised on the way back to user space:
+        // taken there, never carried into execve, even a real-time one.
+        let wall_died = run_exec_trials(Some(rt), 200, true);
+        println!("measured: the same in wall mode: {wall_died} of 200 new programs died");
+        assert_eq!(wall_died, 0, "wall mode carried a signal across exec");
     }
-    let died = run_exec_trials(None, EXEC_TRIALS);
+    let died = run_exec_trials(None, EXEC_TRIALS, false);
     println!(
         "measured: exec while profiling with the default signal: {died} of {EXEC_TRIALS} new programs died"
     );
     assert_eq!(died, 0, "{died} of {EXEC_TRIALS} exec'd programs died");
 }
 
-/// Runs `trials` exec trials with `signal` (the default if `None`) and
-/// returns how many of the exec'd programs died by a signal.
-pub fn run_exec_trials(signal: Option<i32>, trials: usize) -> usize {
+/// Runs `trials` exec trials with `signal` (the default if `None`), in
+/// wall mode or cpu mode, and returns how many of the exec'd programs died
+/// by a signal.
+pub fn run_exec_trials(signal: Option<i32>, trials: usize, wall: bool) -> usize {
     let exe = std::env::current_exe().unwrap();
     let mut died = 0;
     let mut other = Vec::new();
@@ -191,8 +200,9 @@ pub fn run_exec_trials(signal: Option<i32>, trials: usize) -> usize {
         while started < trials && running.len() < EXEC_PARALLEL {
             let mut cmd = Command::new(&exe);
             cmd.args(["--role", "exec-trial"]);
-            if let Some(s) = signal {
-                cmd.arg(s.to_string());
+            cmd.arg(signal.map_or_else(|| "default".to_owned(), |s| s.to_string()));
+            if wall {
+                cmd.arg("wall");
             }
             running.push(cmd.spawn().expect("start a trial"));
             started += 1;
@@ -210,16 +220,9 @@ pub fn run_exec_trials(signal: Option<i32>, trials: usize) -> usize {
 }
 
 /// One trial: profile this process (a busy thread and this one), work
-/// 2 ms of CPU, then replace the process with `/bin/true`. In cpu mode on
-/// the per-thread timers (this thread has one too), in wall mode on the
-/// sampler-thread fallback (every thread signalled every tick: the most
-/// signals in flight).
-fn exec_trial(signal: Option<i32>) {
-    let mode = if on_sampler_thread() {
-        Mode::Wall
-    } else {
-        Mode::Cpu
-    };
+/// 2 ms of CPU, then replace the process with `/bin/true`.
+fn exec_trial(signal: Option<i32>, wall: bool) {
+    let mode = if wall { Mode::Wall } else { Mode::Cpu };
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -493,11 +496,13 @@ fn blocking_loop(rounds: u32) -> CallResults {
         .unwrap();
     let mut r = CallResults::default();
     let mut buf = [0u8; 16];
-    // A first spell of work longer than a tick: where a thread is sampled
-    // for sure. Its 100 µs rounds alone can go unsampled on the sampler
+    // A first spell of work of many ticks: where a thread is sampled for
+    // sure. Its 100 µs rounds alone can go unsampled on the sampler
     // thread under load (it signals only a thread it finds running user
-    // code, and a round can fit between two ticks every time).
-    spin_cpu(Duration::from_millis(20));
+    // code, and a round can fit between two ticks every time), and on
+    // POSIX timers, which fire on a scheduler tick of the thread's running
+    // (a 20 ms spell, opened late on a loaded machine, once got none).
+    spin_cpu(Duration::from_millis(100));
     for round in 0..rounds {
         spin_cpu(Duration::from_micros(100));
         let interrupted = match round % 3 {
@@ -528,11 +533,11 @@ fn blocking_loop(rounds: u32) -> CallResults {
 
 /// Runs the blocking loop on a thread of its own while `mode` profiles the
 /// process (or nothing does), plus a busy thread beside it.
-fn blocking_loop_under(mode: Option<Mode>) -> (CallResults, Option<RawProfile>) {
+fn blocking_loop_under(mode: Option<Mode>, rounds: u32) -> (CallResults, Option<RawProfile>) {
     let sampler = mode.map(|m| Sampler::start(config(1000, m)).expect("start"));
     let results = thread::Builder::new()
         .name("blocking".into())
-        .spawn(|| blocking_loop(300))
+        .spawn(move || blocking_loop(rounds))
         .unwrap()
         .join()
         .unwrap();
@@ -544,13 +549,17 @@ fn blocking_loop_under(mode: Option<Mode>) -> (CallResults, Option<RawProfile>) 
 /// thread is still sampled where it works, and in wall mode it is counted
 /// while blocked, without being interrupted.
 fn blocking_calls_never_fail_with_eintr() {
-    let (alone, _) = blocking_loop_under(None);
+    let (alone, _) = blocking_loop_under(None, 300);
     println!(
         "measured: without btprof: {} EINTR in {} blocking calls",
         alone.eintr, alone.calls
     );
-    for mode in [Mode::Cpu, Mode::Wall] {
-        let (profiled, raw) = blocking_loop_under(Some(mode));
+    // Wall mode's thousands: its samples of a running thread are asked for
+    // with a one-shot CPU timer, which fires only while the thread runs;
+    // signalled straight after a look that found it running, 21 and 60 of
+    // 3,000 calls failed beside two CPU hogs.
+    for (mode, rounds) in [(Mode::Cpu, 300), (Mode::Wall, 3000)] {
+        let (profiled, raw) = blocking_loop_under(Some(mode), rounds);
         let raw = raw.unwrap();
         let blocking = thread_keys(&raw, "blocking");
         let samples: u64 = raw
@@ -570,9 +579,12 @@ fn blocking_calls_never_fail_with_eintr() {
              samples, {blocked} of them blocked (not interrupted), {} reused",
             raw.stats.clock, profiled.eintr, profiled.calls, raw.stats.reused_samples
         );
-        if raw.stats.clock == SampleClock::ThreadTimers {
+        if raw.stats.clock == SampleClock::ThreadTimers || mode == Mode::Wall {
             // Each thread's timer raises the signal only while it runs
-            // user code (exclude_kernel): never inside a blocking call.
+            // user code (exclude_kernel): never inside a blocking call. In
+            // wall mode a request's CPU timer fires on a tick of the
+            // thread's running and raises its signal on the way back to
+            // user space: never inside one either.
             assert_eq!(
                 profiled.eintr, alone.eintr,
                 "{mode:?} mode: blocking calls failed with EINTR under the profiler"

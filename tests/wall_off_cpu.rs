@@ -1,0 +1,132 @@
+//! Wall mode on and off CPU: a thread that works, then waits in `poll`,
+//! round after round. Its samples off CPU are marked `[btprof: off-cpu]`
+//! and show where it waits (read from outside, not its last running
+//! stack); its samples on CPU show its work unmarked; its `poll` calls
+//! are never cut short.
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use btprof::{FoldOptions, Mode, Profiler};
+use btprof_testkit::thread_cpu;
+
+const OFF_CPU: &str = "[btprof: off-cpu]";
+
+/// About 2 ms of CPU, then back.
+#[inline(never)]
+fn work_between_waits() -> u64 {
+    let end = thread_cpu() + Duration::from_millis(2);
+    let mut x = 1u64;
+    while thread_cpu() < end {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+/// Waits in `poll` for the pipe to be readable; counts `EINTR`.
+#[inline(never)]
+fn wait_in_poll(fd: i32, eintr: &AtomicU64) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; no timeout.
+    let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+    if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+        eintr.fetch_add(1, Relaxed);
+    }
+    std::hint::black_box(&pfd);
+}
+
+#[test]
+fn off_cpu_samples_are_marked_and_show_where_the_thread_waits() {
+    let (mut tx, mut rx) = UnixStream::pair().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let eintr = Arc::new(AtomicU64::new(0));
+    let (s, e) = (stop.clone(), eintr.clone());
+    let worker = std::thread::Builder::new()
+        .name("wall-waiter".into())
+        .spawn(move || {
+            let mut byte = [0u8; 1];
+            let mut rounds = 0u64;
+            while !s.load(Relaxed) {
+                wait_in_poll(rx.as_raw_fd(), &e);
+                if rx.read(&mut byte).unwrap_or(0) == 0 {
+                    break;
+                }
+                work_between_waits();
+                rounds += 1;
+            }
+            rounds
+        })
+        .unwrap();
+    let profiler = Profiler::builder()
+        .hz(1000)
+        .mode(Mode::Wall)
+        .start()
+        .unwrap();
+    // A byte every 8 ms: the worker waits about three quarters of the time.
+    for _ in 0..250 {
+        std::thread::sleep(Duration::from_millis(8));
+        tx.write_all(b"x").unwrap();
+    }
+    let profile = profiler.stop().unwrap();
+    stop.store(true, Relaxed);
+    drop(tx);
+    let rounds = worker.join().unwrap();
+
+    let lines = profile.folded_lines(FoldOptions::default());
+    let count = |keep: &dyn Fn(&str) -> bool| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l.starts_with("wall-waiter;") && keep(l))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    let off_cpu = count(&|l| l.contains(OFF_CPU));
+    let off_cpu_in_poll = count(&|l| l.contains(OFF_CPU) && l.contains("wait_in_poll"));
+    let on_cpu_working = count(&|l| !l.contains(OFF_CPU) && l.contains("work_between_waits"));
+    let on_cpu_in_poll = count(&|l| !l.contains(OFF_CPU) && l.contains("wait_in_poll"));
+    let report = format!(
+        "{rounds} rounds; off CPU {off_cpu} (in wait_in_poll {off_cpu_in_poll}); on CPU working \
+         {on_cpu_working}, on CPU in poll {on_cpu_in_poll}\n{}",
+        lines.join("\n")
+    );
+    println!("measured: {}", report.lines().next().unwrap());
+    assert_eq!(eintr.load(Relaxed), 0, "poll failed with EINTR\n{report}");
+    assert!(rounds >= 100, "{report}");
+    // Off CPU it waits in poll, and its samples say so: 60-90% of them,
+    // idle or beside two CPU hogs (the rest: waiting for a CPU in its
+    // work). Counted on its last running stack, as before blocked stacks
+    // were read from outside, none were.
+    assert!(off_cpu > 0, "{report}");
+    assert!(
+        off_cpu_in_poll * 4 > off_cpu,
+        "off-CPU samples seldom in wait_in_poll\n{report}"
+    );
+    // On CPU it works; a sample taken while it ran is never in poll's wait.
+    assert!(on_cpu_working > 0, "{report}");
+    assert!(
+        on_cpu_in_poll * 10 <= on_cpu_working,
+        "running samples in poll\n{report}"
+    );
+
+    // The mark reaches pprof too.
+    let mut gz = Vec::new();
+    profile.write_pprof(&mut gz).unwrap();
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    assert!(
+        raw.windows(OFF_CPU.len()).any(|w| w == OFF_CPU.as_bytes()),
+        "no off-CPU frame in the pprof profile"
+    );
+}
