@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use crate::formats::output_file::write_atomically;
+use crate::profile::sanitize_frame;
 use crate::{backtrace, Error, Thread};
 
 type Callback = Arc<dyn Fn(&Stall) + Send + Sync + 'static>;
@@ -247,7 +248,9 @@ impl Stall {
         self.finished
     }
     /// The aggregated stacks, outermost frame first, `;`-joined, with how
-    /// many backtraces showed each.
+    /// many backtraces showed each. Frame names are made safe for the
+    /// folded format ([`sanitize_frame`]), so splitting a stack at `;`
+    /// gives back its frames.
     pub fn stacks(&self) -> &HashMap<String, usize> {
         &self.stacks
     }
@@ -286,12 +289,16 @@ struct Ongoing {
     backtraces: usize,
 }
 
+/// A backtrace as one folded stack, outermost frame first. Names are made
+/// safe for the folded format as a profile's are, so a `;` inside a name
+/// (`[u8; 8]`) does not split it into two frames in the `.folded` file or
+/// the flamegraph drawn from it.
 fn fold(bt: &crate::ThreadBacktrace) -> String {
     let mut names: Vec<String> = bt
         .frames()
         .iter()
         .map(|f| match f.function() {
-            Some(name) => name.to_owned(),
+            Some(name) => sanitize_frame(name).into_owned(),
             None => format!("{:#x}", f.address()),
         })
         .collect();
