@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use crate::formats::output_file::write_atomically;
-use crate::profile::sanitize_frame;
-use crate::{backtrace, Error, Thread};
+use crate::profile::{sanitize_frame, Builder};
+use crate::{backtrace, Error, FlamegraphOptions, Thread};
 
 type Callback = Arc<dyn Fn(&Stall) + Send + Sync + 'static>;
 
@@ -66,8 +66,12 @@ impl WatchdogBuilder {
         self
     }
 
-    /// Where each stall is written as `stall-<thread>-<time>.folded` and
-    /// `.json`; without it stalls only reach the callback.
+    /// Where each stall is written, as `stall-<thread>-<time>.folded`
+    /// (the stacks, for any flamegraph tool), `.svg` (their flamegraph,
+    /// to open at once; left out when no backtrace could be taken) and
+    /// `.json` (thread, start, duration, backtraces), each file whole or
+    /// not at all. The directory is created at [`start`](Self::start).
+    /// Without it stalls only reach the callback.
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
         self
@@ -265,6 +269,36 @@ impl Stall {
         Ok(())
     }
 
+    /// Draws the stacks as an SVG flamegraph with the writer profiles use
+    /// ([`write_flamegraph_with`](crate::Profile::write_flamegraph_with)),
+    /// so a stall looks like any other btprof flamegraph: the same colour
+    /// per function, one sample per backtrace. A stall without a
+    /// backtrace has nothing to draw ([`Error::EmptyProfile`]).
+    fn write_svg(&self, w: impl Write) -> Result<(), Error> {
+        let mut builder = Builder::new();
+        for (stack, &count) in &self.stacks {
+            builder
+                .add_stack(None, stack.split(';'), false, count as u64)
+                .map_err(|e| Error::Render(e.to_string()))?;
+        }
+        let profile = builder.finish_combined(format!("stall of {}", self.thread_name));
+        let options = FlamegraphOptions {
+            title: Some(format!(
+                "btprof stall: {} made no progress for {} ms{}, {} backtraces",
+                self.thread_name,
+                self.duration.as_millis(),
+                if self.finished {
+                    ""
+                } else {
+                    " (still stalled when the watchdog stopped)"
+                },
+                self.backtraces,
+            )),
+            ..FlamegraphOptions::default()
+        };
+        profile.write_flamegraph_with(&options, w)
+    }
+
     fn write_json(&self, mut w: impl Write) -> Result<(), Error> {
         let start = self
             .start
@@ -453,10 +487,16 @@ fn deliver(config: &Config, e: &Entry, o: Ongoing, end: u64, finished: bool) {
             .collect();
         let base = dir.join(format!("stall-{safe}-{when}"));
         // Each file appears whole or not at all; a failure is said, since
-        // the watchdog thread has no caller to return it to.
+        // the watchdog thread has no caller to return it to. The JSON
+        // comes last, so a reader that waits for it finds the others.
         let folded = write_atomically(base.with_extension("folded"), |w| stall.write_folded(w));
+        let svg = if stall.stacks.is_empty() {
+            Ok(PathBuf::new())
+        } else {
+            write_atomically(base.with_extension("svg"), |w| stall.write_svg(w))
+        };
         let json = write_atomically(base.with_extension("json"), |w| stall.write_json(w));
-        if let Err(e) = folded.and(json) {
+        if let Err(e) = folded.and(svg).and(json) {
             eprintln!(
                 "btprof: watchdog: could not write a stall of {}: {e}",
                 stall.thread_name

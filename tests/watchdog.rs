@@ -84,13 +84,22 @@ fn one_stall_is_reported_with_its_function() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    let has = |ext: &str| {
-        files.iter().any(|f| {
-            let f = f.to_string_lossy();
-            f.starts_with("stall-stally-") && f.ends_with(ext)
-        })
+    let find = |ext: &str| {
+        files
+            .iter()
+            .find(|f| {
+                let f = f.to_string_lossy();
+                f.starts_with("stall-stally-") && f.ends_with(ext)
+            })
+            .map(|f| dir.join(f))
     };
-    assert!(has(".folded") && has(".json"), "{files:?}");
+    assert!(
+        find(".folded").is_some() && find(".json").is_some() && find(".svg").is_some(),
+        "{files:?}"
+    );
+    let svg = std::fs::read_to_string(find(".svg").unwrap()).unwrap();
+    assert!(svg.contains("<svg"), "not an SVG: {svg:.200}");
+    assert!(svg.contains("stall_here"), "no stall_here frame in the SVG");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
