@@ -17,7 +17,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use crate::formats::output_file::write_atomically;
-use crate::{backtrace, Error, Thread};
+use crate::profile::{sanitize_frame, Builder};
+use crate::{backtrace, Error, FlamegraphOptions, Thread};
 
 type Callback = Arc<dyn Fn(&Stall) + Send + Sync + 'static>;
 
@@ -65,8 +66,12 @@ impl WatchdogBuilder {
         self
     }
 
-    /// Where each stall is written as `stall-<thread>-<time>.folded` and
-    /// `.json`; without it stalls only reach the callback.
+    /// Where each stall is written, as `stall-<thread>-<time>.folded`
+    /// (the stacks, for any flamegraph tool), `.svg` (their flamegraph,
+    /// to open at once; left out when no backtrace could be taken) and
+    /// `.json` (thread, start, duration, backtraces), each file whole or
+    /// not at all. The directory is created at [`start`](Self::start).
+    /// Without it stalls only reach the callback.
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
         self
@@ -247,7 +252,9 @@ impl Stall {
         self.finished
     }
     /// The aggregated stacks, outermost frame first, `;`-joined, with how
-    /// many backtraces showed each.
+    /// many backtraces showed each. Frame names are made safe for the
+    /// folded format ([`sanitize_frame`]), so splitting a stack at `;`
+    /// gives back its frames.
     pub fn stacks(&self) -> &HashMap<String, usize> {
         &self.stacks
     }
@@ -260,6 +267,36 @@ impl Stall {
             writeln!(w, "{stack} {count}").map_err(Error::Io)?;
         }
         Ok(())
+    }
+
+    /// Draws the stacks as an SVG flamegraph with the writer profiles use
+    /// ([`write_flamegraph_with`](crate::Profile::write_flamegraph_with)),
+    /// so a stall looks like any other btprof flamegraph: the same colour
+    /// per function, one sample per backtrace. A stall without a
+    /// backtrace has nothing to draw ([`Error::EmptyProfile`]).
+    fn write_svg(&self, w: impl Write) -> Result<(), Error> {
+        let mut builder = Builder::new();
+        for (stack, &count) in &self.stacks {
+            builder
+                .add_stack(None, stack.split(';'), false, count as u64)
+                .map_err(|e| Error::Render(e.to_string()))?;
+        }
+        let profile = builder.finish_combined(format!("stall of {}", self.thread_name));
+        let options = FlamegraphOptions {
+            title: Some(format!(
+                "btprof stall: {} made no progress for {} ms{}, {} backtraces",
+                self.thread_name,
+                self.duration.as_millis(),
+                if self.finished {
+                    ""
+                } else {
+                    " (still stalled when the watchdog stopped)"
+                },
+                self.backtraces,
+            )),
+            ..FlamegraphOptions::default()
+        };
+        profile.write_flamegraph_with(&options, w)
     }
 
     fn write_json(&self, mut w: impl Write) -> Result<(), Error> {
@@ -286,12 +323,16 @@ struct Ongoing {
     backtraces: usize,
 }
 
+/// A backtrace as one folded stack, outermost frame first. Names are made
+/// safe for the folded format as a profile's are, so a `;` inside a name
+/// (`[u8; 8]`) does not split it into two frames in the `.folded` file or
+/// the flamegraph drawn from it.
 fn fold(bt: &crate::ThreadBacktrace) -> String {
     let mut names: Vec<String> = bt
         .frames()
         .iter()
         .map(|f| match f.function() {
-            Some(name) => name.to_owned(),
+            Some(name) => sanitize_frame(name).into_owned(),
             None => format!("{:#x}", f.address()),
         })
         .collect();
@@ -312,8 +353,74 @@ fn traced() -> bool {
         .unwrap_or(false)
 }
 
-/// Not detected on macOS yet: a debugger pause there can be reported.
-#[cfg(not(target_os = "linux"))]
+/// Whether a debugger is attached, as Apple's technical Q&A 1361
+/// ("Detecting the Debugger") asks it: `P_TRACED` in the `p_flag` the
+/// kernel reports for this process. The kernel sets it for the whole
+/// process, whichever thread the debugger stops. A failed query counts as
+/// not traced, so a stall is reported rather than hidden.
+#[cfg(all(target_vendor = "apple", target_pointer_width = "64"))]
+fn traced() -> bool {
+    /// `P_TRACED` of `<sys/proc.h>` ("debugged process being traced"),
+    /// which the `libc` crate does not declare for Apple targets.
+    const P_TRACED: libc::c_int = 0x0000_0800;
+
+    /// `struct kinfo_proc` of `<sys/sysctl.h>` on 64-bit Apple platforms,
+    /// which the `libc` crate does not declare for Apple targets. Only
+    /// its start, up to `kp_proc.p_flag`, is spelled out; the rest of
+    /// `kp_proc` and all of `kp_eproc` are padding to the struct's size,
+    /// 648 bytes (golang.org/x/sys's `SizeofKinfoProc` for darwin says
+    /// the same). The kernel's reply must be exactly that long, so a
+    /// different layout is noticed instead of misread.
+    #[repr(C)]
+    struct KinfoProc {
+        /// `kp_proc.p_un`: a union of two pointers (`p_forw`, `p_back`)
+        /// and a `timeval` (`p_starttime`), 16 bytes.
+        _p_un: [u64; 2],
+        /// `kp_proc.p_vmspace`, a pointer.
+        _p_vmspace: usize,
+        /// `kp_proc.p_sigacts`, a pointer.
+        _p_sigacts: usize,
+        /// `kp_proc.p_flag`: the `P_*` flags.
+        p_flag: libc::c_int,
+        _rest: [u8; 648 - 36],
+    }
+    const _: () = assert!(std::mem::size_of::<KinfoProc>() == 648);
+    const _: () = assert!(std::mem::offset_of!(KinfoProc, p_flag) == 32);
+
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_PID, pid];
+    let mut info = KinfoProc {
+        _p_un: [0; 2],
+        _p_vmspace: 0,
+        _p_sigacts: 0,
+        p_flag: 0,
+        _rest: [0; 648 - 36],
+    };
+    let mut size = std::mem::size_of::<KinfoProc>();
+    // SAFETY: `mib` holds the 4 names given as its length; `info` is
+    // writable for `size` bytes, which is its size, and the kernel writes
+    // at most `size` bytes and stores how many in `size`; no new value is
+    // set (null, 0).
+    let rc = unsafe {
+        libc::sysctl(
+            mib.as_mut_ptr(),
+            mib.len() as libc::c_uint,
+            (&mut info as *mut KinfoProc).cast(),
+            &mut size,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    rc == 0 && size == std::mem::size_of::<KinfoProc>() && info.p_flag & P_TRACED != 0
+}
+
+/// Not detected on other platforms: a debugger pause there can be
+/// reported as a stall.
+#[cfg(not(any(
+    target_os = "linux",
+    all(target_vendor = "apple", target_pointer_width = "64")
+)))]
 fn traced() -> bool {
     false
 }
@@ -446,10 +553,16 @@ fn deliver(config: &Config, e: &Entry, o: Ongoing, end: u64, finished: bool) {
             .collect();
         let base = dir.join(format!("stall-{safe}-{when}"));
         // Each file appears whole or not at all; a failure is said, since
-        // the watchdog thread has no caller to return it to.
+        // the watchdog thread has no caller to return it to. The JSON
+        // comes last, so a reader that waits for it finds the others.
         let folded = write_atomically(base.with_extension("folded"), |w| stall.write_folded(w));
+        let svg = if stall.stacks.is_empty() {
+            Ok(PathBuf::new())
+        } else {
+            write_atomically(base.with_extension("svg"), |w| stall.write_svg(w))
+        };
         let json = write_atomically(base.with_extension("json"), |w| stall.write_json(w));
-        if let Err(e) = folded.and(json) {
+        if let Err(e) = folded.and(svg).and(json) {
             eprintln!(
                 "btprof: watchdog: could not write a stall of {}: {e}",
                 stall.thread_name

@@ -84,13 +84,22 @@ fn one_stall_is_reported_with_its_function() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    let has = |ext: &str| {
-        files.iter().any(|f| {
-            let f = f.to_string_lossy();
-            f.starts_with("stall-stally-") && f.ends_with(ext)
-        })
+    let find = |ext: &str| {
+        files
+            .iter()
+            .find(|f| {
+                let f = f.to_string_lossy();
+                f.starts_with("stall-stally-") && f.ends_with(ext)
+            })
+            .map(|f| dir.join(f))
     };
-    assert!(has(".folded") && has(".json"), "{files:?}");
+    assert!(
+        find(".folded").is_some() && find(".json").is_some() && find(".svg").is_some(),
+        "{files:?}"
+    );
+    let svg = std::fs::read_to_string(find(".svg").unwrap()).unwrap();
+    assert!(svg.contains("<svg"), "not an SVG: {svg:.200}");
+    assert!(svg.contains("stall_here"), "no stall_here frame in the SVG");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -191,4 +200,164 @@ fn whole_process_pause_gives_no_stall() {
         .find(|l| l.starts_with("WATCHDOG-STALLS "))
         .unwrap_or_else(|| panic!("no count in {text}"));
     assert_eq!(line, "WATCHDOG-STALLS 0");
+}
+
+const TRACED_CHILD: &str = "BTPROF_WATCHDOG_TRACED_CHILD";
+
+/// A debugger holding a thread at a breakpoint is no stall of the
+/// program's own, so while the process is traced nothing is reported.
+/// The test runs itself again as a child that stalls once, twice:
+/// untraced, where the stall must be reported (so the traced run's
+/// silence means something), and traced, where it must not be.
+///
+/// Tracing without a debugger: on Linux the parent seizes the child's
+/// main thread (`PTRACE_SEIZE`), whose `TracerPid` is the one
+/// `/proc/self/status` shows; on macOS the child asks its parent to trace
+/// it (`PT_TRACE_ME`), which marks the whole process `P_TRACED`. Neither
+/// stops the child, and no signal reaches a traced thread in the run, so
+/// the parent never has to resume it. Where tracing is refused (a seccomp
+/// filter, a Yama policy), the test says NOT CHECKED and passes.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[test]
+fn a_stall_under_a_debugger_is_not_reported() {
+    if let Some(mode) = std::env::var_os(TRACED_CHILD) {
+        return traced_child(mode == "traced");
+    }
+    let _hogs = Hogs::start(2);
+    let untraced = run_traced_child(false).expect("an untraced child");
+    assert!(untraced >= 1, "the untraced child's stall was not reported");
+    match run_traced_child(true) {
+        Some(traced) => {
+            println!(
+                "WATCHDOG-DEBUGGER untraced: {untraced} stall(s) reported; traced: {traced} reported"
+            );
+            assert_eq!(traced, 0, "a stall was reported while traced");
+        }
+        None => println!("NOT CHECKED: this process may not trace its child"),
+    }
+}
+
+/// The child of [`a_stall_under_a_debugger_is_not_reported`]: made
+/// traced if asked, then beats, stalls 800 ms, beats, and prints how
+/// many stalls the watchdog reported (or that it could not be traced).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn traced_child(traced: bool) {
+    if traced {
+        if let Err(why) = become_traced() {
+            println!("WATCHDOG-UNTRACED {why}");
+            return;
+        }
+    }
+    btprof::backtrace(&btprof::Thread::current()).unwrap();
+    let seen: Seen = Arc::default();
+    let wd = watchdog(&seen, None);
+    let hb = wd.watch_current_thread("debugged").unwrap();
+    for _ in 0..300 {
+        hb.beat();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stall_here(Duration::from_millis(800));
+    for _ in 0..300 {
+        hb.beat();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(hb);
+    wd.stop();
+    println!("WATCHDOG-STALLS {}", seen.lock().unwrap().len());
+}
+
+/// Linux: waits for the parent's `PTRACE_SEIZE` to show as this
+/// process's tracer.
+#[cfg(target_os = "linux")]
+fn become_traced() -> Result<(), String> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:"));
+        if tracer.is_some_and(|pid| pid.trim() != "0") {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Err("no tracer within 10 s".into())
+}
+
+/// macOS: asks to be traced by the parent, as a debugger that launched
+/// the program would.
+#[cfg(target_os = "macos")]
+fn become_traced() -> Result<(), String> {
+    // SAFETY: PT_TRACE_ME takes no pointer; it only marks this process
+    // as traced by its parent.
+    let rc = unsafe { libc::ptrace(libc::PT_TRACE_ME, 0, std::ptr::null_mut(), 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("PT_TRACE_ME: {}", std::io::Error::last_os_error()))
+    }
+}
+
+/// Runs [`traced_child`] and returns the stalls it reported, or `None`
+/// when it could not be traced.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn run_traced_child(traced: bool) -> Option<usize> {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_stall_under_a_debugger_is_not_reported",
+            "--nocapture",
+        ])
+        .env(TRACED_CHILD, if traced { "traced" } else { "untraced" })
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    #[cfg(target_os = "linux")]
+    if traced {
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: attaches to our own child without stopping it; no
+        // pointers are passed.
+        let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) };
+        if rc != 0 {
+            println!("PTRACE_SEIZE: {}", std::io::Error::last_os_error());
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+    }
+    // With a limit: a traced thread that got a signal would stop until
+    // this process resumed it, which it never does.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the child was still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if let Some(signal) = status.stopped_signal() {
+        let _ = child.kill();
+        panic!("the traced child stopped on signal {signal}");
+    }
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(status.success(), "{status}: {out}");
+    if let Some(line) = out.lines().find(|l| l.starts_with("WATCHDOG-UNTRACED")) {
+        println!("{line}");
+        return None;
+    }
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("WATCHDOG-STALLS "))
+        .unwrap_or_else(|| panic!("no count in {out}"));
+    Some(line.parse().unwrap())
 }
