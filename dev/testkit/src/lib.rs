@@ -4,8 +4,8 @@
 //! fails a test rather than let it hang CI, CPU-burning processes for runs
 //! that must hold on a busy machine, a child process with
 //! `perf_event_open` refused by a real seccomp filter, the measuring
-//! helpers of benchmarks that run variants in child processes, and seeded
-//! synthetic profiles.
+//! helpers of benchmarks that run variants in child processes, seeded
+//! synthetic profiles, and named worker threads to profile.
 //!
 //! Not published and not part of btprof's API.
 
@@ -15,6 +15,7 @@ pub mod measure;
 pub mod seccomp;
 pub mod synthetic;
 pub mod temp_dir;
+pub mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
