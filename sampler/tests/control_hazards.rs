@@ -5,22 +5,16 @@
 
 mod fake_control;
 
-use btprof_sampler::control::SamplingLoop;
 use btprof_sampler::Mode;
 
 use fake_control::driving::{
-    assert_followed_the_rules, assert_tallies, checked_run, count_of, sampling, stacks_of, ticks,
-    OWN,
+    assert_followed_the_rules, assert_tallies, checked_run, count_of, renamed_between_ticks,
+    sampling, stacks_of, stops_of, ticks, OWN,
 };
-use fake_control::{Call, FakeControl, FakeThread, Fault, Port};
+use fake_control::{Call, FakeControl, FakeThread, Fault};
 
 /// Ticks a thread counts as young at 1000 Hz (its first 100 ms).
 const YOUNG_TICKS: usize = 100;
-
-fn stops_of(lp: &SamplingLoop<FakeControl>, port: Port) -> usize {
-    lp.control()
-        .count(|c| matches!(c, Call::Stop { port: p, .. } if *p == port))
-}
 
 /// Under Rosetta (the loop sparing young threads), a translator thread
 /// that names itself a few ticks after it appears is never stopped, in
@@ -49,12 +43,7 @@ fn under_rosetta_a_new_thread_is_not_stopped_before_it_could_name_itself() {
     }
     // Without sparing, wall mode stops the unnamed thread on the first look:
     // what the option exists to prevent.
-    let threads = vec![FakeThread::new(10, "starting")];
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 3);
-    lp.control_mut()
-        .rename(10, "com.apple.rosetta.exceptionserver");
-    ticks(&mut lp, 5);
+    let lp = renamed_between_ticks("starting", 3, "com.apple.rosetta.exceptionserver", 5);
     assert_eq!(stops_of(&lp, 10), 3);
 }
 

@@ -17,8 +17,8 @@ use btprof_sampler::{Error, Mode, RawProfile};
 
 use fake_control::counting_alloc::allocator_calls_on_this_thread;
 use fake_control::driving::{
-    assert_followed_the_rules, assert_tallies, checked_run, count_of, sampling, stacks_of, ticks,
-    OWN,
+    assert_followed_the_rules, assert_tallies, checked_run, count_of, one_thread,
+    renamed_between_ticks, sampling, stacks_of, stops_of, ticks, OWN,
 };
 use fake_control::{Call, FakeControl, FakeThread, Fault};
 
@@ -193,9 +193,7 @@ fn threads_named_as_never_to_stop_are_never_stopped() {
     ticks(&mut lp, 9);
     assert_followed_the_rules(&lp);
     for port in [10, 11, 12] {
-        let stops = lp
-            .control()
-            .count(|c| matches!(c, Call::Stop { port: p, .. } if *p == port));
+        let stops = stops_of(&lp, port);
         assert_eq!(stops, 0, "port {port} was stopped");
     }
     assert_eq!(count_of(&lp, Call::Stop { port: 13, ok: true }), 10);
@@ -221,11 +219,7 @@ fn a_thread_that_exits_between_listing_and_stopping_is_skipped_counted_and_relea
         assert_eq!(count_of(&lp, Call::Resume(port)), 0);
     }
     // Gone before its id could be read: never stopped at all.
-    assert_eq!(
-        lp.control()
-            .count(|c| matches!(c, Call::Stop { port: 11, .. })),
-        0
-    );
+    assert_eq!(stops_of(&lp, 11), 0);
     for port in [10, 11, 12, 13] {
         assert_eq!(count_of(&lp, Call::ReleaseThread(port)), 4, "port {port}");
     }
@@ -357,15 +351,9 @@ fn cpu_mode_stops_only_threads_whose_cpu_time_advanced() {
 
 #[test]
 fn names_and_stack_bounds_are_read_before_stopping_and_not_every_tick() {
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "starting")]),
-        Mode::Wall,
-    );
-    ticks(&mut lp, 1);
     // A thread names itself right after it starts: the next sample
     // already carries the new name.
-    lp.control_mut().rename(10, "named-later");
-    ticks(&mut lp, 299);
+    let lp = renamed_between_ticks("starting", 1, "named-later", 299);
     assert_followed_the_rules(&lp);
     let fake = lp.control();
     // The stack range is cached per thread id.
@@ -400,14 +388,8 @@ fn names_and_stack_bounds_are_read_before_stopping_and_not_every_tick() {
 
 #[test]
 fn a_changed_listing_reads_ids_and_names_again() {
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "old")]),
-        Mode::Wall,
-    );
-    ticks(&mut lp, 200);
     // Renamed late in life: not seen while the listing is unchanged...
-    lp.control_mut().rename(10, "renamed");
-    ticks(&mut lp, 10);
+    let mut lp = renamed_between_ticks("old", 200, "renamed", 10);
     assert_eq!(count_of(&lp, Call::ThreadId(10)), 1);
     assert_eq!(count_of(&lp, Call::Name(10)), 100);
     // ...but a thread starting changes it: ids and names are read again.
@@ -533,10 +515,7 @@ fn a_runnable_thread_that_gets_no_cpu_is_not_over_sampled() {
 
 #[test]
 fn a_listing_failure_ends_the_tick_with_an_error_and_holds_nothing() {
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "a")]),
-        Mode::Wall,
-    );
+    let mut lp = one_thread("a");
     ticks(&mut lp, 2);
     lp.control_mut().list_fails = true;
     let err = lp.tick().expect_err("a failed listing must fail the tick");
@@ -613,10 +592,7 @@ fn run_ticks_on_absolute_deadlines_skips_missed_ones_and_measures_time() {
         stop_after_sleeps: 100,
         stop: &stop,
     };
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "w")]),
-        Mode::Wall,
-    );
+    let mut lp = one_thread("w");
     lp.run(&clock, &stop).expect("run");
     assert_followed_the_rules(&lp);
     let stats = lp.stats().clone();

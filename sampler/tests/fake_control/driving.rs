@@ -59,6 +59,36 @@ pub fn assert_tallies(lp: &SamplingLoop<FakeControl>, samples: u64, failed: u64,
     assert_eq!(stats.exited_threads, exited, "exited threads: {stats:?}");
 }
 
+/// The loop in wall mode over one thread, port 10, named `name`: a
+/// thread whose name or listing a test changes between ticks.
+pub fn one_thread(name: &str) -> SamplingLoop<FakeControl> {
+    sampling(
+        FakeControl::new(OWN, vec![FakeThread::new(10, name)]),
+        Mode::Wall,
+    )
+}
+
+/// [`one_thread`] named `name` for `before` ticks, then, renamed to
+/// `renamed` (as a thread names itself), for `after` more.
+pub fn renamed_between_ticks(
+    name: &str,
+    before: usize,
+    renamed: &str,
+    after: usize,
+) -> SamplingLoop<FakeControl> {
+    let mut lp = one_thread(name);
+    ticks(&mut lp, before);
+    lp.control_mut().rename(10, renamed);
+    ticks(&mut lp, after);
+    lp
+}
+
+/// How many times the loop tried to stop `port`, successfully or not.
+pub fn stops_of(lp: &SamplingLoop<FakeControl>, port: Port) -> usize {
+    lp.control()
+        .count(|c| matches!(c, Call::Stop { port: p, .. } if *p == port))
+}
+
 /// How many times the loop made exactly the call `want`.
 pub fn count_of(lp: &SamplingLoop<FakeControl>, want: Call) -> usize {
     lp.control().count(|c| *c == want)
