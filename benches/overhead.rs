@@ -237,14 +237,19 @@ fn run_job_with(iters: u64, chain: Option<u32>, interrupts: Interrupts) -> JobOu
 
 /// Iterations of [`spin`] that take about `target` on one thread alone.
 fn calibrate(target: Duration) -> u64 {
-    // Warm up, then time a chunk big enough to be well above timer noise;
-    // take the fastest of a few to ignore a preempted attempt.
-    black_box(spin(black_box(5_000_000), 1));
-    let probe = 50_000_000u64;
+    iterations_taking(target, spin, 5_000_000, 50_000_000)
+}
+
+/// Iterations of `work(iterations, seed)` that take about `target` on one
+/// thread alone: after a warm-up of `warm_up` iterations, the fastest of
+/// three timed runs of `probe`, a chunk big enough to be well above timer
+/// noise (the fastest, to ignore a preempted attempt).
+fn iterations_taking(target: Duration, work: fn(u64, u64) -> u64, warm_up: u64, probe: u64) -> u64 {
+    black_box(work(black_box(warm_up), 1));
     let mut best = Duration::MAX;
     for _ in 0..3 {
         let t = Instant::now();
-        black_box(spin(black_box(probe), 7));
+        black_box(work(black_box(probe), 7));
         best = best.min(t.elapsed());
     }
     let per_iter = best.as_secs_f64() / probe as f64;
@@ -698,15 +703,7 @@ struct CfiResult {
 
 /// Iterations of [`copy_leaf`] that take about `target` alone.
 fn calibrate_copy(target: Duration) -> u64 {
-    black_box(copy_leaf(black_box(200), 1));
-    let probe = 20_000u64;
-    let mut best = Duration::MAX;
-    for _ in 0..3 {
-        let t = Instant::now();
-        black_box(copy_leaf(black_box(probe), 7));
-        best = best.min(t.elapsed());
-    }
-    (target.as_secs_f64() / (best.as_secs_f64() / probe as f64)) as u64
+    iterations_taking(target, copy_leaf, 200, 20_000)
 }
 
 /// One profiled run of measurement 4: worker CPU (s), sampler CPU (s),

@@ -33,10 +33,10 @@
 //! not gate.
 
 use btprof_testkit::measure;
+use btprof_testkit::workers::Workers;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use btprof::{Mode, Profiler, Symbolize, WarmUpStats};
@@ -120,16 +120,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn run(variant: Variant, workers_first: bool) -> Run {
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..2)
-        .map(|i| {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name(format!("bench-work-{i}"))
-                .spawn(move || worker(i, &stop))
-                .expect("spawn worker")
-        })
-        .collect();
+    let workers = Workers::start(2, "bench-work-", worker);
     let profiler = Profiler::builder()
         .hz(HZ)
         .mode(Mode::Cpu)
@@ -140,23 +131,17 @@ fn run(variant: Variant, workers_first: bool) -> Run {
         .start()
         .expect("start profiler");
     std::thread::sleep(PROFILE_TIME);
-    let stop_workers = || {
-        stop.store(true, Ordering::Relaxed);
-        for w in workers {
-            w.join().expect("worker");
-        }
-    };
-    let mut stop_workers = Some(stop_workers);
+    let mut workers = Some(workers);
     if workers_first {
-        (stop_workers.take().expect("once"))();
+        workers.take().expect("once").stop();
     }
     let warm = profiler.warm_up_stats();
     let t = Instant::now();
     let profile = profiler.stop().expect("stop profiler");
     let stop_ms = ms(t.elapsed());
     let stop_loads = btprof::test_hooks::stop_dwarf_loads();
-    if let Some(stop_workers) = stop_workers {
-        stop_workers();
+    if let Some(workers) = workers {
+        workers.stop();
     }
     if matches!(variant, Variant::InlineCold | Variant::InlineWarm) {
         assert!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use btprof::folded::TABLE_FULL_FRAME;
 use btprof::scope::ScopeBuilder;
-use btprof::{Profiler, RunInfo, Symbolize};
+use btprof::{Profiler, ProfilerBuilder, RunInfo, Symbolize};
 use btprof_testkit::thread_cpu_ns;
 
 /// One profiler per process: tests in this file take turns.
@@ -134,20 +134,25 @@ fn folded_samples(path: &Path) -> u64 {
         .sum()
 }
 
+/// A profiler that dumps a window into `dir` every `period`. Window timing
+/// is tested with it, not symbolisation: the first DWARF load of this
+/// unoptimised test binary (full debug info, all dependencies) takes
+/// seconds under load and would merge windows, so inline frames are off.
+fn dumping_every(period: Duration, dir: &Path) -> ProfilerBuilder {
+    Profiler::builder()
+        .symbolize(Symbolize {
+            inline_frames: false,
+        })
+        .dump_every(period)
+        .dump_dir(dir)
+}
+
 #[test]
 fn periodic_dumps_add_up_to_the_whole_run() {
     let _turn = turn();
     let dir = scratch("dumps");
     let work = busy("dumped");
-    let profiler = Profiler::builder()
-        // Window timing is tested here, not symbolisation: the first
-        // DWARF load of this unoptimised test binary (full debug info, all
-        // dependencies) takes seconds under load and would merge windows.
-        .symbolize(Symbolize {
-            inline_frames: false,
-        })
-        .dump_every(Duration::from_millis(200))
-        .dump_dir(&dir)
+    let profiler = dumping_every(Duration::from_millis(200), &dir)
         .dump_svg(true)
         .start()
         .unwrap();
@@ -195,15 +200,7 @@ fn keep_deletes_the_oldest_windows() {
     let dir = scratch("keep");
     fs::write(dir.join("someone-elses.folded"), "a;b 1\n").unwrap();
     let _work = busy("kept");
-    let profiler = Profiler::builder()
-        // Window timing is tested here, not symbolisation: the first
-        // DWARF load of this unoptimised test binary (full debug info, all
-        // dependencies) takes seconds under load and would merge windows.
-        .symbolize(Symbolize {
-            inline_frames: false,
-        })
-        .dump_every(Duration::from_millis(100))
-        .dump_dir(&dir)
+    let profiler = dumping_every(Duration::from_millis(100), &dir)
         .keep(2)
         .start()
         .unwrap();

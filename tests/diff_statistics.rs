@@ -110,15 +110,17 @@ fn an_injected_change_from_10_to_20_percent_is_found_with_its_size() {
     }
 }
 
-fn profile(hz: u32, mode: Mode, stacks: &[(&str, &[&str], u64)]) -> Profile {
+/// A recording at `hz` in `mode` of one thread, `w`, whose `main` had
+/// `parse` samples in `parse` and `render` in `render`.
+fn profile(hz: u32, mode: Mode, parse: u64, render: u64) -> Profile {
     let mut stats = Stats::new(&Default::default());
     stats.requested_hz = hz;
     stats.mode = mode;
     let mut builder = Builder::new();
-    for &(thread, frames, count) in stacks {
-        let thread = builder.thread(thread, None).unwrap();
+    let thread = builder.thread("w", None).unwrap();
+    for (leaf, count) in [("parse", parse), ("render", render)] {
         builder
-            .add_stack(Some(thread), frames.iter().copied(), false, count)
+            .add_stack(Some(thread), ["main", leaf], false, count)
             .unwrap();
     }
     builder.finish(stats)
@@ -126,22 +128,8 @@ fn profile(hz: u32, mode: Mode, stacks: &[(&str, &[&str], u64)]) -> Profile {
 
 #[test]
 fn two_profiles_compare_in_code_and_warn_about_different_rates_and_modes() {
-    let base = profile(
-        1000,
-        Mode::Cpu,
-        &[
-            ("w", &["main", "parse"], 900),
-            ("w", &["main", "render"], 100),
-        ],
-    );
-    let new = profile(
-        99,
-        Mode::Wall,
-        &[
-            ("w", &["main", "parse"], 600),
-            ("w", &["main", "render"], 400),
-        ],
-    );
+    let base = profile(1000, Mode::Cpu, 900, 100);
+    let new = profile(99, Mode::Wall, 600, 400);
     let report = compare(&base, &new, &DiffOptions::default());
     assert!(report.regressed());
     let regressed: Vec<&str> = report.regressions().map(|f| f.name.as_str()).collect();
@@ -158,14 +146,7 @@ fn two_profiles_compare_in_code_and_warn_about_different_rates_and_modes() {
     assert!(warned("cpu", "wall"), "{:?}", report.warnings);
 
     // Same rate and mode, same shares: no warning, no regression.
-    let again = profile(
-        1000,
-        Mode::Cpu,
-        &[
-            ("w", &["main", "parse"], 1800),
-            ("w", &["main", "render"], 200),
-        ],
-    );
+    let again = profile(1000, Mode::Cpu, 1800, 200);
     let report = compare(&base, &again, &DiffOptions::default());
     assert!(
         !report.regressed() && report.warnings.is_empty(),

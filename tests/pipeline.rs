@@ -80,6 +80,17 @@ fn long_thread_names_are_kept_whole() {
     );
 }
 
+/// The samples of the folded `lines` whose stack (the line without its
+/// count) `keep` accepts.
+fn samples_where(lines: &[&String], keep: impl Fn(&str) -> bool) -> u64 {
+    lines
+        .iter()
+        .map(|l| l.rsplit_once(' ').unwrap())
+        .filter(|(stack, _)| keep(stack))
+        .map(|(_, count)| count.parse::<u64>().unwrap())
+        .sum()
+}
+
 #[test]
 fn folded_lines_name_the_thread_caller_and_leaf() {
     let profile = profile_spinner("pipe-spin", Mode::Cpu, Duration::from_millis(400));
@@ -93,10 +104,7 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
         .iter()
         .filter(|l| l.starts_with("pipe-spin;"))
         .collect();
-    let samples: u64 = spinner
-        .iter()
-        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-        .sum();
+    let samples = samples_where(&spinner, |_| true);
     // A sample per millisecond of the spinner's CPU time.
     let tid = profile
         .threads()
@@ -115,14 +123,9 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
     // Nearly every sample of the spinner ends in the leaf under its caller:
     // the interrupted function is the leaf. (This package is optimised in
     // dev builds too, see Cargo.toml, so the leaf calls no helpers.)
-    let with_leaf: u64 = spinner
-        .iter()
-        .filter(|l| {
-            let stack = l.rsplit_once(' ').unwrap().0;
-            stack.ends_with("pipeline::pipeline_caller;pipeline::pipeline_leaf")
-        })
-        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-        .sum();
+    let with_leaf = samples_where(&spinner, |stack| {
+        stack.ends_with("pipeline::pipeline_caller;pipeline::pipeline_leaf")
+    });
     assert!(
         with_leaf * 100 >= samples * 95,
         "{with_leaf} of {samples}:\n{spinner:#?}"

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use btprof::{Mode, Profile, Profiler};
+use btprof::{FoldOptions, Mode, Profile, Profiler};
 
 /// One profiler per process: tests in this file take turns.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -82,11 +82,9 @@ fn record(warm_up: bool, ready: impl Fn(&Profiler) -> bool) -> Profile {
 
 /// The spinners' folded stacks (the other threads' depend on timing).
 fn spinner_stacks(profile: &Profile) -> BTreeSet<String> {
-    let mut folded = Vec::new();
-    profile.write_folded(&mut folded).unwrap();
-    String::from_utf8(folded)
-        .unwrap()
-        .lines()
+    profile
+        .folded_lines(FoldOptions::default())
+        .iter()
         .filter(|l| l.starts_with("warm-spin-"))
         .map(|l| {
             l.rsplit_once(' ')

@@ -9,11 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use btprof::formats::output_file::PendingFile;
-use btprof::formats::sidecar::sidecar_path;
 use btprof::{DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
 use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
+use btprof_cli::outputs::{OutputOptions, Outputs};
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
 use btprof_cli::workload::{Work, Workload, FUNCTIONS};
 use clap::builder::PossibleValuesParser;
@@ -264,7 +263,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
 
     // Open the outputs first: a typo in a path should cost nothing, not a
     // whole profiling run.
-    let outputs = Outputs::create(args)?;
+    let outputs = Outputs::create(&args.folded, &args.output, args.pprof.as_deref())?;
     let mut work = Work::default();
     for function in &args.slow {
         work = work.slow(function)?;
@@ -297,7 +296,12 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         );
     }
 
-    outputs.write(&profile, args)?;
+    // A run of the built-in workload always has run metadata: a sidecar
+    // without it would be a bug here, not a profile to write.
+    if profile.run_info().is_none() {
+        return Err("the recording has no run metadata".to_owned());
+    }
+    outputs.write(&profile, &output_options(args))?;
     if args.dump_every.is_some() {
         print_dumps(&dumps, args);
     }
@@ -441,75 +445,21 @@ fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
     eprint!("{line} ");
 }
 
-/// The output files, created under temporary names before profiling
-/// starts (a bad path costs nothing) and renamed into place together once
-/// every one is complete: a failure leaves the user's existing files as
-/// they were and no temporary file behind (see `btprof::output_file`).
-struct Outputs {
-    folded: PendingFile,
-    sidecar: PendingFile,
-    svg: PendingFile,
-    pprof: Option<PendingFile>,
-}
-
-impl Outputs {
-    fn create(args: &Args) -> Result<Outputs, String> {
-        let create =
-            |path: &Path| PendingFile::create(path).map_err(|e| format!("cannot write {e}"));
-        Ok(Outputs {
-            folded: create(&args.folded)?,
-            sidecar: create(&sidecar_path(&args.folded))?,
-            svg: create(&args.output)?,
-            pprof: args.pprof.as_deref().map(create).transpose()?,
-        })
-    }
-
-    fn write(mut self, profile: &Profile, args: &Args) -> Result<(), String> {
-        let folded = FoldOptions {
+/// The files' options: threads merged and inlined frames hidden as asked,
+/// in the folded file and the flamegraph alike.
+fn output_options(args: &Args) -> OutputOptions {
+    OutputOptions {
+        fold: FoldOptions {
             merge_threads: args.merge_threads,
             hide_inlined: args.no_inline,
-        };
-        profile
-            .write_folded_with(folded, self.folded.writer())
-            .map_err(|e| format!("{}: {e}", args.folded.display()))?;
-        let sidecar_path = self.sidecar.path().to_path_buf();
-        profile
-            .run_info()
-            .ok_or_else(|| "the recording has no run metadata".to_owned())?
-            .write_json(self.sidecar.writer())
-            .map_err(|e| format!("{}: {e}", sidecar_path.display()))?;
-        let svg = if profile.is_empty() {
-            None
-        } else {
-            let options = FlamegraphOptions {
-                merge_threads: args.merge_threads,
-                hide_inlined: args.no_inline,
-                ..FlamegraphOptions::default()
-            };
-            profile
-                .write_flamegraph_with(&options, self.svg.writer())
-                .map_err(|e| format!("{}: {e}", args.output.display()))?;
-            Some(self.svg)
-        };
-        if let Some(pprof) = &mut self.pprof {
-            let path = pprof.path().to_path_buf();
-            profile
-                .write_pprof(pprof.writer())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-        // Everything is complete: now replace the old files.
-        let all = [Some(self.folded), Some(self.sidecar), svg, self.pprof];
-        for pending in all.into_iter().flatten() {
-            let path = pending.commit().map_err(|e| format!("cannot write {e}"))?;
-            println!("wrote {}", path.display());
-        }
-        if profile.is_empty() {
-            eprintln!(
-                "btprof: no samples, so no flamegraph was written ({} is unchanged)",
-                args.output.display()
-            );
-        }
-        Ok(())
+        },
+        flamegraph: FlamegraphOptions {
+            merge_threads: args.merge_threads,
+            hide_inlined: args.no_inline,
+            ..FlamegraphOptions::default()
+        },
+        // --quiet is about the status line; the files are always named.
+        quiet: false,
     }
 }
 

@@ -78,6 +78,19 @@ impl FunctionShare {
     pub fn ok(&self) -> bool {
         self.error_points().abs() <= self.allowed_points
     }
+
+    /// `NAME measured M% but ran T% of the time (E points`: how the
+    /// failure line of a share that is off begins, for functions and
+    /// inlined frames alike.
+    fn off_by(&self) -> String {
+        format!(
+            "{} measured {:.2}% but ran {:.2}% of the time ({:+.2} points",
+            self.name,
+            self.measured * 100.0,
+            self.truth * 100.0,
+            self.error_points(),
+        )
+    }
 }
 
 /// The self-check's findings.
@@ -315,14 +328,7 @@ impl SelfCheck {
         }
         for s in &self.shares {
             if !s.ok() {
-                failures.push(format!(
-                    "{} measured {:.2}% but ran {:.2}% of the time ({:+.2} points, {:.2} allowed)",
-                    s.name,
-                    s.measured * 100.0,
-                    s.truth * 100.0,
-                    s.error_points(),
-                    s.allowed_points
-                ));
+                failures.push(format!("{}, {:.2} allowed)", s.off_by(), s.allowed_points));
             }
         }
         if self.complete < t.min_complete {
@@ -341,13 +347,7 @@ impl SelfCheck {
         if let Some(inlined) = &self.inlined {
             for s in &inlined.shares {
                 if !s.ok() {
-                    failures.push(format!(
-                        "inlined {INLINED} under {} measured {:.2}% but ran {:.2}% of the time ({:+.2} points)",
-                        s.name,
-                        s.measured * 100.0,
-                        s.truth * 100.0,
-                        s.error_points()
-                    ));
+                    failures.push(format!("inlined {INLINED} under {})", s.off_by()));
                 }
             }
             if inlined.with_line < t.min_complete {
@@ -468,15 +468,18 @@ mod tests {
     fn profile(leaves: [u64; 6], truncated: bool) -> Profile {
         let w0 = leaves[0] + leaves[1] + leaves[5];
         let w1 = leaves[2..5].iter().sum::<u64>();
-        profile_with_cpu(leaves, truncated, [w0 as f64 / 1000.0, w1 as f64 / 1000.0])
-    }
-
-    /// As [`profile`], with each worker's CPU time given, in seconds.
-    fn profile_with_cpu(leaves: [u64; 6], truncated: bool, cpu_secs: [f64; 2]) -> Profile {
+        let cpu_secs = [w0 as f64 / 1000.0, w1 as f64 / 1000.0];
         profile_with_stats(leaves, truncated, cpu_secs, |_| {})
     }
 
-    /// As [`profile_with_cpu`], with the stats adjusted by `adjust`.
+    /// As [`profile`] with whole stacks, each worker's CPU time given, in
+    /// seconds.
+    fn profile_with_cpu(leaves: [u64; 6], cpu_secs: [f64; 2]) -> Profile {
+        profile_with_stats(leaves, false, cpu_secs, |_| {})
+    }
+
+    /// As [`profile`], with each worker's CPU time given, in seconds, and
+    /// the stats adjusted by `adjust`.
     fn profile_with_stats(
         leaves: [u64; 6],
         truncated: bool,
@@ -484,13 +487,22 @@ mod tests {
         adjust: impl FnOnce(&mut Stats),
     ) -> Profile {
         let mut builder = Builder::new();
+        add_worker_stacks(&mut builder, &leaves, truncated);
+        let mut stats = worker_stats(cpu_secs);
+        adjust(&mut stats);
+        builder.finish(stats)
+    }
+
+    /// Adds each function's samples (`leaves`, in `FUNCTIONS` order, as
+    /// many as given) on its worker's thread, under `worker_main` and the
+    /// chain's callers; `sort_in_libc`'s end in the C library.
+    fn add_worker_stacks(builder: &mut Builder, leaves: &[u64], truncated: bool) {
         for (i, &count) in leaves.iter().enumerate() {
-            let mut frames: Vec<String> = vec!["btprof_cli::workload::worker_main".into()];
-            if (2..5).contains(&i) {
-                frames.push("btprof_cli::workload::chain_outer".into());
-            }
-            if (3..5).contains(&i) {
-                frames.push("btprof_cli::workload::chain_middle".into());
+            let mut frames = vec!["btprof_cli::workload::worker_main".to_owned()];
+            for (at, name) in [(2..5, "chain_outer"), (3..5, "chain_middle")] {
+                if at.contains(&i) {
+                    frames.push(format!("btprof_cli::workload::{name}"));
+                }
             }
             if i != 2 && i != 3 {
                 frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
@@ -501,28 +513,44 @@ mod tests {
                 frames.push("btprof_cli::workload::compare_u64".into());
             }
             let worker = usize::from((2..5).contains(&i));
-            let thread = builder
-                .thread(
-                    &format!("{THREAD_PREFIX}{worker}"),
-                    Some(100 + worker as u64),
-                )
-                .unwrap();
-            builder
-                .add_stack(
-                    Some(thread),
-                    frames.iter().map(|f| f.as_str()),
-                    truncated,
-                    count,
-                )
-                .unwrap();
+            add_on_worker(
+                builder,
+                worker,
+                frames.iter().map(|f| f.as_str()),
+                truncated,
+                count,
+            );
         }
+    }
+
+    /// Adds `count` samples of `frames` (root first) on worker `worker`'s
+    /// thread (tid 100 + worker).
+    fn add_on_worker<'a>(
+        builder: &mut Builder,
+        worker: usize,
+        frames: impl IntoIterator<Item = &'a str>,
+        truncated: bool,
+        count: u64,
+    ) {
+        let thread = builder
+            .thread(
+                &format!("{THREAD_PREFIX}{worker}"),
+                Some(100 + worker as u64),
+            )
+            .unwrap();
+        builder
+            .add_stack(Some(thread), frames, truncated, count)
+            .unwrap();
+    }
+
+    /// A 1 s recording's stats in which worker `i` used `cpu_secs[i]`.
+    fn worker_stats(cpu_secs: [f64; 2]) -> Stats {
         let mut stats = Stats::new(&Default::default());
         stats.duration = Duration::from_secs(1);
         for (i, cpu) in cpu_secs.iter().enumerate() {
             stats.add_thread_cpu(100 + i as u64, Duration::from_secs_f64(*cpu));
         }
-        adjust(&mut stats);
-        builder.finish(stats)
+        stats
     }
 
     /// Timings with exactly the split of the faithful profile below.
@@ -530,14 +558,26 @@ mod tests {
         Truth::from_ns([400, 500, 100, 100, 800, 100], 2000)
     }
 
+    /// The check of `profile` against [`truth`] at the default thresholds.
+    fn judge(profile: &Profile) -> SelfCheck {
+        SelfCheck::evaluate(profile, &truth(), Thresholds::default())
+    }
+
+    /// Asserts that `check` passed, showing its failures and report if not.
+    fn assert_passed(check: &SelfCheck) {
+        assert!(check.passed(), "{:?}\n{check}", check.failures());
+    }
+
+    /// Asserts that one of `check`'s failures `says` what is expected.
+    fn assert_a_failure(check: &SelfCheck, says: impl Fn(&str) -> bool) {
+        let failures = check.failures();
+        assert!(failures.iter().any(|f| says(f)), "{failures:?}");
+    }
+
     #[test]
     fn a_faithful_profile_passes() {
-        let check = SelfCheck::evaluate(
-            &profile([400, 500, 100, 100, 800, 100], false),
-            &truth(),
-            Thresholds::default(),
-        );
-        assert!(check.passed(), "{:?}\n{check}", check.failures());
+        let check = judge(&profile([400, 500, 100, 100, 800, 100], false));
+        assert_passed(&check);
         assert!(check.thread_rates.iter().all(|r| (r - 1000.0).abs() < 1e-6));
         assert_eq!(check.complete, 1.0);
         assert_eq!(check.chain_intact, 1.0);
@@ -546,11 +586,7 @@ mod tests {
     #[test]
     fn a_share_off_by_more_than_the_threshold_fails() {
         // alpha sampled 5 points too often, beta 5 too rarely.
-        let check = SelfCheck::evaluate(
-            &profile([500, 400, 100, 100, 800, 100], false),
-            &truth(),
-            Thresholds::default(),
-        );
+        let check = judge(&profile([500, 400, 100, 100, 800, 100], false));
         let failures = check.failures();
         assert_eq!(failures.len(), 2, "{failures:?}");
         assert!(failures[0].starts_with("alpha measured 25.00% but ran 20.00%"));
@@ -558,61 +594,25 @@ mod tests {
 
     #[test]
     fn truncated_stacks_and_a_low_rate_fail() {
-        let check = SelfCheck::evaluate(
-            &profile([400, 500, 100, 100, 800, 100], true),
-            &truth(),
-            Thresholds::default(),
-        );
-        assert!(check
-            .failures()
-            .iter()
-            .any(|f| f.contains("reach worker_main")));
+        let check = judge(&profile([400, 500, 100, 100, 800, 100], true));
+        assert_a_failure(&check, |f| f.contains("reach worker_main"));
         // Half the samples for the same CPU time: 500 per CPU-second.
-        let slow = SelfCheck::evaluate(
-            &profile_with_cpu([200, 250, 50, 50, 400, 50], false, [1.0, 1.0]),
-            &truth(),
-            Thresholds::default(),
-        );
-        assert!(
-            slow.failures()
-                .iter()
-                .any(|f| f.contains("500.0 samples per CPU-second")),
-            "{:?}",
-            slow.failures()
-        );
+        let slow = judge(&profile_with_cpu([200, 250, 50, 50, 400, 50], [1.0, 1.0]));
+        assert_a_failure(&slow, |f| f.contains("500.0 samples per CPU-second"));
     }
 
     #[test]
     fn few_samples_widen_the_allowance_but_a_wrong_profile_still_fails() {
         // 200 worker samples: alpha's share (true 20%) is uncertain by
         // 2.8 points per standard error, so 5 points off is noise...
-        let noisy = SelfCheck::evaluate(
-            &profile([50, 40, 10, 10, 80, 10], false),
-            &truth(),
-            Thresholds::default(),
-        );
+        let noisy = judge(&profile([50, 40, 10, 10, 80, 10], false));
         assert!(noisy.shares[0].allowed_points > 11.0, "{noisy}");
-        assert!(noisy.passed(), "{:?}\n{noisy}", noisy.failures());
+        assert_passed(&noisy);
         // ...but 25 points off is not.
-        let wrong = SelfCheck::evaluate(
-            &profile([90, 0, 10, 10, 80, 10], false),
-            &truth(),
-            Thresholds::default(),
-        );
-        assert!(
-            wrong
-                .failures()
-                .iter()
-                .any(|f| f.starts_with("alpha measured 45.00%")),
-            "{:?}",
-            wrong.failures()
-        );
+        let wrong = judge(&profile([90, 0, 10, 10, 80, 10], false));
+        assert_a_failure(&wrong, |f| f.starts_with("alpha measured 45.00%"));
         // With many samples the threshold itself applies.
-        let many = SelfCheck::evaluate(
-            &profile([4000, 5000, 1000, 1000, 8000, 1000], false),
-            &truth(),
-            Thresholds::default(),
-        );
+        let many = judge(&profile([4000, 5000, 1000, 1000, 8000, 1000], false));
         assert!(many.shares.iter().all(|s| s.allowed_points == 3.0));
     }
 
@@ -626,7 +626,7 @@ mod tests {
                 stats.samples = 20_000;
                 stats.recorded = recorded;
             });
-            SelfCheck::evaluate(&profile, &truth(), Thresholds::default())
+            judge(&profile)
         };
         let one_each = with(20_000);
         assert!(one_each.shares.iter().all(|s| s.allowed_points == 3.0));
@@ -638,12 +638,8 @@ mod tests {
     fn a_busy_machine_does_not_fail_a_faithful_profile() {
         // Each worker got a fifth of a CPU for 1 s (other processes took
         // the rest): 200 samples per wall-second, but 1000 per CPU-second.
-        let check = SelfCheck::evaluate(
-            &profile_with_cpu([40, 50, 10, 10, 80, 10], false, [0.1, 0.1]),
-            &Truth::from_ns([400, 500, 100, 100, 800, 100], 2000),
-            Thresholds::default(),
-        );
-        assert!(check.passed(), "{:?}\n{check}", check.failures());
+        let check = judge(&profile_with_cpu([40, 50, 10, 10, 80, 10], [0.1, 0.1]));
+        assert_passed(&check);
         assert!((check.mean_wall_hz - 100.0).abs() < 1e-6);
     }
 
@@ -651,22 +647,20 @@ mod tests {
     fn too_many_samples_for_the_cpu_used_fail() {
         // 1.4 samples per millisecond of CPU: the old sampler's over-count
         // under load.
-        let check = SelfCheck::evaluate(
-            &profile_with_cpu([400, 500, 100, 100, 800, 100], false, [0.7, 0.7]),
-            &truth(),
-            Thresholds::default(),
-        );
+        let check = judge(&profile_with_cpu(
+            [400, 500, 100, 100, 800, 100],
+            [0.7, 0.7],
+        ));
         assert_eq!(check.failures().len(), 2, "{:?}", check.failures());
         assert!(check.failures()[0].contains("1428.6 samples per CPU-second is outside 900..=1100"));
     }
 
     #[test]
     fn an_unknown_cpu_time_fails_rather_than_passing_blindly() {
-        let check = SelfCheck::evaluate(
-            &profile_with_cpu([400, 500, 100, 100, 800, 100], false, [1.0, 0.0]),
-            &truth(),
-            Thresholds::default(),
-        );
+        let check = judge(&profile_with_cpu(
+            [400, 500, 100, 100, 800, 100],
+            [1.0, 0.0],
+        ));
         assert_eq!(
             check.failures(),
             vec![format!(
@@ -682,57 +676,19 @@ mod tests {
         // The faithful profile's stacks, with sort_in_libc's 100 samples
         // cut to their C library frames.
         let mut builder = Builder::new();
-        let leaves = [400u64, 500, 100, 100, 800];
-        for (i, &count) in leaves.iter().enumerate() {
-            let mut frames = vec!["btprof_cli::workload::worker_main".to_owned()];
-            for (at, name) in [(2..5, "chain_outer"), (3..5, "chain_middle")] {
-                if at.contains(&i) {
-                    frames.push(format!("btprof_cli::workload::{name}"));
-                }
-            }
-            if i != 2 && i != 3 {
-                frames.push(format!("btprof_cli::workload::{}", FUNCTIONS[i]));
-            }
-            let worker = usize::from((2..5).contains(&i));
-            let thread = builder
-                .thread(
-                    &format!("{THREAD_PREFIX}{worker}"),
-                    Some(100 + worker as u64),
-                )
-                .unwrap();
-            builder
-                .add_stack(
-                    Some(thread),
-                    frames.iter().map(|f| f.as_str()),
-                    false,
-                    count,
-                )
-                .unwrap();
-        }
-        let thread = builder
-            .thread(&format!("{THREAD_PREFIX}0"), Some(100))
-            .unwrap();
-        builder
-            .add_stack(
-                Some(thread),
-                ["msort_with_tmp", "btprof_cli::workload::compare_u64"],
-                true,
-                100,
-            )
-            .unwrap();
-        let mut stats = Stats::new(&Default::default());
-        stats.duration = Duration::from_secs(1);
-        stats.add_thread_cpu(100, Duration::from_secs(1));
-        stats.add_thread_cpu(101, Duration::from_secs(1));
-        let profile = builder.finish(stats);
-        let check = SelfCheck::evaluate(&profile, &truth(), Thresholds::default());
-        let failures = check.failures();
-        assert!(
-            failures
-                .iter()
-                .any(|f| f.starts_with("sort_in_libc measured 0.00% but ran 5.00%")),
-            "{failures:?}"
+        add_worker_stacks(&mut builder, &[400, 500, 100, 100, 800], false);
+        add_on_worker(
+            &mut builder,
+            0,
+            ["msort_with_tmp", "btprof_cli::workload::compare_u64"],
+            true,
+            100,
         );
+        let profile = builder.finish(worker_stats([1.0, 1.0]));
+        let check = judge(&profile);
+        assert_a_failure(&check, |f| {
+            f.starts_with("sort_in_libc measured 0.00% but ran 5.00%")
+        });
     }
 
     /// The faithful profile's stacks with `timed_spin` inlined under each
@@ -763,28 +719,24 @@ mod tests {
     #[test]
     fn an_inlined_frame_under_each_function_is_judged_on_its_own() {
         let good = profile_with_inlined(*INLINED_LINES.start() + 1);
-        let check = SelfCheck::evaluate(&good, &truth(), Thresholds::default());
-        assert!(check.passed(), "{:?}\n{check}", check.failures());
+        let check = judge(&good);
+        assert_passed(&check);
         let inlined = check.inlined.as_ref().expect("inlined frames seen");
         assert_eq!(inlined.with_line, 1.0);
         assert!((inlined.shares[4].measured - 0.4).abs() < 1e-9);
         // Lines outside timed_spin's body fail.
         let wrong = profile_with_inlined(*INLINED_LINES.end() + 1);
-        let check = SelfCheck::evaluate(&wrong, &truth(), Thresholds::default());
-        assert!(check.failures().iter().any(|f| f.contains("file and line")));
+        let check = judge(&wrong);
+        assert_a_failure(&check, |f| f.contains("file and line"));
         // Without inlined frames: said, not judged.
-        let plain = SelfCheck::evaluate(
-            &profile([400, 500, 100, 100, 800, 100], false),
-            &truth(),
-            Thresholds::default(),
-        );
+        let plain = judge(&profile([400, 500, 100, 100, 800, 100], false));
         assert!(plain.inlined.is_none());
         assert!(plain.to_string().contains("inlined frame: not checked"));
     }
 
     #[test]
     fn no_worker_samples_fails_plainly() {
-        let check = SelfCheck::evaluate(&profile([0; 6], false), &truth(), Thresholds::default());
+        let check = judge(&profile([0; 6], false));
         assert_eq!(check.failures(), vec!["no samples of the workload threads"]);
     }
 

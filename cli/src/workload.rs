@@ -53,12 +53,43 @@ pub const THREAD_PREFIX: &str = "btprof-work-";
 /// Worker threads.
 pub const THREADS: usize = 2;
 
-const ALPHA: usize = 0;
-const BETA: usize = 1;
-const OUTER: usize = 2;
-const MIDDLE: usize = 3;
-const INNER: usize = 4;
-const SORT: usize = 5;
+// Each function's slot in the per-function arrays, looked up in
+// `FUNCTIONS` so that the slots follow the report order if it changes.
+const ALPHA: usize = function_index("alpha");
+const BETA: usize = function_index("beta");
+const OUTER: usize = function_index("chain_outer");
+const MIDDLE: usize = function_index("chain_middle");
+const INNER: usize = function_index("chain_inner");
+const SORT: usize = function_index("sort_in_libc");
+
+/// The index of `name` in [`FUNCTIONS`], at compile time (a name not
+/// there fails the build).
+const fn function_index(name: &str) -> usize {
+    let mut i = 0;
+    while i < FUNCTIONS.len() {
+        if same_str(FUNCTIONS[i], name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("not one of FUNCTIONS");
+}
+
+/// `a == b`, which a `const fn` cannot write for strings.
+const fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
 
 /// Loop iterations per call, about 1.3 ns each: calls of 0.25-1.5 ms, long
 /// next to the clock reads that time them. For `sort_in_libc`, the values

@@ -12,19 +12,11 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use btprof_cli::workload::{FUNCTIONS, THREAD_PREFIX};
 use btprof_testkit::hogs::Hogs;
 use btprof_testkit::temp_dir::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
-const WORKER_PREFIX: &str = "btprof-work-";
-const FUNCTIONS: [&str; 6] = [
-    "alpha",
-    "beta",
-    "chain_outer",
-    "chain_middle",
-    "chain_inner",
-    "sort_in_libc",
-];
 /// Longest a run that was not interrupted may take before it counts as hung.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -295,7 +287,13 @@ fn pid_self_passes_and_writes_outputs() {
             "share of {f} not reported exactly once\n{report}"
         );
     }
-    for (name, points) in &shares {
+    assert_shares_within_3_points(&shares, &report);
+}
+
+/// Asserts that every function's share in the table is within 3 points of
+/// the CPU time it measured (`report` describes the run on failure).
+fn assert_shares_within_3_points(shares: &[(String, f64)], report: &str) {
+    for (name, points) in shares {
         assert!(
             points.abs() <= 3.0,
             "{name} is {points:+.2} points off\n{report}"
@@ -339,12 +337,7 @@ fn the_fallback_keeps_its_shares_beside_two_busy_processes() {
     assert!(result.stdout.contains("self-check: PASS"), "{report}");
     let shares = share_table(&result.stdout);
     assert_eq!(shares.len(), FUNCTIONS.len(), "{report}");
-    for (name, points) in &shares {
-        assert!(
-            points.abs() <= 3.0,
-            "{name} is {points:+.2} points off\n{report}"
-        );
-    }
+    assert_shares_within_3_points(&shares, &report);
 }
 
 #[test]
@@ -364,7 +357,7 @@ fn merge_threads_drops_thread_roots() {
     );
     for (stack, count) in &lines {
         assert!(
-            !stack.starts_with(WORKER_PREFIX),
+            !stack.starts_with(THREAD_PREFIX),
             "thread root kept with --merge-threads: {stack} {count}"
         );
     }
@@ -584,7 +577,7 @@ fn wall_mode_runs() {
     let threads = samples_per_thread(&lines);
     let blocked: u64 = threads
         .iter()
-        .filter(|(t, _)| !t.starts_with(WORKER_PREFIX))
+        .filter(|(t, _)| !t.starts_with(THREAD_PREFIX))
         .map(|(_, n)| n)
         .sum();
     let main = threads

@@ -30,6 +30,20 @@ struct Run {
 }
 
 impl Run {
+    /// Asserts the run exited with `code` and its stdout says each of `says`.
+    fn assert_stdout(&self, code: i32, says: &[&str]) {
+        assert_eq!(self.code, Some(code), "{}", self.describe());
+        for part in says {
+            assert!(self.stdout.contains(part), "{part:?}\n{}", self.describe());
+        }
+    }
+
+    /// Asserts the run exited with `code` and its stderr says `says`.
+    fn assert_stderr(&self, code: i32, says: &str) {
+        assert_eq!(self.code, Some(code), "{}", self.describe());
+        assert!(self.stderr.contains(says), "{says:?}\n{}", self.describe());
+    }
+
     fn describe(&self) -> String {
         format!(
             "exit code: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
@@ -76,20 +90,31 @@ fn json(run: &Run) -> Value {
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{}", run.describe()))
 }
 
+/// A scratch directory `name` holding `base.folded` and `new.folded`
+/// with these texts, and the two files' paths: how a diff test starts.
+fn base_and_new(name: &str, base: &str, new: &str) -> (TempDir, String, String) {
+    let dir = TempDir::new("btprof-compare-test", name);
+    let base = dir.file("base.folded", base);
+    let new = dir.file("new.folded", new);
+    (dir, base, new)
+}
+
+/// The first row of a diff's table: the largest change.
+fn first_table_row(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|l| l.contains('%'))
+        .expect("a table row")
+}
+
 #[test]
 fn a_function_going_from_10_to_20_percent_is_a_regression() {
-    let dir = TempDir::new("btprof-compare-test", "ten_to_twenty");
-    let base = dir.file("base.folded", &program(1000));
-    let new = dir.file("new.folded", &program(2000));
+    let (dir, base, new) = base_and_new("ten_to_twenty", &program(1000), &program(2000));
 
     let text = btprof(&dir, &["diff", &base, &new]);
     let report = text.describe();
     assert_eq!(text.code, Some(1), "{report}");
-    let first_row = text
-        .stdout
-        .lines()
-        .find(|l| l.contains('%'))
-        .expect("a table row");
+    let first_row = first_table_row(&text.stdout);
     assert!(
         first_row.contains("REGRESSED") && first_row.ends_with("app::hot"),
         "the regression is not the first row: {first_row}\n{report}"
@@ -146,9 +171,11 @@ fn program_with_inlined_std(hot: u64) -> String {
 
 #[test]
 fn self_time_of_inlined_std_helpers_names_the_users_function() {
-    let dir = TempDir::new("btprof-compare-test", "inlined_std");
-    let base = dir.file("base.folded", &program_with_inlined_std(2000));
-    let new = dir.file("new.folded", &program_with_inlined_std(4000));
+    let (dir, base, new) = base_and_new(
+        "inlined_std",
+        &program_with_inlined_std(2000),
+        &program_with_inlined_std(4000),
+    );
 
     // Default: the verdict names the function holding the loop.
     let own = btprof(&dir, &["diff", &base, &new, "--format", "json"]);
@@ -206,19 +233,12 @@ fn identical_and_rescaled_profiles_do_not_regress() {
         .collect();
     let new = dir.file("new.folded", &tripled);
     let run = btprof(&dir, &["diff", &base, &new]);
-    assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert!(
-        run.stdout.contains("result: no regression"),
-        "{}",
-        run.describe()
-    );
+    run.assert_stdout(0, &["result: no regression"]);
 }
 
 #[test]
 fn gate_options_change_the_verdict() {
-    let dir = TempDir::new("btprof-compare-test", "gate_options");
-    let base = dir.file("base.folded", &program(1000));
-    let new = dir.file("new.folded", &program(2000));
+    let (dir, base, new) = base_and_new("gate_options", &program(1000), &program(2000));
     let high = btprof(&dir, &["diff", &base, &new, "--threshold", "15"]);
     assert_eq!(high.code, Some(0), "{}", high.describe());
     let few = btprof(&dir, &["diff", &base, &new, "--min-samples", "5000"]);
@@ -344,12 +364,7 @@ fn usage_errors_exit_2() {
     );
     let out = dir.path("unwritable-dir/x.svg");
     let unwritable = btprof(&dir, &["diff", &good, &good, "-o", path_str(&out)]);
-    assert_eq!(unwritable.code, Some(2), "{}", unwritable.describe());
-    assert!(
-        unwritable.stderr.contains("x.svg"),
-        "{}",
-        unwritable.describe()
-    );
+    unwritable.assert_stderr(2, "x.svg");
 }
 
 #[test]
@@ -433,8 +448,7 @@ fn flamegraph_rerenders_a_folded_file() {
 
     let svg_input = dir.file("x.svg", "t;a 1\n");
     let refused = btprof(&dir, &["flamegraph", &svg_input]);
-    assert_eq!(refused.code, Some(2), "{}", refused.describe());
-    assert!(refused.stderr.contains("-o"), "{}", refused.describe());
+    refused.assert_stderr(2, "-o");
 }
 
 /// Attempts at a faithful profile before a real-run test gives up.
@@ -547,11 +561,7 @@ fn real_runs_find_a_slowed_function_and_no_change_between_equal_runs() {
     let found = btprof(&dir, &["diff", &base, &slow]);
     let report = format!("{}\n\nbase run:\n{}", found.describe(), first.stdout);
     assert_eq!(found.code, Some(1), "{report}");
-    let first_row = found
-        .stdout
-        .lines()
-        .find(|l| l.contains('%'))
-        .expect("a table row");
+    let first_row = first_table_row(&found.stdout);
     assert!(
         first_row.contains("REGRESSED") && first_row.ends_with("workload::beta"),
         "beta is not named first: {first_row}\n{report}"
@@ -604,30 +614,22 @@ fn sidecar(hz: u32, mode: &str) -> String {
 
 #[test]
 fn run_metadata_beside_the_files_warns_when_runs_do_not_compare() {
-    let dir = TempDir::new("btprof-compare-test", "sidecars");
-    let base = dir.file("base.folded", &program(1000));
-    let new = dir.file("new.folded", &program(1000));
+    let (dir, base, new) = base_and_new("sidecars", &program(1000), &program(1000));
     dir.file("base.json", &sidecar(1000, "cpu"));
     dir.file("new.json", &sidecar(99, "wall"));
     let run = btprof(&dir, &["diff", &base, &new]);
-    assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert!(
-        run.stdout
-            .contains("different rates (base 1000 Hz, new 99 Hz)"),
-        "{}",
-        run.describe()
-    );
-    assert!(
-        run.stdout.contains("different modes (base cpu, new wall)"),
-        "{}",
-        run.describe()
+    run.assert_stdout(
+        0,
+        &[
+            "different rates (base 1000 Hz, new 99 Hz)",
+            "different modes (base cpu, new wall)",
+        ],
     );
 
     // Metadata that cannot be read is warned about; the stacks still compare.
     dir.file("new.json", "{ not json");
     let run = btprof(&dir, &["diff", &base, &new]);
-    assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert!(run.stderr.contains("new.json"), "{}", run.describe());
+    run.assert_stderr(0, "new.json");
     assert!(
         !run.stdout.contains("different modes"),
         "{}",

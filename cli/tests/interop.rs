@@ -412,13 +412,9 @@ fn malformed_input_names_file_line_and_text_and_exits_2() {
     ] {
         let mut args = command.to_vec();
         args.push(s(&bad));
-        let run = btprof(&args);
-        assert_eq!(run.code, Some(2), "{args:?}\n{}", run.describe());
-        assert!(
-            run.stderr.contains("garbage-line.folded:3: ")
-                && run.stderr.contains("this line has no count"),
-            "{}",
-            run.describe()
+        assert_refused(
+            &args,
+            &["garbage-line.folded:3: ", "this line has no count"],
         );
     }
     // --lenient: skipped, counted, named.
@@ -432,18 +428,19 @@ fn malformed_input_names_file_line_and_text_and_exits_2() {
     );
 
     let huge = fixtures("malformed").join("huge-count.folded");
-    let run = btprof(&["report", s(&huge)]);
-    assert_eq!(run.code, Some(2), "{}", run.describe());
-    assert!(
-        run.stderr.contains("huge-count.folded:2: ") && run.stderr.contains("2^53"),
-        "{}",
-        run.describe()
-    );
-
+    assert_refused(&["report", s(&huge)], &["huge-count.folded:2: ", "2^53"]);
     let diff2 = fixtures("malformed").join("differential.folded");
-    let run = btprof(&["report", s(&diff2)]);
-    assert_eq!(run.code, Some(2), "{}", run.describe());
-    assert!(run.stderr.contains("differential"), "{}", run.describe());
+    assert_refused(&["report", s(&diff2)], &["differential"]);
+}
+
+/// Runs `btprof ARGS` and asserts it refused its input (exit 2) with an
+/// error that says each of `says`.
+fn assert_refused(args: &[&str], says: &[&str]) {
+    let run = btprof(args);
+    assert_eq!(run.code, Some(2), "{args:?}\n{}", run.describe());
+    for part in says {
+        assert!(run.stderr.contains(part), "{part:?}\n{}", run.describe());
+    }
 }
 
 #[test]
@@ -582,18 +579,21 @@ fn a_bad_output_path_fails_before_touching_anything() {
     assert_eq!(dir.entries(), ["good.folded", "good.json"]);
 }
 
-/// `go`, or why it cannot be used (printed: the check is then not made).
-fn go() -> Result<PathBuf, String> {
+/// `go`, or `None` having said (on stdout and stderr) that the check is
+/// not made without it.
+fn go() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|d| d.join("go"))
             .find(|p| p.is_file())
     });
-    found.ok_or_else(|| {
-        "go is not installed (apt-get install golang-go): btprof's pprof output was NOT \
-         checked with go tool pprof"
-            .to_owned()
-    })
+    if found.is_none() {
+        let why = "go is not installed (apt-get install golang-go): btprof's pprof output \
+                   was NOT checked with go tool pprof";
+        println!("NOT CHECKED: {why}");
+        eprintln!("NOT CHECKED: {why}");
+    }
+    found
 }
 
 /// Function -> (flat, cum) and the total from `go tool pprof -top`.
@@ -656,13 +656,8 @@ fn pprof_top(go: &Path, file: &Path) -> (BTreeMap<String, (u64, u64)>, u64) {
 
 #[test]
 fn go_tool_pprof_reads_exports_with_the_same_functions_and_totals() {
-    let go = match go() {
-        Ok(go) => go,
-        Err(why) => {
-            println!("NOT CHECKED: {why}");
-            eprintln!("NOT CHECKED: {why}");
-            return;
-        }
+    let Some(go) = go() else {
+        return;
     };
     let dir = TempDir::new("btprof-interop", "pprof_export");
     let mut files = fixture_files("folded");
@@ -681,13 +676,8 @@ fn go_tool_pprof_reads_exports_with_the_same_functions_and_totals() {
 
 #[test]
 fn go_tool_pprof_reads_a_recorded_profile_like_btprof_report() {
-    let go = match go() {
-        Ok(go) => go,
-        Err(why) => {
-            println!("NOT CHECKED: {why}");
-            eprintln!("NOT CHECKED: {why}");
-            return;
-        }
+    let Some(go) = go() else {
+        return;
     };
     let dir = TempDir::new("btprof-interop", "pprof_record");
     let (folded, svg, pb) = (dir.path("r.folded"), dir.path("r.svg"), dir.path("r.pb.gz"));

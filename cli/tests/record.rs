@@ -103,8 +103,30 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A folded file's lines: (frames, count) each.
+type Folded = Vec<(Vec<String>, u64)>;
+
+/// Runs `btprof record ARGS` as [`record`] does, which must succeed, and
+/// reads the profile it wrote: most tests look at nothing else.
+fn record_folded(dir: &Scratch, args: &[&str], limit: Duration) -> (Output, Folded) {
+    let out = record(dir, args, limit);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = folded(&dir.path("btprof.folded"));
+    (out, lines)
+}
+
+/// The record of the one process `btprof record --raw-dir RAW` profiled.
+fn raw_record(raw: &Path) -> serde_json::Value {
+    let json = std::fs::read_dir(raw)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .expect("the process's record");
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+}
+
 /// The folded file's lines as (frames, count).
-fn folded(path: &Path) -> Vec<(Vec<String>, u64)> {
+fn folded(path: &Path) -> Folded {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .lines()
@@ -132,11 +154,21 @@ fn measured(stdout: &str) -> HashMap<String, f64> {
 
 /// Samples in `function` or what it calls.
 fn samples_in(lines: &[(Vec<String>, u64)], function: &str) -> u64 {
+    samples_where(lines, |name| name == function)
+}
+
+/// Samples with a frame whose function `is_wanted`.
+fn samples_where(lines: &[(Vec<String>, u64)], is_wanted: impl Fn(&str) -> bool) -> u64 {
     lines
         .iter()
-        .filter(|(f, _)| f.iter().any(|name| name == function))
+        .filter(|(f, _)| f.iter().any(|name| is_wanted(name)))
         .map(|(_, c)| c)
         .sum()
+}
+
+/// All the samples.
+fn total(lines: &[(Vec<String>, u64)]) -> u64 {
+    lines.iter().map(|(_, c)| c).sum()
 }
 
 /// The two-thread program's profile against its own CPU clocks: the rate
@@ -155,12 +187,9 @@ fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
     let mut args = vec!["--hz", "1000"];
     args.extend_from_slice(clock);
     args.extend_from_slice(&["--", exe.to_str().unwrap()]);
-    let out = record(scratch, &args, Duration::from_secs(180));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, lines) = record_folded(scratch, &args, Duration::from_secs(180));
     let stdout = text(&out.stdout);
     let truth = measured(&stdout);
-    let lines = folded(&scratch.path("btprof.folded"));
     let (a, b) = (samples_in(&lines, "alpha"), samples_in(&lines, "beta"));
     let (ta, tb) = (truth["alpha"], truth["beta"]);
     let share = 100.0 * a as f64 / (a + b) as f64;
@@ -197,36 +226,37 @@ fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
 /// add two to the other's machine.
 static SPLIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Compiles `programs/SOURCE` into `out` lightly optimized and with frame
+/// pointers, as the programs whose stacks are not the point are built.
+fn framed_program(scratch: &Scratch, source: &str, out: &str) -> Option<PathBuf> {
+    compile(scratch, source, out, &["-O1", "-fno-omit-frame-pointer"])
+}
+
 fn split_program(scratch: &Scratch) -> Option<PathBuf> {
-    compile(
-        scratch,
-        "two_threads.c",
-        "two_threads",
-        &["-O1", "-fno-omit-frame-pointer"],
-    )
+    framed_program(scratch, "two_threads.c", "two_threads")
+}
+
+/// The split program on both clocks, beside `hogs` busy threads: shares
+/// held on the default clock, the rate on both.
+fn split_matches_on_both_clocks(name: &str, hogs: usize) {
+    let scratch = Scratch::new(name);
+    let Some(exe) = split_program(&scratch) else {
+        return;
+    };
+    let _one_at_a_time = SPLIT.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = Hogs::start(hogs);
+    check_split(&scratch, &exe, &[], true);
+    check_split(&scratch, &exe, &["--no-thread-timers"], false);
 }
 
 #[test]
 fn c_program_with_frame_pointers_matches_its_own_cpu_split() {
-    let scratch = Scratch::new("split");
-    let Some(exe) = split_program(&scratch) else {
-        return;
-    };
-    let _one_at_a_time = SPLIT.lock().unwrap_or_else(|e| e.into_inner());
-    check_split(&scratch, &exe, &[], true);
-    check_split(&scratch, &exe, &["--no-thread-timers"], false);
+    split_matches_on_both_clocks("split", 0);
 }
 
 #[test]
 fn c_program_matches_its_cpu_split_beside_two_hogs() {
-    let scratch = Scratch::new("split-hogs");
-    let Some(exe) = split_program(&scratch) else {
-        return;
-    };
-    let _one_at_a_time = SPLIT.lock().unwrap_or_else(|e| e.into_inner());
-    let _hogs = Hogs::start(2);
-    check_split(&scratch, &exe, &[], true);
-    check_split(&scratch, &exe, &["--no-thread-timers"], false);
+    split_matches_on_both_clocks("split-hogs", 2);
 }
 
 #[test]
@@ -240,20 +270,14 @@ fn c_program_without_frame_pointers_is_walked_to_its_entry() {
     ) else {
         return;
     };
-    let out = record(
+    let (_, lines) = record_folded(
         &scratch,
         &["--", exe.to_str().unwrap(), "0.5"],
         Duration::from_secs(120),
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let lines = folded(&scratch.path("btprof.folded"));
-    let total: u64 = lines.iter().map(|(_, c)| c).sum();
+    let total = total(&lines);
     let entries = ["main", "start_alpha", "start_beta"];
-    let reached: u64 = lines
-        .iter()
-        .filter(|(f, _)| f.iter().any(|name| entries.contains(&name.as_str())))
-        .map(|(_, c)| c)
-        .sum();
+    let reached = samples_where(&lines, |name| entries.contains(&name));
     println!("{reached} of {total} samples reach main or a thread's start routine");
     assert!(total >= 300, "{total} samples");
     assert!(
@@ -287,14 +311,10 @@ fn python_busy_loop_reaches_the_interpreters_main() {
         .into_iter()
         .filter(|(f, _)| f[0].starts_with("python3 ("))
         .collect();
-    let total: u64 = lines.iter().map(|(_, c)| c).sum();
+    let total = total(&lines);
     // CPython's `main` jumps to `Py_BytesMain` (a tail call), so that is
     // the frame below `__libc_start_call_main`.
-    let in_main: u64 = lines
-        .iter()
-        .filter(|(f, _)| f.iter().any(|n| n == "main" || n == "Py_BytesMain"))
-        .map(|(_, c)| c)
-        .sum();
+    let in_main = samples_where(&lines, |n| n == "main" || n == "Py_BytesMain");
     println!("{in_main} of {total} samples of the interpreter reach its main");
     assert!(total >= 100, "{total} samples");
     let short: Vec<_> = lines
@@ -318,23 +338,17 @@ fn roots(lines: &[(Vec<String>, u64)]) -> Vec<String> {
 #[test]
 fn a_shell_and_its_children_are_three_roots_and_no_follow_keeps_the_shell() {
     let scratch = Scratch::new("shell");
-    let Some(_) = compile(
-        &scratch,
-        "two_threads.c",
-        "prog",
-        &["-O1", "-fno-omit-frame-pointer"],
-    ) else {
+    let Some(_) = framed_program(&scratch, "two_threads.c", "prog") else {
         return;
     };
     let script = "./prog 0.2 & ./prog 0.2; wait";
     // Wall mode: the shell, which mostly waits, has samples too.
-    let out = record(
+    let (_, lines) = record_folded(
         &scratch,
         &["--mode", "wall", "--", "sh", "-c", script],
         Duration::from_secs(120),
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let all = roots(&folded(&scratch.path("btprof.folded")));
+    let all = roots(&lines);
     println!("roots: {all:?}");
     assert_eq!(all.len(), 3, "{all:?}");
     assert_eq!(
@@ -344,18 +358,17 @@ fn a_shell_and_its_children_are_three_roots_and_no_follow_keeps_the_shell() {
     );
     assert!(all[2].starts_with("sh ("), "{all:?}");
 
-    let out = record(
+    let (_, lines) = record_folded(
         &scratch,
         &["--mode", "wall", "--no-follow", "--", "sh", "-c", script],
         Duration::from_secs(120),
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let only = roots(&folded(&scratch.path("btprof.folded")));
+    let only = roots(&lines);
     println!("--no-follow roots: {only:?}");
     assert_eq!(only.len(), 1, "{only:?}");
     assert!(only[0].starts_with("sh ("), "{only:?}");
 
-    let out = record(
+    let (_, lines) = record_folded(
         &scratch,
         &[
             "--mode",
@@ -368,11 +381,7 @@ fn a_shell_and_its_children_are_three_roots_and_no_follow_keeps_the_shell() {
         ],
         Duration::from_secs(120),
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(
-        roots(&folded(&scratch.path("btprof.folded"))),
-        ["prog", "sh"]
-    );
+    assert_eq!(roots(&lines), ["prog", "sh"]);
 }
 
 #[test]
@@ -430,44 +439,26 @@ fn sigint_to_btprof_ends_the_command_and_writes_its_profile() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     let lines = folded(&scratch.path("btprof.folded"));
-    let total: u64 = lines.iter().map(|(_, c)| c).sum();
-    assert!(total > 0, "{stderr}");
+    assert!(total(&lines) > 0, "{stderr}");
     assert!(
         lines.iter().all(|(f, _)| f[0].starts_with("sleep (")),
         "{lines:?}"
     );
-    let record: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::fs::read_dir(&raw)
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .find(|p| p.extension().is_some_and(|x| x == "json"))
-                .expect("sleep's record"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let record = raw_record(&raw);
     assert_eq!(record["ended_by"], "signal SIGINT", "{record}");
 }
 
 #[test]
 fn a_process_that_execs_keeps_what_it_recorded_before() {
     let scratch = Scratch::new("exec");
-    let Some(exe) = compile(
-        &scratch,
-        "exec_after_work.c",
-        "worker",
-        &["-O1", "-fno-omit-frame-pointer"],
-    ) else {
+    let Some(exe) = framed_program(&scratch, "exec_after_work.c", "worker") else {
         return;
     };
-    let out = record(
+    let (out, lines) = record_folded(
         &scratch,
         &["--", exe.to_str().unwrap()],
         Duration::from_secs(120),
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let lines = folded(&scratch.path("btprof.folded"));
     let before = samples_in(&lines, "before_exec");
     let after = samples_in(&lines, "after_exec");
     let truth = measured(&text(&out.stdout))["before"];
@@ -590,13 +581,7 @@ fn duration_stops_sampling_and_the_command_goes_on() {
     let truth = measured(&text(&out.stdout));
     assert!(truth["alpha"] >= 0.5, "{truth:?}");
     // ...and its profile was written at the deadline, not at its exit.
-    let json = std::fs::read_dir(&raw)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "json"))
-        .expect("the process's record");
-    let record: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let record = raw_record(&raw);
     assert_eq!(record["ended_by"], "duration", "{record}");
     assert!(record["duration_secs"].as_f64().unwrap() < 2.0, "{record}");
 }
@@ -604,12 +589,7 @@ fn duration_stops_sampling_and_the_command_goes_on() {
 #[test]
 fn a_forked_child_without_exec_gets_no_profile_and_leaves_the_parents_intact() {
     let scratch = Scratch::new("fork");
-    let Some(exe) = compile(
-        &scratch,
-        "fork_no_exec.c",
-        "forker",
-        &["-O1", "-fno-omit-frame-pointer"],
-    ) else {
+    let Some(exe) = framed_program(&scratch, "fork_no_exec.c", "forker") else {
         return;
     };
     let out = record(

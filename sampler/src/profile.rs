@@ -461,12 +461,7 @@ impl SamplerStats {
     /// [`Mode::Cpu`] this should equal the requested rate on a busy machine
     /// as on an idle one. Zero when no CPU time was seen.
     pub fn samples_per_cpu_second(&self) -> f64 {
-        let secs = self.sampled_cpu().as_secs_f64();
-        if secs > 0.0 {
-            self.samples as f64 / secs
-        } else {
-            0.0
-        }
+        self.per_cpu_second(self.samples)
     }
 
     /// Distinct samples (signals or ring records, each counted once) per
@@ -475,9 +470,15 @@ impl SamplerStats {
     /// periods (POSIX timers on a kernel whose tick is slower than the
     /// rate). What a share's statistical error depends on.
     pub fn distinct_per_cpu_second(&self) -> f64 {
+        self.per_cpu_second(self.recorded)
+    }
+
+    /// `n` per CPU-second of the sampled threads; zero when no CPU time
+    /// was seen.
+    fn per_cpu_second(&self, n: u64) -> f64 {
         let secs = self.sampled_cpu().as_secs_f64();
         if secs > 0.0 {
-            self.recorded as f64 / secs
+            n as f64 / secs
         } else {
             0.0
         }

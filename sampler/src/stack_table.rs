@@ -251,6 +251,11 @@ impl StackTable {
 mod tests {
     use super::*;
 
+    /// A table that holds at most `stacks` stacks and `frames` frames.
+    fn limited(stacks: usize, frames: usize) -> StackTable {
+        StackTable::with_limit(Limit { stacks, frames })
+    }
+
     fn key(thread: u32, frames: &[u64]) -> StackKey<'_> {
         StackKey {
             thread,
@@ -323,10 +328,7 @@ mod tests {
 
     #[test]
     fn a_full_table_counts_new_stacks_as_overflow_per_thread() {
-        let mut t = StackTable::with_limit(Limit {
-            stacks: 2,
-            frames: 100,
-        });
+        let mut t = limited(2, 100);
         t.add(key(0, &[1]), 1);
         t.add(key(0, &[2]), 1);
         t.add(key(0, &[3]), 4); // a third stack: overflow
@@ -341,10 +343,7 @@ mod tests {
 
     #[test]
     fn the_frame_budget_bounds_the_arena() {
-        let mut t = StackTable::with_limit(Limit {
-            stacks: 1000,
-            frames: 10,
-        });
+        let mut t = limited(1000, 10);
         t.add(key(0, &[1; 8]), 1);
         t.add(key(0, &[2; 8]), 1); // 16 frames > 10
         t.add(key(0, &[3; 2]), 1); // fits: 10
@@ -355,15 +354,9 @@ mod tests {
 
     #[test]
     fn merge_keeps_overflow_and_applies_the_limit() {
-        let mut a = StackTable::with_limit(Limit {
-            stacks: 1,
-            frames: 100,
-        });
+        let mut a = limited(1, 100);
         a.add(key(0, &[1]), 1);
-        let mut b = StackTable::with_limit(Limit {
-            stacks: 1,
-            frames: 100,
-        });
+        let mut b = limited(1, 100);
         b.add(key(0, &[2]), 2);
         b.add(key(1, &[3]), 3); // overflow in b
         a.merge(&b);

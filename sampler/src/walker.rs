@@ -363,48 +363,42 @@ mod tests {
         assert!(w.end.is_truncated());
     }
 
-    #[test]
-    fn self_loop_stops() {
+    /// [`three_frames`] with the third record linking to `link(stack)`:
+    /// the walk keeps the three frames and ends with `end`.
+    fn third_link_stops(link: impl Fn(&FakeStack) -> u64, end: WalkEnd) {
         let (mut s, regs) = three_frames();
-        let f2 = s.addr(10);
-        s.record(10, f2, 0x2222);
+        let next = link(&s);
+        s.record(10, next, 0x2222);
         let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
         assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
-        assert_eq!(w.end, WalkEnd::NotIncreasing);
+        assert_eq!(w.end, end);
+    }
+
+    #[test]
+    fn self_loop_stops() {
+        third_link_stops(|s| s.addr(10), WalkEnd::NotIncreasing);
     }
 
     #[test]
     fn pointer_going_down_stops() {
-        let (mut s, regs) = three_frames();
-        let below = s.addr(6); // above sp but below the current record at 10
-        s.record(10, below, 0x2222);
-        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
-        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
-        assert_eq!(w.end, WalkEnd::NotIncreasing);
+        // Above sp but below the current record at 10.
+        third_link_stops(|s| s.addr(6), WalkEnd::NotIncreasing);
     }
 
     #[test]
     fn misaligned_pointer_stops() {
-        let (mut s, regs) = three_frames();
-        let odd = s.addr(20) + 4;
-        s.record(10, odd, 0x2222);
-        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
-        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
-        assert_eq!(w.end, WalkEnd::Misaligned);
+        third_link_stops(|s| s.addr(20) + 4, WalkEnd::Misaligned);
     }
 
     #[test]
     fn pointer_outside_stack_stops_without_reading() {
-        let (mut s, regs) = three_frames();
-        s.record(10, BASE + 0x10_0000, 0x2222); // far above the stack
-        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
-        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222]);
-        assert_eq!(w.end, WalkEnd::OutOfBounds);
+        // Far above the stack.
+        third_link_stops(|_| BASE + 0x10_0000, WalkEnd::OutOfBounds);
 
         // A first frame pointer below sp is outside the live stack too.
-        let mut regs2 = regs;
-        regs2.fp = s.addr(0);
-        let (frames, w) = run(Arch::X86_64, &s, &regs2, 32);
+        let (s, mut regs) = three_frames();
+        regs.fp = s.addr(0);
+        let (frames, w) = run(Arch::X86_64, &s, &regs, 32);
         assert_eq!(frames, vec![0x1000]);
         assert_eq!(w.end, WalkEnd::OutOfBounds);
     }

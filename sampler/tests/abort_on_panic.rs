@@ -17,12 +17,10 @@ mod fake_control;
 use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
-use std::sync::Arc;
 
-use btprof_sampler::control::SamplingLoop;
-use btprof_sampler::walker::Arch;
-use btprof_sampler::{Mode, Progress, SamplerConfig};
+use btprof_sampler::Mode;
 
+use fake_control::driving::{sampling, OWN};
 use fake_control::{FakeControl, FakeThread, Fault};
 
 const CHILD_ENV: &str = "BTPROF_ABORT_ON_PANIC_CHILD";
@@ -39,54 +37,45 @@ fn main() {
 }
 
 fn resume_child() {
-    let fake = FakeControl::new(
-        1,
-        vec![FakeThread::new(10, "stays-frozen").with_fault(Fault::ResumeFails)],
-    );
-    let config = SamplerConfig {
-        mode: Mode::Wall,
-        ..SamplerConfig::default()
-    };
-    let mut sampling =
-        SamplingLoop::new(fake, &config, Arch::X86_64, Arc::new(Progress::default()));
-    let _ = sampling.tick();
+    let frozen = FakeThread::new(10, "stays-frozen").with_fault(Fault::ResumeFails);
+    let mut lp = sampling(FakeControl::new(OWN, vec![frozen]), Mode::Wall);
+    let _ = lp.tick();
     eprintln!("{RESUME_SURVIVED}");
     std::process::exit(0);
 }
 
 fn child() {
-    let config = SamplerConfig {
-        mode: Mode::Wall,
-        ..SamplerConfig::default()
-    };
-    let fake = FakeControl::new(
-        1,
-        vec![FakeThread::new(10, "panics").with_fault(Fault::PanicsWhileStopped)],
-    );
+    let panics = FakeThread::new(10, "panics").with_fault(Fault::PanicsWhileStopped);
     // Installs the hook.
-    let mut sampling =
-        SamplingLoop::new(fake, &config, Arch::X86_64, Arc::new(Progress::default()));
+    let mut lp = sampling(FakeControl::new(OWN, vec![panics]), Mode::Wall);
 
     // Outside a stopped window a panic unwinds as usual.
     assert!(catch_unwind(|| panic!("an ordinary panic")).is_err());
     eprintln!("{UNWOUND}");
 
-    let _ = catch_unwind(AssertUnwindSafe(|| sampling.tick()));
+    let _ = catch_unwind(AssertUnwindSafe(|| lp.tick()));
     eprintln!("{SURVIVED}");
     std::process::exit(0);
 }
 
-fn parent() {
+/// Runs this test binary again as the child `role`: how it ended, its
+/// stderr, and both as a failure message.
+fn run_child(role: &str) -> (std::process::ExitStatus, String, String) {
     let exe = std::env::current_exe().expect("own path");
     let out = Command::new(&exe)
-        .env(CHILD_ENV, "panic")
+        .env(CHILD_ENV, role)
         .output()
         .expect("run the child");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let report = format!("child {:?}, stderr:\n{stderr}", out.status);
+    (out.status, stderr, report)
+}
+
+fn parent() {
+    let (status, stderr, report) = run_child("panic");
     assert!(stderr.contains(UNWOUND), "{report}");
     assert!(!stderr.contains(SURVIVED), "{report}");
-    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{report}");
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{report}");
     assert!(
         stderr.contains("aborting, because unwinding could deadlock"),
         "{report}"
@@ -95,14 +84,9 @@ fn parent() {
         "abort_on_panic: a panic while a thread was stopped aborted the child process (SIGABRT)"
     );
 
-    let out = Command::new(&exe)
-        .env(CHILD_ENV, "resume")
-        .output()
-        .expect("run the child");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report = format!("child {:?}, stderr:\n{stderr}", out.status);
+    let (status, stderr, report) = run_child("resume");
     assert!(!stderr.contains(RESUME_SURVIVED), "{report}");
-    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{report}");
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{report}");
     assert!(
         stderr.contains("rather than leave it frozen. code: 0x11"),
         "{report}"

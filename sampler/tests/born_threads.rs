@@ -34,7 +34,7 @@ use btprof_sampler::{
 use btprof_symbols::Resolver;
 
 mod support;
-use btprof_testkit::{thread_cpu, with_watchdog};
+use btprof_testkit::{spin_cpu, thread_cpu, with_watchdog};
 use support::frame_names;
 
 /// Short threads, run one after another.
@@ -46,16 +46,9 @@ const HZ: u32 = 1000;
 
 #[inline(never)]
 fn born_threads_spin() -> u64 {
-    let end = thread_cpu() + WORK;
-    let mut x = 1u64;
-    while thread_cpu() < end {
-        // The clock is read every ~20 µs: its system calls are kernel
-        // time, which cpu mode does not sample (user code only).
-        for _ in 0..20_000 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    x
+    // The clock is read every ~20 µs: its system calls are kernel time,
+    // which cpu mode does not sample (user code only).
+    spin_cpu(WORK, 20_000)
 }
 
 /// Runs one short thread; returns its id and the CPU time it used.

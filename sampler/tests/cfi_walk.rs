@@ -413,12 +413,7 @@ fn dlopen_and_dlclose_while_profiling() {
     let raw = sampler.stop().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(cycles > 10, "{cycles} load/unload cycles");
-    let samples: u64 = raw
-        .table
-        .iter()
-        .filter(|(k, _)| raw.threads[k.thread as usize].name == "dl-churn")
-        .map(|(_, c)| c)
-        .sum();
+    let samples = support::samples_named(&raw, "dl-churn");
     assert!(samples > 50, "{samples} samples: {:?}", raw.stats);
     println!("dl-churn: {cycles} dlopen/dlclose cycles, {samples} samples");
 }

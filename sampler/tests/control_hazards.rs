@@ -5,52 +5,16 @@
 
 mod fake_control;
 
-use std::sync::Arc;
+use btprof_sampler::Mode;
 
-use btprof_sampler::control::SamplingLoop;
-use btprof_sampler::walker::Arch;
-use btprof_sampler::{Mode, Progress, SamplerConfig};
+use fake_control::driving::{
+    assert_followed_the_rules, assert_tallies, checked_run, count_of, renamed_between_ticks,
+    sampling, stacks_of, stops_of, ticks, OWN,
+};
+use fake_control::{Call, FakeControl, FakeThread, Fault};
 
-use fake_control::{check_protocol, Call, FakeControl, FakeThread, Fault, Port};
-
-/// The sampler thread's own port in every fake.
-const OWN: Port = 1;
 /// Ticks a thread counts as young at 1000 Hz (its first 100 ms).
 const YOUNG_TICKS: usize = 100;
-
-fn sampling(fake: FakeControl, mode: Mode) -> SamplingLoop<FakeControl> {
-    let config = SamplerConfig {
-        hz: 1000,
-        mode,
-        max_depth: 64,
-        ..SamplerConfig::default()
-    };
-    SamplingLoop::new(fake, &config, Arch::X86_64, Arc::new(Progress::default()))
-}
-
-fn ticks(lp: &mut SamplingLoop<FakeControl>, n: usize) {
-    for _ in 0..n {
-        lp.tick().expect("tick");
-    }
-}
-
-fn assert_followed_the_rules(lp: &SamplingLoop<FakeControl>) {
-    let calls = lp.control().calls();
-    if let Err(e) = check_protocol(calls, OWN) {
-        let tail = &calls[calls.len().saturating_sub(12)..];
-        panic!("{e}\nlast calls: {tail:#?}");
-    }
-    lp.control().assert_clean();
-}
-
-fn count_of(lp: &SamplingLoop<FakeControl>, want: Call) -> usize {
-    lp.control().count(|c| *c == want)
-}
-
-fn stops_of(lp: &SamplingLoop<FakeControl>, port: Port) -> usize {
-    lp.control()
-        .count(|c| matches!(c, Call::Stop { port: p, .. } if *p == port))
-}
 
 /// Under Rosetta (the loop sparing young threads), a translator thread
 /// that names itself a few ticks after it appears is never stopped, in
@@ -79,12 +43,7 @@ fn under_rosetta_a_new_thread_is_not_stopped_before_it_could_name_itself() {
     }
     // Without sparing, wall mode stops the unnamed thread on the first look:
     // what the option exists to prevent.
-    let threads = vec![FakeThread::new(10, "starting")];
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 3);
-    lp.control_mut()
-        .rename(10, "com.apple.rosetta.exceptionserver");
-    ticks(&mut lp, 5);
+    let lp = renamed_between_ticks("starting", 3, "com.apple.rosetta.exceptionserver", 5);
     assert_eq!(stops_of(&lp, 10), 3);
 }
 
@@ -99,9 +58,7 @@ fn every_error_path_resumes_each_successful_stop_exactly_once() {
                 FakeThread::new(10, "faulty").with_fault(fault),
                 FakeThread::new(11, "fine"),
             ];
-            let mut lp = sampling(FakeControl::new(OWN, threads), mode);
-            ticks(&mut lp, 8);
-            assert_followed_the_rules(&lp);
+            let lp = checked_run(threads, mode, 8);
             for port in [10, 11] {
                 let stopped = count_of(&lp, Call::Stop { port, ok: true });
                 let resumed = count_of(&lp, Call::Resume(port));
@@ -127,9 +84,7 @@ fn ambiguous_codes_count_as_exits_only_when_thread_info_confirms() {
         FakeThread::new(13, "gone-while-stopped").with_fault(Fault::GoneWhileStopped),
         FakeThread::new(14, "fine"),
     ];
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 5);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(threads, Mode::Wall, 5);
     // Ports 10 and 11: never stopped, never resumed.
     for port in [10, 11] {
         assert_eq!(
@@ -142,11 +97,8 @@ fn ambiguous_codes_count_as_exits_only_when_thread_info_confirms() {
     for port in [12, 13, 14] {
         assert_eq!(count_of(&lp, Call::Resume(port)), 5, "port {port}");
     }
-    let stats = lp.stats();
     // A failure each tick for 10 and 12; an exit each tick for 11 and 13.
-    assert_eq!(stats.failed_samples, 10, "{stats:?}");
-    assert_eq!(stats.exited_threads, 10, "{stats:?}");
-    assert_eq!(stats.samples, 5, "{stats:?}");
+    assert_tallies(&lp, 5, 10, 10);
 }
 
 /// x86_64: a thread stopped inside a frameless system-call stub has its
@@ -169,13 +121,9 @@ fn a_thread_stopped_in_a_frameless_syscall_stub_keeps_its_caller() {
     assert_followed_the_rules(&lp);
     let raw = lp.finish();
     let stacks = |name: &str| -> Vec<Vec<u64>> {
-        let keys: Vec<u32> = (0..raw.threads.len() as u32)
-            .filter(|&k| raw.threads[k as usize].name == name)
-            .collect();
-        raw.table
-            .iter()
-            .filter(|(k, _)| keys.contains(&k.thread))
-            .map(|(k, _)| k.frames.to_vec())
+        stacks_of(&raw, name)
+            .into_iter()
+            .map(|(frames, _, _)| frames)
             .collect()
     };
     assert_eq!(stacks("in-stub"), vec![with_caller.clone()]);

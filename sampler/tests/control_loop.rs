@@ -8,64 +8,19 @@ mod fake_control;
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use btprof_sampler::clock::Clock;
-use btprof_sampler::control::{holding_a_thread_stopped, SamplingLoop, StackRange};
-use btprof_sampler::walker::{Arch, StackBounds, WalkEnd};
-use btprof_sampler::{Error, Mode, Progress, RawProfile, SamplerConfig};
+use btprof_sampler::control::{holding_a_thread_stopped, StackRange};
+use btprof_sampler::walker::{StackBounds, WalkEnd};
+use btprof_sampler::{Error, Mode, RawProfile};
 
 use fake_control::counting_alloc::allocator_calls_on_this_thread;
-use fake_control::{check_protocol, Call, FakeControl, FakeThread, Fault, Port};
-
-/// The sampler thread's own port in every fake.
-const OWN: Port = 1;
-
-fn sampling(fake: FakeControl, mode: Mode) -> SamplingLoop<FakeControl> {
-    let config = SamplerConfig {
-        hz: 1000,
-        mode,
-        max_depth: 64,
-        ..SamplerConfig::default()
-    };
-    SamplingLoop::new(fake, &config, Arch::X86_64, Arc::new(Progress::default()))
-}
-
-fn ticks(lp: &mut SamplingLoop<FakeControl>, n: usize) {
-    for _ in 0..n {
-        lp.tick().expect("tick");
-    }
-}
-
-/// Checks the call log and the fake's state, with the log's tail on failure.
-fn assert_followed_the_rules(lp: &SamplingLoop<FakeControl>) {
-    let calls = lp.control().calls();
-    if let Err(e) = check_protocol(calls, OWN) {
-        let tail = &calls[calls.len().saturating_sub(12)..];
-        panic!("{e}\nlast calls: {tail:#?}");
-    }
-    lp.control().assert_clean();
-}
-
-/// Samples recorded on the thread named `name`, by stack.
-fn stacks_of(raw: &RawProfile, name: &str) -> Vec<(Vec<u64>, WalkEnd, u64)> {
-    let keys: Vec<u32> = (0..raw.threads.len() as u32)
-        .filter(|&k| raw.threads[k as usize].name == name)
-        .collect();
-    let mut stacks: Vec<_> = raw
-        .table
-        .iter()
-        .filter(|(k, _)| keys.contains(&k.thread))
-        .map(|(k, c)| (k.frames.to_vec(), k.end, c))
-        .collect();
-    stacks.sort();
-    stacks
-}
-
-fn count_of(lp: &SamplingLoop<FakeControl>, want: Call) -> usize {
-    lp.control().count(|c| *c == want)
-}
+use fake_control::driving::{
+    assert_followed_the_rules, assert_tallies, checked_run, count_of, one_thread,
+    renamed_between_ticks, sampling, stacks_of, stops_of, ticks, OWN,
+};
+use fake_control::{Call, FakeControl, FakeThread, Fault};
 
 #[test]
 fn a_tick_stops_walks_and_resumes_every_other_thread_once() {
@@ -78,9 +33,7 @@ fn a_tick_stops_walks_and_resumes_every_other_thread_once() {
         .iter()
         .map(|t| (t.name.clone(), t.expected_frames()))
         .collect();
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 1);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(threads, Mode::Wall, 1);
     for port in [10, 11, 12] {
         assert_eq!(count_of(&lp, Call::Stop { port, ok: true }), 1);
         assert_eq!(count_of(&lp, Call::Registers(port)), 1);
@@ -106,9 +59,7 @@ fn a_tick_stops_walks_and_resumes_every_other_thread_once() {
 fn the_sampler_never_stops_its_own_thread_wherever_it_is_listed() {
     // The fake lists its own thread at a different position each tick.
     let threads = (10..15).map(|p| FakeThread::new(p, "w")).collect();
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 60);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(threads, Mode::Wall, 60);
     assert_eq!(lp.control().own_stops(), 0);
     // Only released, once per tick: never asked about, never stopped.
     let about_own = lp.control().count(|c| c.port() == Some(OWN));
@@ -124,26 +75,19 @@ fn a_failing_thread_get_state_still_resumes_the_thread_once() {
         FakeThread::new(11, "exits-while-stopped").with_fault(Fault::ExitsWhileStopped),
         FakeThread::new(12, "fine"),
     ];
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 5);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(threads, Mode::Wall, 5);
     for port in [10, 11, 12] {
         assert_eq!(count_of(&lp, Call::Stop { port, ok: true }), 5);
         assert_eq!(count_of(&lp, Call::Resume(port)), 5, "port {port}");
     }
-    let stats = lp.stats();
-    assert_eq!(stats.failed_samples, 5, "{stats:?}");
-    assert_eq!(stats.exited_threads, 5, "{stats:?}");
-    assert_eq!(stats.samples, 5, "{stats:?}");
+    assert_tallies(&lp, 5, 5, 5);
 }
 
 #[test]
 fn a_walk_into_unreadable_memory_resumes_the_thread_and_is_marked_truncated() {
     let bad = FakeThread::new(10, "bad-stack").with_fault(Fault::UnreadableStack);
     let pc = bad.pc();
-    let mut lp = sampling(FakeControl::new(OWN, vec![bad]), Mode::Wall);
-    ticks(&mut lp, 3);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(vec![bad], Mode::Wall, 3);
     assert_eq!(count_of(&lp, Call::Resume(10)), 3);
     let raw = lp.finish();
     assert_eq!(raw.stats.truncated(), 3);
@@ -169,9 +113,7 @@ fn a_thread_gone_while_stopped_is_counted_as_exited_and_never_aborts() {
         FakeThread::new(13, "fine"),
     ];
     let walked = threads[1].expected_frames();
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 6);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(threads, Mode::Wall, 6);
     for port in [10, 11, 12, 13] {
         assert_eq!(
             count_of(&lp, Call::Stop { port, ok: true }),
@@ -180,10 +122,7 @@ fn a_thread_gone_while_stopped_is_counted_as_exited_and_never_aborts() {
         );
         assert_eq!(count_of(&lp, Call::Resume(port)), 6, "port {port}");
     }
-    let stats = lp.stats().clone();
-    assert_eq!(stats.exited_threads, 12, "{stats:?}");
-    assert_eq!(stats.failed_samples, 0, "{stats:?}");
-    assert_eq!(stats.samples, 18, "{stats:?}");
+    assert_tallies(&lp, 18, 0, 12);
     let raw = lp.finish();
     assert!(stacks_of(&raw, "gone-while-stopped").is_empty());
     assert_eq!(
@@ -231,9 +170,7 @@ fn a_stopped_threads_stack_is_read_only_by_bounded_copies() {
 
     // With the default window, one copy of the live stack per sample.
     let t = FakeThread::new(10, "one-copy");
-    let mut lp = sampling(FakeControl::new(OWN, vec![t]), Mode::Wall);
-    ticks(&mut lp, 2);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(vec![t], Mode::Wall, 2);
     let copies = lp.control().count(|c| matches!(c, Call::CopyMemory { .. }));
     assert_eq!(copies, 2);
 }
@@ -256,9 +193,7 @@ fn threads_named_as_never_to_stop_are_never_stopped() {
     ticks(&mut lp, 9);
     assert_followed_the_rules(&lp);
     for port in [10, 11, 12] {
-        let stops = lp
-            .control()
-            .count(|c| matches!(c, Call::Stop { port: p, .. } if *p == port));
+        let stops = stops_of(&lp, port);
         assert_eq!(stops, 0, "port {port} was stopped");
     }
     assert_eq!(count_of(&lp, Call::Stop { port: 13, ok: true }), 10);
@@ -275,9 +210,7 @@ fn a_thread_that_exits_between_listing_and_stopping_is_skipped_counted_and_relea
         FakeThread::new(12, "stop-fails").with_fault(Fault::StopFails),
         FakeThread::new(13, "fine"),
     ];
-    let mut lp = sampling(FakeControl::new(OWN, threads), Mode::Wall);
-    ticks(&mut lp, 4);
-    assert_followed_the_rules(&lp);
+    let lp = checked_run(threads, Mode::Wall, 4);
     // A failed stop is never resumed: that would undo someone else's
     // suspension of a live thread.
     for port in [10, 12] {
@@ -286,18 +219,11 @@ fn a_thread_that_exits_between_listing_and_stopping_is_skipped_counted_and_relea
         assert_eq!(count_of(&lp, Call::Resume(port)), 0);
     }
     // Gone before its id could be read: never stopped at all.
-    assert_eq!(
-        lp.control()
-            .count(|c| matches!(c, Call::Stop { port: 11, .. })),
-        0
-    );
+    assert_eq!(stops_of(&lp, 11), 0);
     for port in [10, 11, 12, 13] {
         assert_eq!(count_of(&lp, Call::ReleaseThread(port)), 4, "port {port}");
     }
-    let stats = lp.stats();
-    assert_eq!(stats.exited_threads, 8, "{stats:?}");
-    assert_eq!(stats.failed_samples, 4, "{stats:?}");
-    assert_eq!(stats.samples, 4, "{stats:?}");
+    assert_tallies(&lp, 4, 4, 8);
 }
 
 #[test]
@@ -408,9 +334,7 @@ fn cpu_mode_stops_only_threads_whose_cpu_time_advanced() {
             FakeThread::new(11, "idle").idle(),
         ]
     };
-    let mut cpu = sampling(FakeControl::new(OWN, threads()), Mode::Cpu);
-    ticks(&mut cpu, 10);
-    assert_followed_the_rules(&cpu);
+    let cpu = checked_run(threads(), Mode::Cpu, 10);
     // The first look only reads the clock; then one period per tick.
     assert_eq!(count_of(&cpu, Call::Stop { port: 10, ok: true }), 9);
     // The idle thread is never disturbed.
@@ -427,15 +351,9 @@ fn cpu_mode_stops_only_threads_whose_cpu_time_advanced() {
 
 #[test]
 fn names_and_stack_bounds_are_read_before_stopping_and_not_every_tick() {
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "starting")]),
-        Mode::Wall,
-    );
-    ticks(&mut lp, 1);
     // A thread names itself right after it starts: the next sample
     // already carries the new name.
-    lp.control_mut().rename(10, "named-later");
-    ticks(&mut lp, 299);
+    let lp = renamed_between_ticks("starting", 1, "named-later", 299);
     assert_followed_the_rules(&lp);
     let fake = lp.control();
     // The stack range is cached per thread id.
@@ -470,14 +388,8 @@ fn names_and_stack_bounds_are_read_before_stopping_and_not_every_tick() {
 
 #[test]
 fn a_changed_listing_reads_ids_and_names_again() {
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "old")]),
-        Mode::Wall,
-    );
-    ticks(&mut lp, 200);
     // Renamed late in life: not seen while the listing is unchanged...
-    lp.control_mut().rename(10, "renamed");
-    ticks(&mut lp, 10);
+    let mut lp = renamed_between_ticks("old", 200, "renamed", 10);
     assert_eq!(count_of(&lp, Call::ThreadId(10)), 1);
     assert_eq!(count_of(&lp, Call::Name(10)), 100);
     // ...but a thread starting changes it: ids and names are read again.
@@ -603,10 +515,7 @@ fn a_runnable_thread_that_gets_no_cpu_is_not_over_sampled() {
 
 #[test]
 fn a_listing_failure_ends_the_tick_with_an_error_and_holds_nothing() {
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "a")]),
-        Mode::Wall,
-    );
+    let mut lp = one_thread("a");
     ticks(&mut lp, 2);
     lp.control_mut().list_fails = true;
     let err = lp.tick().expect_err("a failed listing must fail the tick");
@@ -683,10 +592,7 @@ fn run_ticks_on_absolute_deadlines_skips_missed_ones_and_measures_time() {
         stop_after_sleeps: 100,
         stop: &stop,
     };
-    let mut lp = sampling(
-        FakeControl::new(OWN, vec![FakeThread::new(10, "w")]),
-        Mode::Wall,
-    );
+    let mut lp = one_thread("w");
     lp.run(&clock, &stop).expect("run");
     assert_followed_the_rules(&lp);
     let stats = lp.stats().clone();

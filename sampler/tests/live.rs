@@ -4,16 +4,19 @@
 //! Mach one (built and linked by `scripts/check-macos`, run only on a Mac).
 #![cfg(any(target_os = "linux", target_os = "macos"))]
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use btprof_sampler::walker::WalkEnd;
 use btprof_sampler::{
-    current_thread_id, exclude_current_thread, Mode, RawProfile, SampleClock, Sampler,
-    SamplerConfig,
+    current_thread_id, exclude_current_thread, Mode, SampleClock, Sampler, SamplerConfig,
 };
 use btprof_testkit::thread_cpu_ns;
+
+use support::samples_named;
 
 /// One sampler per process: the tests here take turns.
 static SAMPLER: Mutex<()> = Mutex::new(());
@@ -159,15 +162,6 @@ fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
         "{in_spin} of {samples}; the others: {others:?}; {:?}",
         raw.stats
     );
-}
-
-/// Samples taken on threads named `name`.
-fn samples_named(raw: &RawProfile, name: &str) -> u64 {
-    raw.table
-        .iter()
-        .filter(|(k, _)| raw.threads[k.thread as usize].name == name)
-        .map(|(_, c)| c)
-        .sum()
 }
 
 #[test]

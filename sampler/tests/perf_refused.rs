@@ -6,6 +6,8 @@
 //! configuration.
 #![cfg(target_os = "linux")]
 
+mod support;
+
 use std::process::Command;
 use std::time::Duration;
 
@@ -55,12 +57,7 @@ fn child() {
         .unwrap();
     worker.join().unwrap();
     let raw = sampler.stop().unwrap();
-    let samples: u64 = raw
-        .table
-        .iter()
-        .filter(|(k, _)| raw.threads[k.thread as usize].name == "refused-worker")
-        .map(|(_, c)| c)
-        .sum();
+    let samples = support::samples_named(&raw, "refused-worker");
     println!(
         "CHILD perf_errno={perf_errno} clock={:?} samples={samples}",
         raw.stats.clock

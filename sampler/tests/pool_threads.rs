@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV};
 
-use btprof_testkit::{thread_cpu, with_watchdog};
+use btprof_testkit::{spin_cpu, with_watchdog};
 
 /// Pool threads, run one after another.
 const THREADS: usize = 60;
@@ -22,14 +22,7 @@ const LONG_NAME: &str = "pool-task-with-a-long-name";
 
 #[inline(never)]
 fn pool_work() {
-    let end = thread_cpu() + WORK;
-    let mut x = 1u64;
-    while thread_cpu() < end {
-        for _ in 0..2000 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-    std::hint::black_box(x);
+    std::hint::black_box(spin_cpu(WORK, 2000));
 }
 
 /// Runs the pool under a sampler; returns the profile and the threads'

@@ -19,6 +19,8 @@
 // On macOS only the churn test is built: the helpers of the others are unused.
 #![cfg_attr(target_os = "macos", allow(dead_code, unused_imports))]
 
+mod support;
+
 use std::collections::VecDeque;
 #[cfg(target_os = "linux")]
 use std::mem::MaybeUninit;
@@ -30,8 +32,10 @@ use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
 use btprof_sampler::default_signal;
-use btprof_sampler::{Error, Mode, RawProfile, Sampler, SamplerConfig};
+use btprof_sampler::{Error, Mode, Sampler, SamplerConfig};
 use btprof_testkit::{thread_cpu_ns, wait_for_cpu, with_watchdog};
+
+use support::samples_named;
 
 /// Serialises the tests of this file: the sampler is a process global.
 static LOCK: Mutex<()> = Mutex::new(());
@@ -111,22 +115,6 @@ fn busy_thread(name: &str) -> (Arc<AtomicBool>, JoinHandle<u64>, Arc<AtomicU64>)
         .spawn(move || spin_counting(&stop2, &cpu2))
         .expect("spawn busy thread");
     (stop, handle, cpu)
-}
-
-/// Samples recorded on threads called `name`.
-fn samples_of(raw: &RawProfile, name: &str) -> u64 {
-    let keys: Vec<u32> = raw
-        .threads
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.name == name)
-        .map(|(i, _)| i as u32)
-        .collect();
-    raw.table
-        .iter()
-        .filter(|(k, _)| keys.contains(&k.thread))
-        .map(|(_, c)| c)
-        .sum()
 }
 
 // ---------------------------------------------------------------------------
@@ -346,8 +334,8 @@ fn allocating_thread_survives_1000hz() {
     );
     let stats = &raw.stats;
     let per_thread = [
-        samples_of(&raw, "btp-alloc-0"),
-        samples_of(&raw, "btp-alloc-1"),
+        samples_named(&raw, "btp-alloc-0"),
+        samples_named(&raw, "btp-alloc-1"),
     ];
     eprintln!("{stats:?}\nallocating threads: {per_thread:?} samples, {allocations} allocations");
     assert!(
@@ -481,7 +469,7 @@ fn threads_starting_and_exiting_during_sampling() {
                 (raw, spawned)
             },
         );
-        let short = samples_of(&raw, "btp-short");
+        let short = samples_named(&raw, "btp-short");
         eprintln!(
             "{mode}: {spawned} threads spawned, {short} samples on them; {:?}",
             raw.stats
@@ -678,14 +666,14 @@ fn second_sampler_is_refused() {
         wait_for_cpu(&cpu, Duration::from_millis(100), Duration::from_secs(10));
         let raw = first.stop().expect("first stop");
         assert!(
-            samples_of(&raw, "btp-second") > 20,
+            samples_named(&raw, "btp-second") > 20,
             "the first sampler was disturbed: {:?}",
             raw.stats
         );
         let again = Sampler::start(config(1000, Mode::Cpu)).expect("start after the first stopped");
         wait_for_cpu(&cpu, Duration::from_millis(50), Duration::from_secs(10));
         let raw = again.stop().expect("stop again");
-        assert!(samples_of(&raw, "btp-second") > 0, "{:?}", raw.stats);
+        assert!(samples_named(&raw, "btp-second") > 0, "{:?}", raw.stats);
         stop.store(true, Ordering::Relaxed);
         busy.join().unwrap();
     });
@@ -756,7 +744,7 @@ fn signal_blocked_thread_is_counted_not_hung() {
                 raw.stats
             );
             assert_eq!(
-                samples_of(&raw, "btp-blocked"),
+                samples_named(&raw, "btp-blocked"),
                 0,
                 "a thread with the signal blocked was sampled"
             );
@@ -873,8 +861,8 @@ fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
                 sampler.stop().expect("stop")
             },
         );
-        let old = samples_of(&raw, "btp-unnamed");
-        let new = samples_of(&raw, "btp-named");
+        let old = samples_named(&raw, "btp-unnamed");
+        let new = samples_named(&raw, "btp-named");
         eprintln!("force_sampler_thread {force}: {old} samples under the old name, {new} under the new; {:?}", raw.stats);
         assert!(
             new > 100,

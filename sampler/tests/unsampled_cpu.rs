@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use btprof_sampler::{Mode, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV};
 
-use btprof_testkit::{thread_cpu, with_watchdog};
+use btprof_testkit::{spin_cpu, thread_cpu, with_watchdog};
 
 /// Short threads, run one after another.
 const THREADS: usize = 300;
@@ -24,14 +24,7 @@ const WORK: Duration = Duration::from_micros(400);
 /// it used, measured at its end.
 fn short_thread() -> (u64, Duration) {
     thread::spawn(|| {
-        let end = thread_cpu() + WORK;
-        let mut x = 1u64;
-        while thread_cpu() < end {
-            for _ in 0..200 {
-                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-            }
-        }
-        std::hint::black_box(x);
+        std::hint::black_box(spin_cpu(WORK, 200));
         (btprof_sampler::current_thread_id(), thread_cpu())
     })
     .join()

@@ -458,6 +458,16 @@ mod tests {
         Profile::read_folded_from(text.as_bytes(), source).unwrap()
     }
 
+    /// The diff of two folded texts, read as the base and new runs, at the
+    /// default options.
+    fn compare_folded(base: &str, new: &str) -> DiffReport {
+        compare(
+            &folded(base, "b"),
+            &folded(new, "n"),
+            &DiffOptions::default(),
+        )
+    }
+
     fn find<'a>(r: &'a DiffReport, name: &str) -> &'a FunctionDiff {
         r.functions
             .iter()
@@ -468,9 +478,7 @@ mod tests {
     #[test]
     fn normalises_by_total_and_flags_a_real_increase() {
         // hot: 10% of 5000 -> 20% of 10000 samples (a run twice as long).
-        let base = folded("m;hot 500\nm;cold 4500\n", "b");
-        let new = folded("m;hot 2000\nm;cold 8000\n", "n");
-        let r = compare(&base, &new, &DiffOptions::default());
+        let r = compare_folded("m;hot 500\nm;cold 4500\n", "m;hot 2000\nm;cold 8000\n");
         let hot = find(&r, "hot");
         assert!((hot.self_change_points() - 10.0).abs() < 1e-9);
         assert_eq!(hot.verdict, Verdict::Regressed);
@@ -484,9 +492,7 @@ mod tests {
 
     #[test]
     fn same_shares_in_runs_of_different_length_are_not_a_change() {
-        let base = folded("m;a 300\nm;b 700\n", "b");
-        let new = folded("m;a 3000\nm;b 7000\n", "n");
-        let r = compare(&base, &new, &DiffOptions::default());
+        let r = compare_folded("m;a 300\nm;b 700\n", "m;a 3000\nm;b 7000\n");
         assert!(!r.regressed());
         for f in &r.functions {
             assert!(f.self_change_points().abs() < 1e-9, "{f:?}");
@@ -499,28 +505,20 @@ mod tests {
         let base = folded("m;f 1000\nm;g 9000\n", "b");
         let new = folded("m;f 1500\nm;g 8500\n", "n");
         let opts = DiffOptions::default();
-        assert_eq!(
-            find(&compare(&base, &new, &opts), "f").verdict,
-            Verdict::Regressed
-        );
+        let f_verdict = |opts: &DiffOptions| find(&compare(&base, &new, opts), "f").verdict;
+        assert_eq!(f_verdict(&opts), Verdict::Regressed);
         // Threshold above the change.
         let high = DiffOptions {
             threshold_points: 6.0,
             ..opts.clone()
         };
-        assert_eq!(
-            find(&compare(&base, &new, &high), "f").verdict,
-            Verdict::Unchanged
-        );
+        assert_eq!(f_verdict(&high), Verdict::Unchanged);
         // Too few samples in the new run.
         let few = DiffOptions {
             min_samples: 1501,
             ..opts.clone()
         };
-        assert_eq!(
-            find(&compare(&base, &new, &few), "f").verdict,
-            Verdict::Unchanged
-        );
+        assert_eq!(f_verdict(&few), Verdict::Unchanged);
         // Same +5 points on 100 samples: within noise.
         let base = folded("m;f 10\nm;g 90\n", "b");
         let new = folded("m;f 15\nm;g 85\n", "n");
@@ -555,9 +553,7 @@ mod tests {
 
     #[test]
     fn new_and_vanished_functions_are_listed() {
-        let base = folded("m;old 100\nm;keep 900\n", "b");
-        let new = folded("m;fresh 300\nm;keep 700\n", "n");
-        let r = compare(&base, &new, &DiffOptions::default());
+        let r = compare_folded("m;old 100\nm;keep 900\n", "m;fresh 300\nm;keep 700\n");
         let names = |it: &mut dyn Iterator<Item = &FunctionDiff>| {
             it.map(|f| f.name.clone()).collect::<Vec<_>>()
         };

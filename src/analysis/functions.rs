@@ -237,22 +237,33 @@ mod tests {
         (f.self_samples, f.total_samples)
     }
 
+    /// Asserts each named function's (self, total) samples in `t`.
+    fn assert_counts(t: &FunctionTable, want: &[(&str, (u64, u64))]) {
+        for &(name, counts_of_name) in want {
+            assert_eq!(counts(t, name), counts_of_name, "{name}");
+        }
+    }
+
     #[test]
     fn self_is_the_leaf_and_total_is_anywhere() {
         let t = table("t1;main;a;b 6\nt1;main;a 3\nt2;main;b 1\n", false);
         assert_eq!(t.total_samples(), 10);
-        assert_eq!(counts(&t, "main"), (0, 10));
-        assert_eq!(counts(&t, "a"), (3, 9));
-        assert_eq!(counts(&t, "b"), (7, 7));
-        assert_eq!(counts(&t, "t1"), (0, 9));
+        assert_counts(
+            &t,
+            &[
+                ("main", (0, 10)),
+                ("a", (3, 9)),
+                ("b", (7, 7)),
+                ("t1", (0, 9)),
+            ],
+        );
         assert!((t.share(7) - 0.7).abs() < 1e-12);
     }
 
     #[test]
     fn recursion_counts_once_per_stack() {
         let t = table("main;rec;rec;rec 4\nmain;rec;leaf 1\n", false);
-        assert_eq!(counts(&t, "rec"), (4, 5));
-        assert_eq!(counts(&t, "main"), (0, 5));
+        assert_counts(&t, &[("rec", (4, 5)), ("main", (0, 5))]);
     }
 
     #[test]
@@ -263,8 +274,7 @@ mod tests {
         assert_eq!(t.total_samples(), 10);
         // A function named like a root elsewhere still counts there.
         let t = table("main;x 1\nx;main 1\n", true);
-        assert_eq!(counts(&t, "x"), (1, 1));
-        assert_eq!(counts(&t, "main"), (1, 1));
+        assert_counts(&t, &[("x", (1, 1)), ("main", (1, 1))]);
     }
 
     #[test]
@@ -292,16 +302,25 @@ mod tests {
                     t2;std::rt::lang_start;std::thread::sleep 3\n";
         let p = Profile::read_folded_from(text.as_bytes(), "t").unwrap();
         let leaf = FunctionTable::new(&p, false);
-        assert_eq!(counts(&leaf, "core::hint::black_box<u64>"), (6, 6));
-        assert_eq!(counts(&leaf, "app::work"), (0, 8));
+        assert_counts(
+            &leaf,
+            &[
+                ("core::hint::black_box<u64>", (6, 6)),
+                ("app::work", (0, 8)),
+            ],
+        );
         let own = FunctionTable::with_self_frame(&p, false, SelfFrame::OwnCode);
-        assert_eq!(counts(&own, "app::work"), (8, 8));
-        assert_eq!(counts(&own, "core::hint::black_box<u64>"), (0, 6));
-        assert_eq!(counts(&own, "app::other"), (1, 1));
+        assert_counts(
+            &own,
+            &[
+                ("app::work", (8, 8)),
+                ("core::hint::black_box<u64>", (0, 6)),
+                ("app::other", (1, 1)),
+            ],
+        );
         // Only library frames below the root (a thread label): the leaf
         // keeps its time rather than the label taking it.
-        assert_eq!(counts(&own, "std::thread::sleep"), (3, 3));
-        assert_eq!(counts(&own, "t2"), (0, 3));
+        assert_counts(&own, &[("std::thread::sleep", (3, 3)), ("t2", (0, 3))]);
         // Totals and the profile's samples do not move.
         assert_eq!(own.total_samples(), leaf.total_samples());
     }

@@ -121,12 +121,7 @@ impl Builder {
         truncated: bool,
         count: u64,
     ) -> Result<(), Overflow> {
-        self.ids.clear();
-        for frame in frames {
-            let id = self.intern_frame(frame)?;
-            self.ids.push(id);
-        }
-        self.push(thread, truncated, count)
+        self.add_interned(frames, Self::intern_frame, thread, truncated, count)
     }
 
     /// Adds `count` samples of a folded line's frames (root first), names
@@ -136,12 +131,26 @@ impl Builder {
         frames: impl IntoIterator<Item = &'s str>,
         count: u64,
     ) -> Result<(), Overflow> {
+        self.add_interned(frames, Self::intern_named, None, false, count)
+    }
+
+    /// Interns each of `frames` (root first) with `intern` and adds the
+    /// stack: adding frames by their details and by name differ only in
+    /// how a frame is interned.
+    fn add_interned<F>(
+        &mut self,
+        frames: impl IntoIterator<Item = F>,
+        intern: impl Fn(&mut Self, F) -> Result<FrameId, Overflow>,
+        thread: Option<ThreadId>,
+        truncated: bool,
+        count: u64,
+    ) -> Result<(), Overflow> {
         self.ids.clear();
-        for name in frames {
-            let id = self.intern_named(name)?;
+        for frame in frames {
+            let id = intern(self, frame)?;
             self.ids.push(id);
         }
-        self.push(None, false, count)
+        self.push(thread, truncated, count)
     }
 
     fn intern_frame(&mut self, info: FrameInfo<'_>) -> Result<FrameId, Overflow> {

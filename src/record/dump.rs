@@ -25,6 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 use btprof_sampler::{RawProfile, Sampler};
 
 use super::dump_signal::DumpSignal;
+use super::scope::safe_file_chars;
 use super::symbolize::Symbolize;
 use super::warm_up::{SharedResolver, PATIENCE};
 use crate::formats::sidecar::sidecar_path;
@@ -75,16 +76,7 @@ impl Default for DumpConfig {
 /// The program's executable name as a file name prefix (`[A-Za-z0-9_.-]`
 /// kept, anything else `_`), or `btprof` when it cannot be known.
 fn default_prefix() -> String {
-    let name: String = crate::profile::run_info::program_name()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let name = safe_file_chars(&crate::profile::run_info::program_name());
     match name.trim_start_matches('.') {
         "" | "unknown" => "btprof".to_owned(),
         name => name.to_owned(),

@@ -251,10 +251,21 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
-/// `name` with anything but `[A-Za-z0-9_.-]` replaced by `_`.
+/// `name` with anything but `[A-Za-z0-9_.-]` replaced by `_`, and a
+/// `scope` prefix where it would be empty or hidden.
 fn file_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
+    let cleaned = safe_file_chars(name);
+    if cleaned.is_empty() || cleaned.starts_with('.') {
+        format!("scope{cleaned}")
+    } else {
+        cleaned
+    }
+}
+
+/// `name` with anything but `[A-Za-z0-9_.-]` replaced by `_`: safe in a
+/// file name on every platform (the dumps' prefixes use it too).
+pub(super) fn safe_file_chars(name: &str) -> String {
+    name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
                 c
@@ -262,12 +273,7 @@ fn file_name(name: &str) -> String {
                 '_'
             }
         })
-        .collect();
-    if cleaned.is_empty() || cleaned.starts_with('.') {
-        format!("scope{cleaned}")
-    } else {
-        cleaned
-    }
+        .collect()
 }
 
 #[cfg(test)]

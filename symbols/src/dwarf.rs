@@ -259,11 +259,7 @@ impl Dwarf {
             return out;
         };
         while let Ok(Some(frame)) = iter.next() {
-            let name = frame
-                .function
-                .as_ref()
-                .and_then(|f| f.raw_name().ok())
-                .map(|n| n.into_owned());
+            let name = raw_function_name(&frame);
             let (file, line) = match &frame.location {
                 Some(location) => (
                     location.file.map(|f| intern(&mut self.files, f)),
@@ -411,6 +407,15 @@ fn info_bytes(data: &Arc<FileBytes>, section: &object::Section<'_, '_>) -> Info 
     }
 }
 
+/// The function name of `frame` as its DWARF has it (mangled), where it has a readable one.
+fn raw_function_name<R: gimli::Reader>(frame: &addr2line::Frame<'_, R>) -> Option<String> {
+    frame
+        .function
+        .as_ref()
+        .and_then(|f| f.raw_name().ok())
+        .map(|n| n.into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,14 +449,9 @@ mod tests {
                 let mut out = Vec::new();
                 if let Ok(mut iter) = context.find_frames(probe).skip_all_loads() {
                     while let Ok(Some(frame)) = iter.next() {
-                        let name = frame
-                            .function
-                            .as_ref()
-                            .and_then(|f| f.raw_name().ok())
-                            .map(|n| n.into_owned());
                         let location = frame.location.as_ref();
                         out.push((
-                            name,
+                            raw_function_name(&frame),
                             location.and_then(|l| l.file).map(str::to_owned),
                             location.and_then(|l| l.line),
                         ));

@@ -42,21 +42,11 @@ impl FileBytes {
         #[cfg(unix)]
         if len != 0 {
             use std::os::fd::AsRawFd;
-            // SAFETY: a fresh private read-only mapping of a file we opened for reading; the
-            // kernel picks the address. The result is checked against MAP_FAILED.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE,
-                    file.as_raw_fd(),
-                    0,
-                )
-            };
-            if ptr != libc::MAP_FAILED {
+            // A private read-only mapping of the file we opened for reading.
+            let mapped = map(len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd());
+            if let Some(ptr) = mapped {
                 return Ok(FileBytes::Mapped {
-                    ptr: ptr.cast::<u8>().cast_const(),
+                    ptr: ptr.cast_const(),
                     len,
                 });
             }
@@ -71,24 +61,15 @@ impl FileBytes {
     pub(crate) fn zeroed(len: usize, fill: impl FnOnce(&mut [u8])) -> io::Result<FileBytes> {
         #[cfg(unix)]
         if len != 0 {
-            // SAFETY: a fresh private anonymous mapping; the kernel picks the address. The
-            // result is checked against MAP_FAILED.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if ptr != libc::MAP_FAILED {
+            // A private anonymous mapping: zeros, written only here.
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            let mapped = map(len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1);
+            if let Some(ptr) = mapped {
                 // SAFETY: `ptr..ptr + len` is the readable and writable mapping just made,
                 // zero-filled by the kernel, and nothing else refers to it yet.
-                fill(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) });
+                fill(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
                 return Ok(FileBytes::Mapped {
-                    ptr: ptr.cast::<u8>().cast_const(),
+                    ptr: ptr.cast_const(),
                     len,
                 });
             }
@@ -97,6 +78,17 @@ impl FileBytes {
         fill(&mut bytes);
         Ok(FileBytes::Read(bytes))
     }
+}
+
+/// A fresh mapping of `len` bytes at an address the kernel picks, as
+/// `prot`, `flags` and `fd` (from its start) ask; `None` where the kernel
+/// refuses it. Both kinds of [`FileBytes::Mapped`] are made here.
+#[cfg(unix)]
+fn map(len: usize, prot: libc::c_int, flags: libc::c_int, fd: libc::c_int) -> Option<*mut u8> {
+    // SAFETY: without MAP_FIXED the kernel picks an address no other memory uses, so the
+    // mapping replaces nothing; the result is checked against MAP_FAILED.
+    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+    (ptr != libc::MAP_FAILED).then(|| ptr.cast::<u8>())
 }
 
 impl Deref for FileBytes {

@@ -443,13 +443,17 @@ mod tests {
         r
     }
 
+    /// Asserts what `s` says: its name, its function's start and its module.
+    fn assert_symbol(s: &Symbol, name: &str, start: Option<u64>, module: Option<&str>) {
+        let got = (&*s.name, s.function_start, s.module.as_deref());
+        assert_eq!(got, (name, start, module));
+    }
+
     #[test]
     fn symbol_in_fabricated_table() {
         let mut r = fabricated();
         let s = r.resolve(0x7000_1010);
-        assert_eq!(&*s.name, "foo::bar");
-        assert_eq!(s.function_start, Some(0x7000_1000));
-        assert_eq!(s.module.as_deref(), Some("libfoo.so"));
+        assert_symbol(&s, "foo::bar", Some(0x7000_1000), Some("libfoo.so"));
         let c = r.resolve(0x7000_1fff);
         assert_eq!(&*c.name, "plain_c");
         assert_eq!(c.function_start, Some(0x7000_1100));
@@ -459,9 +463,7 @@ mod tests {
     fn uncovered_address_in_module_is_module_plus_offset() {
         let mut r = fabricated();
         let s = r.resolve(0x7000_0abc);
-        assert_eq!(&*s.name, "libfoo.so+0xabc");
-        assert_eq!(s.function_start, None);
-        assert_eq!(s.module.as_deref(), Some("libfoo.so"));
+        assert_symbol(&s, "libfoo.so+0xabc", None, Some("libfoo.so"));
     }
 
     #[test]
@@ -476,9 +478,7 @@ mod tests {
     fn address_outside_modules_has_fallback_name() {
         let mut r = fabricated();
         let s = r.resolve(0x10);
-        assert_eq!(&*s.name, "[unknown]+0x10");
-        assert_eq!(s.module, None);
-        assert_eq!(s.function_start, None);
+        assert_symbol(&s, "[unknown]+0x10", None, None);
     }
 
     #[test]

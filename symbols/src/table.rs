@@ -227,39 +227,47 @@ mod tests {
         ])
     }
 
+    /// What [`table`] finds at each address: the start and name of the
+    /// symbol covering it, or nothing, and why.
     #[test]
-    fn before_first_symbol_is_uncovered() {
-        assert_eq!(table().lookup(0), None);
-        assert_eq!(table().lookup(0xfff), None);
-    }
-
-    #[test]
-    fn inside_a_sized_symbol() {
+    fn lookups_find_the_covering_symbol_or_nothing() {
+        // (address, (start, name) of the symbol found, why).
+        type Case = (u64, Option<(u64, &'static str)>, &'static str);
+        let cases: [Case; 12] = [
+            (0, None, "before the first symbol"),
+            (0xfff, None, "before the first symbol"),
+            (0x1000, Some((0x1000, "first")), "inside a sized symbol"),
+            (0x10ff, Some((0x1000, "first")), "inside a sized symbol"),
+            (0x2005, Some((0x2000, "second")), "inside a sized symbol"),
+            (0x1100, None, "past the size"),
+            (0x2010, None, "past the size"),
+            (0x1800, None, "between symbols whose sizes are known"),
+            (
+                0x3000,
+                Some((0x3000, "labelled")),
+                "a zero size extends to the next",
+            ),
+            (
+                0x3fff,
+                Some((0x3000, "labelled")),
+                "a zero size extends to the next",
+            ),
+            (
+                0x4000,
+                Some((0x4000, "last")),
+                "a zero size extends to the next",
+            ),
+            (
+                u64::MAX,
+                Some((0x4000, "last")),
+                "a zero size extends to the next",
+            ),
+        ];
         let t = table();
-        assert_eq!(t.lookup(0x1000), Some((0x1000, Some("first"))));
-        assert_eq!(t.lookup(0x10ff), Some((0x1000, Some("first"))));
-        assert_eq!(t.lookup(0x2005), Some((0x2000, Some("second"))));
-    }
-
-    #[test]
-    fn past_the_size_is_uncovered() {
-        let t = table();
-        assert_eq!(t.lookup(0x1100), None);
-        assert_eq!(t.lookup(0x2010), None);
-    }
-
-    #[test]
-    fn between_symbols_is_uncovered_when_sizes_are_known() {
-        assert_eq!(table().lookup(0x1800), None);
-    }
-
-    #[test]
-    fn zero_size_symbol_extends_to_the_next() {
-        let t = table();
-        assert_eq!(t.lookup(0x3000), Some((0x3000, Some("labelled"))));
-        assert_eq!(t.lookup(0x3fff), Some((0x3000, Some("labelled"))));
-        assert_eq!(t.lookup(0x4000), Some((0x4000, Some("last"))));
-        assert_eq!(t.lookup(u64::MAX), Some((0x4000, Some("last"))));
+        for (addr, want, why) in cases {
+            let want = want.map(|(start, name)| (start, Some(name)));
+            assert_eq!(t.lookup(addr), want, "at {addr:#x}: {why}");
+        }
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! compiled and linked by the macOS build check and run on a Mac with `cargo test`.
 #![cfg(any(target_os = "linux", target_os = "macos"))]
 
+#[cfg(any(target_env = "gnu", target_os = "macos"))]
+use std::ffi::CStr;
+
 use btprof_symbols::Resolver;
 
 /// Held by the tests that load a library and the one that expects the
@@ -65,16 +68,20 @@ fn resolves_own_function_and_an_address_inside_it() {
     assert_eq!(inside.function_start, at_start.function_start);
 }
 
+/// Asserts that `s` names a function whose name holds `name`, in a module
+/// whose name `in_module` accepts.
+#[cfg(any(target_env = "gnu", target_os = "macos"))]
+fn assert_found(s: &btprof_symbols::Symbol, name: &str, in_module: impl Fn(&str) -> bool) {
+    assert!(s.name.contains(name), "got {s:?}");
+    assert!(s.module.as_deref().is_some_and(in_module), "got {s:?}");
+}
+
 #[cfg(target_env = "gnu")]
 #[test]
 fn resolves_libc_function() {
     let addr = getpid_addr();
     let s = resolver().resolve(addr);
-    assert!(s.name.contains("getpid"), "got {s:?}");
-    assert!(
-        s.module.as_deref().is_some_and(|m| m.contains("libc")),
-        "got {s:?}"
-    );
+    assert_found(&s, "getpid", |m| m.contains("libc"));
 }
 
 /// `getpid` lives in `libsystem_kernel.dylib`, which exists only in the dyld shared cache:
@@ -83,12 +90,7 @@ fn resolves_libc_function() {
 #[test]
 fn resolves_shared_cache_function() {
     let s = resolver().resolve(getpid_addr());
-    assert!(s.name.contains("getpid"), "got {s:?}");
-    assert_eq!(
-        s.module.as_deref(),
-        Some("libsystem_kernel.dylib"),
-        "got {s:?}"
-    );
+    assert_found(&s, "getpid", |m| m == "libsystem_kernel.dylib");
 }
 
 #[test]
@@ -121,52 +123,44 @@ fn refresh_without_change_keeps_results() {
     assert_eq!(r.resolve(addr), before);
 }
 
+/// Loads `library` after a resolver was made, refreshes the resolver and
+/// asserts that it resolves `function` in a module whose name starts with
+/// `module`. `false`, checking nothing, where the library cannot be loaded.
+#[cfg(any(target_env = "gnu", target_os = "macos"))]
+fn refresh_resolves_after_dlopen(library: &CStr, function: &CStr, module: &str) -> bool {
+    let _list = module_list_lock();
+    let mut r = resolver();
+    // SAFETY: the callers name system libraries whose initialisers affect nothing here;
+    // the handle is intentionally leaked so the library stays loaded for the rest of the
+    // test process.
+    let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return false;
+    }
+    // SAFETY: `handle` is a valid handle returned by `dlopen` above.
+    let address = unsafe { libc::dlsym(handle, function.as_ptr()) };
+    assert!(!address.is_null());
+    r.refresh();
+    let s = r.resolve(address as u64);
+    assert_found(&s, function.to_str().unwrap(), |m| m.starts_with(module));
+    true
+}
+
 #[cfg(target_env = "gnu")]
 #[test]
 fn refresh_sees_dlopened_library() {
-    let _list = module_list_lock();
-    let mut r = resolver();
-    // SAFETY: loading libm runs no user initialisers beyond glibc's own; the handle is
-    // intentionally leaked so the library stays loaded for the rest of the test process.
-    let handle = unsafe { libc::dlopen(c"libm.so.6".as_ptr(), libc::RTLD_NOW) };
-    if handle.is_null() {
-        return; // no libm on this system: nothing to test
-    }
     // `frexp`, not `cos`: `cos` is an IFUNC whose selected implementation is a local
-    // symbol that stripped distribution libraries do not carry.
-    // SAFETY: `handle` is a valid handle returned by `dlopen` above.
-    let frexp = unsafe { libc::dlsym(handle, c"frexp".as_ptr()) };
-    assert!(!frexp.is_null());
-    r.refresh();
-    let s = r.resolve(frexp as u64);
-    assert!(s.name.contains("frexp"), "got {s:?}");
-    assert!(
-        s.module.as_deref().is_some_and(|m| m.starts_with("libm")),
-        "got {s:?}"
-    );
+    // symbol that stripped distribution libraries do not carry. Without libm on this
+    // system there is nothing to test.
+    refresh_resolves_after_dlopen(c"libm.so.6", c"frexp", "libm");
 }
 
 #[cfg(target_os = "macos")]
 #[test]
 fn refresh_sees_dlopened_library() {
-    let _list = module_list_lock();
-    let mut r = resolver();
-    // SAFETY: libz runs no initialisers that affect the test; the handle is intentionally
-    // leaked so the library stays loaded for the rest of the test process.
-    let handle = unsafe { libc::dlopen(c"/usr/lib/libz.1.dylib".as_ptr(), libc::RTLD_NOW) };
     assert!(
-        !handle.is_null(),
+        refresh_resolves_after_dlopen(c"/usr/lib/libz.1.dylib", c"deflate", "libz"),
         "every macOS has libz in its shared cache"
-    );
-    // SAFETY: `handle` is a valid handle returned by `dlopen` above.
-    let deflate = unsafe { libc::dlsym(handle, c"deflate".as_ptr()) };
-    assert!(!deflate.is_null());
-    r.refresh();
-    let s = r.resolve(deflate as u64);
-    assert!(s.name.contains("deflate"), "got {s:?}");
-    assert!(
-        s.module.as_deref().is_some_and(|m| m.starts_with("libz")),
-        "got {s:?}"
     );
 }
 

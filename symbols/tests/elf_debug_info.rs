@@ -101,6 +101,26 @@ fn run(program: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) {
     );
 }
 
+/// Writes `source` (file name, text) into `dir` and builds it with
+/// `compiler` and `flags` into the shared library `out` there, with debug
+/// info; returns the library's path.
+fn shared_library(
+    dir: &Path,
+    compiler: &str,
+    (name, text): (&str, &str),
+    flags: &[&str],
+    out: &str,
+) -> PathBuf {
+    let source = dir.join(name);
+    std::fs::write(&source, text).unwrap_or_else(|e| panic!("write {name}: {e}"));
+    let library = dir.join(out);
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"-shared", &"-fPIC", &"-g"];
+    args.extend(flags.iter().map(|f| f as &dyn AsRef<std::ffi::OsStr>));
+    args.extend([&"-o" as &dyn AsRef<std::ffi::OsStr>, &library, &source]);
+    run(compiler, &args);
+    library
+}
+
 fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -108,21 +128,12 @@ fn built() -> &'static Built {
             .join(format!("btprof-elf-debug-info-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temporary directory");
-        let source = dir.join("btprof_lib.c");
-        std::fs::write(&source, C_SOURCE).expect("write C source");
-        let full = dir.join("libbtprof_full.so");
-        run(
+        let full = shared_library(
+            &dir,
             "cc",
-            &[
-                &"-shared",
-                &"-fPIC",
-                &"-O2",
-                &"-g",
-                &"-Wl,--build-id",
-                &"-o",
-                &full,
-                &source,
-            ],
+            ("btprof_lib.c", C_SOURCE),
+            &["-O2", "-Wl,--build-id"],
+            "libbtprof_full.so",
         );
 
         let stripped = dir.join("libbtprof_stripped.so");
@@ -193,20 +204,12 @@ fn built() -> &'static Built {
             ],
         );
 
-        let cpp_source = dir.join("btprof_cpp.cpp");
-        std::fs::write(&cpp_source, CPP_SOURCE).expect("write C++ source");
-        let cpp = dir.join("libbtprof_cpp.so");
-        run(
+        let cpp = shared_library(
+            &dir,
             "c++",
-            &[
-                &"-shared",
-                &"-fPIC",
-                &"-O1",
-                &"-g",
-                &"-o",
-                &cpp,
-                &cpp_source,
-            ],
+            ("btprof_cpp.cpp", CPP_SOURCE),
+            &["-O1"],
+            "libbtprof_cpp.so",
         );
 
         Built {
@@ -297,13 +300,21 @@ fn debuglink_file_names_stripped_functions() {
     assert_named(&mut r, "debuglink");
 }
 
+/// A directory `name` under the built libraries holding a copy of the
+/// debuglink library (without its debug file), and the copy's path.
+fn debuglink_library_in(name: &str) -> (PathBuf, PathBuf) {
+    let dir = built().dir.join(name);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let lib = dir.join("libbtprof_dl.so");
+    std::fs::copy(&built().debuglink, &lib).expect("copy library");
+    (dir, lib)
+}
+
 #[test]
 fn debuglink_is_also_found_in_the_dot_debug_directory() {
     let b = built();
-    let dir = b.dir.join("dotdebug");
+    let (dir, lib) = debuglink_library_in("dotdebug");
     std::fs::create_dir_all(dir.join(".debug")).expect("dir");
-    let lib = dir.join("libbtprof_dl.so");
-    std::fs::copy(&b.debuglink, &lib).expect("copy library");
     std::fs::copy(
         b.debuglink.with_file_name("libbtprof_dl.so.debug"),
         dir.join(".debug/libbtprof_dl.so.debug"),
@@ -315,12 +326,8 @@ fn debuglink_is_also_found_in_the_dot_debug_directory() {
 
 #[test]
 fn without_its_debug_file_a_stripped_library_falls_back_to_function_starts() {
-    let b = built();
     // The debuglink library copied where its debug file is not.
-    let dir = b.dir.join("no-debug-file");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let lib = dir.join("libbtprof_dl.so");
-    std::fs::copy(&b.debuglink, &lib).expect("copy library");
+    let (_, lib) = debuglink_library_in("no-debug-file");
     let mut r = resolver(&lib, DebugSearch::beside_binary_only());
     assert_function_starts(&mut r, "libbtprof_dl.so", "debug file missing");
 }
@@ -328,10 +335,7 @@ fn without_its_debug_file_a_stripped_library_falls_back_to_function_starts() {
 #[test]
 fn debuglink_file_of_another_build_is_ignored() {
     let b = built();
-    let dir = b.dir.join("wrong-crc");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let lib = dir.join("libbtprof_dl.so");
-    std::fs::copy(&b.debuglink, &lib).expect("copy library");
+    let (dir, lib) = debuglink_library_in("wrong-crc");
     // The right name, the wrong file: both carry build ids, which differ (without build ids
     // the CRC in the debuglink decides).
     std::fs::copy(&b.cpp, dir.join("libbtprof_dl.so.debug")).expect("copy other file");

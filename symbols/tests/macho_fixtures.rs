@@ -359,13 +359,21 @@ fn table_holds_exactly_the_functions() {
     }
 }
 
+/// A resolver over fixture `name` mapped as dyld would at `SLIDE`, and the
+/// fixture's first function as its file gives it (unslid).
+fn slid_resolver(name: &str) -> (Resolver, Expected) {
+    let file = fixture(name);
+    let first = expected_functions(&file)
+        .into_iter()
+        .next()
+        .expect("a function");
+    (map_like_dyld(&file, SLIDE, 0).resolver(name, SLIDE), first)
+}
+
 #[test]
 fn slide_moves_every_symbol() {
     let name = "hello-arm64";
-    let file = fixture(name);
-    let alpha = &expected_functions(&file)[0];
-    let mapped = map_like_dyld(&file, SLIDE, 0);
-    let mut resolver = mapped.resolver(name, SLIDE);
+    let (mut resolver, alpha) = slid_resolver(name);
     assert_eq!(
         &*resolver.resolve(alpha.start).name,
         format!("[unknown]+{:#x}", alpha.start),
@@ -523,10 +531,7 @@ fn ranges_are_the_mapped_segments_without_pagezero_and_linkedit() {
 #[test]
 fn refresh_keeps_given_images() {
     let name = "libhello-x86_64.dylib";
-    let file = fixture(name);
-    let alpha = &expected_functions(&file)[0];
-    let mapped = map_like_dyld(&file, SLIDE, 0);
-    let mut resolver = mapped.resolver(name, SLIDE);
+    let (mut resolver, alpha) = slid_resolver(name);
     resolver.refresh();
     assert_eq!(resolver.module_count(), 1);
     assert_eq!(resolver.module_names().collect::<Vec<_>>(), [name]);

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::{fail, read_profile, write_file, InputArgs};
+use super::{fail, output_and_profile, write_file, InputArgs};
 
 /// Convert a folded file to pprof (gzipped profile.proto)
 ///
@@ -55,23 +55,11 @@ pub enum ExportFormat {
 
 /// Writes the export: exit 0, or 2 on bad input or an unwritable output.
 pub fn run(args: &ExportArgs) -> ExitCode {
-    let output = match &args.output {
-        Some(path) => path.clone(),
-        None => {
-            let derived = args.file.with_extension("pb.gz");
-            if derived == args.file || args.file.as_os_str() == "-" {
-                return fail(format!(
-                    "cannot derive an output name from {}: give it with -o",
-                    args.file.display()
-                ));
-            }
-            derived
-        }
-    };
-    let profile = match read_profile(&args.file, args.input) {
-        Ok(p) => p,
-        Err(message) => return fail(message),
-    };
+    let (output, profile) =
+        match output_and_profile(&args.file, args.output.as_deref(), "pb.gz", args.input) {
+            Ok(both) => both,
+            Err(message) => return fail(message),
+        };
     let ExportFormat::Pprof = args.format;
     if let Err(message) = write_file(&output, |w| profile.write_pprof_with(args.thread_root, w)) {
         return fail(message);

@@ -7,7 +7,7 @@ use btprof::formats::flamegraph::DEFAULT_MIN_WIDTH;
 use btprof::FlamegraphOptions;
 use clap::Args;
 
-use super::{fail, read_profile, write_file, InputArgs};
+use super::{fail, output_and_profile, write_file, InputArgs};
 
 /// Draw a folded file as an SVG flamegraph.
 ///
@@ -68,26 +68,11 @@ fn parse_min_width(text: &str) -> Result<f64, String> {
 /// Writes the flamegraph: exit 0, or 2 on bad input or an unwritable
 /// output.
 pub fn run(args: &FlamegraphArgs) -> ExitCode {
-    let output = match &args.output {
-        Some(path) => path.clone(),
-        None => {
-            let derived = args.file.with_extension("svg");
-            if args.file.as_os_str() == "-" {
-                return fail("reading standard input: give the output with -o");
-            }
-            if derived == args.file {
-                return fail(format!(
-                    "{} already ends in .svg: give the output with -o",
-                    args.file.display()
-                ));
-            }
-            derived
-        }
-    };
-    let profile = match read_profile(&args.file, args.input) {
-        Ok(p) => p,
-        Err(message) => return fail(message),
-    };
+    let (output, profile) =
+        match output_and_profile(&args.file, args.output.as_deref(), "svg", args.input) {
+            Ok(both) => both,
+            Err(message) => return fail(message),
+        };
     let style = FlamegraphOptions {
         title: args.title.clone(),
         merge_threads: false,

@@ -14,7 +14,7 @@ pub mod report;
 
 use std::fs::File;
 use std::io::BufWriter;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use btprof::folded::ReadOptions;
@@ -100,6 +100,34 @@ pub struct InputArgs {
 
 /// The name standard input goes by in messages.
 pub const STDIN_NAME: &str = "<stdin>";
+
+/// For the commands that turn one folded file into another format: where
+/// to write (`output`, or `file` with `extension`, which standard input
+/// and a file that already ends so cannot give) and the profile read.
+pub(crate) fn output_and_profile(
+    file: &Path,
+    output: Option<&Path>,
+    extension: &str,
+    input: InputArgs,
+) -> Result<(PathBuf, Profile), String> {
+    let output = match output {
+        Some(path) => path.to_path_buf(),
+        None if file.as_os_str() == "-" => {
+            return Err("reading standard input: give the output with -o".to_owned())
+        }
+        None => {
+            let derived = file.with_extension(extension);
+            if derived == file {
+                return Err(format!(
+                    "{} already ends in .{extension}: give the output with -o",
+                    file.display()
+                ));
+            }
+            derived
+        }
+    };
+    Ok((output, read_profile(file, input)?))
+}
 
 /// Reads a profile: a folded file (btprof's, inferno-collapse-*,
 /// FlameGraph's stackcollapse*), or another profiler's raw output that

@@ -2,26 +2,16 @@
  * argument `after`, which works a little in `after_exec` and exits. */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-static volatile unsigned long sink;
-
-static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "spin.h"
 
 __attribute__((noinline)) void before_exec(void) {
-    while (thread_cpu() < 1.0)
-        for (int i = 0; i < 20000; i++) sink += i;
+    spin_until(1.0);
 }
 
 __attribute__((noinline)) void after_exec(void) {
-    double start = thread_cpu();
-    while (thread_cpu() < start + 0.2)
-        for (int i = 0; i < 20000; i++) sink += i;
+    spin_until(thread_cpu() + 0.2);
 }
 
 int main(int argc, char **argv) {

@@ -4,27 +4,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static volatile unsigned long sink;
-
-static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "spin.h"
 
 __attribute__((noinline)) void child_work(void) {
-    double start = thread_cpu();
-    while (thread_cpu() < start + 0.3)
-        for (int i = 0; i < 20000; i++) sink += i;
+    spin_until(thread_cpu() + 0.3);
 }
 
 __attribute__((noinline)) void parent_work(void) {
-    double start = thread_cpu();
-    while (thread_cpu() < start + 0.3)
-        for (int i = 0; i < 20000; i++) sink += i;
+    spin_until(thread_cpu() + 0.3);
 }
 
 int main(void) {

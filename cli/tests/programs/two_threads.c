@@ -5,25 +5,16 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-static volatile unsigned long sink;
-
-static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "spin.h"
 
 /* Burns until this thread used `seconds` of CPU time. */
 __attribute__((noinline)) void alpha(double seconds) {
-    while (thread_cpu() < seconds)
-        for (int i = 0; i < 20000; i++) sink += i;
+    spin_until(seconds);
 }
 
 __attribute__((noinline)) void beta(double seconds) {
-    while (thread_cpu() < seconds)
-        for (int i = 0; i < 20000; i++) sink += i;
+    spin_until(seconds);
 }
 
 static double scale = 1.0;

@@ -1,11 +1,11 @@
 //! Helpers that the tests, benchmarks and examples of several btprof
 //! crates share, so that each exists once instead of as copies or
 //! `#[path]` includes: the calling thread's CPU clock, a watchdog that
-//! fails a test rather than let it hang CI, CPU-burning processes for runs
+//! fails a test rather than let it hang CI, a spin on that clock, CPU-burning processes for runs
 //! that must hold on a busy machine, a child process with
 //! `perf_event_open` refused by a real seccomp filter, the measuring
-//! helpers of benchmarks that run variants in child processes, and seeded
-//! synthetic profiles.
+//! helpers of benchmarks that run variants in child processes, seeded
+//! synthetic profiles, and named worker threads to profile.
 //!
 //! Not published and not part of btprof's API.
 
@@ -15,6 +15,7 @@ pub mod measure;
 pub mod seccomp;
 pub mod synthetic;
 pub mod temp_dir;
+pub mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -40,6 +41,23 @@ pub fn thread_cpu_ns() -> u64 {
     // SAFETY: a valid clock id and out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Burns `work` of the calling thread's CPU time, reading its clock every
+/// `batch` multiply-adds, and returns the result (for `black_box`). Always
+/// inlined: the loop is then code of the calling function, the frame a
+/// profiled test expects its samples in. A larger `batch` reads the clock
+/// (a system call, kernel time) less often.
+#[inline(always)]
+pub fn spin_cpu(work: Duration, batch: u32) -> u64 {
+    let end = thread_cpu() + work;
+    let mut x = 1u64;
+    while thread_cpu() < end {
+        for _ in 0..batch {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
 }
 
 /// Runs `body` on a thread of its own and returns its result, re-raising

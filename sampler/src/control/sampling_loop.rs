@@ -220,16 +220,8 @@ impl<C: ThreadControl> SamplingLoop<C> {
 
     /// Answers every pending window request with the stacks so far.
     fn serve_requests(&mut self) {
-        let Some(requests) = &self.requests else {
-            return;
-        };
-        while let Ok(request) = requests.try_recv() {
-            let stats = live_stats(
-                &mut self.control,
-                &self.stats,
-                self.thread_keys.threads_seen(),
-                self.process_cpu_at_start,
-            );
+        while let Some(Ok(request)) = self.requests.as_ref().map(|r| r.try_recv()) {
+            let stats = self.live_stats();
             self.window.serve(
                 request,
                 &mut self.table,
@@ -296,15 +288,23 @@ impl<C: ThreadControl> SamplingLoop<C> {
         Ok(())
     }
 
+    /// The run's counters up to now, with the ones kept elsewhere: the
+    /// sampler thread's CPU time, the process's since the start and the
+    /// threads seen. What a window and the final profile carry.
+    fn live_stats(&mut self) -> SamplerStats {
+        let mut live = self.stats.clone();
+        let current = self.control.current_thread();
+        live.sampler_cpu =
+            Duration::from_nanos(self.control.usage(current).map_or(0, |u| u.cpu_ns));
+        live.process_cpu = profile::process_cpu_time().saturating_sub(self.process_cpu_at_start);
+        live.threads_seen = self.thread_keys.threads_seen();
+        live
+    }
+
     /// The profile since the start or the last window handed out with a
     /// reset, with the sampler thread's own CPU time.
     pub fn finish(mut self) -> RawProfile {
-        let stats = live_stats(
-            &mut self.control,
-            &self.stats,
-            self.thread_keys.threads_seen(),
-            self.process_cpu_at_start,
-        );
+        let stats = self.live_stats();
         self.window.cut(
             true,
             &mut self.table,
@@ -565,23 +565,6 @@ pub(super) struct Sampled {
     /// The thread was found gone when it was resumed: it exited while
     /// stopped, after its stack was walked.
     pub(super) exited: bool,
-}
-
-/// The run's counters up to now, with the ones kept elsewhere: the
-/// sampler thread's CPU time, the process's since `process_cpu_at_start`
-/// and the threads seen.
-fn live_stats<C: ThreadControl>(
-    control: &mut C,
-    stats: &SamplerStats,
-    threads_seen: u64,
-    process_cpu_at_start: Duration,
-) -> SamplerStats {
-    let mut live = stats.clone();
-    let current = control.current_thread();
-    live.sampler_cpu = Duration::from_nanos(control.usage(current).map_or(0, |u| u.cpu_ns));
-    live.process_cpu = profile::process_cpu_time().saturating_sub(process_cpu_at_start);
-    live.threads_seen = threads_seen;
-    live
 }
 
 /// Counts a failed call about one thread: an exit is not a failure.

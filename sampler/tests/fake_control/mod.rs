@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod counting_alloc;
+pub mod driving;
 mod protocol;
 
 // Not every test binary that shares the fake checks a call log.

@@ -15,30 +15,29 @@ use crate::analysis::functions::SelfFrame;
 /// a self-share diff: a row of zeros says nothing).
 fn shown(report: &DiffReport, rows: Option<usize>) -> Vec<&FunctionDiff> {
     let limit = rows.unwrap_or(usize::MAX);
-    let metric = report.options.metric;
-    report
-        .functions
-        .iter()
-        .filter(|f| has_samples(f, metric))
+    with_samples(report)
         .enumerate()
         .filter(|(i, f)| *i < limit || f.verdict == Verdict::Regressed)
         .map(|(_, f)| f)
         .collect()
 }
 
-/// Whether the function has any samples of the gated kind in either run.
-fn has_samples(f: &FunctionDiff, metric: Metric) -> bool {
-    f.base.count(metric) > 0 || f.new.count(metric) > 0
-}
-
-/// Functions a table could list, rows of zeros left out.
-fn listable(report: &DiffReport) -> usize {
+/// The report's functions with any samples of the gated kind in either
+/// run, in report order: the ones a table could list.
+fn with_samples(report: &DiffReport) -> impl Iterator<Item = &FunctionDiff> {
     let metric = report.options.metric;
     report
         .functions
         .iter()
-        .filter(|f| has_samples(f, metric))
-        .count()
+        .filter(move |f| f.base.count(metric) > 0 || f.new.count(metric) > 0)
+}
+
+/// The functions a table shows ([`shown`]) and how many more it could
+/// list (rows of zeros left out), which the table's note counts.
+fn shown_and_hidden(report: &DiffReport, rows: Option<usize>) -> (Vec<&FunctionDiff>, usize) {
+    let shown = shown(report, rows);
+    let hidden = with_samples(report).count() - shown.len();
+    (shown, hidden)
 }
 
 fn verdict_word(f: &FunctionDiff) -> &'static str {
@@ -221,9 +220,8 @@ pub fn text(report: &DiffReport, rows: Option<usize>) -> String {
         out.push_str(&format!("warning: {w}\n"));
     }
     out.push('\n');
-    let shown = shown(report, rows);
+    let (shown, hidden) = shown_and_hidden(report, rows);
     out.push_str(&table(&shown, false).to_text());
-    let hidden = listable(report) - shown.len();
     if hidden > 0 {
         out.push_str(&format!(
             "  ... {hidden} more function(s) with smaller changes (--top 0 lists all)\n"
@@ -265,9 +263,8 @@ pub fn markdown(report: &DiffReport, rows: Option<usize>) -> String {
     for w in &report.warnings {
         out.push_str(&format!("> **Warning:** {w}\n\n"));
     }
-    let shown = shown(report, rows);
+    let (shown, hidden) = shown_and_hidden(report, rows);
     out.push_str(&table(&shown, true).to_markdown());
-    let hidden = listable(report) - shown.len();
     if hidden > 0 {
         out.push_str(&format!(
             "\n{hidden} more function(s) with smaller changes not shown.\n"
@@ -373,18 +370,23 @@ mod tests {
     use crate::analysis::diff::{compare, DiffOptions};
     use crate::profile::Profile;
 
+    /// The diff of two folded texts, read as `base.folded` and
+    /// `new.folded`, at the default options.
+    fn diff(base: &str, new: &str) -> DiffReport {
+        let read = |text: &str, name| Profile::read_folded_from(text.as_bytes(), name).unwrap();
+        compare(
+            &read(base, "base.folded"),
+            &read(new, "new.folded"),
+            &DiffOptions::default(),
+        )
+    }
+
+    /// `hot` regressed, `old` vanished and `fresh` is new.
     fn report() -> DiffReport {
-        let base = Profile::read_folded_from(
-            &b"t;main;hot 500\nt;main;cold 4470\nt;main;old 30\n"[..],
-            "base.folded",
+        diff(
+            "t;main;hot 500\nt;main;cold 4470\nt;main;old 30\n",
+            "t;main;hot 1000\nt;main;cold 3970\nt;main;fresh 30\n",
         )
-        .unwrap();
-        let new = Profile::read_folded_from(
-            &b"t;main;hot 1000\nt;main;cold 3970\nt;main;fresh 30\n"[..],
-            "new.folded",
-        )
-        .unwrap();
-        compare(&base, &new, &DiffOptions::default())
     }
 
     #[test]
@@ -431,17 +433,10 @@ mod tests {
     fn top_rows_are_regressions_then_the_largest_changes_either_way() {
         // `shrunk` falls by 8 points, `grew` rises by 2 (not significant),
         // `hot` regresses by 10; `main` is never a leaf: zero in both runs.
-        let base = Profile::read_folded_from(
-            &b"t;main;hot 500\nt;main;shrunk 900\nt;main;grew 100\nt;main;cold 3500\n"[..],
-            "base.folded",
-        )
-        .unwrap();
-        let new = Profile::read_folded_from(
-            &b"t;main;hot 1000\nt;main;shrunk 500\nt;main;grew 200\nt;main;cold 3300\n"[..],
-            "new.folded",
-        )
-        .unwrap();
-        let r = compare(&base, &new, &DiffOptions::default());
+        let r = diff(
+            "t;main;hot 500\nt;main;shrunk 900\nt;main;grew 100\nt;main;cold 3500\n",
+            "t;main;hot 1000\nt;main;shrunk 500\nt;main;grew 200\nt;main;cold 3300\n",
+        );
         let order: Vec<&str> = r.functions.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(order[..3], ["hot", "shrunk", "cold"], "{order:?}");
         let out = text(&r, Some(3));

@@ -13,14 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use btprof::formats::output_file::PendingFile;
 use btprof::formats::process_record::env;
-use btprof::formats::sidecar::sidecar_path;
-use btprof::{FlamegraphOptions, FoldOptions, Profile};
+use btprof::Profile;
 use clap::{Args, ValueEnum};
 
 use super::{fail, EXIT_BAD_INPUT};
 use crate::duration::parse_duration;
+use crate::outputs::{OutputOptions, Outputs};
 
 /// Profile a program: btprof record -- CMD [ARGS...]
 ///
@@ -148,7 +147,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
     preflight::check(program)?;
     let library = library::find()?;
     // The outputs first: a typo in a path costs nothing.
-    let outputs = Outputs::create(args)?;
+    let outputs = Outputs::create(&args.folded, &args.output, args.pprof.as_deref())?;
     let raw = RawDir::create(args.raw_dir.as_deref())?;
     launch::forward_stop_signals()?;
 
@@ -201,7 +200,14 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
             }
         );
     } else {
-        outputs.write(&profile, args)?;
+        // Threads and inlining were applied while merging (the threads)
+        // and in each process (inlining): the files take the profile as
+        // it is.
+        let options = OutputOptions {
+            quiet: args.quiet,
+            ..OutputOptions::default()
+        };
+        outputs.write(&profile, &options)?;
     }
     Ok(exit_code(status))
 }
@@ -361,69 +367,5 @@ impl Drop for RawDir {
         if self.remove {
             let _ = std::fs::remove_dir_all(&self.path);
         }
-    }
-}
-
-/// The output files, created under temporary names before CMD runs and
-/// renamed into place together once complete (see
-/// `btprof::formats::output_file`).
-struct Outputs {
-    folded: PendingFile,
-    sidecar: PendingFile,
-    svg: PendingFile,
-    pprof: Option<PendingFile>,
-}
-
-impl Outputs {
-    fn create(args: &RecordArgs) -> Result<Outputs, String> {
-        let create =
-            |path: &Path| PendingFile::create(path).map_err(|e| format!("cannot write {e}"));
-        Ok(Outputs {
-            folded: create(&args.folded)?,
-            sidecar: create(&sidecar_path(&args.folded))?,
-            svg: create(&args.output)?,
-            pprof: args.pprof.as_deref().map(create).transpose()?,
-        })
-    }
-
-    fn write(mut self, profile: &Profile, args: &RecordArgs) -> Result<(), String> {
-        // Threads and inlining were applied while merging (the threads)
-        // and in each process (inlining).
-        profile
-            .write_folded_with(FoldOptions::default(), self.folded.writer())
-            .map_err(|e| format!("{}: {e}", args.folded.display()))?;
-        if let Some(info) = profile.run_info() {
-            let path = self.sidecar.path().to_path_buf();
-            info.write_json(self.sidecar.writer())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-        let svg = if profile.is_empty() {
-            None
-        } else {
-            profile
-                .write_flamegraph_with(&FlamegraphOptions::default(), self.svg.writer())
-                .map_err(|e| format!("{}: {e}", args.output.display()))?;
-            Some(self.svg)
-        };
-        if let Some(pprof) = &mut self.pprof {
-            let path = pprof.path().to_path_buf();
-            profile
-                .write_pprof(pprof.writer())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-        let all = [Some(self.folded), Some(self.sidecar), svg, self.pprof];
-        for pending in all.into_iter().flatten() {
-            let path = pending.commit().map_err(|e| format!("cannot write {e}"))?;
-            if !args.quiet {
-                println!("wrote {}", path.display());
-            }
-        }
-        if profile.is_empty() {
-            eprintln!(
-                "btprof: no samples, so no flamegraph was written ({} is unchanged)",
-                args.output.display()
-            );
-        }
-        Ok(())
     }
 }
