@@ -27,19 +27,20 @@
 //!
 //! Where perf events are refused (or the fallback is forced, and always in
 //! wall mode), the sampler thread paces the samples itself ([`SampleClock`]
-//! says which) and sends the profiling signal with `rt_tgsigqueueinfo` to
-//! every thread due. In wall mode it wakes on a fixed period and every
-//! thread is due: one that is off CPU is counted so without being
-//! interrupted, on the stack it is blocked on ([`blocked_stack`]), and a
-//! running one is asked for its sample with a one-shot CPU timer, which
-//! only a running thread can take. In cpu mode a thread is due when its CPU time since its
-//! last sample reaches one period, and the sampler wakes at the moment
-//! each thread will be due, plus at random moments ([`CpuWakeups`]), so
-//! that samples do not line up with where threads resume after waiting
-//! for a CPU. A thread that could not be sampled when due (it waited for
-//! a CPU, or the sampler ran late) is owed the periods, paid by later
-//! samples weighted as [`CpuDebt`] says. It never waits for a handler, so
-//! a thread that is slow to take its signal delays only its own sample.
+//! says which). In cpu mode it sends the profiling signal with
+//! `rt_tgsigqueueinfo` to every thread due: a thread is due when its CPU
+//! time since its last sample reaches one period, and the sampler wakes at
+//! the moment each thread will be due, plus at random moments
+//! ([`CpuWakeups`]), so that samples do not line up with where threads
+//! resume after waiting for a CPU. A thread that could not be sampled when
+//! due (it waited for a CPU, or the sampler ran late) is owed the periods,
+//! paid by later samples weighted as [`CpuDebt`] says. In wall mode it
+//! wakes on a fixed period and every thread is due: one that is off CPU is
+//! counted so without being interrupted, on the stack it is blocked on
+//! ([`blocked_stack`]), and a running one is asked for its sample with a
+//! one-shot CPU timer, which only a running thread can take. It never
+//! waits for a handler, so a thread that is slow to take its signal delays
+//! only its own sample.
 
 mod blocked_stack;
 mod born_threads;
@@ -469,8 +470,8 @@ struct SlotUse {
     /// The periods of CPU time this sample stands for (1 in wall mode).
     weight: u64,
     armed_at: Instant,
-    /// Asked for with a one-shot CPU timer: it stands for the ticks since
-    /// the thread was last counted, known when it lands.
+    /// Asked for with a one-shot CPU timer: it stands for the ticks that
+    /// found the thread running until it lands (`running_ticks`).
     by_request: bool,
 }
 
@@ -1726,10 +1727,11 @@ impl SamplerLoop {
                     // takes it: that is an exit, not a failure.
                     let exited = threads::thread_cpu_ns(slot_use.tid).is_none();
                     let expired = cancel_all || slot_use.armed_at.elapsed() > SAMPLE_TIMEOUT;
-                    let state = self.threads.get_mut(&slot_use.tid);
                     if slot_use.by_request && (exited || expired) {
                         // Deleted first: its signal, if queued, goes too.
-                        state.and_then(|state| state.request.take());
+                        if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                            state.request = None;
+                        }
                     }
                     if (exited || expired) && self.slots.cancel(slot) {
                         if slot_use.by_request && !exited && !cancel_all {
