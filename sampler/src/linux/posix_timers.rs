@@ -15,6 +15,9 @@
 //! sample therefore stands for `1 + si_overrun` periods ([`sample_weight`]);
 //! the stats report these weighted samples apart from the distinct ones.
 //!
+//! Wall mode uses the same timers once per sample, as requests that only
+//! a running thread can take ([`PosixTimer::open_request`]).
+//!
 //! A timer's signal carries a cookie in `si_value` that names the running
 //! sampler: the handler takes an `SI_TIMER` signal as a sample only while
 //! that cookie is current, so a timer signal of the application's own, or
@@ -163,8 +166,12 @@ impl PosixTimer {
     /// A CPU timer cannot: the kernel checks it on the scheduler tick of a
     /// thread that is on a CPU and raises its signal on the way back to
     /// user space, so the handler runs where the program was, never
-    /// inside a blocking call. The price is latency: up to one scheduler
-    /// tick (4 ms at 250 Hz) of the thread's running.
+    /// inside a blocking call (on kernels that run CPU timers from task
+    /// work, `CONFIG_POSIX_CPU_TIMERS_TASK_WORK`, the default on x86_64
+    /// and arm64 since 5.11; older ones raise it from the tick, where a
+    /// thread interrupted in the kernel just before it sleeps could still
+    /// see it). The price is latency: up to one scheduler tick (4 ms at
+    /// 250 Hz) of the thread's running.
     pub(crate) fn open_request(
         tid: i32,
         signal: libc::c_int,
@@ -175,6 +182,8 @@ impl PosixTimer {
         Ok(timer)
     }
 
+    /// Creates a timer on thread `tid`'s CPU clock that, once armed,
+    /// raises `signal` in that thread with `value` in `si_value`.
     fn open_unarmed(tid: i32, signal: libc::c_int, value: u64) -> io::Result<PosixTimer> {
         let event = ThreadSigevent {
             value,
@@ -184,7 +193,8 @@ impl PosixTimer {
             _rest: [0; 11],
         };
         let mut id: libc::c_int = -1;
-        // SAFETY: as in `open`.
+        // SAFETY: a valid clock id, a complete sigevent record and a valid
+        // out-pointer for the timer id; the kernel copies both in and out.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_timer_create,
