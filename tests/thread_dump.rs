@@ -399,3 +399,80 @@ fn a_thread_that_blocks_the_signal_is_reported_not_queued_to() {
         "the capture handler was left installed"
     );
 }
+
+/// Polls a pipe that never becomes readable with a 1 ms timeout, again and
+/// again, counting the calls and the ones cut short.
+#[inline(never)]
+fn polling_with_timeouts(fd: i32, stop: &AtomicBool, calls: &AtomicU64, eintr: &AtomicU64) {
+    while !stop.load(Relaxed) {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, 1) } < 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {
+            eintr.fetch_add(1, Relaxed);
+        }
+        calls.fetch_add(1, Relaxed);
+    }
+}
+
+/// A thread woken from `poll` by its timeout is runnable (`R`) in the
+/// kernel while it waits for a CPU, and a signal that reaches it then ends
+/// the call with EINTR: the kernel checks for pending signals before it
+/// returns the timeout. Beside two busy processes that wait is long and
+/// frequent, so a capture that signals every `R` thread cuts these calls
+/// short (it did in about one capture in thirty here). Only a thread that
+/// is on a CPU running user code may be interrupted.
+#[test]
+fn captures_never_cut_short_a_poll_that_is_waking_beside_two_hogs() {
+    let _serial = serial();
+    let hogs = btprof_testkit::hogs::Hogs::start(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let eintr = Arc::new(AtomicU64::new(0));
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid array for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let pollers: Vec<_> = (0..4)
+        .map(|i| {
+            let (s, c, e) = (stop.clone(), calls.clone(), eintr.clone());
+            let fd = fds[0];
+            spawn(&format!("dump-poller-{i}"), move || {
+                polling_with_timeouts(fd, &s, &c, &e)
+            })
+        })
+        .collect();
+    let mut seen_in_poll = 0;
+    for _ in 0..1000 {
+        let dump = ThreadDump::capture().unwrap();
+        seen_in_poll += dump
+            .threads()
+            .iter()
+            .filter(|t| t.name().starts_with("dump-poller-"))
+            .filter(|t| position(t, "polling_with_timeouts").is_some())
+            .count();
+    }
+    stop.store(true, Relaxed);
+    for p in pollers {
+        p.join().unwrap();
+    }
+    drop(hogs);
+    // SAFETY: closing our own pipe's two ends once.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    let (calls, eintr) = (calls.load(Relaxed), eintr.load(Relaxed));
+    eprintln!(
+        "{calls} polls, {eintr} cut short, pollers named in {seen_in_poll} of 4000 backtraces"
+    );
+    assert_eq!(eintr, 0, "{eintr} of {calls} polls ended with EINTR");
+    assert!(
+        seen_in_poll >= 3600,
+        "the pollers' function was in only {seen_in_poll} of 4000 backtraces"
+    );
+}

@@ -1,25 +1,31 @@
 //! One-shot captures on Linux: every thread's stack, or one thread's, now.
 //!
-//! A thread that is running (`R` in `/proc`) is sent the profiling signal
-//! with `si_code == SI_QUEUE` and [`DUMP_MARK`] plus a generation in
-//! `si_value`, so the handler a running profiler shares tells it from a
-//! sample's signal; it copies the registers and the top of the stack into
-//! the dump's own static slot and walks the frame-pointer chain there, as
-//! for a sample, and the capturing thread unwinds the copy with call frame
-//! information afterwards. No profiler's slot, counter or handler is
-//! touched. Without a profiler the handler is installed for the capture and
-//! the previous action put back after (any signal still pending is
-//! discarded on the way, see `signal.rs`).
+//! A thread that is running (`R` in `/proc`) is asked for its registers
+//! with a one-shot CPU timer on its own clock ([`PosixTimer::
+//! open_dump_request`]) that raises the capture signal with the capture's
+//! tag and a generation in `si_value`: the kernel raises it only while the
+//! thread is on a CPU, on its way back to user code, so the request can
+//! never end a `poll` or `nanosleep` with EINTR, even when the thread
+//! entered one after it was seen running, or waits for a CPU inside one
+//! after its timeout. (The calling thread, and any thread where no timer
+//! can be created, are sent the signal with `si_code == SI_QUEUE` and
+//! [`DUMP_MARK`] instead.) The handler a running profiler shares tells
+//! either from a sample's signal; it copies the registers and the top of
+//! the stack into the dump's own static slot and walks the frame-pointer
+//! chain there, as for a sample, and the capturing thread unwinds the copy
+//! with call frame information afterwards. No profiler's slot, counter or
+//! handler is touched. Without a profiler the handler is installed for the
+//! capture and the previous action put back after (any signal still
+//! pending is discarded on the way, see `signal.rs`).
 //!
 //! A thread that is not running is never signalled: its stack is read
 //! from outside ([`BlockedStackReader`]); if it moved meanwhile, the read
-//! is tried again, and marked [`NotTaken::Moved`] after that.
+//! is tried again, and marked [`NotTaken::Moved`] after that. A thread
+//! that goes to sleep before its timer fires has the timer deleted (with
+//! any signal it queued) and is read from outside too.
 //!
 //! A thread that blocks the signal is not queued to (the signal would wait
-//! for it to unblock) and is reported with what `/proc` says. The residual
-//! race: a thread seen running may enter a blocking call in the
-//! microseconds before the signal lands; a thread waiting for a CPU takes
-//! the signal on its way back to user space, which is harmless.
+//! for it to unblock) and is reported with what `/proc` says.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
@@ -35,6 +41,7 @@ use crate::Error;
 
 use super::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall, COPY_WORDS};
 use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::posix_timers::PosixTimer;
 use super::signal::{self, SignalSender};
 use super::threads::{self, TaskList};
 use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
@@ -421,7 +428,29 @@ impl Session {
         // Idle: every earlier request was collected or withdrawn under
         // the lock this session holds.
         SLOT.state.store(state(generation, ARMED), Release);
-        if let Err(e) = self.sender.send(tid, DUMP_MARK | generation as usize) {
+        // Another thread is asked through a one-shot CPU timer, which it
+        // takes only on a CPU on its way back to user code: a signal sent
+        // straight to it could land while it waits for a CPU inside
+        // `poll`, or just after it entered one, and end the call with
+        // EINTR. The calling thread is on a CPU in user code now.
+        let mut request = None;
+        let sent = if tid == threads::gettid() {
+            self.sender.send(tid, DUMP_MARK | generation as usize)
+        } else {
+            match PosixTimer::open_dump_request(tid, self.sender.signal(), generation) {
+                Ok(timer) => {
+                    request = Some(timer);
+                    Ok(())
+                }
+                // No CPU timer for it (a seccomp filter, or the process's
+                // timer limit): the signal, with the race it leaves.
+                Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+                    self.sender.send(tid, DUMP_MARK | generation as usize)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        if let Err(e) = sent {
             SLOT.state.store(IDLE, Release);
             let why = if e.raw_os_error() == Some(libc::ESRCH) {
                 NotTaken::Gone
@@ -443,8 +472,15 @@ impl Session {
                 break;
             }
             if now == state(generation, ARMED) {
-                let exited = polls % 64 == 63 && !thread_exists(tid);
-                if exited || start.elapsed() > REPLY_TIMEOUT {
+                let look = polls % 64 == 63;
+                let exited = look && !thread_exists(tid);
+                // A timer's request waits for the thread to run; one that
+                // went to sleep meanwhile is read from outside instead.
+                let asleep = look && request.is_some() && state_code(tid) != Some(b'R');
+                if exited || asleep || start.elapsed() > REPLY_TIMEOUT {
+                    // Deleted first: a signal it queued goes with it (and
+                    // one already on its way finds the slot withdrawn).
+                    drop(request.take());
                     // Withdraw; a handler that claimed it meanwhile is
                     // waited for.
                     if SLOT
@@ -454,6 +490,8 @@ impl Session {
                     {
                         return if exited {
                             not_taken(RunState::Gone, NotTaken::Gone)
+                        } else if asleep {
+                            None
                         } else {
                             not_taken(RunState::Running, NotTaken::NoReply)
                         };

@@ -177,7 +177,25 @@ impl PosixTimer {
         signal: libc::c_int,
         value: usize,
     ) -> io::Result<PosixTimer> {
-        let timer = PosixTimer::open_unarmed(tid, signal, request_value(value))?;
+        PosixTimer::open_once(tid, signal, request_value(value))
+    }
+
+    /// A one-shot capture's request for thread `tid`'s registers and
+    /// stack: the same kind of timer as [`Self::open_request`], so that a
+    /// capture, too, never interrupts a blocking call. Its signal carries
+    /// `generation` under a tag of its own ([`requested_dump`]).
+    pub(crate) fn open_dump_request(
+        tid: i32,
+        signal: libc::c_int,
+        generation: u64,
+    ) -> io::Result<PosixTimer> {
+        PosixTimer::open_once(tid, signal, DUMP_REQUEST_TAG | (generation & VALUE_MASK))
+    }
+
+    /// A timer on thread `tid`'s CPU clock that expires once, after the
+    /// first nanosecond of CPU time it uses from now.
+    fn open_once(tid: i32, signal: libc::c_int, value: u64) -> io::Result<PosixTimer> {
+        let timer = PosixTimer::open_unarmed(tid, signal, value)?;
         timer.arm(timespec(0), timespec(1))?;
         Ok(timer)
     }
@@ -223,6 +241,11 @@ impl PosixTimer {
 /// The high bits of a sample request's timer value ([`PosixTimer::
 /// open_request`]): apart from the run cookie's, and from any pointer.
 const REQUEST_TAG: u64 = 0xb7b6 << 48;
+/// The high bits of a one-shot capture's request ([`PosixTimer::
+/// open_dump_request`]), apart from a sample request's.
+const DUMP_REQUEST_TAG: u64 = 0xb7b5 << 48;
+/// The bits below a tag.
+const VALUE_MASK: u64 = (1 << 48) - 1;
 
 /// The `si_value` of a request's timer for an armed slot's `value`.
 fn request_value(value: usize) -> u64 {
@@ -236,7 +259,17 @@ pub(crate) fn requested_slot(info: &libc::siginfo_t) -> Option<usize> {
         return None;
     }
     let value = timer_value(info);
-    (value & (0xffff << 48) == REQUEST_TAG).then_some((value & !(0xffff << 48)) as usize)
+    (value & !VALUE_MASK == REQUEST_TAG).then_some((value & VALUE_MASK) as usize)
+}
+
+/// The generation a one-shot capture's request timer carries, if `info`
+/// is one (`SI_TIMER` with the capture's tag). Async-signal-safe.
+pub(crate) fn requested_dump(info: &libc::siginfo_t) -> Option<u64> {
+    if info.si_code != libc::SI_TIMER {
+        return None;
+    }
+    let value = timer_value(info);
+    (value & !VALUE_MASK == DUMP_REQUEST_TAG).then_some(value & VALUE_MASK)
 }
 
 /// The `si_value` of an `SI_TIMER` signal. On 64-bit Linux the `_timer`

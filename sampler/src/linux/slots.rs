@@ -454,6 +454,17 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         }
+    } else if let Some(generation) = super::posix_timers::requested_dump(info) {
+        // A one-shot capture's request, raised by a one-shot CPU timer.
+        // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
+        // (checked non-null above).
+        unsafe {
+            super::one_shot::on_dump_signal(
+                super::one_shot::DUMP_MARK | generation as usize,
+                context,
+            )
+        };
+        return;
     } else if let Some(value) = super::posix_timers::requested_slot(info) {
         // The sampler's request for one sample of a running thread, raised
         // by a one-shot CPU timer (see `PosixTimer::open_request`).
