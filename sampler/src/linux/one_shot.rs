@@ -472,7 +472,10 @@ impl Session {
                 break;
             }
             if now == state(generation, ARMED) {
-                let look = polls % 64 == 63;
+                // Every 16th poll (about every 0.3 ms once it sleeps): a
+                // short-lived thread that exits before its timer fires is
+                // let go at once, not after milliseconds.
+                let look = polls % 16 == 15;
                 let exited = look && !thread_exists(tid);
                 // A timer's request waits for the thread to run; one that
                 // went to sleep meanwhile is read from outside instead.
