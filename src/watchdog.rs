@@ -432,6 +432,15 @@ fn run(shared: &Shared, config: &Config) {
     let mut floor = now_ms();
     let mut last_trace_check = 0u64;
     let mut being_traced = false;
+    // The end of the last wait, and the time spent since in backtraces
+    // and deliveries (slow on a busy machine, and the user's callback may
+    // take long): a pause of the whole process is looked for over
+    // everything else since, so one that began in this thread's own
+    // bookkeeping after a wait is caught too. One that begins inside a
+    // backtrace or a delivery is not told from slow work, and lengthens
+    // the stall being sampled instead.
+    let mut last_woke = floor;
+    let mut working = 0u64;
     let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let now = now_ms();
@@ -454,13 +463,15 @@ fn run(shared: &Shared, config: &Config) {
         } else {
             Duration::from_millis(wake_at.saturating_sub(now).max(1))
         };
-        let before = now_ms();
+        let before = last_woke.saturating_add(working);
         let (guard, _) = shared
             .wake
             .wait_timeout(state, sleep)
             .unwrap_or_else(|e| e.into_inner());
         state = guard;
         let after = now_ms();
+        last_woke = after;
+        working = 0;
         let stopping = state.stop;
         // The sleep overran by more than a threshold: the whole process was
         // held (SIGSTOP, suspend), so no thread is to blame.
@@ -469,12 +480,26 @@ fn run(shared: &Shared, config: &Config) {
             being_traced = traced();
             last_trace_check = after;
         }
+        let mut cut_by_pause = Vec::new();
         if overran || being_traced {
             floor = after;
+            // A stall already under way when the process was held was
+            // real: it is delivered as it stood, unfinished. Under a
+            // debugger every pause is the debugger's: dropped.
+            if overran && !being_traced {
+                cut_by_pause.extend(ongoing.drain());
+            }
             ongoing.clear();
         }
         let entries = state.entries.clone();
         drop(state);
+        for (k, o) in cut_by_pause {
+            if let Some(e) = entries.iter().find(|e| key(e) == k) {
+                let started = now_ms();
+                deliver(config, e, o, before, false);
+                working += now_ms().saturating_sub(started);
+            }
+        }
         for e in &entries {
             let k = key(e);
             let last = e.last.load(Ordering::Relaxed);
@@ -487,7 +512,9 @@ fn run(shared: &Shared, config: &Config) {
                     } else {
                         after
                     };
+                    let started = now_ms();
                     deliver(config, e, o, end, moved);
+                    working += now_ms().saturating_sub(started);
                     continue;
                 }
             } else if !stopping
@@ -506,7 +533,10 @@ fn run(shared: &Shared, config: &Config) {
                 );
             }
             if let Some(o) = ongoing.get_mut(&k) {
-                if let Ok(bt) = backtrace(&e.thread) {
+                let started = now_ms();
+                let taken = backtrace(&e.thread);
+                working += now_ms().saturating_sub(started);
+                if let Ok(bt) = taken {
                     *o.stacks.entry(fold(&bt)).or_insert(0) += 1;
                     o.backtraces += 1;
                 }

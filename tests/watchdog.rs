@@ -8,6 +8,14 @@ use btprof_testkit::hogs::Hogs;
 
 type Seen = Arc<Mutex<Vec<(String, Duration, usize, usize, bool)>>>;
 
+/// The tests take turns, so that each runs beside its own two hogs and no
+/// more: stall durations are measured in wall time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn watchdog(seen: &Seen, dir: Option<&std::path::Path>) -> Watchdog {
     let s = Arc::clone(seen);
     let mut b = Watchdog::builder()
@@ -46,6 +54,7 @@ fn stall_here(how_long: Duration) {
 
 #[test]
 fn one_stall_is_reported_with_its_function() {
+    let _serial = serial();
     let _hogs = Hogs::start(2);
     // Loads the symbol tables, so the first backtrace of a stall is not
     // spent reading them.
@@ -105,6 +114,7 @@ fn one_stall_is_reported_with_its_function() {
 
 #[test]
 fn steady_beats_give_no_stall() {
+    let _serial = serial();
     let _hogs = Hogs::start(2);
     // Loads the symbol tables, so the first backtrace of a stall is not
     // spent reading them.
@@ -128,6 +138,7 @@ fn steady_beats_give_no_stall() {
 
 #[test]
 fn stall_at_stop_is_unfinished() {
+    let _serial = serial();
     let _hogs = Hogs::start(2);
     // Loads the symbol tables, so the first backtrace of a stall is not
     // spent reading them.
@@ -150,41 +161,62 @@ fn stall_at_stop_is_unfinished() {
     assert!(!seen[0].4, "{seen:?}");
 }
 
-const CHILD: &str = "BTPROF_WATCHDOG_PAUSE_CHILD";
+/// Which child run a test of a whole-process pause asked for.
+const PAUSE_CHILD: &str = "BTPROF_WATCHDOG_PAUSE_CHILD";
 
-/// Stopping and continuing the whole process holds every thread alike,
-/// the beating one included, so it must not be reported. The test runs
-/// itself again as a child that beats and reports its stall count; the
-/// parent stops it for a second in the middle.
-#[test]
-fn whole_process_pause_gives_no_stall() {
-    if std::env::var_os(CHILD).is_some() {
-        let seen: Seen = Arc::default();
-        let wd = watchdog(&seen, None);
-        let hb = wd.watch_current_thread("paused").unwrap();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(4) {
-            hb.beat();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        drop(hb);
-        wd.stop();
-        println!("WATCHDOG-STALLS {}", seen.lock().unwrap().len());
-        return;
+/// The child's part of a pause test: watches this thread, beats for 4 s
+/// (or, for `"stall"`, stalls in `stall_here` for 2 s first), and prints
+/// each stall it saw as `WATCHDOG-STALL <finished> <backtraces>` and their
+/// count. Returns false where this run is not such a child.
+fn pause_child() -> bool {
+    let Some(how) = std::env::var_os(PAUSE_CHILD) else {
+        return false;
+    };
+    let seen: Seen = Arc::default();
+    let wd = watchdog(&seen, None);
+    let hb = wd.watch_current_thread("paused").unwrap();
+    println!("WATCHDOG-WATCHING");
+    if how == "stall" {
+        stall_here(Duration::from_secs(2));
     }
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(4) {
+        hb.beat();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(hb);
+    wd.stop();
+    for (_, _, backtraces, _, finished) in seen.lock().unwrap().iter() {
+        println!("WATCHDOG-STALL {finished} {backtraces}");
+    }
+    println!("WATCHDOG-STALLS {}", seen.lock().unwrap().len());
+    true
+}
+
+/// Runs test `test` of this binary again as a pause child of kind `how`,
+/// beside two CPU hogs, stops it with SIGSTOP for a second `after` its
+/// thread is watched, continues it, and returns what it printed.
+fn pause_a_child(test: &str, how: &str, after: Duration) -> String {
+    let _serial = serial();
     let _hogs = Hogs::start(2);
-    let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "whole_process_pause_gives_no_stall",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(PAUSE_CHILD, how)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id() as libc::pid_t;
-    std::thread::sleep(Duration::from_secs(1));
+    // Stopped only once it is watched, so the pause lands where it should
+    // however slowly the child started.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains("WATCHDOG-WATCHING") {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert!(n > 0, "the child ended before it was watched:\n{text}");
+        text.push_str(&line);
+    }
+    std::thread::sleep(after);
     // SAFETY: `pid` is our own child, not yet waited for.
     let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
     assert_eq!(rc, 0);
@@ -192,14 +224,48 @@ fn whole_process_pause_gives_no_stall() {
     // SAFETY: as above.
     let rc = unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(rc, 0);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
+    std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+    assert!(child.wait().unwrap().success(), "{text}");
+    text
+}
+
+/// Stopping and continuing the whole process holds every thread alike,
+/// the beating one included, so it must not be reported.
+#[test]
+fn whole_process_pause_gives_no_stall() {
+    if pause_child() {
+        return;
+    }
+    let text = pause_a_child(
+        "whole_process_pause_gives_no_stall",
+        "beat",
+        Duration::from_millis(500),
+    );
+    assert!(text.contains("WATCHDOG-STALLS 0"), "{text}");
+}
+
+/// A stall already under way when the whole process is held was real: it
+/// is delivered as it stood, unfinished, with its backtraces, rather than
+/// dropped with the pause. (The thread, still stuck after the pause, then
+/// stalls anew and that one finishes.)
+#[test]
+fn a_stall_cut_by_a_pause_is_delivered_unfinished() {
+    if pause_child() {
+        return;
+    }
+    let text = pause_a_child(
+        "a_stall_cut_by_a_pause_is_delivered_unfinished",
+        "stall",
+        Duration::from_millis(700),
+    );
+    let first = text
         .lines()
-        .find(|l| l.starts_with("WATCHDOG-STALLS "))
-        .unwrap_or_else(|| panic!("no count in {text}"));
-    assert_eq!(line, "WATCHDOG-STALLS 0");
+        .find(|l| l.starts_with("WATCHDOG-STALL "))
+        .unwrap_or_else(|| panic!("no stall reported:\n{text}"));
+    let mut fields = first.split_whitespace().skip(1);
+    let (finished, backtraces) = (fields.next().unwrap(), fields.next().unwrap());
+    assert_eq!(finished, "false", "{text}");
+    assert!(backtraces.parse::<usize>().unwrap() > 0, "{text}");
 }
 
 const TRACED_CHILD: &str = "BTPROF_WATCHDOG_TRACED_CHILD";
@@ -223,6 +289,7 @@ fn a_stall_under_a_debugger_is_not_reported() {
     if let Some(mode) = std::env::var_os(TRACED_CHILD) {
         return traced_child(mode == "traced");
     }
+    let _serial = serial();
     let _hogs = Hogs::start(2);
     let untraced = run_traced_child(false).expect("an untraced child");
     assert!(untraced >= 1, "the untraced child's stall was not reported");
