@@ -549,6 +549,9 @@ fn blocking_loop_under(mode: Option<Mode>, rounds: u32) -> (CallResults, Option<
 /// thread is still sampled where it works, and in wall mode it is counted
 /// while blocked, without being interrupted.
 fn blocking_calls_never_fail_with_eintr() {
+    // Beside two busy processes a thread woken from its sleep waits for a
+    // CPU inside the call: where a stray signal would end it with EINTR.
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let (alone, _) = blocking_loop_under(None, 300);
     println!(
         "measured: without btprof: {} EINTR in {} blocking calls",
@@ -818,6 +821,7 @@ fn a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal() {
 /// gets its share of the samples, not the first ones every tick.
 fn wall_mode_samples_every_one_of_300_idle_threads() {
     const THREADS: usize = 300;
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let rx = Arc::new(std::sync::Mutex::new(rx));
     let handles: Vec<_> = (0..THREADS)
