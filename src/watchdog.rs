@@ -85,7 +85,13 @@ impl WatchdogBuilder {
     }
 
     /// Spawns the watchdog thread.
+    ///
+    /// On macOS a process translated by Rosetta 2 gets the sampler's
+    /// refusal ([`btprof_sampler::Error::Rosetta`]) here, unless
+    /// `BTPROF_ALLOW_ROSETTA=1`: every backtrace of a stall suspends the
+    /// thread, which can hang a translated process.
     pub fn start(self) -> Result<Watchdog, Error> {
+        btprof_sampler::one_shot::captures_allowed()?;
         if let Some(dir) = &self.dir {
             std::fs::create_dir_all(dir).map_err(Error::Io)?;
         }

@@ -1,7 +1,7 @@
-//! btprof's own threads take no process signal: the sampler, dump and
-//! warm-up threads block every maskable signal but the synchronous fault
-//! signals, as `/proc/self/task/*/status` reports it (`SigBlk`), while the
-//! application's threads keep theirs.
+//! btprof's own threads take no process signal: the sampler, dump,
+//! warm-up and stall-watchdog threads block every maskable signal but the
+//! synchronous fault signals, as `/proc/self/task/*/status` reports it
+//! (`SigBlk`), while the application's threads keep theirs.
 //!
 //! A process-directed signal is delivered to any thread that does not
 //! block it; run on the sampler while it holds a thread stopped, a handler
@@ -16,7 +16,7 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use btprof::Profiler;
+use btprof::{Profiler, Watchdog};
 
 /// `(name, SigBlk)` of every thread of this process.
 fn thread_masks() -> Vec<(String, u64)> {
@@ -60,8 +60,19 @@ fn blockable() -> u64 {
     !bits(&[libc::SIGKILL, libc::SIGSTOP, 32, 33])
 }
 
+/// Every thread btprof spawns: the sampler crate's sampler thread, and the
+/// root crate's dump, warm-up and watchdog threads (each name fits the 15
+/// bytes Linux keeps).
+const OWN_THREADS: [&str; 5] = [
+    "btprof-sampler",
+    "btprof-dump",
+    "btprof-warm",
+    "btprof-warm-tbl",
+    "btprof-watchdog",
+];
+
 #[test]
-fn the_sampler_dump_and_warm_threads_block_every_signal_but_the_fault_signals() {
+fn every_btprof_thread_blocks_every_signal_but_the_fault_signals() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("own-threads-mask");
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
@@ -70,32 +81,24 @@ fn the_sampler_dump_and_warm_threads_block_every_signal_but_the_fault_signals() 
         .dump_dir(&dir)
         .start()
         .unwrap();
-    // Both threads exist once `start` returns; give the kernel's view a
-    // moment on a loaded machine.
+    let watchdog = Watchdog::builder().start().unwrap();
+    // Every thread exists once `start` returns; give the kernel's view a
+    // moment on a loaded machine. A missing one fails below, by name.
     let deadline = Instant::now() + Duration::from_secs(5);
     let masks = loop {
         let masks = thread_masks();
         let has = |n: &str| masks.iter().any(|(name, _)| name == n);
-        if (has("btprof-sampler")
-            && has("btprof-dump")
-            && has("btprof-warm")
-            && has("btprof-warm-tbl"))
-            || Instant::now() > deadline
-        {
+        if OWN_THREADS.iter().all(|n| has(n)) || Instant::now() > deadline {
             break masks;
         }
         std::thread::sleep(Duration::from_millis(10));
     };
+    watchdog.stop();
     profiler.stop().unwrap();
 
     let faults = bits(&FAULTS);
     let want = blockable() & !faults;
-    for own in [
-        "btprof-sampler",
-        "btprof-dump",
-        "btprof-warm",
-        "btprof-warm-tbl",
-    ] {
+    for own in OWN_THREADS {
         let (_, blocked) = masks
             .iter()
             .find(|(name, _)| name == own)

@@ -120,7 +120,17 @@ impl CapturedThread {
 pub use crate::linux::one_shot::{capture_signal, capture_thread, capture_threads};
 
 #[cfg(target_os = "macos")]
-pub use crate::macos::one_shot::{capture_thread, capture_threads};
+pub use crate::macos::one_shot::{capture_thread, capture_threads, captures_allowed};
+
+/// Whether one-shot captures may run in this process. Only macOS refuses:
+/// under Rosetta 2 without `BTPROF_ALLOW_ROSETTA=1` it is
+/// [`Error::Rosetta`](crate::Error::Rosetta), as every capture there
+/// would be. For callers that take captures later (the stall watchdog) and
+/// should refuse when they start, not fail each capture in silence.
+#[cfg(not(target_os = "macos"))]
+pub fn captures_allowed() -> Result<(), crate::Error> {
+    Ok(())
+}
 
 /// No capture backend on this platform.
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]

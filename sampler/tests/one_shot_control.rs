@@ -2,13 +2,17 @@
 //! through the recording fake of the Mach calls: every thread stopped is
 //! resumed exactly once, even when `thread_get_state` fails or the thread
 //! exits, nothing is stopped twice, the calling thread never, and every
-//! handle and the listing are released.
+//! handle and the listing are released; and under Rosetta 2 a capture
+//! without the opt-in is refused before any thread is listed or stopped.
 
 mod fake_control;
 
-use btprof_sampler::control::capture_all;
+use std::ffi::OsStr;
+
+use btprof_sampler::control::{capture_all, capture_all_gated};
 use btprof_sampler::one_shot::{NotTaken, RunState, Taken};
 use btprof_sampler::walker::{Arch, WalkEnd};
+use btprof_sampler::Error;
 
 use fake_control::{check_protocol, Call, FakeControl, FakeThread, Fault};
 
@@ -93,4 +97,56 @@ fn a_thread_gone_before_its_stop_is_reported_gone_and_never_resumed() {
         .find(|t| t.name == "exits-before-stop")
         .unwrap();
     assert_eq!(gone.state, RunState::Gone);
+}
+
+fn two_threads() -> Vec<FakeThread> {
+    vec![
+        FakeThread::new(10, "worker"),
+        FakeThread::new(11, "idle").idle(),
+    ]
+}
+
+#[test]
+fn a_capture_refused_under_rosetta_stops_no_thread() {
+    for env in [None, Some(OsStr::new("0")), Some(OsStr::new(""))] {
+        let mut fake = FakeControl::new(OWN, two_threads());
+        let refused = capture_all_gated(&mut fake, true, env, Arch::X86_64, &[], |_| false);
+        match refused {
+            // The sampler's refusal, word for word.
+            Err(e @ Error::Rosetta) => {
+                assert_eq!(e.to_string(), Error::Rosetta.to_string());
+                assert!(e.to_string().contains("arm64 build"), "{e}");
+                assert!(e.to_string().contains("BTPROF_ALLOW_ROSETTA=1"), "{e}");
+            }
+            other => panic!("{env:?}: expected the Rosetta refusal, got {other:?}"),
+        }
+        assert!(
+            fake.calls().is_empty(),
+            "{env:?}: a refused capture called the platform: {:#?}",
+            fake.calls()
+        );
+        fake.assert_clean();
+    }
+}
+
+#[test]
+fn a_capture_under_rosetta_with_the_opt_in_or_a_native_one_runs() {
+    for (translated, env) in [(true, Some(OsStr::new("1"))), (false, None)] {
+        let mut fake = FakeControl::new(OWN, two_threads());
+        let captured = capture_all_gated(&mut fake, translated, env, Arch::X86_64, &[], |_| false)
+            .unwrap_or_else(|e| panic!("translated {translated}, {env:?}: {e}"));
+        if let Err(e) = check_protocol(fake.calls(), OWN) {
+            panic!("{e}");
+        }
+        fake.assert_clean();
+        assert_eq!(captured.len(), 2);
+        for port in [10, 11] {
+            assert_eq!(
+                count(&fake, Call::Stop { port, ok: true }),
+                1,
+                "port {port}"
+            );
+            assert_eq!(count(&fake, Call::Resume(port)), 1, "port {port}");
+        }
+    }
 }

@@ -88,8 +88,10 @@ impl ThreadDump {
     ///
     /// A thread that exits during the capture is listed as
     /// [`ThreadState::Gone`], not reported as an error. Fails only if the
-    /// threads cannot be listed or the capture signal cannot be installed
-    /// (Linux: another handler owns it).
+    /// threads cannot be listed, the capture signal cannot be installed
+    /// (Linux: another handler owns it), or the process runs translated
+    /// by Rosetta 2 without `BTPROF_ALLOW_ROSETTA=1` (macOS: the
+    /// sampler's refusal, [`btprof_sampler::Error::Rosetta`]).
     pub fn capture() -> Result<ThreadDump, Error> {
         let raw = one_shot::capture_threads()?;
         let threads = symbolize(&raw)?;

@@ -89,7 +89,8 @@ impl Thread {
 
 /// The backtrace of one thread, taken now; symbolised after the thread
 /// runs again. A thread that has exited comes back as
-/// [`super::ThreadState::Gone`], not as an error.
+/// [`super::ThreadState::Gone`], not as an error. Refused like
+/// [`super::ThreadDump::capture`] under Rosetta 2.
 pub fn backtrace(thread: &Thread) -> Result<ThreadBacktrace, Error> {
     let raw = btprof_sampler::one_shot::capture_thread(thread.tid)?;
     let mut threads = super::symbolize(std::slice::from_ref(&raw))?;

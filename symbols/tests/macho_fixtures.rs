@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use btprof_symbols::{MachImage, MachOError, MappedBuffer, Resolver};
+use btprof_symbols::{MachImage, MachOError, MappedBuffer, Resolver, SymbolTable};
 use object::macho::{MachHeader64, LC_FUNCTION_STARTS, LC_SEGMENT_64};
 use object::read::macho::MachHeader;
 use object::{Architecture, Endianness, Object, ObjectSection, ObjectSegment, ObjectSymbol};
@@ -640,6 +640,25 @@ fn parse_copied(mapped: &Mapped, vanish_at: usize) -> (Result<MachImage, MachOEr
     (MachImage::parse_copied(copy, mapped.load_address), calls)
 }
 
+/// The symbol table of `image` read from a dyld-like mapping by copies only, failing from
+/// call `vanish_at` on, as `__LINKEDIT` that a `dlclose` unmaps mid-read. Returns the table,
+/// or the error, and the calls made.
+fn symbol_table_copied(
+    mapped: &Mapped,
+    image: &MachImage,
+    vanish_at: usize,
+) -> (Result<SymbolTable, MachOError>, usize) {
+    let mut calls = 0;
+    let copy = |addr, out: &mut [u8]| {
+        calls += 1;
+        let len = out.len();
+        (calls < vanish_at)
+            .then(|| out.copy_from_slice(mapped.at(addr, len)))
+            .is_some()
+    };
+    (image.symbol_table_copied(copy), calls)
+}
+
 #[test]
 fn an_image_read_by_copies_that_disappears_mid_read_is_an_error_not_a_crash() {
     for name in SYMBOLISED.iter().chain(&STRIPPED) {
@@ -652,6 +671,64 @@ fn an_image_read_by_copies_that_disappears_mid_read_is_an_error_not_a_crash() {
         // Unmapped before the first copy, and between the two.
         for vanish_at in [1, 2] {
             let (result, _) = parse_copied(&mapped, vanish_at);
+            let gone = matches!(result, Err(MachOError::Unreadable { .. }));
+            assert!(gone, "{name}, gone at copy {vanish_at}: {result:?}");
+        }
+    }
+}
+
+#[test]
+fn a_symbol_table_read_by_copies_that_disappears_mid_read_is_an_error_not_a_crash() {
+    for name in SYMBOLISED {
+        let file = fixture(name);
+        let functions = expected_functions(&file);
+        let mut mapped = map_like_dyld(&file, SLIDE, 0);
+        let starts: Vec<u64> = functions.iter().map(|f| f.start).collect();
+        mapped.add_function_starts(&file, SLIDE, &starts);
+        let image = mapped.image(SLIDE);
+        let in_place = image
+            .symbol_table(&mapped.memory())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+
+        // Nothing vanishes: the same table as read in place, from three copies.
+        let (table, calls) = symbol_table_copied(&mapped, &image, usize::MAX);
+        let table = table.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            calls, 3,
+            "{name}: the symbol table, the string table, the function starts"
+        );
+        assert_eq!(format!("{table:?}"), format!("{in_place:?}"), "{name}");
+        assert_eq!(table.len(), FUNCTIONS.len(), "{name}");
+
+        // Unmapped before the symbol table is copied, or between it and the strings: an
+        // error, no table, no crash.
+        for vanish_at in [1, 2] {
+            let (result, calls) = symbol_table_copied(&mapped, &image, vanish_at);
+            let gone = matches!(result, Err(MachOError::Unreadable { .. }));
+            assert!(gone, "{name}, gone at copy {vanish_at}: {result:?}");
+            assert_eq!(calls, vanish_at, "{name}: no copy after the failed one");
+        }
+        // Unmapped before the function starts: the named functions are all there.
+        let (result, _) = symbol_table_copied(&mapped, &image, 3);
+        let table = result.unwrap_or_else(|e| panic!("{name}, gone at the starts: {e}"));
+        for f in &functions {
+            let (start, raw) = table.lookup(f.start + SLIDE).expect("covered");
+            assert_eq!(start, f.start + SLIDE, "{name}");
+            assert_eq!(raw, Some(&f.raw[1..]), "{name}");
+        }
+    }
+    // A stripped image keeps a few symbols (its imports), read the same way.
+    for name in STRIPPED {
+        let mapped = map_like_dyld(&fixture(name), SLIDE, 0);
+        let image = mapped.image(SLIDE);
+        let in_place = image
+            .symbol_table(&mapped.memory())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (table, calls) = symbol_table_copied(&mapped, &image, usize::MAX);
+        let table = table.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(format!("{table:?}"), format!("{in_place:?}"), "{name}");
+        for vanish_at in 1..=calls {
+            let (result, _) = symbol_table_copied(&mapped, &image, vanish_at);
             let gone = matches!(result, Err(MachOError::Unreadable { .. }));
             assert!(gone, "{name}, gone at copy {vanish_at}: {result:?}");
         }

@@ -57,7 +57,7 @@ mod sampling_loop;
 mod stopped;
 
 pub use kern_return::Resumed;
-pub use one_shot::capture_all;
+pub use one_shot::{capture_all, capture_all_gated};
 pub use sampling_loop::SamplingLoop;
 pub use stopped::{holding_a_thread_stopped, install_abort_on_panic_hook};
 

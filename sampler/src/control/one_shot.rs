@@ -3,20 +3,50 @@
 //! stack copy (the same window, with the same rules, as a sample's).
 //! Everything that may allocate (the frames' own vector, the caller's
 //! symbolisation) happens after the thread runs again.
+//!
+//! A capture suspends threads as the sampler does, so under Rosetta 2 it
+//! passes the sampler's gate first ([`capture_all_gated`],
+//! [`rosetta_gate::check_capture`]).
 
+use std::ffi::OsStr;
 use std::ops::Range;
 use std::time::Instant;
 
 use super::sampling_loop::{stopped_walk, Target};
-use super::{never_stop, ThreadControl, ThreadError, MAX_DEPTH};
+use super::{never_stop, rosetta_gate, ThreadControl, ThreadError, MAX_DEPTH};
 use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
 use crate::stack_copy::StackCopy;
 use crate::walker::Arch;
+use crate::Error;
+
+/// [`capture_all`] behind the Rosetta gate: in a process translated by
+/// Rosetta 2 (`translated`) it fails with [`Error::Rosetta`], the
+/// sampler's refusal, before any call on `control` (no thread is listed,
+/// let alone stopped), unless `env`, the value of
+/// [`ALLOW_ROSETTA_ENV`](crate::ALLOW_ROSETTA_ENV), is `1`. A failed
+/// listing is an [`Error::Io`].
+pub fn capture_all_gated<C: ThreadControl>(
+    control: &mut C,
+    translated: bool,
+    env: Option<&OsStr>,
+    arch: Arch,
+    frameless: &[Range<u64>],
+    skip: impl Fn(u64) -> bool,
+) -> Result<Vec<CapturedThread>, Error> {
+    rosetta_gate::check_capture(translated, env)?;
+    capture_all(control, arch, frameless, skip).map_err(|e| {
+        Error::Io(std::io::Error::other(format!(
+            "cannot list the threads of this task: {e:?}"
+        )))
+    })
+}
 
 /// Captures every thread of `control`'s listing but the calling one, those
 /// `skip` names (by id) and those never to be stopped, walking for
 /// `arch` (with `frameless`, the code of frameless system-call stubs on
-/// x86_64, whose caller is read from the stack). A thread that exits on the way is reported [`RunState::Gone`];
+/// x86_64, whose caller is read from the stack). No Rosetta gate: the
+/// platform captures go through [`capture_all_gated`]. A thread that
+/// exits on the way is reported [`RunState::Gone`];
 /// one whose stop or register read fails is reported with
 /// [`NotTaken::Unreadable`] (and, having been stopped, was resumed once).
 /// Fails only if the threads cannot be listed.

@@ -1,14 +1,16 @@
 //! One-shot captures on macOS: the shared stop/walk/resume window
 //! ([`crate::control::capture_all`]) over Mach thread calls, one thread at
 //! a time. The calling thread cannot suspend itself and is left out.
+//! Under Rosetta 2 a capture is refused as sampling is, unless
+//! `BTPROF_ALLOW_ROSETTA=1` ([`capture_all_gated`]).
 
-use crate::control::{capture_all, ThreadError};
+use crate::control::{capture_all_gated, rosetta_gate};
 use crate::one_shot::{CapturedThread, NotTaken, RunState};
 use crate::walker::Arch;
-use crate::Error;
+use crate::{Error, ALLOW_ROSETTA_ENV};
 
 use super::mach_threads::MachThreads;
-use super::syscall_stubs;
+use super::{rosetta, syscall_stubs};
 
 /// The code of frameless system-call stubs, whose caller is read from the
 /// stack: x86_64 only, as arm64 stubs keep their caller in lr.
@@ -20,32 +22,44 @@ pub(super) fn frameless_stubs() -> Vec<std::ops::Range<u64>> {
     }
 }
 
-fn listing_failed(e: ThreadError) -> Error {
-    Error::Io(std::io::Error::other(format!(
-        "cannot list the threads of this task: {e:?}"
-    )))
+/// One capture of every thread `skip` does not name, behind the Rosetta
+/// gate; when the user opted in under Rosetta, the sampler's warning is
+/// printed once, before any thread is stopped.
+fn capture(skip: impl Fn(u64) -> bool) -> Result<Vec<CapturedThread>, Error> {
+    let translated = rosetta::is_translated();
+    let env = std::env::var_os(ALLOW_ROSETTA_ENV);
+    if translated && rosetta_gate::check_capture(translated, env.as_deref()).is_ok() {
+        rosetta::warn_once();
+    }
+    let mut control = MachThreads::for_calling_thread();
+    capture_all_gated(
+        &mut control,
+        translated,
+        env.as_deref(),
+        Arch::host(),
+        &frameless_stubs(),
+        skip,
+    )
+}
+
+/// Whether captures may run in this process: [`Error::Rosetta`] under
+/// Rosetta 2 without `BTPROF_ALLOW_ROSETTA=1`.
+pub fn captures_allowed() -> Result<(), Error> {
+    let env = std::env::var_os(ALLOW_ROSETTA_ENV);
+    rosetta_gate::check_capture(rosetta::is_translated(), env.as_deref())
 }
 
 /// Every thread of this process but btprof's own and the calling one.
+/// [`Error::Rosetta`] under Rosetta 2 without the opt-in.
 pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
-    let mut control = MachThreads::for_calling_thread();
-    capture_all(
-        &mut control,
-        Arch::host(),
-        &frameless_stubs(),
-        crate::exclusions::is_own_or_excluded,
-    )
-    .map_err(listing_failed)
+    capture(crate::exclusions::is_own_or_excluded)
 }
 
 /// Thread `tid` alone (no other thread is stopped); the calling thread, or
-/// one that is gone, comes back [`RunState::Gone`].
+/// one that is gone, comes back [`RunState::Gone`]. [`Error::Rosetta`]
+/// under Rosetta 2 without the opt-in.
 pub fn capture_thread(tid: u64) -> Result<CapturedThread, Error> {
-    let mut control = MachThreads::for_calling_thread();
-    let found = capture_all(&mut control, Arch::host(), &frameless_stubs(), |id| {
-        id != tid
-    })
-    .map_err(listing_failed)?;
+    let found = capture(|id| id != tid)?;
     Ok(found.into_iter().next().unwrap_or_else(|| {
         CapturedThread::not_taken(tid, String::new(), RunState::Gone, None, NotTaken::Gone)
     }))

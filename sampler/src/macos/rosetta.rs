@@ -48,14 +48,20 @@ pub(crate) fn refuse_unless_allowed(config: &SamplerConfig) -> Result<bool, Erro
     let env = std::env::var_os(ALLOW_ROSETTA_ENV);
     rosetta_gate::check(translated, config, env.as_deref())?;
     if translated {
-        static WARNED: Once = Once::new();
-        WARNED.call_once(|| {
-            eprintln!(
-                "btprof: warning: sampling an x86_64 process under Rosetta 2 as asked; \
-                 suspending translated threads can hang it, and thread states come from the \
-                 translator, so stacks are less reliable than in the native arm64 build"
-            );
-        });
+        warn_once();
     }
     Ok(translated)
+}
+
+/// Says once per process, to stderr, that a translated process is being
+/// sampled or captured at the user's request, and what that risks.
+pub(crate) fn warn_once() {
+    static WARNED: Once = Once::new();
+    WARNED.call_once(|| {
+        eprintln!(
+            "btprof: warning: sampling an x86_64 process under Rosetta 2 as asked; \
+             suspending translated threads can hang it, and thread states come from the \
+             translator, so stacks are less reliable than in the native arm64 build"
+        );
+    });
 }

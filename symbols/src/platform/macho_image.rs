@@ -463,6 +463,42 @@ impl MachImage {
         Ok(SymbolTable::from_functions(named, &unnamed))
     }
 
+    /// [`MachImage::symbol_table`] over `__LINKEDIT` that is only ever *copied* by
+    /// `copy(addr, out)`, which fills `out` from runtime address `addr` or returns `false`:
+    /// the symbol table, the string table and the function starts are each copied into a
+    /// buffer this owns, then read from there.
+    ///
+    /// On macOS `copy` is `mach_vm_read_overwrite`: an image that cannot be pinned while its
+    /// table is read may be unloaded by a `dlclose` on another thread at any moment, and a
+    /// plain load from its unmapped `__LINKEDIT` would crash the profiled process. A failed
+    /// copy of the symbol or string table is [`MachOError::Unreadable`]; one of the function
+    /// starts loses only them, as in [`MachImage::symbol_table`].
+    pub fn symbol_table_copied(
+        &self,
+        mut copy: impl FnMut(u64, &mut [u8]) -> bool,
+    ) -> Result<SymbolTable, MachOError> {
+        let mut copied = CopiedPieces::default();
+        if let Some(linkedit) = self.linkedit() {
+            if let Some(symtab) = self.symtab.filter(|s| s.nsyms != 0) {
+                let nlist_len = symtab
+                    .nsyms
+                    .checked_mul(NLIST_SIZE)
+                    .ok_or(MachOError::Malformed("symbol count overflows"))?;
+                for (offset, len) in [(symtab.symoff, nlist_len), (symtab.stroff, symtab.strsize)] {
+                    let addr = linkedit_address(linkedit, self.slide, offset, len)?;
+                    copied.copy(&mut copy, addr, len)?;
+                }
+            }
+            if let Some(data) = self.function_starts {
+                if let Ok(addr) = linkedit_address(linkedit, self.slide, data.offset, data.size) {
+                    // Missing starts only cost the unnamed functions.
+                    let _ = copied.copy(&mut copy, addr, data.size);
+                }
+            }
+        }
+        self.symbol_table(&copied)
+    }
+
     /// Link-time addresses from `LC_FUNCTION_STARTS`, ascending; empty when the image has
     /// none or they cannot be read. They only add to symbols, so a problem with them is no
     /// reason to lose the symbols.
@@ -547,9 +583,7 @@ fn decode_function_starts(data: &[u8], text_vmaddr: u64) -> Vec<u64> {
     starts
 }
 
-/// Reads `len` bytes at file offset `offset` of `__LINKEDIT`, which is mapped at
-/// `slide + vmaddr` with its file content starting at `fileoff`. The range must lie inside
-/// the segment's file content.
+/// Reads `len` bytes at file offset `offset` of `__LINKEDIT` (see [`linkedit_address`]).
 fn read_linkedit<'m>(
     memory: &'m impl ImageMemory,
     linkedit: &SegmentInfo,
@@ -557,6 +591,19 @@ fn read_linkedit<'m>(
     offset: u64,
     len: u64,
 ) -> Result<&'m [u8], MachOError> {
+    let addr = linkedit_address(linkedit, slide, offset, len)?;
+    read(memory, addr, len)
+}
+
+/// The runtime address of file offset `offset` of `__LINKEDIT`, which is mapped at
+/// `slide + vmaddr` with its file content starting at `fileoff`. The `len` bytes from there
+/// must lie inside the segment's file content.
+fn linkedit_address(
+    linkedit: &SegmentInfo,
+    slide: u64,
+    offset: u64,
+    len: u64,
+) -> Result<u64, MachOError> {
     let inside = offset
         .checked_sub(linkedit.fileoff)
         .filter(|&rel| {
@@ -564,8 +611,46 @@ fn read_linkedit<'m>(
                 .is_some_and(|end| end <= linkedit.filesize.min(linkedit.vmsize))
         })
         .ok_or(MachOError::Malformed("symbol table outside __LINKEDIT"))?;
-    let addr = slide.wrapping_add(linkedit.vmaddr).wrapping_add(inside);
-    read(memory, addr, len)
+    Ok(slide.wrapping_add(linkedit.vmaddr).wrapping_add(inside))
+}
+
+/// Pieces of `__LINKEDIT` copied into buffers of their own, read as the memory at their
+/// runtime addresses ([`MachImage::symbol_table_copied`]).
+#[derive(Default)]
+struct CopiedPieces {
+    pieces: Vec<(u64, Vec<u8>)>,
+}
+
+impl CopiedPieces {
+    /// Copies `len` bytes from runtime address `addr` with `copy`.
+    fn copy(
+        &mut self,
+        copy: &mut impl FnMut(u64, &mut [u8]) -> bool,
+        addr: u64,
+        len: u64,
+    ) -> Result<(), MachOError> {
+        /// Tables larger than this are taken as garbage, not copied.
+        const MAX_COPY: u64 = 1 << 30;
+        if len > MAX_COPY {
+            return Err(MachOError::Malformed("symbol table too large"));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        if len != 0 && !copy(addr, &mut bytes) {
+            return Err(MachOError::Unreadable { addr, len });
+        }
+        self.pieces.push((addr, bytes));
+        Ok(())
+    }
+}
+
+impl ImageMemory for CopiedPieces {
+    fn read(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        self.pieces.iter().find_map(|(base, bytes)| {
+            let start = usize::try_from(addr.checked_sub(*base)?).ok()?;
+            let end = start.checked_add(usize::try_from(len).ok()?)?;
+            bytes.get(start..end)
+        })
+    }
 }
 
 fn read(memory: &impl ImageMemory, addr: u64, len: u64) -> Result<&[u8], MachOError> {

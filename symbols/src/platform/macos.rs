@@ -12,9 +12,12 @@
 //!   that. So the header and load commands of every listed image are copied with
 //!   `mach_vm_read_overwrite` (an unmapped page is an error code, not a crash), and a lazily
 //!   loaded symbol table is read in place only while the image is pinned with
-//!   `dlopen(RTLD_NOLOAD)` and confirmed to be still loaded at the same address (an image
-//!   that cannot be pinned by path, the main executable, is never unloaded). Images in the
-//!   shared cache, which are most of them, are never unmapped.
+//!   `dlopen(RTLD_NOLOAD)` and confirmed to be still loaded at the same address. An image
+//!   that cannot be pinned (no path, or `dlopen` refuses it: the main executable under some
+//!   launch paths, or an image being unloaded right now) has its symbol and string tables
+//!   copied with `mach_vm_read_overwrite` too, since nothing keeps it mapped between the
+//!   check that it is loaded and the read. Images in the shared cache, which are most of
+//!   them, are never unmapped.
 
 use std::ffi::{c_void, CStr, CString, OsStr};
 use std::ops::Range;
@@ -203,24 +206,35 @@ impl Drop for Pin {
 ///
 /// Tables are loaded lazily, possibly long after the snapshot was taken, so the image is
 /// first pinned (see [`Pin`]) and confirmed to still be at `header`: an image unloaded since
-/// the snapshot is never read. Images that cannot be pinned by path (the main executable
-/// under some launch paths) are read only if dyld still lists them at `header`.
+/// the snapshot is never read. A pinned image's `__LINKEDIT` is read in place. One that
+/// cannot be pinned (no path, or `dlopen(RTLD_NOLOAD)` refused it) may be unloaded between
+/// that check and the read, so its tables are copied with `mach_vm_read_overwrite`
+/// ([`MachImage::symbol_table_copied`]): unmapped meanwhile, it gets an empty table, and the
+/// process does not crash.
 pub(crate) fn symbol_table(header: u64, path: Option<&Path>) -> SymbolTable {
-    let _pin = path.and_then(Pin::new);
+    let pin = path.and_then(Pin::new);
     if !still_loaded(header) || path.is_some_and(|p| image_path(header).as_deref() != Some(p)) {
         return SymbolTable::default();
     }
     let Some(image) = parse_image(header) else {
         return SymbolTable::default();
     };
+    if pin.is_none() {
+        return image
+            .symbol_table_copied(copy_own_memory)
+            .unwrap_or_default();
+    }
     let Some(linkedit) = image.linkedit_range() else {
         return SymbolTable::default();
     };
     // SAFETY: dyld mapped the `__LINKEDIT` segment of every loaded image at
     // `vmaddr + slide` (for shared-cache images, the cache's shared `__LINKEDIT`), with
     // its file content, the range `linkedit_range` gives, mapped read-only and never
-    // written after loading. The image was confirmed loaded above and is pinned (or
-    // was listed by dyld a moment ago) while it is read.
+    // written after loading. The image was confirmed loaded above and `pin` holds a
+    // reference to it until this function returns, so dyld cannot unmap it while it is
+    // read.
     let memory = unsafe { OwnMemory::trusting(linkedit) };
-    image.symbol_table(&memory).unwrap_or_default()
+    let table = image.symbol_table(&memory).unwrap_or_default();
+    drop(pin);
+    table
 }
