@@ -111,14 +111,31 @@ impl Known {
             write_end: fds[1],
             handles,
         };
-        // Until the spinner spins and the others are in their calls.
+        // Until the spinner spins and the others have named themselves
+        // (a new thread does so when it first runs, which on a busy
+        // machine can be tens of milliseconds after its spawn) and are in
+        // their calls.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while known.spins.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
+        while (known.spins.load(Relaxed) == 0 || !named(&["dump-reader", "dump-sleeper"]))
+            && std::time::Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(50));
         known
     }
+}
+
+/// Whether a thread of this process bears each of `names`.
+fn named(names: &[&str]) -> bool {
+    let comms: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+        .collect();
+    names
+        .iter()
+        .all(|n| comms.iter().any(|c| c.trim_end() == *n))
 }
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {

@@ -1,13 +1,14 @@
 //! One-shot captures on Linux: every thread's stack, or one thread's, now.
 //!
 //! A thread that is running (`R` in `/proc`) is asked for its registers
-//! with a one-shot CPU timer on its own clock ([`PosixTimer::
-//! open_dump_request`]) that raises the capture signal with the capture's
-//! tag and a generation in `si_value`: the kernel raises it only while the
-//! thread is on a CPU, on its way back to user code, so the request can
-//! never end a `poll` or `nanosleep` with EINTR, even when the thread
-//! entered one after it was seen running, or waits for a CPU inside one
-//! after its timeout. (The calling thread, and any thread where no timer
+//! with an event on its own CPU time ([`Request`]): a perf task-clock
+//! event good for one overflow in user code, or where perf events are
+//! refused a one-shot POSIX CPU timer ([`PosixTimer::open_dump_request`],
+//! which waits for a scheduler tick). Either raises the capture signal
+//! only while the thread is on a CPU, on its way back to user code, so the
+//! request can never end a `poll` or `nanosleep` with EINTR, even when the
+//! thread entered one after it was seen running, or waits for a CPU inside
+//! one after its timeout. (The calling thread, and any thread where no timer
 //! can be created, are sent the signal with `si_code == SI_QUEUE` and
 //! [`DUMP_MARK`] instead.) The handler a running profiler shares tells
 //! either from a sample's signal; it copies the registers and the top of
@@ -21,15 +22,15 @@
 //! A thread that is not running is never signalled: its stack is read
 //! from outside ([`BlockedStackReader`]); if it moved meanwhile, the read
 //! is tried again, and marked [`NotTaken::Moved`] after that. A thread
-//! that goes to sleep before its timer fires has the timer deleted (with
-//! any signal it queued) and is read from outside too.
+//! that goes to sleep before its request fires has the request closed
+//! (with any signal it queued) and is read from outside too.
 //!
 //! A thread that blocks the signal is not queued to (the signal would wait
 //! for it to unblock) and is reported with what `/proc` says.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
-    AtomicI32, AtomicU32, AtomicU64,
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{Mutex, MutexGuard};
@@ -43,6 +44,7 @@ use super::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscal
 use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
 use super::posix_timers::PosixTimer;
 use super::signal::{self, SignalSender};
+use super::task_clock::TaskClock;
 use super::threads::{self, TaskList};
 use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
 use super::unwind::CfiWalker;
@@ -105,6 +107,91 @@ static SLOT: DumpSlot = DumpSlot {
 };
 
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// The perf request in flight ([`Request::Perf`]): its descriptor (-1
+/// when none), the thread it was opened on, and its generation. A late
+/// signal of an earlier request whose descriptor number was reused lands
+/// in another thread, and is told apart by the thread id.
+static REQUEST_FD: AtomicI32 = AtomicI32::new(-1);
+static REQUEST_TID: AtomicI32 = AtomicI32::new(0);
+static REQUEST_GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Set once perf events were refused: later captures go straight to the
+/// POSIX timer.
+static PERF_REFUSED: AtomicBool = AtomicBool::new(false);
+/// A perf request's period: the shortest the kernel's software timer
+/// takes, so the thread is asked after 10 µs of its user-mode running.
+const REQUEST_PERIOD_NS: u64 = 10_000;
+
+/// Whether `fd` is the perf request in flight. Async-signal-safe.
+pub(crate) fn is_request_fd(fd: i32) -> bool {
+    fd >= 0 && REQUEST_FD.load(Acquire) == fd
+}
+
+/// The handler's part for a perf request's signal: the capture, if the
+/// request was for this thread. Async-signal-safe.
+///
+/// # Safety
+/// `context` must be the handler's `ucontext_t`.
+pub(crate) unsafe fn on_perf_request(context: *const libc::c_void) {
+    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    if REQUEST_TID.load(Acquire) != unsafe { libc::gettid() } {
+        return;
+    }
+    let generation = REQUEST_GENERATION.load(Acquire);
+    // SAFETY: the caller's promise.
+    unsafe { on_dump_signal(DUMP_MARK | generation as usize, context) };
+}
+
+/// How a running thread is asked for its registers: a kernel event on its
+/// own CPU time that raises the capture signal only while it runs user
+/// code, so the request never ends a blocking call with EINTR. Closed (and
+/// its signal stopped) on drop.
+enum Request {
+    /// A perf task-clock event good for one overflow after 10 µs of the
+    /// thread's user-mode CPU time (where perf events are allowed).
+    Perf(TaskClock),
+    /// A POSIX CPU timer, checked on the scheduler tick: up to a tick of
+    /// the thread's running (4 ms at 250 Hz) before it fires. Held for
+    /// its drop, which deletes the timer.
+    Timer(#[allow(dead_code)] PosixTimer),
+}
+
+impl Request {
+    fn open(tid: i32, signal: libc::c_int, generation: u64) -> std::io::Result<Request> {
+        if !PERF_REFUSED.load(Relaxed) {
+            match Self::open_perf(tid, signal, generation) {
+                Ok(clock) => return Ok(Request::Perf(clock)),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(e),
+                Err(_) => PERF_REFUSED.store(true, Relaxed),
+            }
+        }
+        PosixTimer::open_dump_request(tid, signal, generation).map(Request::Timer)
+    }
+
+    fn open_perf(tid: i32, signal: libc::c_int, generation: u64) -> std::io::Result<TaskClock> {
+        let clock = TaskClock::open(tid, REQUEST_PERIOD_NS)?;
+        clock.signal_thread(tid, signal)?;
+        REQUEST_TID.store(tid, Relaxed);
+        REQUEST_GENERATION.store(generation, Relaxed);
+        REQUEST_FD.store(clock.fd(), Release);
+        if let Err(e) = clock.enable_for_one_overflow() {
+            REQUEST_FD.store(-1, Release);
+            return Err(e);
+        }
+        Ok(clock)
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if let Request::Perf(clock) = self {
+            // Disabled before it is forgotten, so no signal of it can come
+            // after; the descriptor closes when `clock` drops.
+            clock.disable();
+            REQUEST_FD.store(-1, Release);
+        }
+    }
+}
 
 /// Whether thread `tid` is in the capture's handler (its signal mask then
 /// holds the profiling signal for a moment).
@@ -428,21 +515,21 @@ impl Session {
         // Idle: every earlier request was collected or withdrawn under
         // the lock this session holds.
         SLOT.state.store(state(generation, ARMED), Release);
-        // Another thread is asked through a one-shot CPU timer, which it
-        // takes only on a CPU on its way back to user code: a signal sent
-        // straight to it could land while it waits for a CPU inside
-        // `poll`, or just after it entered one, and end the call with
-        // EINTR. The calling thread is on a CPU in user code now.
+        // Another thread is asked through an event on its own CPU time,
+        // which it takes only on a CPU on its way back to user code: a
+        // signal sent straight to it could land while it waits for a CPU
+        // inside `poll`, or just after it entered one, and end the call
+        // with EINTR. The calling thread is on a CPU in user code now.
         let mut request = None;
         let sent = if tid == threads::gettid() {
             self.sender.send(tid, DUMP_MARK | generation as usize)
         } else {
-            match PosixTimer::open_dump_request(tid, self.sender.signal(), generation) {
-                Ok(timer) => {
-                    request = Some(timer);
+            match Request::open(tid, self.sender.signal(), generation) {
+                Ok(opened) => {
+                    request = Some(opened);
                     Ok(())
                 }
-                // No CPU timer for it (a seccomp filter, or the process's
+                // No event for it (a seccomp filter, or the process's
                 // timer limit): the signal, with the race it leaves.
                 Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
                     self.sender.send(tid, DUMP_MARK | generation as usize)

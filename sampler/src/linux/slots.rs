@@ -448,6 +448,13 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     } else if POLL_CODES.contains(&info.si_code) {
         // SAFETY: a poll-band signal carries `si_band` and `si_fd`.
         let fd = unsafe { poll_fd(info) };
+        if super::one_shot::is_request_fd(fd) {
+            // A one-shot capture's request, raised by a perf event.
+            // SAFETY: `context` is the kernel's `ucontext_t` for this
+            // delivery (checked non-null above).
+            unsafe { super::one_shot::on_perf_request(context) };
+            return;
+        }
         if super::thread_timers::is_ours(fd) {
             claim_free(1)
         } else {

@@ -12,6 +12,7 @@ use super::perf_attr::{PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_DISABLED};
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
 /// From `<fcntl.h>`; the same on x86_64 and aarch64.
 const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
@@ -59,6 +60,14 @@ impl TaskClock {
             check(libc::fcntl(self.fd, libc::F_SETFL, flags | libc::O_ASYNC))?;
         }
         Ok(())
+    }
+
+    /// Starts counting until the next overflow, which raises the signal
+    /// once and disables the event again (`PERF_EVENT_IOC_REFRESH` 1).
+    pub fn enable_for_one_overflow(&self) -> io::Result<()> {
+        // SAFETY: an ioctl on our own perf descriptor with an integer
+        // argument.
+        check(unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_REFRESH, 1) }).map(drop)
     }
 
     /// Starts counting.
