@@ -444,8 +444,41 @@ fn polling_with_timeouts(fd: i32, stop: &AtomicBool, calls: &AtomicU64, eintr: &
 /// frequent, so a capture that signals every `R` thread cuts these calls
 /// short (it did in about one capture in thirty here). Only a thread that
 /// is on a CPU running user code may be interrupted.
+/// Set in a child that runs the waking-poll test with `perf_event_open`
+/// refused, so captures fall back to POSIX CPU timers.
+const PERF_REFUSED_CHILD: &str = "BTPROF_DUMP_TEST_PERF_REFUSED";
+
 #[test]
 fn captures_never_cut_short_a_poll_that_is_waking_beside_two_hogs() {
+    polls_are_never_cut_short();
+}
+
+/// The same where perf events are refused (a real seccomp filter, as in a
+/// container): the captures' POSIX CPU timer must hold the promise too.
+#[test]
+fn captures_with_perf_refused_never_cut_short_a_waking_poll() {
+    if std::env::var_os(PERF_REFUSED_CHILD).is_some() {
+        polls_are_never_cut_short();
+        return;
+    }
+    let _serial = serial();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "captures_with_perf_refused_never_cut_short_a_waking_poll",
+        "--nocapture",
+    ])
+    .env(PERF_REFUSED_CHILD, "1");
+    btprof_testkit::seccomp::refuse_perf_event_open(&mut cmd, libc::EACCES);
+    let out = cmd.output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(" polls, 0 cut short"), "{text}");
+}
+
+fn polls_are_never_cut_short() {
     let _serial = serial();
     let hogs = btprof_testkit::hogs::Hogs::start(2);
     let stop = Arc::new(AtomicBool::new(false));
