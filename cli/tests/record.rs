@@ -286,6 +286,67 @@ fn c_program_without_frame_pointers_is_walked_to_its_entry() {
     );
 }
 
+/// A Rust binary built outside the workspace (with `rustc`, frame pointers
+/// and debug info): its functions are demangled, without their hashes,
+/// and a function inlined into its caller is a frame of its own beneath
+/// it, from the binary's DWARF.
+#[test]
+fn rust_program_has_demangled_names_and_inline_frames() {
+    if !has("rustc") {
+        println!("NOT CHECKED: rustc is not installed");
+        return;
+    }
+    let scratch = Scratch::new("rust");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/inline_rust.rs");
+    let exe = scratch.path("inline_rust");
+    let status = Command::new("rustc")
+        .args(["-C", "opt-level=2", "-C", "force-frame-pointers=yes", "-g"])
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("run rustc");
+    assert!(status.success(), "rustc inline_rust.rs failed");
+    let (_, lines) = record_folded(
+        &scratch,
+        &["--", exe.to_str().unwrap(), "0.5"],
+        Duration::from_secs(120),
+    );
+    let total = total(&lines);
+    let in_caller = samples_in(&lines, "inline_rust::outer_caller");
+    let inline_beneath: u64 = lines
+        .iter()
+        .filter(|(frames, _)| {
+            frames
+                .windows(2)
+                .any(|w| w[0] == "inline_rust::outer_caller" && w[1] == "inline_rust::inlined_hot")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let mangled: Vec<&String> = lines
+        .iter()
+        .flat_map(|(frames, _)| frames)
+        .filter(|f| f.starts_with("_ZN") || f.starts_with("_R") || has_rust_hash(f))
+        .collect();
+    println!("{total} samples, {in_caller} under outer_caller, {inline_beneath} with inlined_hot beneath it");
+    assert!(total >= 100, "{total} samples: {lines:?}");
+    assert!(
+        in_caller * 10 >= total * 8,
+        "{in_caller} of {total}: {lines:?}"
+    );
+    assert!(
+        inline_beneath * 10 >= in_caller * 8,
+        "inlined_hot under outer_caller in {inline_beneath} of {in_caller}: {lines:?}"
+    );
+    assert!(mangled.is_empty(), "names left mangled: {mangled:?}");
+}
+
+/// Whether `name` ends in a Rust symbol hash (`::h` and 16 hex digits).
+fn has_rust_hash(name: &str) -> bool {
+    name.rsplit_once("::h")
+        .is_some_and(|(_, h)| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 #[test]
 fn python_busy_loop_reaches_the_interpreters_main() {
     if !has("python3") {
