@@ -54,6 +54,7 @@ use clap::{Parser, ValueEnum};
   btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5
   btprof --pid-self --slow beta --folded slow.folded
   btprof --pid-self --dump-threads            what each thread is doing now
+  btprof dump --pid 4242                  what each thread of process 4242 is doing now
   btprof diff btprof.folded slow.folded -o diff.svg     exit 1: beta regressed
   btprof report --top 10 btprof.folded
   btprof flamegraph btprof.folded -o btprof.svg --inverted
