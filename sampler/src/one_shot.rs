@@ -89,7 +89,8 @@ pub struct CapturedThread {
     pub taken: Taken,
     /// How long the thread was kept from running for this capture, in
     /// nanoseconds: from handler entry to exit (Linux), suspend to resume
-    /// (macOS). `None` when it was never interrupted.
+    /// (macOS), reported ptrace stop to detach (another process). `None`
+    /// when it was never interrupted.
     pub held_ns: Option<u64>,
 }
 

@@ -203,7 +203,8 @@ impl ThreadBacktrace {
 
     /// How long the thread was kept from running for this capture (from
     /// the handler's entry to its exit on Linux, suspend to resume on
-    /// macOS); `None` when it was not interrupted.
+    /// macOS; for another process, from its reported ptrace stop to the
+    /// detach); `None` when it was not interrupted.
     pub fn held(&self) -> Option<Duration> {
         self.held
     }

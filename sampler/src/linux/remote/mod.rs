@@ -234,6 +234,10 @@ impl Session {
             |state, why| CapturedThread::not_taken(tid as u64, name.clone(), state, None, why);
         let stopped = match ptrace::stop(tid) {
             Ok(stopped) => stopped,
+            // Traced by a debugger already: only this thread is unreadable.
+            Err(StopError::Refused) if self.traced() => {
+                return Ok(not_taken(RunState::Running, NotTaken::Unreadable))
+            }
             Err(StopError::Refused) => return Err(Refusal),
             Err(StopError::Gone) => return Ok(not_taken(RunState::Gone, NotTaken::Gone)),
             Err(StopError::NoStop) => return Ok(not_taken(RunState::Running, NotTaken::NoReply)),
@@ -329,6 +333,17 @@ impl Session {
             .cfi
             .complete(&copy, &self.fp_frames[..walk.depth], walk.end, MAX_DEPTH);
         (done.frames.to_vec(), done.end)
+    }
+
+    /// Whether another tracer (a debugger) holds the process.
+    fn traced(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|s| {
+                let pid = s.lines().find_map(|l| l.strip_prefix("TracerPid:"))?;
+                pid.trim().parse::<u32>().ok()
+            })
+            .is_some_and(|tracer| tracer != 0)
     }
 
     fn read_task(&self, tid: i32, file: &str) -> Option<String> {
