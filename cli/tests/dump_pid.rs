@@ -267,6 +267,11 @@ fn a_hundred_dumps_list_every_thread_and_cause_no_eintr() {
     assert_eq!(reader["syscall"], "read");
     assert_eq!(reader["complete"], true);
     assert_eq!(reader["interrupted"], false);
+    // The spinner is the one thread stopped (with ptrace) for its stack.
+    let spinner = threads.iter().find(|t| t["name"] == "spinner").unwrap();
+    assert_eq!(spinner["state"], "running", "{spinner}");
+    assert_eq!(spinner["interrupted"], true, "{spinner}");
+    assert!(spinner["held_ns"].as_u64().is_some(), "{spinner}");
     let frames = reader["frames"].as_array().unwrap();
     let waits = frames
         .iter()

@@ -63,8 +63,11 @@ __attribute__((noinline)) static void wait_in_epoll(int epfd) {
     }
 }
 
+/* Read on every round, so the compiler cannot compute a round once. */
+static volatile uint64_t seed = 0x9e3779b97f4a7c15ull;
+
 __attribute__((noinline)) static uint64_t one_round(void) {
-    uint64_t x = 0x9e3779b97f4a7c15ull, sum = 0;
+    uint64_t x = seed, sum = 0;
     for (int i = 0; i < 200000; i++) {
         x ^= x << 13;
         x ^= x >> 7;
