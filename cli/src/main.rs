@@ -41,7 +41,8 @@ use clap::{Parser, ValueEnum};
 /// inferno-collapse-* or FlameGraph's stackcollapse* scripts):
 /// `btprof diff` compares two runs and exits 1 on a regression, `btprof
 /// report` lists the top functions, `btprof flamegraph` re-renders one,
-/// `btprof export` converts one to pprof.
+/// `btprof export` converts one to pprof. `btprof dump --pid PID`
+/// prints what each thread of another process is doing now (Linux).
 /// `btprof help COMMAND` explains each.
 #[derive(Parser, Debug)]
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]

@@ -21,8 +21,8 @@ use super::fail;
 /// a system call is read without being stopped, so none of the
 /// program's calls fail with EINTR. If btprof is killed mid-dump, the
 /// kernel lets the thread go on. Tracing another process needs the same
-/// user (and kernel.yama.ptrace_scope 0 where Yama is on) or
-/// CAP_SYS_PTRACE; the error says which applies. For btprof's own
+/// user (where Yama is on, kernel.yama.ptrace_scope 0 too) or
+/// CAP_SYS_PTRACE; a refusal says which applies. For btprof's own
 /// threads use --pid-self --dump-threads.
 ///
 /// macOS: refused. Reading another process there needs task_for_pid,
