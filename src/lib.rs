@@ -135,6 +135,8 @@ pub mod thread_dump;
 pub mod watchdog;
 
 pub use analysis::{diff, report};
+/// Why sampling or a capture failed (inside [`Error::Sampler`]).
+pub use btprof_sampler::Error as SamplerError;
 pub use btprof_sampler::{
     Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, DEFAULT_MAX_STACKS,
 };

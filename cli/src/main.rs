@@ -41,7 +41,8 @@ use clap::{Parser, ValueEnum};
 /// inferno-collapse-* or FlameGraph's stackcollapse* scripts):
 /// `btprof diff` compares two runs and exits 1 on a regression, `btprof
 /// report` lists the top functions, `btprof flamegraph` re-renders one,
-/// `btprof export` converts one to pprof.
+/// `btprof export` converts one to pprof. `btprof dump --pid PID`
+/// prints what each thread of another process is doing now (Linux).
 /// `btprof help COMMAND` explains each.
 #[derive(Parser, Debug)]
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]
@@ -54,6 +55,7 @@ use clap::{Parser, ValueEnum};
   btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5
   btprof --pid-self --slow beta --folded slow.folded
   btprof --pid-self --dump-threads            what each thread is doing now
+  btprof dump --pid 4242                  what each thread of process 4242 is doing now
   btprof diff btprof.folded slow.folded -o diff.svg     exit 1: beta regressed
   btprof report --top 10 btprof.folded
   btprof flamegraph btprof.folded -o btprof.svg --inverted

@@ -63,7 +63,11 @@ fn readme_steps(readme: &str) -> Vec<Step> {
             Step::Install
         } else if command == "scripts/test" {
             Step::TestScript
-        } else if command.starts_with("btprof ") || command.contains("| btprof ") {
+        } else if command.starts_with("btprof ")
+            || command.contains("| btprof ")
+            // `sleep 3 & btprof dump --pid $!`: a process to look at.
+            || command.contains("& btprof ")
+        {
             // A profiling run's self-check may fail (exit 1) on a loaded
             // machine; its files are written all the same.
             let codes = if command.contains("--pid-self") {

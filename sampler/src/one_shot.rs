@@ -89,7 +89,8 @@ pub struct CapturedThread {
     pub taken: Taken,
     /// How long the thread was kept from running for this capture, in
     /// nanoseconds: from handler entry to exit (Linux), suspend to resume
-    /// (macOS). `None` when it was never interrupted.
+    /// (macOS), reported ptrace stop to detach (another process). `None`
+    /// when it was never interrupted.
     pub held_ns: Option<u64>,
 }
 
@@ -118,6 +119,44 @@ impl CapturedThread {
 
 #[cfg(target_os = "linux")]
 pub use crate::linux::one_shot::{capture_signal, capture_thread, capture_threads};
+#[cfg(target_os = "linux")]
+pub use crate::linux::remote::capture_process;
+
+/// Another process's threads: only Linux has a backend (`ptrace`). On
+/// macOS it would need `task_for_pid`, which takes root or the debugger
+/// entitlement; a program dumps its own threads with [`capture_threads`].
+#[cfg(not(target_os = "linux"))]
+pub fn capture_process(_pid: u32) -> Result<Vec<CapturedThread>, crate::Error> {
+    Err(crate::Error::Unsupported)
+}
+
+/// Why tracing process `pid` was refused, in words a user can act on:
+/// the same-user rule, what `kernel.yama.ptrace_scope` (`ptrace_scope`,
+/// where Yama is present) allows, and `CAP_SYS_PTRACE`.
+pub fn trace_refused_message(pid: u32, ptrace_scope: Option<u32>) -> String {
+    let mut text = format!(
+        "not permitted to trace pid {pid}: a process may be traced only by the same user \
+         (and not if it is setuid or otherwise undumpable), or by one with CAP_SYS_PTRACE \
+         (root, or `sudo setcap cap_sys_ptrace+ep` on the btprof binary)"
+    );
+    let scope = match ptrace_scope {
+        None => {
+            text.push_str("; Yama is not enabled here (no /proc/sys/kernel/yama/ptrace_scope)");
+            return text;
+        }
+        Some(0) => "0: classic, any process of the same user may be traced",
+        Some(1) => {
+            "1: restricted, only a descendant (or a process that allowed it with \
+             prctl(PR_SET_PTRACER)) may be traced without CAP_SYS_PTRACE; run btprof as root, \
+             or `sudo sysctl kernel.yama.ptrace_scope=0`"
+        }
+        Some(2) => "2: admin-only, tracing needs CAP_SYS_PTRACE; run btprof as root",
+        Some(3) => "3: no tracing at all, not even by root, until the next reboot",
+        Some(_) => "an unknown value",
+    };
+    text.push_str(&format!("; kernel.yama.ptrace_scope is {scope}"));
+    text
+}
 
 #[cfg(target_os = "macos")]
 pub use crate::macos::one_shot::{capture_thread, capture_threads, captures_allowed};

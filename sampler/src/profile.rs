@@ -724,6 +724,20 @@ pub enum Error {
     /// where suspending threads can hang the process, and the user did not
     /// opt in ([`SamplerConfig::allow_rosetta`], [`ALLOW_ROSETTA_ENV`]).
     Rosetta,
+    /// A dump of another process: no process has this pid.
+    NoSuchProcess(u32),
+    /// A dump of another process: the kernel refused to let this process
+    /// trace `pid`; `ptrace_scope` is `kernel.yama.ptrace_scope`, where
+    /// Yama is on ([`crate::one_shot::trace_refused_message`]).
+    TraceRefused {
+        /// The process asked for.
+        pid: u32,
+        /// `/proc/sys/kernel/yama/ptrace_scope`, where it exists.
+        ptrace_scope: Option<u32>,
+    },
+    /// A dump of another process asked for this one, which cannot trace
+    /// itself.
+    OwnProcess(u32),
     /// An operating-system call failed.
     Io(std::io::Error),
 }
@@ -754,6 +768,14 @@ impl fmt::Display for Error {
                  thread stopped inside the translator); run the native arm64 build instead \
                  (cargo build --target aarch64-apple-darwin), or set {ALLOW_ROSETTA_ENV}=1 to \
                  sample anyway at that risk"
+            ),
+            Error::NoSuchProcess(pid) => write!(f, "no process with pid {pid}"),
+            Error::TraceRefused { pid, ptrace_scope } => f.write_str(
+                &crate::one_shot::trace_refused_message(*pid, *ptrace_scope),
+            ),
+            Error::OwnProcess(pid) => write!(
+                f,
+                "pid {pid} is this process, which cannot trace itself; take an in-process dump instead"
             ),
             Error::Io(e) => write!(f, "system call failed: {e}"),
         }

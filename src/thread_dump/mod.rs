@@ -98,6 +98,40 @@ impl ThreadDump {
         Ok(ThreadDump { threads })
     }
 
+    /// Takes the backtrace of every thread of another process, `pid`
+    /// (Linux; `btprof dump --pid`), in the same form as
+    /// [`ThreadDump::capture`].
+    ///
+    /// A running thread is stopped with `ptrace` only for its register
+    /// read and stack copy and let go at once; a thread blocked in the
+    /// kernel is read without being stopped, so no blocking call of the
+    /// process fails with `EINTR`. Unwinding (with the process's own
+    /// `.eh_frame`) and symbols (its files on disk, their debug files)
+    /// come after every thread runs again. Thread names are the kernel's
+    /// (15 bytes). See `docs/thread-dumps.md`.
+    ///
+    /// Fails with [`btprof_sampler::Error::NoSuchProcess`],
+    /// [`btprof_sampler::Error::TraceRefused`] (the message says why:
+    /// the same-user rule, `kernel.yama.ptrace_scope`, `CAP_SYS_PTRACE`)
+    /// or [`btprof_sampler::Error::OwnProcess`] (use
+    /// [`ThreadDump::capture`]), inside [`Error::Sampler`]; on other
+    /// platforms than Linux with [`btprof_sampler::Error::Unsupported`].
+    pub fn capture_process(pid: u32) -> Result<ThreadDump, Error> {
+        let raw = one_shot::capture_process(pid)?;
+        let mut resolver = process_resolver(pid)?;
+        let mut resolved = Vec::new();
+        let threads = raw
+            .iter()
+            .map(|thread| {
+                let mut t = symbolize_one(thread, &mut resolver, &mut resolved);
+                // Another process's threads registered no names here.
+                t.name.clone_from(&thread.name);
+                t
+            })
+            .collect();
+        Ok(ThreadDump { threads })
+    }
+
     /// The threads, in the order the OS listed them.
     pub fn threads(&self) -> &[ThreadBacktrace] {
         &self.threads
@@ -171,7 +205,8 @@ impl ThreadBacktrace {
 
     /// How long the thread was kept from running for this capture (from
     /// the handler's entry to its exit on Linux, suspend to resume on
-    /// macOS); `None` when it was not interrupted.
+    /// macOS; for another process, from its reported ptrace stop to the
+    /// detach); `None` when it was not interrupted.
     pub fn held(&self) -> Option<Duration> {
         self.held
     }
@@ -216,6 +251,18 @@ impl Frame {
 /// The resolver dumps share, kept between dumps: building one reads the
 /// symbol tables of every module, and its cache makes the next dump cheap.
 static RESOLVER: Mutex<Option<Resolver>> = Mutex::new(None);
+
+/// A resolver over process `pid`'s modules.
+#[cfg(target_os = "linux")]
+fn process_resolver(pid: u32) -> Result<Resolver, Error> {
+    Resolver::for_process(pid).map_err(Error::Symbols)
+}
+
+/// Only Linux reads another process's modules (and captures its threads).
+#[cfg(not(target_os = "linux"))]
+fn process_resolver(_pid: u32) -> Result<Resolver, Error> {
+    Err(Error::Sampler(btprof_sampler::Error::Unsupported))
+}
 
 /// Symbolises captured threads, after every one of them runs again.
 pub(crate) fn symbolize(raw: &[CapturedThread]) -> Result<Vec<ThreadBacktrace>, Error> {

@@ -232,6 +232,8 @@ fn load(loaded: &LoadedModule, search: &DebugSearch) -> (SymbolTable, Option<Dwa
             });
             (table, None)
         }
+        #[cfg(target_os = "linux")]
+        Source::Copied(data) => (elf_symbols::table_from_image(data, loaded.bias), None),
         #[cfg(target_os = "macos")]
         Source::MachImage { header } => (
             crate::platform::macos::symbol_table(*header, loaded.path.as_deref()),

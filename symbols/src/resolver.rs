@@ -112,6 +112,21 @@ impl Resolver {
         Resolver::for_process_modules(crate::platform::linux::current_modules())
     }
 
+    /// Snapshot of the modules mapped in another process, `pid`, from its
+    /// `/proc/PID/maps`: each file mapped from offset 0 that is an ELF
+    /// object (read from disk, the executable through `/proc/PID/exe`,
+    /// with its load bias from where its first segment is mapped), and the
+    /// process's vDSO, copied out of its memory. Symbols, separate debug
+    /// files and DWARF load lazily as for the current process;
+    /// [`Resolver::refresh`] keeps the snapshot. Fails when the mappings
+    /// cannot be read (no such process, or no permission).
+    #[cfg(target_os = "linux")]
+    pub fn for_process(pid: u32) -> io::Result<Resolver> {
+        Ok(Resolver::from_modules(
+            crate::platform::linux::process_modules(pid)?,
+        ))
+    }
+
     /// Snapshot of the images dyld has loaded in this process (`_dyld_image_count` and
     /// `_dyld_get_image_header`; each slide derived from the image's own header).
     ///

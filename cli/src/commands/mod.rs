@@ -7,6 +7,7 @@
 //! failed check (a regression, a failed self-check), 2 bad input or usage.
 
 pub mod diff;
+pub mod dump;
 pub mod export;
 pub mod flamegraph;
 pub mod record;
@@ -42,6 +43,8 @@ pub enum Command {
     #[cfg_attr(doc, doc = "`btprof export`: convert a profile to pprof.")]
     Export(export::ExportArgs),
     Record(record::RecordArgs),
+    #[cfg_attr(doc, doc = "`btprof dump`: a thread dump of another process.")]
+    Dump(dump::DumpArgs),
 }
 
 impl Command {
@@ -53,6 +56,7 @@ impl Command {
             Command::Flamegraph(args) => flamegraph::run(args),
             Command::Export(args) => export::run(args),
             Command::Record(args) => record::run(args),
+            Command::Dump(args) => dump::run(args),
         }
     }
 }

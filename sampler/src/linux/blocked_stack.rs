@@ -146,7 +146,7 @@ pub(crate) fn read_syscall(tid: i32) -> Option<Syscall> {
 }
 
 /// Parses `nr arg1 .. arg6 sp pc`, `-1 sp pc` or `running`.
-fn parse_syscall(text: &str) -> Option<Syscall> {
+pub(crate) fn parse_syscall(text: &str) -> Option<Syscall> {
     let fields: Vec<&str> = text.split_ascii_whitespace().collect();
     if fields.first() == Some(&"running") {
         return Some(Syscall::Running);

@@ -50,6 +50,7 @@ pub(crate) mod one_shot;
 mod perf_attr;
 mod perf_ring;
 mod posix_timers;
+pub(crate) mod remote;
 mod scheduling;
 mod signal;
 pub(crate) mod slots;

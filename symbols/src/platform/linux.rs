@@ -179,9 +179,134 @@ pub(crate) fn with_memory_image<T>(start: u64, len: u64, f: impl FnOnce(&[u8]) -
     f(image)
 }
 
+/// Snapshot of another process's modules, from its `/proc/PID/maps`: every ELF file mapped
+/// from offset 0, and its vDSO (copied out of its memory with `process_vm_readv`).
+pub(crate) fn process_modules(pid: u32) -> std::io::Result<Vec<LoadedModule>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let mut modules: Vec<LoadedModule> = Vec::new();
+    for line in maps.lines() {
+        let mut fields = line.splitn(6, ' ');
+        let (Some(range), Some(_perms), Some(offset)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let name = fields.nth(2).unwrap_or("").trim_start();
+        let (Some(range), Ok(0)) = (parse_maps_range(range), u64::from_str_radix(offset, 16))
+        else {
+            continue;
+        };
+        let module = if name == "[vdso]" {
+            copied_vdso(pid, range)
+        } else if name.starts_with('/') {
+            let path = PathBuf::from(name);
+            // The executable through its link, which stays valid if the file was replaced.
+            let read = match &exe {
+                Some(exe) if *exe == path => PathBuf::from(format!("/proc/{pid}/exe")),
+                _ => path.clone(),
+            };
+            mapped_file(&read, path, range.start)
+        } else {
+            None
+        };
+        if let Some(module) = module {
+            if !modules.iter().any(|m| m.ranges == module.ranges) {
+                modules.push(module);
+            }
+        }
+    }
+    Ok(modules)
+}
+
+/// The module of the ELF file at `read` (shown and searched for debug files as `path`) whose
+/// file offset 0 is mapped at `start`.
+fn mapped_file(read: &Path, path: PathBuf, start: u64) -> Option<LoadedModule> {
+    use object::{Object, ObjectSegment};
+    let data = crate::mapped_file::FileBytes::open(read).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let first = file
+        .segments()
+        .filter(|s| s.size() != 0)
+        .min_by_key(|s| s.file_range().0)?;
+    let (offset, _) = first.file_range();
+    let bias = start.wrapping_sub(first.address().wrapping_sub(offset));
+    let ranges = file
+        .segments()
+        .filter(|s| s.size() != 0)
+        .map(|s| {
+            let at = s.address().wrapping_add(bias);
+            at..at.saturating_add(s.size())
+        })
+        .collect();
+    let name = display_name(path.as_os_str().as_bytes(), "[anonymous]");
+    Some(LoadedModule::new(name, Source::File(read.to_owned()), bias, ranges).with_path(Some(path)))
+}
+
+/// Another process's vDSO, mapped at `range`, copied out of its memory.
+fn copied_vdso(pid: u32, range: Range<u64>) -> Option<LoadedModule> {
+    use object::{Object, ObjectSegment};
+    let mut image = vec![0u8; usize::try_from(range.end - range.start).ok()?];
+    let local = libc::iovec {
+        iov_base: image.as_mut_ptr().cast(),
+        iov_len: image.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: range.start as *mut c_void,
+        iov_len: image.len(),
+    };
+    // SAFETY: one local iovec valid for writes of `image.len()` bytes; the remote one is only
+    // read by the kernel, which checks it.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if usize::try_from(n).ok()? != image.len() {
+        return None;
+    }
+    let image: Arc<[u8]> = image.into();
+    let (bias, ranges) = {
+        let file = object::File::parse(&*image).ok()?;
+        let first = file.segments().min_by_key(|s| s.file_range().0)?;
+        let bias = range.start.wrapping_sub(first.address());
+        let ranges = file
+            .segments()
+            .filter(|s| s.size() != 0)
+            .map(|s| {
+                let at = s.address().wrapping_add(bias);
+                at..at.saturating_add(s.size())
+            })
+            .collect();
+        (bias, ranges)
+    };
+    Some(LoadedModule::new(
+        Arc::from("linux-vdso.so.1"),
+        Source::Copied(image),
+        bias,
+        ranges,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process, read as another process would be, has its executable, the C library
+    /// and its vDSO.
+    #[test]
+    fn reads_this_process_as_another() {
+        let modules = process_modules(std::process::id()).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let own = current_modules();
+        let main = modules
+            .iter()
+            .find(|m| m.path.as_deref() == Some(&*exe))
+            .unwrap();
+        assert_eq!(main.bias, own[0].bias);
+        assert!(modules.iter().any(|m| m.name.contains("libc")));
+        if vdso_header().is_some() {
+            assert!(modules
+                .iter()
+                .any(|m| matches!(m.source, Source::Copied(_))));
+        }
+    }
 
     #[test]
     fn parses_maps_lines() {

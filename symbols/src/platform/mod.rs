@@ -31,6 +31,10 @@ pub(crate) enum Source {
     /// and length of a mapping that stays mapped for the life of the process.
     #[cfg(target_os = "linux")]
     Memory { start: u64, len: u64 },
+    /// An image copied out of another process's memory (its vDSO), read
+    /// from the copy.
+    #[cfg(target_os = "linux")]
+    Copied(Arc<[u8]>),
     /// A Mach-O image that dyld mapped in this process (macOS), read in place because system
     /// libraries live only in the dyld shared cache. `header` is its load address; the
     /// module's bias is its slide.

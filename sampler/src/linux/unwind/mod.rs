@@ -100,6 +100,16 @@ impl CfiWalker {
         }
     }
 
+    /// A walker over a module list read elsewhere (another process's,
+    /// [`modules::ModuleList::fixed`]): it never asks this process's
+    /// loader.
+    pub fn with_modules(modules: ModuleList) -> Self {
+        CfiWalker {
+            modules,
+            ..CfiWalker::new()
+        }
+    }
+
     /// Picks up objects loaded or unloaded since the last check, every
     /// [`CHECK_INTERVAL`], and lets the next walk that meets code outside
     /// every known object ask the loader at once (see

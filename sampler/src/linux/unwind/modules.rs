@@ -31,29 +31,31 @@ pub(crate) type NativeUnwinder = framehop::UnwinderNative<Vec<u8>, MayAllocateDu
 
 /// `.eh_frame` of one object can be large (a browser's is tens of MB);
 /// beyond this it is not copied and its code is walked with frame pointers.
-const MAX_EH_FRAME_BYTES: usize = 64 << 20;
+pub(crate) const MAX_EH_FRAME_BYTES: usize = 64 << 20;
 
 /// Objects already copied, by (load bias, `.eh_frame_hdr` address).
 type Known = HashMap<(u64, u64), (ModuleInfo, Module<Vec<u8>>)>;
 
-/// What one object contributes, as found by `dl_iterate_phdr`.
-struct Found {
-    key: (u64, u64),
-    name: String,
+/// What one object contributes, as found by `dl_iterate_phdr` (or, for
+/// another process, in its memory: see `remote_modules`).
+pub(crate) struct Found {
+    pub key: (u64, u64),
+    pub name: String,
     /// The executable segments' span, as mapped.
-    code: Range<u64>,
+    pub code: Range<u64>,
     /// Load bias (`dlpi_addr`): mapped address minus the file's address.
-    bias: u64,
+    pub bias: u64,
     /// `.eh_frame_hdr` and `.eh_frame`, file addresses and copies; `None`
     /// when the object was already known (no copy was made).
-    sections: Option<Sections>,
+    pub sections: Option<Sections>,
 }
 
-struct Sections {
-    hdr_svma: Range<u64>,
-    hdr: Vec<u8>,
-    eh_frame_svma: Range<u64>,
-    eh_frame: Vec<u8>,
+/// Copies of one object's unwind sections and their file addresses.
+pub(crate) struct Sections {
+    pub hdr_svma: Range<u64>,
+    pub hdr: Vec<u8>,
+    pub eh_frame_svma: Range<u64>,
+    pub eh_frame: Vec<u8>,
 }
 
 /// A loaded object in the list: its name and code range, for reports.
@@ -76,6 +78,9 @@ pub(crate) struct ModuleList {
     ranges: Vec<Range<u64>>,
     /// Times the list was rebuilt, for tests and stats.
     rebuilds: u64,
+    /// Another process's objects, given once: [`ModuleList::refresh`]
+    /// never asks this process's loader.
+    fixed: bool,
 }
 
 impl ModuleList {
@@ -88,7 +93,17 @@ impl ModuleList {
             unwinder: NativeUnwinder::new(),
             ranges: Vec::new(),
             rebuilds: 0,
+            fixed: false,
         }
+    }
+
+    /// A list of objects found elsewhere (another process's), kept as
+    /// given: [`ModuleList::refresh`] leaves it alone.
+    pub fn fixed(found: Vec<Found>) -> Self {
+        let mut list = ModuleList::new();
+        list.install(found);
+        list.fixed = true;
+        list
     }
 
     /// The unwinder over the current list.
@@ -118,6 +133,9 @@ impl ModuleList {
     /// call. Returns whether it did. Sampler thread only (takes the
     /// loader's lock; never call it from a signal handler).
     pub fn refresh(&mut self) -> bool {
+        if self.fixed {
+            return false;
+        }
         let (adds, subs) = loader_counters();
         if (adds, subs) == (self.adds, self.subs) && adds != u64::MAX {
             return false;
@@ -135,6 +153,15 @@ impl ModuleList {
             libc::dl_iterate_phdr(Some(collect_object), &mut cx as *mut IterateCx as *mut _);
         }
         let counters = cx.counters.unwrap_or((adds, subs));
+        self.install(found);
+        (self.adds, self.subs) = counters;
+        self.rebuilds += 1;
+        true
+    }
+
+    /// Makes `found` the list: new objects get a framehop module from
+    /// their copied sections, known ones (no sections) keep theirs.
+    fn install(&mut self, found: Vec<Found>) {
         let mut next = HashMap::with_capacity(found.len());
         for f in found {
             let entry = match f.sections {
@@ -174,9 +201,6 @@ impl ModuleList {
         self.ranges.sort_unstable_by_key(|r| r.start);
         self.known = next;
         self.unwinder = unwinder;
-        (self.adds, self.subs) = counters;
-        self.rebuilds += 1;
-        true
     }
 }
 
@@ -336,7 +360,7 @@ unsafe fn describe(info: &libc::dl_phdr_info, known: &Known) -> Option<Found> {
 
 /// Decodes `.eh_frame_hdr`'s `eh_frame_ptr` (the address of `.eh_frame`),
 /// given the header's bytes and mapped address.
-fn eh_frame_address(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
+pub(crate) fn eh_frame_address(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
     const ABSPTR: u8 = 0x00;
     const UDATA4: u8 = 0x03;
     const UDATA8: u8 = 0x04;
@@ -365,7 +389,7 @@ fn eh_frame_address(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
 
 /// The length of the `.eh_frame` records at the start of `bytes`: up to
 /// and including the zero terminator, or up to the last whole record.
-fn eh_frame_len(bytes: &[u8]) -> usize {
+pub(crate) fn eh_frame_len(bytes: &[u8]) -> usize {
     let mut at = 0usize;
     loop {
         let Some(len) = bytes

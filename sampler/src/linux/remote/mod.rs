@@ -1,0 +1,374 @@
+//! One-shot captures of another process's threads (`btprof dump --pid`).
+//!
+//! Threads are listed from `/proc/PID/task` and captured one after the
+//! other, each as the in-process dump captures its own threads, with
+//! `ptrace` where that dump uses its signal:
+//!
+//! - **A running thread** (`R` in `/proc/PID/task/TID/stat`) is seized
+//!   and stopped with `PTRACE_INTERRUPT`; its registers are read
+//!   (`PTRACE_GETREGSET`), the live part of its stack (from the stack
+//!   pointer to the end of its mapping, at most [`COPY_BYTES`]) copied
+//!   with `process_vm_readv`, and the thread detached at once
+//!   ([`ptrace`]).
+//! - **A thread blocked in the kernel** is never stopped: a ptrace stop
+//!   ends some blocking calls with `EINTR` even though no signal handler
+//!   runs (measured: every `PTRACE_INTERRUPT` of a thread in `epoll_wait`
+//!   made it fail with `EINTR`, while `read`, `poll` and `nanosleep` were
+//!   restarted unseen). Its user stack pointer and pc come from
+//!   `/proc/PID/task/TID/syscall`, its stack is copied from there, its
+//!   frame pointer recovered from the copy as for the in-process dump
+//!   (`unwind/blocked.rs`), and it is checked to be still blocked at the
+//!   same place afterwards (else read again, up to four times).
+//!
+//! Unwinding (frame pointers, then CFI through the process's own
+//! `.eh_frame`, [`modules`]) runs on the copies after every thread is
+//! going again. The residual race is the in-process dump's: a thread seen
+//! running may enter a blocking call in the microseconds before the
+//! interrupt lands.
+
+mod modules;
+mod ptrace;
+
+use std::io;
+
+use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
+use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, WalkEnd};
+use crate::Error;
+
+use super::blocked_stack::{parse_syscall, Syscall};
+use super::stack_regions::parse_rw_regions;
+use super::unwind::modules::ModuleList;
+use super::unwind::stack_copy::CopiedStack;
+use super::unwind::CfiWalker;
+use super::MAX_DEPTH;
+
+use self::ptrace::StopError;
+
+/// Stack copied per thread, at most: 512 KiB. The whole walk runs on the
+/// copy (the thread runs on once it is taken), so it is larger than the
+/// in-process dump's; a copy stops at the end of the stack's mapping, so
+/// most are a few KiB.
+pub(crate) const COPY_BYTES: usize = 512 << 10;
+/// Tries at reading a blocked thread that keeps moving.
+const TRIES: usize = 4;
+/// For btprof's own tests only: milliseconds to keep each stopped thread
+/// stopped, so a test can kill btprof while a thread is held.
+pub(crate) const HOLD_STOPPED_ENV: &str = "BTPROF_TEST_HOLD_STOPPED_MS";
+
+/// The raw stack of every thread of process `pid`, each stopped (if it
+/// is running) only for its register read and stack copy; a thread
+/// blocked in the kernel is read without being stopped. Unwound after
+/// every thread runs again; symbols are the caller's business.
+///
+/// Fails with [`Error::NoSuchProcess`], [`Error::OwnProcess`] (a process
+/// cannot trace itself: [`crate::one_shot::capture_threads`] takes its
+/// dump), or [`Error::TraceRefused`] when the kernel does not let this
+/// process trace it.
+pub fn capture_process(pid: u32) -> Result<Vec<CapturedThread>, Error> {
+    // SAFETY: getpid has no preconditions.
+    if pid == unsafe { libc::getpid() } as u32 {
+        return Err(Error::OwnProcess(pid));
+    }
+    let id = i32::try_from(pid).map_err(|_| Error::NoSuchProcess(pid))?;
+    let refused = || Error::TraceRefused {
+        pid,
+        ptrace_scope: ptrace_scope(),
+    };
+    let maps =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
+            io::ErrorKind::PermissionDenied => refused(),
+            _ => Error::Io(e),
+        })?;
+    // The system call file asks for the same permission as `ptrace`.
+    if let Err(e) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) {
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => refused(),
+            Some(libc::ENOENT) | Some(libc::ESRCH) => Error::NoSuchProcess(pid),
+            _ => Error::Io(e),
+        });
+    }
+    let tids = list_tasks(pid).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
+        _ => Error::Io(e),
+    })?;
+    let mut session = Session {
+        pid: id,
+        cfi: CfiWalker::with_modules(ModuleList::fixed(modules::objects(id, &maps))),
+        regions: Vec::new(),
+        copy: vec![0; COPY_BYTES / 8],
+        fp_frames: vec![0; MAX_DEPTH],
+    };
+    parse_rw_regions(&maps, &mut session.regions);
+    let mut out = Vec::with_capacity(tids.len());
+    for tid in tids {
+        match session.capture(tid) {
+            Ok(thread) => out.push(thread),
+            Err(Refusal) => return Err(refused()),
+        }
+    }
+    Ok(out)
+}
+
+/// `kernel.yama.ptrace_scope`, where Yama is present.
+fn ptrace_scope() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The thread ids of process `pid`, in `/proc`'s order.
+fn list_tasks(pid: u32) -> io::Result<Vec<i32>> {
+    let mut tids = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        if let Some(tid) = entry?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            tids.push(tid);
+        }
+    }
+    Ok(tids)
+}
+
+/// Copies up to `out.len()` bytes at `addr` of process `pid`; returns how
+/// many were copied (a prefix up to the first unreadable page).
+pub(super) fn read_memory(pid: i32, addr: u64, out: &mut [u8]) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: out.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: out.len(),
+    };
+    // SAFETY: one local iovec valid for writes of `out.len()` bytes; the
+    // remote one is only read by the kernel, which checks it.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    n.max(0) as usize
+}
+
+/// The kernel refused to let us trace a thread: the whole capture fails.
+struct Refusal;
+
+/// What one capture keeps from thread to thread.
+struct Session {
+    pid: i32,
+    cfi: CfiWalker,
+    /// The process's `rw` mappings, sorted: a stack ends where its
+    /// mapping does.
+    regions: Vec<(u64, u64)>,
+    copy: Vec<u64>,
+    fp_frames: Vec<u64>,
+}
+
+/// A copy of a thread's stack as a frame-pointer walk reads it.
+struct Copied<'a>(&'a CopiedStack<'a>);
+
+impl StackMemory for Copied<'_> {
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
+        Some([self.0.read(addr)?, self.0.read(addr.checked_add(8)?)?])
+    }
+}
+
+impl Session {
+    fn capture(&mut self, tid: i32) -> Result<CapturedThread, Refusal> {
+        let name = self.read_task(tid, "comm").unwrap_or_default();
+        let name = name.trim_end_matches('\n').to_owned();
+        let gone = |name: String, syscall| {
+            CapturedThread::not_taken(tid as u64, name, RunState::Gone, syscall, NotTaken::Gone)
+        };
+        let mut last = None;
+        for _ in 0..TRIES {
+            let Some(code) = self.state_code(tid) else {
+                return Ok(gone(name, None));
+            };
+            let state = match code {
+                b'R' => return self.stopped(tid, name),
+                b'T' | b't' => RunState::Stopped,
+                b'Z' | b'X' | b'x' => return Ok(gone(name, None)),
+                _ => RunState::Blocked,
+            };
+            let text = self.read_task(tid, "syscall");
+            match text.as_deref().and_then(parse_syscall) {
+                None => return Ok(gone(name, None)),
+                Some(Syscall::Running) => continue,
+                Some(Syscall::At { nr, sp, pc }) => {
+                    let syscall = (nr >= 0).then_some(nr);
+                    last = Some((state, syscall));
+                    match self.read_blocked(tid, nr, sp, pc) {
+                        Outside::Read(frames, end) => {
+                            return Ok(CapturedThread {
+                                tid: tid as u64,
+                                name,
+                                state,
+                                syscall,
+                                frames,
+                                lr: 0,
+                                end,
+                                taken: Taken::FromOutside,
+                                held_ns: None,
+                            })
+                        }
+                        Outside::Gone => return Ok(gone(name, syscall)),
+                        Outside::Moved => continue,
+                    }
+                }
+            }
+        }
+        let (state, syscall) = last.unwrap_or((RunState::Blocked, None));
+        Ok(CapturedThread::not_taken(
+            tid as u64,
+            name,
+            state,
+            syscall,
+            NotTaken::Moved,
+        ))
+    }
+
+    /// A running thread: stopped for its registers and stack copy.
+    fn stopped(&mut self, tid: i32, name: String) -> Result<CapturedThread, Refusal> {
+        let not_taken =
+            |state, why| CapturedThread::not_taken(tid as u64, name.clone(), state, None, why);
+        let stopped = match ptrace::stop(tid) {
+            Ok(stopped) => stopped,
+            // Traced by a debugger already: only this thread is unreadable.
+            Err(StopError::Refused) if self.traced() => {
+                return Ok(not_taken(RunState::Running, NotTaken::Unreadable))
+            }
+            Err(StopError::Refused) => return Err(Refusal),
+            Err(StopError::Gone) => return Ok(not_taken(RunState::Gone, NotTaken::Gone)),
+            Err(StopError::NoStop) => return Ok(not_taken(RunState::Running, NotTaken::NoReply)),
+            Err(StopError::Other) => return Ok(not_taken(RunState::Running, NotTaken::Unreadable)),
+        };
+        let Ok(regs) = stopped.registers() else {
+            drop(stopped);
+            return Ok(not_taken(RunState::Running, NotTaken::Unreadable));
+        };
+        let (base, len) = self.copy_stack(regs.sp);
+        if let Some(ms) = std::env::var(HOLD_STOPPED_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        let since = stopped.since;
+        let _ = stopped.detach();
+        let held_ns = since.elapsed().as_nanos() as u64;
+        let (frames, end) = self.unwind(regs, base, len);
+        Ok(CapturedThread {
+            tid: tid as u64,
+            name,
+            state: RunState::Running,
+            syscall: None,
+            frames,
+            lr: Arch::host().strip_code_address(regs.lr),
+            end,
+            taken: Taken::Interrupted,
+            held_ns: Some(held_ns),
+        })
+    }
+
+    /// A thread blocked at `sp` and `pc` in system call `nr`, read
+    /// without stopping it.
+    fn read_blocked(&mut self, tid: i32, nr: i64, sp: u64, pc: u64) -> Outside {
+        let (base, len) = self.copy_stack(sp);
+        let mut regs = Registers {
+            pc,
+            fp: 0,
+            sp,
+            lr: 0,
+        };
+        let guess = CopiedStack::from_parts(regs, base, &self.copy[..len]);
+        regs.fp = self.cfi.frame_pointer_at_syscall(&guess).unwrap_or(0);
+        // Still blocked where it was read: the copy is of that stack.
+        let text = self.read_task(tid, "syscall");
+        match text.as_deref().and_then(parse_syscall) {
+            Some(Syscall::At {
+                nr: nr2,
+                sp: sp2,
+                pc: pc2,
+            }) if (nr2, sp2, pc2) == (nr, sp, pc) => {}
+            None => return Outside::Gone,
+            _ => return Outside::Moved,
+        }
+        let (frames, end) = self.unwind(regs, base, len);
+        Outside::Read(frames, end)
+    }
+
+    /// Copies the stack from `sp` to the end of its mapping (at most
+    /// [`COPY_BYTES`]) into `self.copy`; returns its base and length in
+    /// words.
+    fn copy_stack(&mut self, sp: u64) -> (u64, usize) {
+        let base = sp & !7;
+        let high = region_end(&self.regions, sp).unwrap_or(base + COPY_BYTES as u64);
+        let words = ((high.saturating_sub(base)) / 8).min(self.copy.len() as u64) as usize;
+        let buf = &mut self.copy[..words];
+        // SAFETY: a `u64` slice viewed as its bytes: same memory, any bit
+        // pattern is a valid `u8` and a valid `u64`.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) };
+        let got = read_memory(self.pid, base, bytes);
+        (base, got / 8)
+    }
+
+    /// Walks `self.copy[..len]` (copied from `base`), taken at `regs`:
+    /// frame pointers first, then CFI joined with them.
+    fn unwind(&mut self, regs: Registers, base: u64, len: usize) -> (Vec<u64>, WalkEnd) {
+        let copy = CopiedStack::from_parts(regs, base, &self.copy[..len]);
+        let bounds = StackBounds {
+            low: regs.sp,
+            high: copy.end(),
+        };
+        let walk = walker::walk(
+            Arch::host(),
+            &regs,
+            (len > 0).then_some(bounds),
+            &mut Copied(&copy),
+            &mut self.fp_frames,
+        );
+        let done = self
+            .cfi
+            .complete(&copy, &self.fp_frames[..walk.depth], walk.end, MAX_DEPTH);
+        (done.frames.to_vec(), done.end)
+    }
+
+    /// Whether another tracer (a debugger) holds the process.
+    fn traced(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|s| {
+                let pid = s.lines().find_map(|l| l.strip_prefix("TracerPid:"))?;
+                pid.trim().parse::<u32>().ok()
+            })
+            .is_some_and(|tracer| tracer != 0)
+    }
+
+    fn read_task(&self, tid: i32, file: &str) -> Option<String> {
+        std::fs::read_to_string(format!("/proc/{}/task/{tid}/{file}", self.pid)).ok()
+    }
+
+    /// The state letter of `/proc/PID/task/TID/stat`, `None` if gone.
+    fn state_code(&self, tid: i32) -> Option<u8> {
+        let stat = std::fs::read(format!("/proc/{}/task/{tid}/stat", self.pid)).ok()?;
+        // `pid (comm) S ...`: comm may hold spaces and parentheses.
+        let after = stat.iter().rposition(|&b| b == b')')?;
+        stat.get(after + 2).copied()
+    }
+}
+
+/// What reading a blocked thread from outside came to.
+enum Outside {
+    Read(Vec<u64>, WalkEnd),
+    Moved,
+    Gone,
+}
+
+/// The end of the `rw` mapping holding `addr`.
+fn region_end(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
+    let i = regions.partition_point(|&(start, _)| start <= addr);
+    let (start, end) = *regions.get(i.checked_sub(1)?)?;
+    (start..end).contains(&addr).then_some(end)
+}
