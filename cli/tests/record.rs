@@ -176,13 +176,17 @@ fn total(lines: &[(Vec<String>, u64)]) -> u64 {
 /// and with `shares`, each function's share within 1.5 points.
 ///
 /// Every thread of a preloaded program is born after the profiler
-/// started. On this machine the default clock (perf events) gave such
-/// threads 88-90% of `--hz`, on an idle machine and beside hogs alike,
-/// with shares within half a point; the sampler-thread clock gave 99.8%
-/// idle but, beside four hogs, 95% and shares 2.3 points off (it catches
-/// threads where the scheduler resumes them). Those are the sampler's
-/// properties, reported in the status line, which is what is held to
-/// the truth here; shares are held on the default clock.
+/// started. On the default clock (perf events) the rate is also held to
+/// `--hz`, within 5%: that clock samples user code only, and the program
+/// spends under one percent of its CPU time in the kernel on its own, but
+/// each sample's interrupt and stack copy, and the event's switching at
+/// every context switch, are charged to the thread's clock too: 97.3-98.6%
+/// of `--hz` at 1000 Hz here alone, 96.7% beside the other tests of this
+/// file and two hogs. The sampler-thread
+/// clock gave 99.8% idle but, beside four hogs, 95% and shares 2.3 points
+/// off (it catches threads where the scheduler resumes them): there the
+/// rate btprof reports is what is held to the truth, and shares are
+/// not.
 fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
     let mut args = vec!["--hz", "1000"];
     args.extend_from_slice(clock);
@@ -209,6 +213,10 @@ fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
         assert!(
             (share - true_share).abs() <= 1.5,
             "alpha's share {share:.2}% vs measured {true_share:.2}%"
+        );
+        assert!(
+            (rate - 1000.0).abs() <= 50.0,
+            "{rate:.1} samples per CPU-second for --hz 1000"
         );
     }
     assert!(
