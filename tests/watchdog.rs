@@ -44,6 +44,15 @@ fn watchdog(seen: &Seen, dir: Option<&std::path::Path>) -> Watchdog {
     b.start().unwrap()
 }
 
+/// Beats every millisecond for `how_long`.
+fn beat_for(heartbeat: &btprof::Heartbeat, how_long: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < how_long {
+        heartbeat.beat();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[inline(never)]
 fn stall_here(how_long: Duration) {
     let t = Instant::now();
@@ -122,11 +131,7 @@ fn steady_beats_give_no_stall() {
     let seen: Seen = Arc::default();
     let wd = watchdog(&seen, None);
     let hb = wd.watch_current_thread("steady").unwrap();
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        hb.beat();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    beat_for(&hb, Duration::from_secs(5));
     drop(hb);
     wd.stop();
     assert!(
@@ -179,11 +184,7 @@ fn pause_child() -> bool {
     if how == "stall" {
         stall_here(Duration::from_secs(2));
     }
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(4) {
-        hb.beat();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    beat_for(&hb, Duration::from_secs(4));
     drop(hb);
     wd.stop();
     for (_, _, backtraces, _, finished) in seen.lock().unwrap().iter() {
@@ -195,8 +196,12 @@ fn pause_child() -> bool {
 
 /// Runs test `test` of this binary again as a pause child of kind `how`,
 /// beside two CPU hogs, stops it with SIGSTOP for a second `after` its
-/// thread is watched, continues it, and returns what it printed.
-fn pause_a_child(test: &str, how: &str, after: Duration) -> String {
+/// thread is watched, continues it, and returns what it printed. In the
+/// child itself, runs the child's part and returns `None`.
+fn pause_a_child(test: &str, how: &str, after: Duration) -> Option<String> {
+    if pause_child() {
+        return None;
+    }
     let _serial = serial();
     let _hogs = Hogs::start(2);
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
@@ -226,21 +231,17 @@ fn pause_a_child(test: &str, how: &str, after: Duration) -> String {
     assert_eq!(rc, 0);
     std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
     assert!(child.wait().unwrap().success(), "{text}");
-    text
+    Some(text)
 }
 
 /// Stopping and continuing the whole process holds every thread alike,
 /// the beating one included, so it must not be reported.
 #[test]
 fn whole_process_pause_gives_no_stall() {
-    if pause_child() {
+    let test = "whole_process_pause_gives_no_stall";
+    let Some(text) = pause_a_child(test, "beat", Duration::from_millis(500)) else {
         return;
-    }
-    let text = pause_a_child(
-        "whole_process_pause_gives_no_stall",
-        "beat",
-        Duration::from_millis(500),
-    );
+    };
     assert!(text.contains("WATCHDOG-STALLS 0"), "{text}");
 }
 
@@ -250,14 +251,10 @@ fn whole_process_pause_gives_no_stall() {
 /// stalls anew and that one finishes.)
 #[test]
 fn a_stall_cut_by_a_pause_is_delivered_unfinished() {
-    if pause_child() {
+    let test = "a_stall_cut_by_a_pause_is_delivered_unfinished";
+    let Some(text) = pause_a_child(test, "stall", Duration::from_millis(700)) else {
         return;
-    }
-    let text = pause_a_child(
-        "a_stall_cut_by_a_pause_is_delivered_unfinished",
-        "stall",
-        Duration::from_millis(700),
-    );
+    };
     let first = text
         .lines()
         .find(|l| l.starts_with("WATCHDOG-STALL "))

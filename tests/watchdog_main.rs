@@ -39,9 +39,8 @@ fn main() {
     btprof::backtrace(&btprof::Thread::current()).unwrap();
     let seen: Seen = Arc::default();
     let s = Arc::clone(&seen);
+    // The defaults: a 250 ms threshold, a backtrace every 10 ms.
     let watchdog = Watchdog::builder()
-        .threshold(Duration::from_millis(250))
-        .sample_every(Duration::from_millis(10))
         .on_stall(move |stall: &Stall| {
             let hits = stall
                 .stacks()

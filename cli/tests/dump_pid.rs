@@ -36,6 +36,14 @@ fn has(tool: &str, arg: &str) -> bool {
 
 /// Builds `programs/dump_target.c` into `dir`; `None` (said on stdout)
 /// without a C compiler.
+/// The target built in a scratch directory of its own for test `name`;
+/// `None` (said on stdout) without a C compiler.
+fn built_target(name: &str) -> Option<(TempDir, PathBuf)> {
+    let dir = TempDir::new("btprof-dump-pid", name);
+    let exe = build_target(&dir)?;
+    Some((dir, exe))
+}
+
 fn build_target(dir: &TempDir) -> Option<PathBuf> {
     if !has("cc", "--version") {
         println!("NOT CHECKED: no C compiler (cc) on this machine");
@@ -211,8 +219,7 @@ fn undisturbed_result(exe: &Path) -> String {
 #[test]
 fn a_hundred_dumps_list_every_thread_and_cause_no_eintr() {
     let _hogs = Hogs::start(2);
-    let dir = TempDir::new("btprof-dump-pid", "hundred");
-    let Some(exe) = build_target(&dir) else {
+    let Some((_dir, exe)) = built_target("hundred") else {
         return;
     };
     let reference = undisturbed_result(&exe);
@@ -294,8 +301,7 @@ fn a_hundred_dumps_list_every_thread_and_cause_no_eintr() {
 #[test]
 fn killing_btprof_mid_dump_leaves_the_target_running() {
     let _hogs = Hogs::start(2);
-    let dir = TempDir::new("btprof-dump-pid", "kill");
-    let Some(exe) = build_target(&dir) else {
+    let Some((_dir, exe)) = built_target("kill") else {
         return;
     };
     let target = Target::start(&exe);

@@ -95,6 +95,29 @@ pub struct CapturedThread {
 }
 
 impl CapturedThread {
+    /// A thread blocked (or stopped) in the kernel, its stack read from
+    /// outside without interrupting it.
+    pub(crate) fn from_outside(
+        tid: u64,
+        name: String,
+        state: RunState,
+        syscall: Option<i64>,
+        frames: Vec<u64>,
+        end: WalkEnd,
+    ) -> Self {
+        CapturedThread {
+            tid,
+            name,
+            state,
+            syscall,
+            frames,
+            lr: 0,
+            end,
+            taken: Taken::FromOutside,
+            held_ns: None,
+        }
+    }
+
     /// A thread whose stack was not read.
     pub(crate) fn not_taken(
         tid: u64,
@@ -104,15 +127,8 @@ impl CapturedThread {
         why: NotTaken,
     ) -> Self {
         CapturedThread {
-            tid,
-            name,
-            state,
-            syscall,
-            frames: Vec::new(),
-            lr: 0,
-            end: WalkEnd::Unreadable,
             taken: Taken::NotTaken(why),
-            held_ns: None,
+            ..Self::from_outside(tid, name, state, syscall, Vec::new(), WalkEnd::Unreadable)
         }
     }
 }

@@ -158,7 +158,6 @@ impl Resolver {
     pub fn from_object_files(
         files: impl IntoIterator<Item = (PathBuf, u64)>,
     ) -> io::Result<Resolver> {
-        use object::{Object, ObjectSegment};
         let modules = files
             .into_iter()
             .map(|(path, bias)| {
@@ -170,14 +169,7 @@ impl Resolver {
                         format!("{}: not an object file: {e}", path.display()),
                     )
                 })?;
-                let ranges = file
-                    .segments()
-                    .filter(|s| s.size() != 0)
-                    .map(|s| {
-                        let start = s.address().wrapping_add(bias);
-                        start..start.saturating_add(s.size())
-                    })
-                    .collect();
+                let ranges = crate::module::segment_ranges(&file, bias);
                 let name: Arc<str> = path
                     .file_name()
                     .map_or_else(|| Arc::from("[file]"), |n| Arc::from(&*n.to_string_lossy()));

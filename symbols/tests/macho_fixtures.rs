@@ -626,18 +626,31 @@ fn slide_is_derived_from_the_header() {
     }
 }
 
-/// Copies from a dyld-like mapping, failing from call `vanish_at` on, as an image that a
-/// `dlclose` unmaps mid-read. Returns the image, or the error, and the calls made.
-fn parse_copied(mapped: &Mapped, vanish_at: usize) -> (Result<MachImage, MachOError>, usize) {
-    let mut calls = 0;
-    let copy = |addr, out: &mut [u8]| {
-        calls += 1;
+/// A copy function over a dyld-like mapping that fails from call `vanish_at` on, as memory
+/// that a `dlclose` unmaps mid-read; it counts its calls in `calls`.
+fn vanishing<'a>(
+    mapped: &'a Mapped,
+    vanish_at: usize,
+    calls: &'a mut usize,
+) -> impl FnMut(u64, &mut [u8]) -> bool + 'a {
+    move |addr, out: &mut [u8]| {
+        *calls += 1;
         let len = out.len();
-        (calls < vanish_at)
+        (*calls < vanish_at)
             .then(|| out.copy_from_slice(mapped.at(addr, len)))
             .is_some()
-    };
-    (MachImage::parse_copied(copy, mapped.load_address), calls)
+    }
+}
+
+/// Parses an image from a dyld-like mapping by copies, failing from call `vanish_at` on.
+/// Returns the image, or the error, and the calls made.
+fn parse_copied(mapped: &Mapped, vanish_at: usize) -> (Result<MachImage, MachOError>, usize) {
+    let mut calls = 0;
+    let image = MachImage::parse_copied(
+        vanishing(mapped, vanish_at, &mut calls),
+        mapped.load_address,
+    );
+    (image, calls)
 }
 
 /// The symbol table of `image` read from a dyld-like mapping by copies only, failing from
@@ -649,14 +662,20 @@ fn symbol_table_copied(
     vanish_at: usize,
 ) -> (Result<SymbolTable, MachOError>, usize) {
     let mut calls = 0;
-    let copy = |addr, out: &mut [u8]| {
-        calls += 1;
-        let len = out.len();
-        (calls < vanish_at)
-            .then(|| out.copy_from_slice(mapped.at(addr, len)))
-            .is_some()
-    };
-    (image.symbol_table_copied(copy), calls)
+    let table = image.symbol_table_copied(vanishing(mapped, vanish_at, &mut calls));
+    (table, calls)
+}
+
+/// Fixture `name`'s symbol table read by copies with nothing vanishing,
+/// checked equal to the table read in place; with the number of copies.
+fn copied_as_in_place(name: &str, mapped: &Mapped, image: &MachImage) -> (SymbolTable, usize) {
+    let in_place = image
+        .symbol_table(&mapped.memory())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (table, calls) = symbol_table_copied(mapped, image, usize::MAX);
+    let table = table.unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(format!("{table:?}"), format!("{in_place:?}"), "{name}");
+    (table, calls)
 }
 
 #[test]
@@ -686,18 +705,13 @@ fn a_symbol_table_read_by_copies_that_disappears_mid_read_is_an_error_not_a_cras
         let starts: Vec<u64> = functions.iter().map(|f| f.start).collect();
         mapped.add_function_starts(&file, SLIDE, &starts);
         let image = mapped.image(SLIDE);
-        let in_place = image
-            .symbol_table(&mapped.memory())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
 
         // Nothing vanishes: the same table as read in place, from three copies.
-        let (table, calls) = symbol_table_copied(&mapped, &image, usize::MAX);
-        let table = table.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (table, calls) = copied_as_in_place(name, &mapped, &image);
         assert_eq!(
             calls, 3,
             "{name}: the symbol table, the string table, the function starts"
         );
-        assert_eq!(format!("{table:?}"), format!("{in_place:?}"), "{name}");
         assert_eq!(table.len(), FUNCTIONS.len(), "{name}");
 
         // Unmapped before the symbol table is copied, or between it and the strings: an
@@ -721,12 +735,7 @@ fn a_symbol_table_read_by_copies_that_disappears_mid_read_is_an_error_not_a_cras
     for name in STRIPPED {
         let mapped = map_like_dyld(&fixture(name), SLIDE, 0);
         let image = mapped.image(SLIDE);
-        let in_place = image
-            .symbol_table(&mapped.memory())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let (table, calls) = symbol_table_copied(&mapped, &image, usize::MAX);
-        let table = table.unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(format!("{table:?}"), format!("{in_place:?}"), "{name}");
+        let (_, calls) = copied_as_in_place(name, &mapped, &image);
         for vanish_at in 1..=calls {
             let (result, _) = symbol_table_copied(&mapped, &image, vanish_at);
             let gone = matches!(result, Err(MachOError::Unreadable { .. }));

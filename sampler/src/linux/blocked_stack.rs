@@ -14,7 +14,7 @@
 //! profiles read a thread this way each time it is found blocked after
 //! running, so its off-CPU samples show where it waits.
 
-use crate::walker::{self, Arch, Registers, StackBounds};
+use crate::walker::{self, Arch, StackBounds};
 
 use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
 use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
@@ -87,14 +87,7 @@ impl BlockedStackReader {
         let base = sp & !7;
         let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
         let len = checked_memory::copy_words(base, &mut self.copy[..room]);
-        let mut regs = Registers {
-            pc,
-            fp: 0,
-            sp,
-            lr: 0,
-        };
-        let guess = CopiedStack::from_parts(regs, base, &self.copy[..len]);
-        regs.fp = cfi.frame_pointer_at_syscall(&guess).unwrap_or(0);
+        let regs = cfi.registers_at_syscall(pc, sp, base, &self.copy[..len]);
         let mut memory = CopyThenChecked::new(
             base,
             &self.copy[..len],

@@ -655,17 +655,14 @@ impl Session {
                 ))
             }
         };
-        Some(CapturedThread {
-            tid: tid as u64,
-            name: name.to_owned(),
+        Some(CapturedThread::from_outside(
+            tid as u64,
+            name.to_owned(),
             state,
             syscall,
             frames,
-            lr: 0,
             end,
-            taken: Taken::FromOutside,
-            held_ns: None,
-        })
+        ))
     }
 }
 

@@ -200,17 +200,9 @@ impl Session {
                     last = Some((state, syscall));
                     match self.read_blocked(tid, nr, sp, pc) {
                         Outside::Read(frames, end) => {
-                            return Ok(CapturedThread {
-                                tid: tid as u64,
-                                name,
-                                state,
-                                syscall,
-                                frames,
-                                lr: 0,
-                                end,
-                                taken: Taken::FromOutside,
-                                held_ns: None,
-                            })
+                            return Ok(CapturedThread::from_outside(
+                                tid as u64, name, state, syscall, frames, end,
+                            ))
                         }
                         Outside::Gone => return Ok(gone(name, syscall)),
                         Outside::Moved => continue,
@@ -275,14 +267,9 @@ impl Session {
     /// without stopping it.
     fn read_blocked(&mut self, tid: i32, nr: i64, sp: u64, pc: u64) -> Outside {
         let (base, len) = self.copy_stack(sp);
-        let mut regs = Registers {
-            pc,
-            fp: 0,
-            sp,
-            lr: 0,
-        };
-        let guess = CopiedStack::from_parts(regs, base, &self.copy[..len]);
-        regs.fp = self.cfi.frame_pointer_at_syscall(&guess).unwrap_or(0);
+        let regs = self
+            .cfi
+            .registers_at_syscall(pc, sp, base, &self.copy[..len]);
         // Still blocked where it was read: the copy is of that stack.
         let text = self.read_task(tid, "syscall");
         match text.as_deref().and_then(parse_syscall) {

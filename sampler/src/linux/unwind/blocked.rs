@@ -31,6 +31,28 @@ const CHAIN_CHECK: usize = 2;
 const UNKNOWN_FP: u64 = 0x10;
 
 impl CfiWalker {
+    /// The registers of a thread blocked in a system call at `sp` and
+    /// `pc`, whose stack from `base` up is copied in `words`: the frame
+    /// pointer recovered from the copy ([`Self::frame_pointer_at_syscall`]),
+    /// 0 where it cannot be.
+    pub(crate) fn registers_at_syscall(
+        &mut self,
+        pc: u64,
+        sp: u64,
+        base: u64,
+        words: &[u64],
+    ) -> crate::walker::Registers {
+        let mut regs = crate::walker::Registers {
+            pc,
+            fp: 0,
+            sp,
+            lr: 0,
+        };
+        let guess = CopiedStack::from_parts(regs, base, words);
+        regs.fp = self.frame_pointer_at_syscall(&guess).unwrap_or(0);
+        regs
+    }
+
     /// The frame pointer of the thread whose stack `copy` holds, taken at
     /// a system call (`copy.regs.fp` is ignored), or `None` where the copy
     /// holds no frame record CFI unwinding needs.
