@@ -438,13 +438,14 @@ fn run(shared: &Shared, config: &Config) {
     let mut floor = now_ms();
     let mut last_trace_check = 0u64;
     let mut being_traced = false;
-    // The end of the last wait, and the time spent since in backtraces
-    // and deliveries (slow on a busy machine, and the user's callback may
-    // take long): a pause of the whole process is looked for over
-    // everything else since, so one that began in this thread's own
-    // bookkeeping after a wait is caught too. One that begins inside a
-    // backtrace or a delivery is not told from slow work, and lengthens
-    // the stall being sampled instead.
+    // The end of the last wait, and the time spent since in deliveries
+    // (the user's callback may take long) and backtraces (slow on a busy
+    // machine, but each counted only up to a threshold: a backtrace that
+    // takes longer had the process held under it, since the thread it
+    // waits for runs within microseconds of getting a CPU). A pause of the
+    // whole process is looked for over everything else since the wait, so
+    // one that began in this thread's own work after a wait is caught too.
+    // One that begins inside a delivery is not told from a slow callback.
     let mut last_woke = floor;
     let mut working = 0u64;
     let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -541,7 +542,7 @@ fn run(shared: &Shared, config: &Config) {
             if let Some(o) = ongoing.get_mut(&k) {
                 let started = now_ms();
                 let taken = backtrace(&e.thread);
-                working += now_ms().saturating_sub(started);
+                working += now_ms().saturating_sub(started).min(config.threshold);
                 if let Ok(bt) = taken {
                     *o.stacks.entry(fold(&bt)).or_insert(0) += 1;
                     o.backtraces += 1;
