@@ -73,6 +73,23 @@ pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
 /// # Safety
 /// `out` must be valid for writes of `bytes` bytes.
 unsafe fn read_self(addr: u64, out: *mut u64, bytes: usize) -> usize {
+    // SAFETY: getpid has no preconditions; the caller's promise for `out`.
+    unsafe { read_process(libc::getpid(), addr, out.cast(), bytes) }
+}
+
+/// Copies up to `bytes` bytes at `addr` of process `pid` into `out`, with
+/// `process_vm_readv`: [`read_self`] for this process, and another
+/// process's stacks and unwind tables for `btprof dump --pid`. Returns how
+/// many bytes were copied, as [`read_self`] does. Async-signal-safe.
+///
+/// # Safety
+/// `out` must be valid for writes of `bytes` bytes.
+pub(crate) unsafe fn read_process(
+    pid: libc::pid_t,
+    addr: u64,
+    out: *mut u8,
+    bytes: usize,
+) -> usize {
     let local = libc::iovec {
         iov_base: out.cast(),
         iov_len: bytes,
@@ -83,12 +100,12 @@ unsafe fn read_self(addr: u64, out: *mut u64, bytes: usize) -> usize {
     };
     // SAFETY: one local iovec valid for `bytes` bytes (the caller's
     // promise); the remote one is only read by the kernel, which checks
-    // it. The raw syscall, with the pid from `getpid`, keeps this
-    // async-signal-safe (no libc wrapper state).
+    // it. The raw syscall keeps this async-signal-safe (no libc wrapper
+    // state).
     let n = unsafe {
         libc::syscall(
             libc::SYS_process_vm_readv,
-            libc::getpid(),
+            pid,
             &local as *const libc::iovec,
             1usize,
             &remote as *const libc::iovec,

@@ -674,8 +674,5 @@ fn thread_exists(tid: i32) -> bool {
 
 /// The state letter of `/proc/self/task/TID/stat`, `None` if gone.
 fn state_code(tid: i32) -> Option<u8> {
-    let stat = std::fs::read(format!("/proc/self/task/{tid}/stat")).ok()?;
-    // `pid (comm) S ...`: comm may hold spaces and parentheses.
-    let after = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(after + 2).copied()
+    threads::state_code("self", tid)
 }

@@ -126,6 +126,15 @@ pub(crate) fn own_cpu_ns() -> u64 {
 /// 15 bytes of it (`TASK_COMM_LEN` less its NUL).
 pub(crate) const NAME_CUT_LEN: usize = 15;
 
+/// The state letter of `/proc/PROC/task/TID/stat` (`PROC` a pid, or
+/// `self`), `None` if the thread is gone.
+pub(crate) fn state_code(proc: &str, tid: i32) -> Option<u8> {
+    let stat = std::fs::read(format!("/proc/{proc}/task/{tid}/stat")).ok()?;
+    // `pid (comm) S ...`: comm may hold spaces and parentheses.
+    let after = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(after + 2).copied()
+}
+
 /// The thread's name (`comm`), or `None` if it exited.
 pub(crate) fn thread_name(tid: i32) -> Option<String> {
     let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;

@@ -133,21 +133,8 @@ fn list_tasks(pid: u32) -> io::Result<Vec<i32>> {
 /// Copies up to `out.len()` bytes at `addr` of process `pid`; returns how
 /// many were copied (a prefix up to the first unreadable page).
 pub(super) fn read_memory(pid: i32, addr: u64, out: &mut [u8]) -> usize {
-    if out.is_empty() {
-        return 0;
-    }
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: out.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: out.len(),
-    };
-    // SAFETY: one local iovec valid for writes of `out.len()` bytes; the
-    // remote one is only read by the kernel, which checks it.
-    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    n.max(0) as usize
+    // SAFETY: `out` is valid for writes of its own length.
+    unsafe { super::checked_memory::read_process(pid, addr, out.as_mut_ptr(), out.len()) }
 }
 
 /// The kernel refused to let us trace a thread: the whole capture fails.
@@ -339,10 +326,7 @@ impl Session {
 
     /// The state letter of `/proc/PID/task/TID/stat`, `None` if gone.
     fn state_code(&self, tid: i32) -> Option<u8> {
-        let stat = std::fs::read(format!("/proc/{}/task/{tid}/stat", self.pid)).ok()?;
-        // `pid (comm) S ...`: comm may hold spaces and parentheses.
-        let after = stat.iter().rposition(|&b| b == b')')?;
-        stat.get(after + 2).copied()
+        super::threads::state_code(&self.pid.to_string(), tid)
     }
 }
 
