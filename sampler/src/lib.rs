@@ -36,6 +36,7 @@ mod profile;
 mod sampler_thread;
 #[cfg(target_os = "linux")]
 mod split_mix;
+mod stats;
 mod thread_keys;
 #[cfg(target_os = "linux")]
 mod unseen_cpu;
@@ -45,11 +46,11 @@ mod window;
 pub use exclusions::{exclude_current_thread, Excluded};
 pub use own_threads::spawn_with_signals_blocked;
 pub use profile::{
-    clock_from_env, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats,
-    ThreadCpu, ThreadInfo, ALLOW_ROSETTA_ENV, CLOCK_ENV, DEFAULT_MAX_STACKS,
-    FORCE_SAMPLER_THREAD_ENV,
+    clock_from_env, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, ThreadInfo,
+    ALLOW_ROSETTA_ENV, CLOCK_ENV, DEFAULT_MAX_STACKS, FORCE_SAMPLER_THREAD_ENV,
 };
 pub use stack_table::Limit;
+pub use stats::{SamplerStats, ThreadCpu};
 
 /// The calling thread's id as samplers report it in [`ThreadInfo::tid`]:
 /// the kernel thread id on Linux.
