@@ -582,8 +582,9 @@ fn print_summary(profile: &Profile) {
         "truncated walks: {} of {}{} (stopped short of the thread's entry; the main thread's expected \
          end in the C start code is not counted), callers from CFI: {} of {} ({:.1}%), \
          failed samples: {}, skipped samples: {}, lost to a blocked signal: {}, late signals \
-         retried: {}, taken by the kernel for threads born while sampling: {}, counted at a \
-         thread's exit for its last moments: {}, sampler CPU: {:.1} ms",
+         retried: {}, taken by the kernel into ring buffers: {} ({} of threads born while \
+         sampling; {} lost to a full ring), counted at a thread's exit for its last moments: {}, \
+         sampler CPU: {:.1} ms",
         profile.truncated_samples(),
         s.samples,
         most_truncated_in(profile),
@@ -594,10 +595,19 @@ fn print_summary(profile: &Profile) {
         s.skipped_samples,
         s.signal_blocked_samples,
         s.late_samples,
+        s.ring_samples,
         s.born_samples,
+        s.lost_samples,
         s.exit_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );
+    if s.ring_threads + s.timer_threads > 0 {
+        println!(
+            "threads sampled by the kernel into ring buffers (no signal): {}, by a timer of \
+             their own that signals them: {}",
+            s.ring_threads, s.timer_threads
+        );
+    }
     if !s.process_cpu.is_zero() {
         println!(
             "process CPU: {:.1} ms, of which sampled threads {:.1} ms, the sampler {:.1} ms, \

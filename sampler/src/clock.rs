@@ -117,11 +117,32 @@ impl TickSchedule {
     pub fn period(&self) -> u64 {
         self.period
     }
+
+    /// Changes the period from `now_ns` on: the next deadline is one new
+    /// period after it, and nothing counts as missed.
+    ///
+    /// # Panics
+    /// If `period_ns` is zero.
+    pub fn set_period(&mut self, now_ns: u64, period_ns: u64) {
+        assert!(period_ns > 0, "tick period must be positive");
+        self.period = period_ns;
+        self.next = now_ns + period_ns;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_period_starts_now_and_misses_nothing() {
+        let mut s = TickSchedule::new(0, 10);
+        s.complete_tick(10);
+        s.set_period(12, 50);
+        assert_eq!(s.deadline(), 62);
+        assert_eq!(s.complete_tick(70), 0);
+        assert_eq!((s.deadline(), s.ticks(), s.missed()), (112, 2, 0));
+    }
 
     #[test]
     fn on_time_ticks_never_drift() {

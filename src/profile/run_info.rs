@@ -76,6 +76,17 @@ pub struct RunInfo {
     pub truncated_walks: u64,
     /// Samples due but never taken.
     pub failed_samples: u64,
+    /// Samples the kernel dropped because a ring buffer was full (perf
+    /// events only); their CPU time has no sample.
+    #[serde(default)]
+    pub lost_samples: u64,
+    /// Threads the kernel sampled into ring buffers, with no signal (perf
+    /// events only).
+    #[serde(default)]
+    pub ring_threads: u64,
+    /// Threads sampled through a timer of their own that signals them.
+    #[serde(default)]
+    pub timer_threads: u64,
     /// Samples counted under `[btprof: stack table full]`.
     pub overflow_samples: u64,
     /// Threads seen (a renamed thread counts once per name).
@@ -110,6 +121,9 @@ impl RunInfo {
             missed_ticks: stats.missed_ticks,
             truncated_walks: stats.truncated(),
             failed_samples: stats.failed_samples,
+            lost_samples: stats.lost_samples,
+            ring_threads: stats.ring_threads,
+            timer_threads: stats.timer_threads,
             overflow_samples,
             threads: stats.threads_seen,
         }

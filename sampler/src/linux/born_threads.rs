@@ -1,33 +1,33 @@
-//! Threads born while sampling, sampled from their first instruction.
+//! The perf ring clock: every thread sampled by the kernel, with no signal.
 //!
-//! A thread gets its own timer ([`super::thread_timers`]) only once a
-//! listing of `/proc/self/task` has found it, every 10 ms at best. A
-//! thread that lives a few milliseconds was therefore mostly missed: 2-29%
-//! of the CPU time of threads doing 2 ms of work was sampled.
+//! At start, each thread found by the first listing (up to [`FD_BUDGET`]
+//! descriptors) gets a task-clock perf event per CPU, opened with
+//! `inherit`: every thread it creates later gets a copy at creation, and
+//! so on down. Each CPU's events write into one ring buffer
+//! ([`PerfRing`]) that the sampler thread reads. At each whole period of a
+//! thread's CPU time the kernel takes the sample itself: the user call
+//! chain by frame pointers, the user registers and [`STACK_BYTES`] of the
+//! user stack, which the sampler thread unwinds with CFI as it does the
+//! handlers' copies. No signal is involved, so the sampled thread never
+//! runs btprof code: its signal mask, `sigwait`, `signalfd` and blocking
+//! calls never see the profiler, and a sample costs it the interrupt and
+//! the copy, not a signal delivery and a walk as well.
 //!
-//! The kernel can do better: a perf event opened with `inherit` is copied
-//! into every thread its thread creates, at creation, and so on down. At
-//! start, each thread found by the first listing (up to [`FD_BUDGET`]
-//! descriptors) gets such a task-clock event per CPU; each CPU's events
-//! write into one ring buffer ([`PerfRing`]) that the sampler thread reads.
-//! The kernel takes each sample at the same moment a timer's signal would
-//! land (each whole period of the thread's CPU time, in user code): the
-//! user call chain by frame pointers, the user registers and
-//! [`STACK_BYTES`] of the user stack, which the sampler thread unwinds with
-//! CFI as it does the handlers' copies. No signal is involved, so a born
-//! thread's mask, `sigwait` and blocking calls never see the profiler, and
-//! a sample costs the thread the bare interrupt and the copy, not a signal
-//! delivery and a walk as well.
+//! Where the kernel allows it (`perf_event_paranoid` 1 or less, or
+//! `CAP_PERFMON`), samples are taken in kernel code too, on the user stack
+//! that made the system call: CPU time is user and system time, and a
+//! thread's system time is then sampled like the rest (perf's default
+//! without `:u`). Elsewhere user code only, as perf's `:u`.
 //!
-//! A born thread keeps being sampled so, and gets no timer, unless its
-//! stack is deeper than the kernel's call chains reach
-//! (`perf_event_max_stack`, 127 frames by default) while the sampler is
-//! asked for more: then the sampler opens a timer too, whose handler walks
-//! as deep as asked, and [`BornThreads::hand_off`] drops its ring samples
-//! from then on. The events cannot be closed one thread at a time, so the
-//! ring samples of such a thread and of the threads the events were opened
-//! on (they have timers) are still taken by the kernel, and dropped by the
-//! sampler by their thread id.
+//! A thread keeps being sampled so, and gets no timer, unless its stack
+//! is deeper than the kernel's call chains reach (`perf_event_max_stack`,
+//! 127 frames by default) while the sampler is asked for more: then the
+//! sampler opens a timer too, whose handler walks as deep as asked, and
+//! [`BornThreads::hand_off`] drops its ring samples from then on. The
+//! events cannot be closed one thread at a time, so a handed-off thread's
+//! samples are still taken by the kernel, and dropped by the sampler by
+//! their thread id. Threads beyond the descriptor budget, and threads no
+//! event covers (created by one beyond it), get a timer of their own too.
 //!
 //! A task clock samples at each whole period of CPU time, so a thread that
 //! ends in the middle of one leaves its last part unsampled: for a 2.5 ms
@@ -37,23 +37,30 @@
 //! the probability of its fraction of a period, so that over many threads
 //! the count is right on average ([`Settled`]). A thread that ran less
 //! than one period has no sample, so no stack to count it under: its time
-//! stays in [`crate::SamplerStats::unsampled_cpu`].
+//! stays in [`crate::SamplerStats::unsampled_cpu`]. The threads the events
+//! were opened on are accounted from their CPU clocks at each listing, as
+//! any listed thread.
+//!
+//! A full ring drops records (`PERF_RECORD_LOST`), counted in
+//! [`crate::SamplerStats::lost_samples`]. Rings are sized by
+//! [`RING_PAGES`], and the sampler thread reads them at a quarter of the
+//! time one takes to fill.
 //!
 //! Needs Linux 5.13 (`inherit_thread`, so that a forked child process is
 //! never counted, and `remove_on_exec`); where the events cannot be opened
-//! the sampler works as before and born threads wait for a listing.
+//! every thread gets a timer, and born threads wait for a listing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 
 use crate::split_mix::SplitMix64;
 use crate::walker::{Registers, WalkEnd};
 
 use super::perf_attr::{
-    PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_COMM, FLAG_EXCLUDE_CALLCHAIN_KERNEL, FLAG_INHERIT,
-    FLAG_INHERIT_STAT, FLAG_INHERIT_THREAD, FLAG_REMOVE_ON_EXEC, FLAG_SAMPLE_ID_ALL, FLAG_TASK,
-    FLAG_USE_CLOCKID, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
-    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_COMM, FLAG_EXCLUDE_CALLCHAIN_KERNEL,
+    FLAG_EXCLUDE_HV, FLAG_INHERIT, FLAG_INHERIT_STAT, FLAG_INHERIT_THREAD, FLAG_REMOVE_ON_EXEC,
+    FLAG_SAMPLE_ID_ALL, FLAG_TASK, FLAG_USE_CLOCKID, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
+    PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 
@@ -61,9 +68,14 @@ use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 /// handler copies. Frames without frame pointers sit at the top of the
 /// stack; the frame-pointer chain goes on beyond it.
 const STACK_BYTES: u32 = 8192;
-/// Data pages per CPU's ring: 256 KiB, room for about 30 ms of one CPU's
-/// samples at 1000 Hz; the sampler thread reads every few milliseconds.
-const RING_PAGES: usize = 64;
+/// Data pages per CPU's ring, largest first: 1 MiB holds about 110 ms of
+/// one CPU's samples at 1000 Hz (each record reserves the whole
+/// [`STACK_BYTES`]), enough for a sampler thread kept off the CPU by a
+/// busy machine; 256 KiB lost a tenth of the samples beside load 6. Where
+/// locked memory is short (an unprivileged user gets
+/// `perf_event_mlock_kb`, 516 KiB per CPU by default, then
+/// `RLIMIT_MEMLOCK`), the next size is tried, down to 32 KiB.
+const RING_PAGES: [usize; 6] = [256, 128, 64, 32, 16, 8];
 /// Descriptors the inherited events may take in all (one per CPU per
 /// thread they are opened on), and at most an eighth of the process's
 /// descriptor limit ([`fd_budget`]), so the application keeps its own.
@@ -114,6 +126,14 @@ struct Young {
     excluded: bool,
 }
 
+/// A thread the events were opened on.
+#[derive(Default)]
+struct Parent {
+    /// When it was handed to a timer (monotonic ns).
+    handoff: Option<u64>,
+    sampled: bool,
+}
+
 struct Handoff {
     at_ns: u64,
     cpu_ns: u64,
@@ -136,9 +156,12 @@ pub(crate) struct BornThreads {
     rings: Vec<PerfRing>,
     /// Events writing into one of `rings` (closed on drop).
     redirected: Vec<libc::c_int>,
-    /// Threads the events were opened on: they have timers of their own, and
-    /// their ring samples are dropped.
-    parents: HashSet<i32>,
+    /// Threads the events were opened on, sampled by them too, and when
+    /// each was handed to a timer (monotonic ns): its ring samples from
+    /// then on are dropped.
+    parents: HashMap<i32, Parent>,
+    /// Threads with at least one ring sample so far.
+    sampled_threads: u64,
     young: HashMap<i32, Young>,
     pid: i32,
     own_tid: i32,
@@ -165,7 +188,7 @@ impl BornThreads {
             .clamp(1, u16::MAX as usize);
         let mut attr = PerfEventAttr::task_clock(
             period_ns,
-            FLAGS_EXCLUDE_KERNEL_HV
+            FLAG_EXCLUDE_HV
                 | FLAG_INHERIT
                 | FLAG_INHERIT_THREAD
                 | FLAG_REMOVE_ON_EXEC
@@ -190,7 +213,8 @@ impl BornThreads {
         let mut born = BornThreads {
             rings: Vec::new(),
             redirected: Vec::new(),
-            parents: HashSet::new(),
+            parents: HashMap::new(),
+            sampled_threads: 0,
             young: HashMap::new(),
             pid,
             own_tid,
@@ -200,27 +224,51 @@ impl BornThreads {
             rng: SplitMix64::new(seed),
             records: Vec::new(),
         };
+        // Samples in the kernel too where allowed: CPU time is the
+        // thread's user and system time, and a sample taken in a system
+        // call stands for it on the user stack that made the call (no
+        // signal is involved, so nothing is interrupted). Unprivileged
+        // users (`perf_event_paranoid` 2) may sample user code only.
+        if attr.open(0, -1).map(close).is_err() {
+            attr.flags |= FLAGS_EXCLUDE_KERNEL_HV;
+        }
         let mut ring_cpus = Vec::new();
         let mut tids = tids.iter().copied().filter(|&t| t != own_tid);
         // The first thread whose events open owns the rings, one per CPU.
         let mut first_error = None;
         let mut first = None;
-        for tid in tids.by_ref() {
+        let mut sizes = RING_PAGES.iter().copied().peekable();
+        while let (Some(pages), Some(tid)) = (sizes.peek().copied(), tids.clone().next()) {
+            let mut short_of_memory = false;
             for cpu in 0..cpus.max(1) as i32 {
-                match attr
-                    .open(tid, cpu)
-                    .and_then(|fd| PerfRing::map(fd, RING_PAGES))
-                {
+                let mapped = match attr.open(tid, cpu) {
+                    Ok(fd) => PerfRing::map(fd, pages).inspect_err(|e| {
+                        // Out of locked memory: smaller rings for every CPU.
+                        short_of_memory |=
+                            matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM));
+                    }),
+                    // An offline CPU refuses; another error refuses on all.
+                    Err(e) => Err(e),
+                };
+                match mapped {
                     Ok(ring) => {
                         born.rings.push(ring);
                         ring_cpus.push(cpu);
                     }
-                    // An offline CPU refuses; another error refuses on all.
                     Err(e) => {
                         first_error.get_or_insert(e);
                     }
                 }
             }
+            if short_of_memory {
+                // Never rings on some CPUs only: a thread's samples on the
+                // others would be lost without a trace.
+                born.rings.clear();
+                ring_cpus.clear();
+                sizes.next();
+                continue;
+            }
+            tids.next();
             if !born.rings.is_empty() {
                 first = Some(tid);
                 break;
@@ -234,7 +282,7 @@ impl BornThreads {
         let Some(first) = first else {
             return Err(first_error.unwrap_or_else(|| io::Error::other("no thread to open on")));
         };
-        born.parents.insert(first);
+        born.parents.insert(first, Parent::default());
         let per_thread = born.rings.len();
         let budget = fd_budget();
         for tid in tids {
@@ -254,7 +302,7 @@ impl BornThreads {
                 }
             }
             if opened.len() == per_thread {
-                born.parents.insert(tid);
+                born.parents.insert(tid, Parent::default());
                 born.redirected.extend(opened);
             } else {
                 // Exited meanwhile, or refused: none of its events stay.
@@ -293,7 +341,8 @@ impl BornThreads {
     /// any ring samples it has from before `at_ns` count; the sampler
     /// counts its time from its clock from then on, as for any thread.
     pub(crate) fn hand_off(&mut self, tid: i32, at_ns: u64, cpu_ns: u64) {
-        if self.parents.contains(&tid) {
+        if let Some(parent) = self.parents.get_mut(&tid) {
+            parent.handoff.get_or_insert(at_ns);
             return;
         }
         let y = self.young.entry(tid).or_default();
@@ -305,6 +354,24 @@ impl BornThreads {
                 settled: false,
             });
         }
+    }
+
+    /// The threads the events were opened on: the rings sample them as
+    /// they do born threads, until [`Self::hand_off`].
+    pub(crate) fn parents(&self) -> impl Iterator<Item = i32> + '_ {
+        self.parents.keys().copied()
+    }
+
+    /// About how many samples one ring holds: each record reserves the
+    /// whole stack copy, the registers and the longest call chain.
+    pub(crate) fn samples_per_ring(&self) -> u64 {
+        let record = u64::from(STACK_BYTES) + 8 * (self.max_stack as u64 + 32);
+        self.rings.first().map_or(0, |r| r.data_size() / record)
+    }
+
+    /// How many threads have had a ring sample so far.
+    pub(crate) fn sampled_threads(&self) -> u64 {
+        self.sampled_threads
     }
 
     /// The most frames a ring sample's call chain holds.
@@ -337,14 +404,16 @@ impl BornThreads {
         records.clear();
         let (own_pid, own_tid, max_stack) = (self.pid, self.own_tid, self.max_stack);
         let (parents, young) = (&self.parents, &self.young);
-        // Most samples are of threads with timers of their own: dropped
-        // here, before their stacks are copied out.
+        // Samples of threads handed to a timer are dropped here, before
+        // their stacks are copied out.
         let wanted = |tid: i32, time: u64| {
             tid != own_tid
-                && !parents.contains(&tid)
-                && young
-                    .get(&tid)
-                    .is_none_or(|y| y.handoff.as_ref().is_none_or(|h| time < h.at_ns))
+                && match parents.get(&tid) {
+                    Some(parent) => parent.handoff.is_none_or(|at| time < at),
+                    None => young
+                        .get(&tid)
+                        .is_none_or(|y| y.handoff.as_ref().is_none_or(|h| time < h.at_ns)),
+                }
         };
         let mut lost = 0;
         for ring in &mut self.rings {
@@ -387,7 +456,17 @@ impl BornThreads {
                 }
                 Owned::Sample(sample) => {
                     let tid = sample.tid;
-                    if tid == self.own_tid || self.parents.contains(&tid) {
+                    if tid == self.own_tid {
+                        continue;
+                    }
+                    if let Some(parent) = self.parents.get_mut(&tid) {
+                        // A parent's time is accounted from its clock, as
+                        // any listed thread's: its samples need no settling.
+                        if parent.handoff.is_none_or(|at| time < at) && !is_excluded(tid) {
+                            self.sampled_threads += u64::from(!parent.sampled);
+                            parent.sampled = true;
+                            samples.push(sample);
+                        }
                         continue;
                     }
                     // Only threads whose start was read count: a thread
@@ -399,6 +478,7 @@ impl BornThreads {
                     if y.excluded || y.handoff.as_ref().is_some_and(|h| time >= h.at_ns) {
                         continue;
                     }
+                    self.sampled_threads += u64::from(y.samples == 0);
                     y.samples += 1;
                     samples.push(sample);
                 }
@@ -449,9 +529,9 @@ impl BornThreads {
                 return true;
             };
             // The event overflows at each whole period of the thread's CPU
-            // time from its birth (one that falls in kernel code is skipped,
-            // as for every timer: user-space samples only), so what ran
-            // after the last overflow is the count modulo the period.
+            // time from its birth (one that falls in kernel code is skipped
+            // where only user code may be sampled), so what ran after the
+            // last overflow is the count modulo the period.
             let rest = cpu_ns % period;
             let extra = rng.chance(rest, period);
             settled.push(Settled {
@@ -521,6 +601,12 @@ fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned
             _ => return None,
         },
     ))
+}
+
+/// Closes a descriptor this module opened.
+fn close(fd: libc::c_int) {
+    // SAFETY: `fd` is ours and used nowhere else.
+    unsafe { libc::close(fd) };
 }
 
 /// [`FD_BUDGET`], or an eighth of `RLIMIT_NOFILE` when that is less.

@@ -1,46 +1,46 @@
-//! Linux, own process: a signal per sample (`SIGURG` by default, see
-//! [`default_signal`]).
+//! Linux, own process: three clocks pace the samples ([`SampleClock`]).
 //!
-//! A thread cannot ptrace its own process, and `setitimer(ITIMER_PROF)`
-//! fires at the kernel tick rate (250 Hz on many kernels). So in cpu mode
-//! every sampled thread gets its own CPU-time timer ([`thread_timers`]: a
-//! perf task-clock event whose overflow raises the profiling signal in that
-//! thread): the kernel paces the samples by each thread's own CPU time, and
-//! each lands while its thread runs, on a busy machine too. The handler
-//! walks the interrupted stack into a static slot ([`slots`]); the sampler
-//! thread wakes every few milliseconds to collect and intern finished
-//! slots, list threads, and open and close their timers.
+//! **Perf events** ([`SampleClock::ThreadTimers`], the default in cpu mode
+//! where `perf_event_open` is allowed): the kernel samples every thread
+//! into ring buffers, with no signal ([`born_threads`]): the threads found
+//! at start through task-clock events opened on them, and every thread
+//! they create through the copies those events leave at creation, so a
+//! thread that lives 2 ms is sampled from its first instruction. The
+//! sampler thread reads the rings, unwinds each stack copy with CFI,
+//! lists threads and reads their CPU clocks. A thread the rings cannot
+//! take (beyond the descriptor budget, deeper than the kernel's call
+//! chains, or created by a thread no event covers) gets a timer of its
+//! own ([`thread_timers`]: a perf task-clock event whose overflow raises
+//! the profiling signal in that thread), and the handler walks its stack
+//! into a static slot ([`slots`]).
 //!
-//! Threads born while sampling are sampled by the kernel instead, from
-//! their first instruction and without a signal: task-clock events that
-//! they inherit at creation write samples into ring buffers the sampler
-//! thread reads ([`born_threads`]). A thread that lives 2 ms would
-//! otherwise be gone before a listing found it.
+//! **POSIX CPU timers** ([`posix_timers`], `timer_create` on each thread's
+//! CPU clock) need no perf events. They take the timers' path (a
+//! [`CpuTimer`] per thread, the handler claiming a free slot), but their
+//! expiries come on the scheduler tick, so each sample carries the periods
+//! it stands for. They run when forced ([`SamplerConfig::clock`]); the
+//! default where perf events are refused stays the sampler thread, which
+//! measured as accurate.
 //!
-//! A second kernel-paced clock needs no perf events: a POSIX CPU timer per
-//! thread ([`posix_timers`], `timer_create` on the thread's CPU clock). It
-//! takes the same path as the perf timers (a [`CpuTimer`] per thread, the
-//! handler claiming a free slot), but its expiries come on the scheduler
-//! tick, so each sample carries the periods it stands for. It runs when
-//! forced ([`SamplerConfig::clock`]); the default where perf events are
-//! refused stays the sampler thread, which measured as accurate.
+//! **The sampler thread** (where perf events are refused, when forced, and
+//! always in wall mode) paces the samples itself. In cpu mode it sends the
+//! profiling signal with `rt_tgsigqueueinfo` to every thread due: a thread
+//! is due when its CPU time since its last sample reaches one period, and
+//! the sampler wakes at the moment each thread will be due, plus at random
+//! moments ([`CpuWakeups`]), so that samples do not line up with where
+//! threads resume after waiting for a CPU. A thread that could not be
+//! sampled when due (it waited for a CPU, or the sampler ran late) is owed
+//! the periods, paid by later samples weighted as [`CpuDebt`] says. In wall
+//! mode it wakes on a fixed period and every thread is due: one that is
+//! off CPU is counted so without being interrupted, on the stack it is
+//! blocked on ([`blocked_stack`]), and a running one is asked for its
+//! sample with a one-shot CPU timer, which only a running thread can take.
+//! It never waits for a handler, so a thread that is slow to take its
+//! signal delays only its own sample.
 //!
-//! Where perf events are refused (or the fallback is forced, and always in
-//! wall mode), the sampler thread paces the samples itself ([`SampleClock`]
-//! says which). In cpu mode it sends the profiling signal with
-//! `rt_tgsigqueueinfo` to every thread due: a thread is due when its CPU
-//! time since its last sample reaches one period, and the sampler wakes at
-//! the moment each thread will be due, plus at random moments
-//! ([`CpuWakeups`]), so that samples do not line up with where threads
-//! resume after waiting for a CPU. A thread that could not be sampled when
-//! due (it waited for a CPU, or the sampler ran late) is owed the periods,
-//! paid by later samples weighted as [`CpuDebt`] says. In wall mode it
-//! wakes on a fixed period and every thread is due: one that is off CPU is
-//! counted so without being interrupted, on the stack it is blocked on
-//! ([`blocked_stack`]), and a running one is asked for its sample with a
-//! one-shot CPU timer, which only a running thread can take. It never
-//! waits for a handler, so a thread that is slow to take its signal delays
-//! only its own sample.
+//! A `setitimer(ITIMER_PROF)` is no alternative: it fires at the kernel
+//! tick rate for the whole process, and its signal lands in whichever
+//! thread the kernel picks.
 
 mod blocked_stack;
 mod born_threads;
@@ -112,6 +112,10 @@ const YOUNG: Duration = Duration::from_millis(100);
 /// With per-thread timers, the longest the sampler thread sleeps between
 /// two collections of finished samples.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
+/// With every thread sampled into the rings, the longest the sampler
+/// thread sleeps: it still lists threads and reads their clocks, and the
+/// rings are read at a quarter of the time they take to fill.
+const MAX_RING_COLLECT_INTERVAL: Duration = Duration::from_millis(100);
 /// Wall mode: CPU time a thread may gain since its last sample and still
 /// count as not having run: taking a sample costs the thread a few
 /// microseconds of handler (up to ~10 in a VM, more under load).
@@ -354,6 +358,12 @@ struct ThreadState {
     /// reach (`perf_event_max_stack`) while `max_depth` asks for more: it
     /// gets a timer, whose handler walks as deep as asked.
     born_deep: bool,
+    /// Timer path: one of the threads the inherited events were opened on,
+    /// which sample it too: like a born thread, it gets no timer of its
+    /// own unless `born_deep`.
+    on_ring: bool,
+    /// Counted in [`SamplerStats::timer_threads`].
+    timer_counted: bool,
     /// Sampler-thread path: started while sampling (seen at a later
     /// listing than the first): owed its CPU time from zero.
     born_during_run: bool,
@@ -449,6 +459,8 @@ impl ThreadState {
             born_during_run: false,
             born: false,
             born_deep: false,
+            on_ring: false,
+            timer_counted: false,
             mask_checked: false,
         }
     }
@@ -724,20 +736,32 @@ impl SamplerLoop {
         self.clock.is_kernel_paced()
     }
 
+    /// How long the sampler thread sleeps between two collections. With
+    /// timers, often enough that the slots never fill (a quarter of them
+    /// per busy thread at most); once every thread is sampled into the
+    /// rings (no timer open), a quarter of the time a ring takes to fill
+    /// (one sample per period per CPU at most), so that on a quiet rate
+    /// the sampler wakes seldom.
+    fn collect_interval(&self) -> u64 {
+        if !self.timers() {
+            return self.period_ns;
+        }
+        let slots = (self.period_ns * (SLOTS as u64 / 4))
+            .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64);
+        let rings_only = !self.threads.values().any(|s| s.timer.is_some());
+        match self.born.as_ref() {
+            Some(born) if rings_only => (born.samples_per_ring() / 4 * self.period_ns)
+                .clamp(slots, MAX_RING_COLLECT_INTERVAL.as_nanos() as u64),
+            _ => slots,
+        }
+    }
+
     fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
         self.stats.start_time = SystemTime::now();
         self.started = Instant::now();
         self.process_cpu_at_start = profile::process_cpu_time();
         self.window = Window::new(&self.stats);
-        // With timers the sampler thread only collects: often enough that
-        // the slots never fill (a quarter of them per busy thread at most).
-        let interval = if self.timers() {
-            (self.period_ns * (SLOTS as u64 / 4))
-                .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64)
-        } else {
-            self.period_ns
-        };
-        let mut schedule = TickSchedule::new(monotonic_ns(), interval);
+        let mut schedule = TickSchedule::new(monotonic_ns(), self.collect_interval());
         // Timers are opened at once, not a collection interval later.
         let first = if self.timers() { self.tick() } else { Ok(()) };
         let result = loop {
@@ -757,6 +781,10 @@ impl SamplerLoop {
             }
             if let Err(e) = self.tick() {
                 break Err(e);
+            }
+            let interval = self.collect_interval();
+            if self.wakeups.is_none() && interval != schedule.period() {
+                schedule.set_period(monotonic_ns(), interval);
             }
             (self.stats.ticks, self.stats.missed_ticks) = match &self.wakeups {
                 Some(wakeups) => (wakeups.ticks(), wakeups.missed()),
@@ -1568,7 +1596,7 @@ impl SamplerLoop {
                 || state.blocked.is_some()
                 || !state.regions_ready
                 || state.seen_listing != self.listing
-                || (state.born && !state.born_deep)
+                || ((state.born || state.on_ring) && !state.born_deep)
             {
                 continue;
             }
@@ -1594,7 +1622,7 @@ impl SamplerLoop {
                 // by its `sigwait`. Counted by `watch_blocked_threads`.
                 state.mask_checked = true;
                 if blocks_signal_now(tid, signal) {
-                    if state.born {
+                    if state.born || state.on_ring {
                         // A deep born thread that blocks the signal keeps
                         // its ring samples (cut at the kernel's depth).
                         state.born_deep = false;
@@ -1611,7 +1639,8 @@ impl SamplerLoop {
                     // The timer counts from zero: CPU time is accounted from
                     // here, where samples can start. A (deep) born thread's
                     // ring samples stop here.
-                    if std::mem::take(&mut state.born) {
+                    let born = std::mem::take(&mut state.born);
+                    if born | std::mem::take(&mut state.on_ring) {
                         let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
                         if let Some(born) = self.born.as_mut() {
                             born.hand_off(tid, monotonic_ns(), cpu);
@@ -1619,6 +1648,8 @@ impl SamplerLoop {
                     }
                     state.accounted_ns = Some(0);
                     state.timer = Some(timer);
+                    self.stats.timer_threads += u64::from(!state.timer_counted);
+                    state.timer_counted = true;
                     state.timer_samples = 0;
                     state.timer_checked_ns = 0;
                 }
@@ -1932,8 +1963,18 @@ impl SamplerLoop {
             self.config.max_depth.clamp(1, MAX_DEPTH),
             seed,
         ) {
-            Ok(born) => self.born = Some(born),
-            // Born threads then wait for a listing, as they always did.
+            Ok(born) => {
+                // The events sample the threads they were opened on too:
+                // those need no timer of their own, and take no signal.
+                for tid in born.parents() {
+                    if let Some(state) = self.threads.get_mut(&tid) {
+                        state.on_ring = true;
+                    }
+                }
+                self.born = Some(born);
+            }
+            // Every thread then gets a timer, and born threads wait for a
+            // listing.
             Err(_) => self.born = None,
         }
     }
@@ -1946,12 +1987,19 @@ impl SamplerLoop {
         };
         let mut samples = std::mem::take(&mut self.born_samples);
         let mut settled = std::mem::take(&mut self.born_settled);
-        self.stats.failed_samples += born.drain(&mut samples, &mut settled, |tid| {
+        self.stats.lost_samples += born.drain(&mut samples, &mut settled, |tid| {
             exclusions::is_excluded(tid as u64)
         });
+        self.stats.ring_threads = born.sampled_threads();
         let born_max_stack = born.max_stack();
         let max_depth = self.config.max_depth;
         for sample in samples.drain(..) {
+            if sample.frames.is_empty() {
+                // Taken in the kernel after the thread let go of its user
+                // memory, on its way out: there is no user stack to count.
+                self.stats.failed_samples += 1;
+                continue;
+            }
             let copy = sample
                 .regs
                 .filter(|_| !sample.stack.is_empty())
@@ -1973,8 +2021,12 @@ impl SamplerLoop {
                 }
             }
             self.intern(key, &walk.as_collected(), 1);
-            self.stats.born_samples += 1;
-            self.born_walks.insert(sample.tid, (key, walk));
+            self.stats.ring_samples += 1;
+            let found = self.threads.get(&sample.tid).is_some_and(|s| s.on_ring);
+            if !found {
+                self.stats.born_samples += 1;
+                self.born_walks.insert(sample.tid, (key, walk));
+            }
         }
         self.born_samples = samples;
         self.settle_born(&mut settled);
@@ -2060,6 +2112,7 @@ impl SamplerLoop {
                 if s.extra_sample {
                     self.intern(key, &walk.as_collected(), 1);
                     self.stats.born_samples += 1;
+                    self.stats.ring_samples += 1;
                 }
             }
         }

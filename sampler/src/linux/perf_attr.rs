@@ -79,6 +79,8 @@ pub(super) const FLAG_INHERIT: u64 = 1 << 1;
 /// `exclude_kernel` and `exclude_hv`: user-space samples only, and what
 /// unprivileged use requires.
 pub(super) const FLAGS_EXCLUDE_KERNEL_HV: u64 = (1 << 5) | (1 << 6);
+/// `exclude_hv` alone: samples in the kernel too, for those allowed them.
+pub(super) const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 /// `comm`: a record when a thread changes its name.
 pub(super) const FLAG_COMM: u64 = 1 << 9;
 /// `inherit_stat`: an inherited copy's count is recorded when its thread

@@ -288,6 +288,11 @@ impl PerfRing {
         })
     }
 
+    /// Bytes of record space.
+    pub(super) fn data_size(&self) -> u64 {
+        self.data_size
+    }
+
     /// The event's descriptor (for `PERF_EVENT_IOC_SET_OUTPUT`).
     pub(super) fn fd(&self) -> libc::c_int {
         self.fd
