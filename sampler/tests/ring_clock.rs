@@ -1,0 +1,211 @@
+//! Where perf events are allowed the kernel samples every thread into ring
+//! buffers, with no signal: threads that block every signal are sampled at
+//! the asked rate like any other.
+//!
+//! A signal-based profiler gets nothing from such threads (their signal
+//! would stay queued, or be taken by their `sigwait`), and programs that
+//! handle signals through `signalfd` block them in every thread. Each
+//! test below spins such threads beside two CPU hogs and holds their
+//! samples per CPU-second of their own clocks to at least 950 at 1000 Hz:
+//! the count is per CPU time, so the hogs change nothing but how long it
+//! takes. Where perf events are refused the tests say so and check
+//! nothing else (the sampler-thread and POSIX clocks are checked in
+//! `host_unchanged`, which counts such threads' lost samples instead).
+#![cfg(target_os = "linux")]
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
+use btprof_testkit::{hogs::Hogs, spin_cpu, thread_cpu, with_watchdog};
+
+/// CPU time each signal-blocking thread spins while sampled.
+const SPIN: Duration = Duration::from_secs(2);
+/// The least samples per CPU-second of a thread's own clock at 1000 Hz.
+const MIN_RATE: f64 = 950.0;
+
+/// Blocks every signal in the calling thread (threads it creates inherit
+/// the mask).
+fn block_every_signal() {
+    // SAFETY: a full set, applied to the calling thread only.
+    unsafe {
+        let mut all = MaybeUninit::<libc::sigset_t>::zeroed();
+        libc::sigfillset(all.as_mut_ptr());
+        assert_eq!(
+            libc::pthread_sigmask(libc::SIG_BLOCK, all.as_ptr(), std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// Undoes [`block_every_signal`].
+fn unblock_every_signal() {
+    // SAFETY: as above.
+    unsafe {
+        let mut all = MaybeUninit::<libc::sigset_t>::zeroed();
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, all.as_ptr(), std::ptr::null_mut());
+    }
+}
+
+/// A spin in a function of its own, so samples can be told by their leaf.
+#[inline(never)]
+fn blocked_spin(work: Duration) -> u64 {
+    spin_cpu(work, 200_000)
+}
+
+fn start() -> Sampler {
+    Sampler::start(SamplerConfig {
+        hz: 1000,
+        mode: Mode::Cpu,
+        ..SamplerConfig::default()
+    })
+    .expect("start")
+}
+
+/// Samples per CPU-second of thread `tid`: its samples over the CPU time
+/// the sampler accounted to it.
+fn rate_of(raw: &RawProfile, tid: u64) -> (u64, Duration, f64) {
+    let samples: u64 = raw
+        .table
+        .iter()
+        .filter(|(k, _)| raw.threads[k.thread as usize].tid == tid)
+        .map(|(_, c)| c)
+        .sum();
+    let cpu = raw
+        .stats
+        .thread_cpu
+        .iter()
+        .find(|t| t.tid == tid)
+        .map_or(Duration::ZERO, |t| t.cpu);
+    (samples, cpu, samples as f64 / cpu.as_secs_f64().max(1e-9))
+}
+
+/// Whether the run used the perf ring clock; says so when it could not.
+fn on_rings(raw: &RawProfile) -> bool {
+    if raw.stats.clock != SampleClock::ThreadTimers {
+        println!(
+            "NOT CHECKED: perf events are refused here (clock {}), so no thread is sampled \
+             into a ring",
+            raw.stats.clock
+        );
+        return false;
+    }
+    true
+}
+
+/// A thread that blocks every signal, found at start, spinning 2 s of CPU.
+#[test]
+fn a_thread_blocking_every_signal_is_sampled_at_the_rate() {
+    with_watchdog("a signal-blocking thread", Duration::from_secs(120), || {
+        let _hogs = Hogs::start(2);
+        let go = Arc::new(AtomicBool::new(false));
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let spinner = {
+            let go = go.clone();
+            thread::Builder::new()
+                .name("blocks-all".into())
+                .spawn(move || {
+                    block_every_signal();
+                    tid_tx.send(btprof_sampler::current_thread_id()).unwrap();
+                    while !go.load(Ordering::Acquire) {
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                    let before = thread_cpu();
+                    std::hint::black_box(blocked_spin(SPIN));
+                    thread_cpu() - before
+                })
+                .unwrap()
+        };
+        let tid = tid_rx.recv().unwrap();
+        let sampler = start();
+        go.store(true, Ordering::Release);
+        let spun = spinner.join().unwrap();
+        let raw = sampler.stop().expect("stop");
+        if !on_rings(&raw) {
+            return;
+        }
+        let (samples, cpu, rate) = rate_of(&raw, tid);
+        println!(
+            "measured: {samples} samples in {cpu:?} of accounted CPU ({spun:?} spun): \
+             {rate:.1} per CPU-second; {} ring threads, {} timer threads, {} lost to its mask",
+            raw.stats.ring_threads, raw.stats.timer_threads, raw.stats.signal_blocked_samples
+        );
+        // Accounted from the sampler's first listing, a moment after `go`.
+        assert!(
+            cpu >= SPIN - Duration::from_millis(100),
+            "its CPU time was accounted: {cpu:?}"
+        );
+        assert!(rate >= MIN_RATE, "{rate:.1} samples per CPU-second");
+        assert_eq!(raw.stats.signal_blocked_samples, 0);
+    });
+}
+
+/// A `signalfd` program: the main thread blocks every signal before it
+/// creates any thread, so every thread inherits the mask, and reads its
+/// signals from a descriptor. Two workers are found at start, one is
+/// born while sampling; each spins 1 s of CPU.
+#[test]
+fn a_signalfd_program_is_sampled_at_the_rate() {
+    with_watchdog("a signalfd program", Duration::from_secs(120), || {
+        let _hogs = Hogs::start(2);
+        block_every_signal();
+        // SAFETY: an empty-then-filled set for a new signalfd.
+        let sfd = unsafe {
+            let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
+            libc::sigemptyset(set.as_mut_ptr());
+            libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
+            libc::signalfd(-1, set.as_ptr(), libc::SFD_CLOEXEC)
+        };
+        assert!(sfd >= 0, "signalfd: {}", std::io::Error::last_os_error());
+        let barrier = Arc::new(Barrier::new(3));
+        let worker = |name: &str, barrier: Option<Arc<Barrier>>| {
+            thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    if let Some(barrier) = barrier {
+                        barrier.wait();
+                    }
+                    let tid = btprof_sampler::current_thread_id();
+                    std::hint::black_box(blocked_spin(SPIN / 2));
+                    tid
+                })
+                .unwrap()
+        };
+        let found = [
+            worker("sfd-found-0", Some(barrier.clone())),
+            worker("sfd-found-1", Some(barrier.clone())),
+        ];
+        let sampler = start();
+        barrier.wait();
+        let born = worker("sfd-born", None);
+        let mut tids: Vec<u64> = found.into_iter().map(|h| h.join().unwrap()).collect();
+        tids.push(born.join().unwrap());
+        let raw = sampler.stop().expect("stop");
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(sfd) };
+        unblock_every_signal();
+        if !on_rings(&raw) {
+            return;
+        }
+        for tid in tids {
+            let (samples, cpu, rate) = rate_of(&raw, tid);
+            println!(
+                "measured: thread {tid}: {samples} samples in {cpu:?}: {rate:.1} per CPU-second"
+            );
+            assert!(
+                cpu >= SPIN / 2 - Duration::from_millis(20),
+                "thread {tid}: CPU accounted {cpu:?}"
+            );
+            assert!(
+                rate >= MIN_RATE,
+                "thread {tid}: {rate:.1} samples per CPU-second"
+            );
+        }
+        assert_eq!(raw.stats.signal_blocked_samples, 0);
+        assert!(raw.stats.ring_threads >= 3, "{:?}", raw.stats);
+    });
+}
