@@ -1,0 +1,154 @@
+//! The perf ring clock within an unprivileged user's limits: 64 busy
+//! threads at 1000 Hz with `RLIMIT_MEMLOCK` at 64 KiB and a descriptor
+//! limit of 512, as a user other than root (root's `CAP_IPC_LOCK` would
+//! ignore the locked-memory limit, so the suite, which runs as root here,
+//! runs the body again as `nobody`).
+//!
+//! The rings must shrink to what `perf_event_mlock_kb` allows rather than
+//! fail, the descriptor budget (an eighth of the limit) must leave the
+//! threads beyond it to timers of their own, every thread must be sampled
+//! at the rate, and the stats must say how many threads each clock took.
+//! Beside two CPU hogs: the count is per CPU time.
+#![cfg(target_os = "linux")]
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use btprof_sampler::{Mode, SampleClock, Sampler, SamplerConfig};
+use btprof_testkit::{hogs::Hogs, spin_cpu};
+
+const THREADS: usize = 64;
+/// CPU time each thread spins while sampled.
+const SPIN: Duration = Duration::from_millis(120);
+const MEMLOCK: u64 = 64 << 10;
+const NOFILE: u64 = 512;
+/// Set in the child that runs the body as `nobody`.
+const CHILD_ENV: &str = "BTPROF_RING_LIMITS_CHILD";
+const NOBODY: u32 = 65534;
+
+#[test]
+fn sixty_four_threads_within_an_unprivileged_users_limits() {
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    if std::env::var_os(CHILD_ENV).is_some() || !root {
+        body(!root);
+        return;
+    }
+    let _hogs = Hogs::start(2);
+    let exe = std::env::current_exe().unwrap();
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "--exact",
+            "sixty_four_threads_within_an_unprivileged_users_limits",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "1")
+        // std drops root's supplementary groups before `setuid`.
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .current_dir("/");
+    let out = command.output().expect("run the body as nobody");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "as nobody: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("measured:"),
+        "the body did not run: {stdout}"
+    );
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: a valid resource and limit, for this process only.
+    assert_eq!(unsafe { libc::setrlimit(resource, &limit) }, 0);
+}
+
+#[inline(never)]
+fn limits_spin(work: Duration) -> u64 {
+    spin_cpu(work, 200_000)
+}
+
+fn body(start_hogs: bool) {
+    let _hogs = start_hogs.then(|| Hogs::start(2));
+    set_limit(libc::RLIMIT_MEMLOCK, MEMLOCK);
+    set_limit(libc::RLIMIT_NOFILE, NOFILE);
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let barrier = Arc::new(Barrier::new(THREADS + 1));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let barrier = barrier.clone();
+            thread::Builder::new()
+                .name(format!("limits-{i}"))
+                .spawn(move || {
+                    let tid = btprof_sampler::current_thread_id();
+                    barrier.wait();
+                    std::hint::black_box(limits_spin(SPIN));
+                    tid
+                })
+                .unwrap()
+        })
+        .collect();
+    let sampler = Sampler::start(SamplerConfig {
+        hz: 1000,
+        mode: Mode::Cpu,
+        ..SamplerConfig::default()
+    })
+    .expect("start within the limits");
+    // Let the first listing find every worker before they run.
+    thread::sleep(Duration::from_millis(50));
+    barrier.wait();
+    let tids: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let raw = sampler.stop().expect("stop");
+    let stats = &raw.stats;
+    if stats.clock != SampleClock::ThreadTimers {
+        println!(
+            "measured: NOT CHECKED: perf events are refused to uid {uid} here (clock {})",
+            stats.clock
+        );
+        return;
+    }
+    let mut worst = f64::MAX;
+    for &tid in &tids {
+        let samples: u64 = raw
+            .table
+            .iter()
+            .filter(|(k, _)| raw.threads[k.thread as usize].tid == tid)
+            .map(|(_, c)| c)
+            .sum();
+        let cpu = stats
+            .thread_cpu
+            .iter()
+            .find(|t| t.tid == tid)
+            .map_or(Duration::ZERO, |t| t.cpu);
+        assert!(samples > 0, "thread {tid} was not sampled ({cpu:?})");
+        worst = worst.min(samples as f64 / cpu.as_secs_f64());
+    }
+    let total = stats.samples_per_cpu_second();
+    println!(
+        "measured: uid {uid}, {THREADS} threads: {} on rings, {} on timers; {total:.1} samples \
+         per CPU-second, the least-sampled thread {worst:.1}; {} lost to a full ring, {} failed",
+        stats.ring_threads, stats.timer_threads, stats.lost_samples, stats.failed_samples
+    );
+    assert!(stats.ring_threads > 0, "the rings did not fit: {stats:?}");
+    assert!(
+        stats.timer_threads > 0,
+        "with {NOFILE} descriptors some threads must be beyond the rings' budget: {stats:?}"
+    );
+    assert!(stats.ring_threads + stats.timer_threads >= THREADS as u64);
+    // The rate's own bar is in the many-thread tests; here the limits
+    // must cost no thread its samples.
+    assert!(total >= 900.0, "{total:.1} samples per CPU-second");
+    assert!(
+        worst >= 800.0,
+        "a thread got {worst:.1} samples per CPU-second"
+    );
+}
