@@ -28,10 +28,14 @@ pub enum Mode {
 /// What paced the samples of a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SampleClock {
-    /// Each thread had its own CPU-time timer (Linux: a `perf_event_open`
-    /// task-clock event whose overflow signals that thread), so each
-    /// sample landed while its thread ran, at the instruction where the
-    /// CPU time was spent. The sampler thread only collected.
+    /// Perf task-clock events paced each thread by its own CPU time, so
+    /// each sample landed while its thread ran, at the instruction where
+    /// the CPU time was spent: the kernel wrote each thread's samples into
+    /// ring buffers, with no signal, and a thread the rings could not take
+    /// had an event of its own whose overflow signalled it
+    /// ([`SamplerStats::ring_threads`](crate::SamplerStats::ring_threads),
+    /// [`SamplerStats::timer_threads`](crate::SamplerStats::timer_threads)).
+    /// The sampler thread only collected.
     ThreadTimers,
     /// Each thread had its own POSIX CPU timer (Linux: `timer_create` on
     /// the thread's CPU clock, signalling that thread), which needs no
@@ -88,7 +92,7 @@ impl SampleClock {
     /// A short human description, for status lines.
     pub const fn describe(self) -> &'static str {
         match self {
-            SampleClock::ThreadTimers => "per-thread CPU timers",
+            SampleClock::ThreadTimers => "perf events: kernel ring records per thread",
             SampleClock::PosixTimers => "per-thread POSIX CPU timers",
             SampleClock::SamplerThread => "sampler-thread ticks",
         }
