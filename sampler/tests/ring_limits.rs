@@ -103,8 +103,21 @@ fn body(start_hogs: bool) {
         ..SamplerConfig::default()
     })
     .expect("start within the limits");
-    // Let the first listing find every worker before they run.
-    thread::sleep(Duration::from_millis(50));
+    // Let the first listing find every worker (and open their events)
+    // before they run.
+    let listed = std::time::Instant::now();
+    while (sampler
+        .progress()
+        .threads
+        .load(std::sync::atomic::Ordering::Relaxed) as usize)
+        < THREADS
+    {
+        assert!(
+            listed.elapsed() < Duration::from_secs(30),
+            "the workers were never listed"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
     barrier.wait();
     let tids: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let raw = sampler.stop().expect("stop");

@@ -68,18 +68,23 @@ use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 /// handler copies. Frames without frame pointers sit at the top of the
 /// stack; the frame-pointer chain goes on beyond it.
 const STACK_BYTES: u32 = 8192;
-/// Data pages per CPU's ring, largest first: 1 MiB holds about 110 ms of
+/// Data pages per CPU's ring, largest first: 4 MiB holds about 450 ms of
 /// one CPU's samples at 1000 Hz (each record reserves the whole
 /// [`STACK_BYTES`]), enough for a sampler thread kept off the CPU by a
-/// busy machine; 256 KiB lost a tenth of the samples beside load 6. Where
+/// busy machine: 256 KiB lost a tenth of the samples beside load 6, and
+/// 1 MiB two thirds of them while 512 threads and two hogs shared two
+/// CPUs with the sampler thread. At most [`RING_MEMORY`] in all; where
 /// locked memory is short (an unprivileged user gets
 /// `perf_event_mlock_kb`, 516 KiB per CPU by default, then
 /// `RLIMIT_MEMLOCK`), the next size is tried, down to 32 KiB.
-const RING_PAGES: [usize; 6] = [256, 128, 64, 32, 16, 8];
+const RING_PAGES: [usize; 8] = [1024, 512, 256, 128, 64, 32, 16, 8];
+/// The most memory all the rings may take together.
+const RING_MEMORY: usize = 16 << 20;
 /// Descriptors the inherited events may take in all (one per CPU per
-/// thread they are opened on), and at most an eighth of the process's
-/// descriptor limit ([`fd_budget`]), so the application keeps its own.
-const FD_BUDGET: usize = 256;
+/// thread they are opened on: 512 threads on 8 CPUs), and at most an
+/// eighth of the process's descriptor limit ([`fd_budget`]), so the
+/// application keeps its own.
+const FD_BUDGET: usize = 4096;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
@@ -132,6 +137,25 @@ struct Parent {
     /// When it was handed to a timer (monotonic ns).
     handoff: Option<u64>,
     sampled: bool,
+    /// Its CPU clock when its events were opened: they overflow at each
+    /// whole period of its CPU time from then on.
+    cpu_at_open: u64,
+    /// Its last part of a period was counted ([`BornThreads::parent_tail`]).
+    tail_counted: bool,
+    /// Its events, one per CPU (owned by `rings` or `redirected`).
+    fds: Vec<libc::c_int>,
+    /// The final counts of the threads born under its events that exited:
+    /// the kernel adds them to its events' counts.
+    children_ns: u64,
+}
+
+impl Parent {
+    fn opened(tid: i32) -> Parent {
+        Parent {
+            cpu_at_open: super::threads::thread_cpu_ns(tid).unwrap_or(0),
+            ..Parent::default()
+        }
+    }
 }
 
 struct Handoff {
@@ -237,7 +261,15 @@ impl BornThreads {
         // The first thread whose events open owns the rings, one per CPU.
         let mut first_error = None;
         let mut first = None;
-        let mut sizes = RING_PAGES.iter().copied().peekable();
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+        let cpu_count = cpus.max(1) as usize;
+        let smallest = RING_PAGES[RING_PAGES.len() - 1];
+        let mut sizes = RING_PAGES
+            .iter()
+            .copied()
+            .filter(|&pages| pages == smallest || pages * page * cpu_count <= RING_MEMORY)
+            .peekable();
         while let (Some(pages), Some(tid)) = (sizes.peek().copied(), tids.clone().next()) {
             let mut short_of_memory = false;
             for cpu in 0..cpus.max(1) as i32 {
@@ -282,7 +314,9 @@ impl BornThreads {
         let Some(first) = first else {
             return Err(first_error.unwrap_or_else(|| io::Error::other("no thread to open on")));
         };
-        born.parents.insert(first, Parent::default());
+        let mut parent = Parent::opened(first);
+        parent.fds = born.rings.iter().map(PerfRing::fd).collect();
+        born.parents.insert(first, parent);
         let per_thread = born.rings.len();
         let budget = fd_budget();
         for tid in tids {
@@ -302,7 +336,9 @@ impl BornThreads {
                 }
             }
             if opened.len() == per_thread {
-                born.parents.insert(tid, Parent::default());
+                let mut parent = Parent::opened(tid);
+                parent.fds = opened.clone();
+                born.parents.insert(tid, parent);
                 born.redirected.extend(opened);
             } else {
                 // Exited meanwhile, or refused: none of its events stay.
@@ -367,6 +403,57 @@ impl BornThreads {
     pub(crate) fn samples_per_ring(&self) -> u64 {
         let record = u64::from(STACK_BYTES) + 8 * (self.max_stack as u64 + 32);
         self.rings.first().map_or(0, |r| r.data_size() / record)
+    }
+
+    /// Whether the part of a period that thread `tid`, one the events were
+    /// opened on, ran after its last ring sample counts as one more sample
+    /// of its last stack: with the probability of its fraction of a
+    /// period, so that over many threads the count is right on average
+    /// (a pool of 512 threads that each ran 8 ms once lost 6% of their
+    /// time to these tails). Asked once, when it exits or sampling stops,
+    /// with its CPU clock then (`cpu_ns`); never for one handed to a timer.
+    pub(crate) fn parent_tail(&mut self, tid: i32, cpu_ns: u64) -> bool {
+        let Some(parent) = self.parents.get_mut(&tid) else {
+            return false;
+        };
+        if !parent.sampled || parent.handoff.is_some() || parent.tail_counted {
+            return false;
+        }
+        parent.tail_counted = true;
+        let rest = cpu_ns.saturating_sub(parent.cpu_at_open) % self.period_ns;
+        self.rng.chance(rest, self.period_ns)
+    }
+
+    /// The CPU clock of thread `tid`, one the events were opened on, from
+    /// its events' counts: for when it exited and its own clock can no
+    /// longer be read. The counts hold what its born threads that exited
+    /// used as well, known from their records read so far, which are taken
+    /// off; with samples of user code only, the counts are its user time.
+    pub(crate) fn parent_cpu_ns(&self, tid: i32) -> Option<u64> {
+        let parent = self.parents.get(&tid)?;
+        let mut total = 0u64;
+        for &fd in &parent.fds {
+            let mut count = 0u64;
+            // SAFETY: reading one u64 (read_format 0) from our own event.
+            let n = unsafe { libc::read(fd, (&raw mut count).cast(), 8) };
+            if n != 8 {
+                return None;
+            }
+            total += count;
+        }
+        Some(parent.cpu_at_open + total.saturating_sub(parent.children_ns))
+    }
+
+    /// The thread the events were opened on whose event thread `tid` was
+    /// born under, through the threads that created it.
+    fn root_parent(&self, mut tid: i32) -> Option<i32> {
+        for _ in 0..64 {
+            if self.parents.contains_key(&tid) {
+                return Some(tid);
+            }
+            tid = self.young.get(&tid)?.parent;
+        }
+        None
     }
 
     /// How many threads have had a ring sample so far.
@@ -447,6 +534,11 @@ impl BornThreads {
                 Owned::Read(tid, value) => {
                     if let Some(y) = self.young.get_mut(&tid) {
                         y.read_ns += value;
+                    }
+                    if let Some(root) = self.root_parent(tid) {
+                        if let Some(parent) = self.parents.get_mut(&root) {
+                            parent.children_ns += value;
+                        }
                     }
                 }
                 Owned::Exit(tid) => {
@@ -563,11 +655,16 @@ fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned
         match record {
             Record::Sample {
                 tid,
-                callchain,
+                mut callchain,
                 regs,
                 stack,
                 ..
             } => {
+                // The kernel's frame-pointer walk stores the zero return
+                // address that ends a thread's chain: the end, not a frame.
+                if let Some(end) = callchain.iter().skip(1).position(|&a| a == 0) {
+                    callchain.truncate(end + 1);
+                }
                 let end = if callchain.len() >= max_stack {
                     WalkEnd::DepthCap
                 } else {

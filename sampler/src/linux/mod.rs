@@ -256,6 +256,7 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     let thread = SamplerThread::spawn(config.hz, move |cx| {
         signal::block_in_this_thread(signal);
         scheduling::request_short_slice();
+        scheduling::raise_weight();
         SamplerLoop::new(config, clock, signal, cx.progress, cx.requests)?.run(&cx.stop)
     })?;
     Ok((thread, running))
@@ -1390,8 +1391,25 @@ impl SamplerLoop {
     fn account_cpu(&mut self) {
         let mut total = Duration::ZERO;
         let read_at = monotonic_ns();
+        let born = self.born.as_ref();
         for (&tid, state) in self.threads.iter_mut() {
-            if let Some(now) = state.cpu_reading(tid) {
+            // A thread sampled into the rings that exited: its events'
+            // counts, which no more than the wall time since the last
+            // reading can have added to.
+            let from_ring = || {
+                let count = born?.parent_cpu_ns(tid)?;
+                let before = state.accounted_ns?;
+                let wall = read_at.saturating_sub(state.read_at_ns);
+                Some(count.clamp(before, before + wall))
+            };
+            let reading =
+                state
+                    .cpu_reading(tid)
+                    .or_else(|| if state.on_ring { from_ring() } else { None });
+            if state.on_ring {
+                state.read_at_ns = read_at;
+            }
+            if let Some(now) = reading {
                 if let Some(before) = state.accounted_ns {
                     let used = Duration::from_nanos(now.saturating_sub(before));
                     self.stats.add_thread_cpu(tid as u64, used);
@@ -1423,6 +1441,7 @@ impl SamplerLoop {
         let born_accounted = &mut self.born_accounted;
         let (reckon, period, now) = (self.tails.is_some(), self.period_ns, monotonic_ns());
         let (exits, stats) = (&mut self.exits, &mut self.stats);
+        let mut ring_exits = Vec::new();
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing || s.pending;
             if !keep {
@@ -1453,9 +1472,15 @@ impl SamplerLoop {
                         born_accounted.insert(tid, s.accounted_ns.unwrap_or(0));
                     }
                 }
+                if s.on_ring {
+                    ring_exits.push((tid, s.accounted_ns.unwrap_or(0)));
+                }
             }
             keep
         });
+        for (tid, cpu_ns) in ring_exits {
+            self.count_parent_tail(tid, cpu_ns);
+        }
     }
 
     /// Sampler-thread path, cpu mode: counts on each thread that exited at
@@ -2022,11 +2047,10 @@ impl SamplerLoop {
             }
             self.intern(key, &walk.as_collected(), 1);
             self.stats.ring_samples += 1;
-            let found = self.threads.get(&sample.tid).is_some_and(|s| s.on_ring);
-            if !found {
+            if !self.threads.get(&sample.tid).is_some_and(|s| s.on_ring) {
                 self.stats.born_samples += 1;
-                self.born_walks.insert(sample.tid, (key, walk));
             }
+            self.born_walks.insert(sample.tid, (key, walk));
         }
         self.born_samples = samples;
         self.settle_born(&mut settled);
@@ -2118,6 +2142,23 @@ impl SamplerLoop {
         }
     }
 
+    /// Counts the last part of a period that thread `tid`, one the ring
+    /// events were opened on, ran after its last sample, at random by its
+    /// fraction ([`BornThreads::parent_tail`]), as it exits or sampling
+    /// stops with its CPU clock at `cpu_ns`.
+    fn count_parent_tail(&mut self, tid: i32, cpu_ns: u64) {
+        let Some(born) = self.born.as_mut() else {
+            return;
+        };
+        if born.parent_tail(tid, cpu_ns) {
+            if let Some((key, walk)) = self.born_walks.remove(&tid) {
+                self.intern(key, &walk.as_collected(), 1);
+                self.stats.ring_samples += 1;
+            }
+        }
+        self.born_walks.remove(&tid);
+    }
+
     /// On stop, once no timer fires: the last ring samples, and every born
     /// thread settled (the living with their CPU clocks now).
     fn finish_born(&mut self) {
@@ -2125,6 +2166,15 @@ impl SamplerLoop {
             return;
         }
         self.collect_born_samples();
+        let parents: Vec<(i32, u64)> = self
+            .threads
+            .iter()
+            .filter(|(_, s)| s.on_ring)
+            .map(|(&tid, s)| (tid, s.accounted_ns.unwrap_or(0)))
+            .collect();
+        for (tid, cpu_ns) in parents {
+            self.count_parent_tail(tid, cpu_ns);
+        }
         let mut settled = std::mem::take(&mut self.born_settled);
         if let Some(born) = self.born.as_mut() {
             born.finish(&mut settled, threads::thread_cpu_ns);
