@@ -34,13 +34,18 @@ struct Session {
     stem: PathBuf,
 }
 
-/// Says `message` on stderr, prefixed `btprof:`, the first time a
-/// problem of this `kind` comes up in this process.
+/// Says `message` on stderr, as one line prefixed `btprof: NAME (PID):`,
+/// the first time a problem of this `kind` comes up in this program
+/// image. The command and the processes it starts share one stderr, so
+/// the line names the process it is about.
 pub fn say_once(kind: &'static str, message: impl std::fmt::Display) {
     let mut said = lock(&SAID);
     if !said.contains(&kind) {
         said.push(kind);
-        eprintln!("btprof: {message}");
+        // One write of the whole line, so that lines of processes writing
+        // at the same moment do not interleave.
+        let line = format!("btprof: {} ({}): {message}\n", process_name(), pid());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }
 }
 
@@ -119,7 +124,18 @@ pub fn begin() -> bool {
         }
         Err(e) => {
             let _ = std::fs::remove_file(stem.with_extension("started"));
-            say_once("start", format_args!("not profiling this process: {e}"));
+            // The sampler's advice names its own option; here the choice
+            // is `btprof record`'s.
+            let hint = match e {
+                btprof::Error::Sampler(btprof_sampler::Error::SignalInUse(_)) => {
+                    " (btprof record --signal N picks another)"
+                }
+                _ => "",
+            };
+            say_once(
+                "start",
+                format_args!("not profiling this process: {e}{hint}"),
+            );
             false
         }
     }
@@ -143,10 +159,10 @@ pub fn finish(ended_by: &str) -> bool {
         }
     };
     if let Some(stats) = profile.stats() {
-        if stats.mode == Mode::Cpu
-            && stats.clock == SampleClock::SamplerThread
-            && std::env::var_os(btprof_force_env()).is_none_or(|v| v.is_empty() || v == "0")
-        {
+        // A clock forced by `--clock` (or the variables behind it) is no
+        // surprise to report.
+        let forced = matches!(btprof_sampler::clock_from_env(), Ok(Some(_)));
+        if stats.mode == Mode::Cpu && stats.clock == SampleClock::SamplerThread && !forced {
             say_once(
                 "clock",
                 "per-thread CPU timers (perf events) were refused here, so the sampler \
@@ -187,12 +203,6 @@ pub fn finish(ended_by: &str) -> bool {
         ),
     }
     true
-}
-
-/// The variable that forces the sampler-thread clock (then its use is
-/// no surprise to report).
-fn btprof_force_env() -> &'static str {
-    "BTPROF_FORCE_SAMPLER_THREAD"
 }
 
 /// The name this process goes by: its `argv[0]`'s file name (what `ps`

@@ -274,11 +274,20 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
     let Some(info) = profile.run_info() else {
         return;
     };
-    let names: Vec<String> = gathered
-        .parts
-        .iter()
-        .map(|p| format!("{} ({})", p.record.name, p.record.pid))
-        .collect();
+    // A process whose `exec` failed, or that stopped sampling at the
+    // deadline and wrote again, has written more than one profile: it is
+    // still one process, named once (an image that `exec`ed another is a
+    // name of its own under the same pid).
+    let mut names: Vec<String> = Vec::new();
+    for part in &gathered.parts {
+        let name = format!("{} ({})", part.record.name, part.record.pid);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let mut pids: Vec<u32> = gathered.parts.iter().map(|p| p.record.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
     let rate = match args.mode {
         RecordMode::Cpu => format!(
             "{:.1} samples per CPU-second ({:.3} CPU-s sampled; requested {} Hz)",
@@ -297,8 +306,8 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
     println!(
         "profiled {} process{} ({}): {} samples, {rate}, {} mode, {clock}; truncated walks: {}, \
          failed samples: {}",
-        gathered.parts.len(),
-        if gathered.parts.len() == 1 { "" } else { "es" },
+        pids.len(),
+        if pids.len() == 1 { "" } else { "es" },
         names.join(", "),
         info.samples,
         info.mode,
