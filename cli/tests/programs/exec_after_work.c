@@ -1,10 +1,16 @@
 /* Works one CPU-second in `before_exec`, then execs itself with the
- * argument `after`, which works a little in `after_exec` and exits. */
+ * argument `after`, which works a little in `after_exec` and exits.
+ *
+ * The first argument names the exec function to call (default execv):
+ * execv, execve, execl, execle, execvp or execlp. The `p` ones are given
+ * the file name alone, found on PATH. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "spin.h"
+
+extern char **environ;
 
 __attribute__((noinline)) void before_exec(void) {
     spin_until(1.0);
@@ -19,11 +25,29 @@ int main(int argc, char **argv) {
         after_exec();
         return 0;
     }
+    const char *how = argc > 1 ? argv[1] : "execv";
+    const char *self = "/proc/self/exe";
+    const char *file = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     before_exec();
     printf("before %.6f\n", thread_cpu());
     fflush(stdout);
     char *args[] = {argv[0], "after", NULL};
-    execv("/proc/self/exe", args);
-    perror("execv");
+    if (strcmp(how, "execv") == 0)
+        execv(self, args);
+    else if (strcmp(how, "execve") == 0)
+        execve(self, args, environ);
+    else if (strcmp(how, "execl") == 0)
+        execl(self, argv[0], "after", (char *)NULL);
+    else if (strcmp(how, "execle") == 0)
+        execle(self, argv[0], "after", (char *)NULL, environ);
+    else if (strcmp(how, "execvp") == 0)
+        execvp(file, args);
+    else if (strcmp(how, "execlp") == 0)
+        execlp(file, argv[0], "after", (char *)NULL);
+    else {
+        fprintf(stderr, "unknown exec function %s\n", how);
+        return 2;
+    }
+    perror(how);
     return 1;
 }
