@@ -173,3 +173,15 @@ fn perf_events_refused_by_seccomp_is_said_once_per_process() {
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("btprof: family"), "{stderr}");
 }
+
+#[test]
+fn a_profiling_signal_the_program_takes_later_is_said_once_per_process() {
+    let scratch = Scratch::new("msg-signal-late");
+    // The program's handler then receives the profiling signals: nothing
+    // but this line would tell.
+    let Some(out) = run_family(&scratch, &[], &[("TAKE_URG", "late")], |_| {}) else {
+        return;
+    };
+    said_once_each(&out, "installed its own handler for signal");
+    assert!(text(&out.stderr).contains("--signal"), "{:?}", out);
+}

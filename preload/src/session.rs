@@ -29,6 +29,10 @@ static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
 struct Session {
     profiler: Profiler,
+    /// The profiling signal's handler once the profiler started (the
+    /// sampler's), to notice a program that replaces it.
+    #[cfg(target_os = "linux")]
+    handler: Option<libc::sighandler_t>,
     /// `DIR/PID-NANOS-SEQ`: the files are this with `.folded`, `.json`
     /// and, while the profile is not written yet, `.started`.
     stem: PathBuf,
@@ -119,7 +123,12 @@ pub fn begin() -> bool {
     }
     match config.builder().start() {
         Ok(profiler) => {
-            *lock(&SESSION) = Some(Session { profiler, stem });
+            *lock(&SESSION) = Some(Session {
+                profiler,
+                stem,
+                #[cfg(target_os = "linux")]
+                handler: handler(config.signal()),
+            });
             true
         }
         Err(e) => {
@@ -151,6 +160,22 @@ pub fn finish(ended_by: &str) -> bool {
     let Some(session) = lock(&SESSION).take() else {
         return false;
     };
+    #[cfg(target_os = "linux")]
+    if let Some(signal) = CONFIG.get().map(Config::signal) {
+        if session.handler.is_some() && handler(signal) != session.handler {
+            // The sampler keeps a handler installed after it (its
+            // samples stop, and the program's handler gets its signals):
+            // nothing else would ever tell.
+            say_once(
+                "signal-replaced",
+                format_args!(
+                    "the program installed its own handler for signal {signal}, the profiling \
+                     signal, while it was profiled: its samples from then on are lost and its \
+                     handler received btprof's signals (btprof record --signal N picks another)"
+                ),
+            );
+        }
+    }
     let profile = match session.profiler.stop() {
         Ok(profile) => profile,
         Err(e) => {
@@ -203,6 +228,17 @@ pub fn finish(ended_by: &str) -> bool {
         ),
     }
     true
+}
+
+/// The handler of `signal` now, if it can be read.
+#[cfg(target_os = "linux")]
+fn handler(signal: i32) -> Option<libc::sighandler_t> {
+    // SAFETY: a null new action only reads the current one into `old`,
+    // a zeroed (valid) sigaction.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        (libc::sigaction(signal, std::ptr::null(), &mut old) == 0).then_some(old.sa_sigaction)
+    }
 }
 
 /// The name this process goes by: its `argv[0]`'s file name (what `ps`

@@ -7,7 +7,9 @@
  *
  * With TAKE_URG=1 in the environment, a constructor installs a SIGURG
  * handler in every process of the family before `main`: the profiling
- * signal is then the program's own when profiling would start. */
+ * signal is then the program's own when profiling would start. With
+ * TAKE_URG=late, `main` installs it first thing, after profiling
+ * started. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,14 +28,19 @@ static void on_urg(int sig) {
     urgent = 1;
 }
 
-__attribute__((constructor)) static void take_urg(void) {
+/* Installs the SIGURG handler if TAKE_URG is `when`. */
+static void take_urg(const char *when) {
     const char *take = getenv("TAKE_URG");
-    if (take && strcmp(take, "1") == 0) {
+    if (take && strcmp(take, when) == 0) {
         struct sigaction action;
         memset(&action, 0, sizeof action);
         action.sa_handler = on_urg;
         sigaction(SIGURG, &action, NULL);
     }
+}
+
+__attribute__((constructor)) static void take_urg_early(void) {
+    take_urg("1");
 }
 
 __attribute__((noinline)) void child_work(void) {
@@ -45,6 +52,7 @@ __attribute__((noinline)) void parent_work(void) {
 }
 
 int main(int argc, char **argv) {
+    take_urg("late");
     if (argc > 1 && strcmp(argv[1], "child") == 0) {
         child_work();
         return 0;
