@@ -35,6 +35,8 @@ fn keeps_samples_across(scratch: &Scratch, how: &str) {
     let child = std::process::Command::new(BIN)
         .current_dir(&scratch.0)
         .env("PATH", path)
+        // The new image checks it got the environment.
+        .env("EXEC_MARK", "1")
         .args(["record", "--raw-dir", raw.to_str().unwrap(), "--"])
         .arg(&exe)
         .arg(how)
@@ -45,7 +47,7 @@ fn keeps_samples_across(scratch: &Scratch, how: &str) {
         .unwrap();
     let out = wait_limited(child, Duration::from_secs(120));
     let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{how}: {stderr}");
+    assert!(out.status.success(), "{how}: {}: {stderr}", out.status);
     let lines = folded(&scratch.path("btprof.folded"));
     let before = samples_in(&lines, "before_exec");
     let after = samples_in(&lines, "after_exec");
@@ -110,6 +112,11 @@ fn execlp_keeps_what_the_old_image_recorded() {
 #[test]
 fn execvp_keeps_what_the_old_image_recorded() {
     keeps_samples_across(&Scratch::new("execvp"), "execvp");
+}
+
+#[test]
+fn execv_keeps_what_the_old_image_recorded() {
+    keeps_samples_across(&Scratch::new("execv"), "execv");
 }
 
 #[test]
