@@ -4,6 +4,8 @@
 //! (`execl`, `execle`, `execlp`, `execvp`) reach the system call without
 //! going through `execve`, so each needs interposing of its own.
 
+#![cfg(target_os = "linux")]
+
 mod record_support;
 
 use std::time::Duration;

@@ -8,6 +8,8 @@
 //! the test's `btprof` alone in an empty directory, with an empty cache
 //! and no `BTPROF_PRELOAD`, is that case.
 
+#![cfg(target_os = "linux")]
+
 mod record_support;
 
 use std::path::{Path, PathBuf};

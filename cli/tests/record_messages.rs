@@ -7,6 +7,8 @@
 //! program before profiling starts, and perf events refused by a seccomp
 //! filter so that the sampler's clock detection falls back.
 
+#![cfg(target_os = "linux")]
+
 mod record_support;
 
 use std::collections::BTreeMap;

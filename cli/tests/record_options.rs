@@ -1,6 +1,8 @@
 //! `btprof record`'s options that reach into every process it profiles:
 //! `--clock` forces the clock each process's sampler runs on.
 
+#![cfg(target_os = "linux")]
+
 mod record_support;
 
 use std::time::Duration;
