@@ -65,12 +65,41 @@ fn main() {
             base[round], emb[round], rec[round]
         );
     }
-    let (b, e, r) = (median(base), median(emb), median(rec));
+    // Ratios within each round too: the machine's load drifts between
+    // rounds more than between the three runs of one.
+    let per_round =
+        |xs: &[f64], ys: &[f64]| -> Vec<f64> { xs.iter().zip(ys).map(|(x, y)| x / y).collect() };
+    let (rec_emb, emb_base, rec_base) = (
+        per_round(&rec, &emb),
+        per_round(&emb, &base),
+        per_round(&rec, &base),
+    );
+    let range = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{lo:.3}-{hi:.3}")
+    };
+    let (b, e, r) = (median(base), median(emb.clone()), median(rec.clone()));
     println!("medians of {rounds} rounds, wall time of the whole child process:");
     println!("  baseline (no profiler)       {b:.3} s  1.000x");
-    println!("  embedded Profiler            {e:.3} s  {:.3}x", e / b);
-    println!("  btprof record -- (preloaded) {r:.3} s  {:.3}x", r / b);
-    println!("  record / embedded            {:.3}x", r / e);
+    println!(
+        "  embedded Profiler            {e:.3} s  {:.3}x  (per round: median {:.3}x, {})",
+        e / b,
+        median(emb_base.clone()),
+        range(&emb_base)
+    );
+    println!(
+        "  btprof record -- (preloaded) {r:.3} s  {:.3}x  (per round: median {:.3}x, {})",
+        r / b,
+        median(rec_base.clone()),
+        range(&rec_base)
+    );
+    println!(
+        "  record / embedded            {:.3}x  (per round: median {:.3}x, {})",
+        r / e,
+        median(rec_emb.clone()),
+        range(&rec_emb)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -3,183 +3,14 @@
 //! the programs measured themselves. A test whose tool (`cc`, `python3`)
 //! is missing says NOT CHECKED in its output.
 
-use std::collections::HashMap;
+mod record_support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use btprof_testkit::hogs::Hogs;
-
-const BIN: &str = env!("CARGO_BIN_EXE_btprof");
-
-/// A scratch directory per test, removed on success.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("btprof-record-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn has(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A scratch directory for test `name`, or `None` (said on stdout) where
-/// `tool` is not installed.
-fn scratch_if_installed(tool: &str, name: &str) -> Option<Scratch> {
-    if !has(tool) {
-        println!("NOT CHECKED: {tool} is not installed");
-        return None;
-    }
-    Some(Scratch::new(name))
-}
-
-/// Compiles `programs/SOURCE` with `flags` into `dir`; `None` (said on
-/// stdout) without a C compiler.
-fn compile(dir: &Scratch, source: &str, out: &str, flags: &[&str]) -> Option<PathBuf> {
-    if !has("cc") {
-        println!("NOT CHECKED: no C compiler (cc) on this machine");
-        return None;
-    }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/programs")
-        .join(source);
-    let exe = dir.path(out);
-    let status = Command::new("cc")
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg("-pthread")
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc {source} failed");
-    Some(exe)
-}
-
-/// Runs `btprof record ARGS`, killing it after `limit`.
-fn record(dir: &Scratch, args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(BIN)
-        .current_dir(&dir.0)
-        .arg("record")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run btprof");
-    wait_limited(child, limit)
-}
-
-fn wait_limited(mut child: std::process::Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "btprof record still ran after {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A folded file's lines: (frames, count) each.
-type Folded = Vec<(Vec<String>, u64)>;
-
-/// Runs `btprof record ARGS` as [`record`] does, which must succeed, and
-/// reads the profile it wrote: most tests look at nothing else.
-fn record_folded(dir: &Scratch, args: &[&str], limit: Duration) -> (Output, Folded) {
-    let out = record(dir, args, limit);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let lines = folded(&dir.path("btprof.folded"));
-    (out, lines)
-}
-
-/// The record of the one process `btprof record --raw-dir RAW` profiled.
-fn raw_record(raw: &Path) -> serde_json::Value {
-    let json = std::fs::read_dir(raw)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "json"))
-        .expect("the process's record");
-    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
-}
-
-/// The folded file's lines as (frames, count).
-fn folded(path: &Path) -> Folded {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (stack, count) = l.rsplit_once(' ').expect("stack count");
-            (
-                stack.split(';').map(str::to_owned).collect(),
-                count.parse().expect("a count"),
-            )
-        })
-        .collect()
-}
-
-/// `name seconds` lines the test programs print.
-fn measured(stdout: &str) -> HashMap<String, f64> {
-    stdout
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k.to_owned(), v.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Samples in `function` or what it calls.
-fn samples_in(lines: &[(Vec<String>, u64)], function: &str) -> u64 {
-    samples_where(lines, |name| name == function)
-}
-
-/// Samples with a frame whose function `is_wanted`.
-fn samples_where(lines: &[(Vec<String>, u64)], is_wanted: impl Fn(&str) -> bool) -> u64 {
-    lines
-        .iter()
-        .filter(|(f, _)| f.iter().any(|name| is_wanted(name)))
-        .map(|(_, c)| c)
-        .sum()
-}
-
-/// All the samples.
-fn total(lines: &[(Vec<String>, u64)]) -> u64 {
-    lines.iter().map(|(_, c)| c).sum()
-}
+use record_support::*;
 
 /// The two-thread program's profile against its own CPU clocks: the rate
 /// btprof reports within 2% of the rate the program's own clocks give,
@@ -243,12 +74,6 @@ fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
 /// The split tests one at a time: run together, the one with hogs would
 /// add two to the other's machine.
 static SPLIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Compiles `programs/SOURCE` into `out` lightly optimized and with frame
-/// pointers, as the programs whose stacks are not the point are built.
-fn framed_program(scratch: &Scratch, source: &str, out: &str) -> Option<PathBuf> {
-    compile(scratch, source, out, &["-O1", "-fno-omit-frame-pointer"])
-}
 
 fn split_program(scratch: &Scratch) -> Option<PathBuf> {
     framed_program(scratch, "two_threads.c", "two_threads")
@@ -399,14 +224,6 @@ fn python_busy_loop_reaches_the_interpreters_main() {
     assert!(in_main as f64 >= 0.9 * total as f64, "{short:?}");
 }
 
-/// The roots of a folded file: `name (pid)` each.
-fn roots(lines: &[(Vec<String>, u64)]) -> Vec<String> {
-    let mut roots: Vec<String> = lines.iter().map(|(f, _)| f[0].clone()).collect();
-    roots.sort();
-    roots.dedup();
-    roots
-}
-
 #[test]
 fn a_shell_and_its_children_are_three_roots_and_no_follow_keeps_the_shell() {
     let scratch = Scratch::new("shell");
@@ -518,33 +335,6 @@ fn sigint_to_btprof_ends_the_command_and_writes_its_profile() {
     );
     let record = raw_record(&raw);
     assert_eq!(record["ended_by"], "signal SIGINT", "{record}");
-}
-
-#[test]
-fn a_process_that_execs_keeps_what_it_recorded_before() {
-    let scratch = Scratch::new("exec");
-    let Some(exe) = framed_program(&scratch, "exec_after_work.c", "worker") else {
-        return;
-    };
-    let (out, lines) = record_folded(
-        &scratch,
-        &["--", exe.to_str().unwrap()],
-        Duration::from_secs(120),
-    );
-    let before = samples_in(&lines, "before_exec");
-    let after = samples_in(&lines, "after_exec");
-    let truth = measured(&text(&out.stdout))["before"];
-    println!("before_exec {before} samples ({truth:.3} CPU-s), after_exec {after}");
-    // Lost, it would be none; kept, about one period per CPU-millisecond
-    // (the default clock delivered 88-90% of the rate here).
-    assert!(before as f64 >= 0.8 * truth * 1000.0, "{lines:?}");
-    assert!(after > 0, "{lines:?}");
-    // One process: both images under roots with the same pid.
-    let pids: Vec<String> = roots(&lines)
-        .iter()
-        .map(|r| r.rsplit_once(" (").unwrap().1.to_owned())
-        .collect();
-    assert!(pids.windows(2).all(|w| w[0] == w[1]), "{pids:?}");
 }
 
 #[test]

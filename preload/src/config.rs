@@ -60,6 +60,12 @@ impl Config {
         }))
     }
 
+    /// The profiling signal the sampler takes (Linux).
+    #[cfg(target_os = "linux")]
+    pub fn signal(&self) -> i32 {
+        self.signal.unwrap_or_else(btprof::default_signal)
+    }
+
     /// The profiler these settings describe.
     pub fn builder(&self) -> ProfilerBuilder {
         let mut b = btprof::Profiler::builder().mode(self.mode);

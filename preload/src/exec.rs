@@ -6,10 +6,12 @@
 //! The C library's `exec*` functions call each other (and the system
 //! call) internally, not through symbols this library can take over, so
 //! each one programs call is interposed here: `execve`, `execv`,
-//! `execvp`, `execvpe`, `execveat`, `fexecve`. The variadic `execl`,
-//! `execlp` and `execle` cannot be defined in Rust and are not
-//! interposed: a program that calls them loses the samples of its old
-//! image (`docs/record.md`).
+//! `execvp`, `execvpe`, `execveat`, `fexecve`; the variadic `execl`,
+//! `execlp` and `execle` in `exec_list.rs` (x86_64, Rust 1.88 or later),
+//! which call these. `posix_spawn` and `posix_spawnp` need nothing: they
+//! run the new program in a new process, and the calling one goes on
+//! recording (glibc's child never runs this library's code before its
+//! `exec`, and starts a profile of its own after it).
 //!
 //! A call that fails returns to the old program, which is then profiled
 //! again from there (a second profile of the same process).

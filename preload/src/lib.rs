@@ -29,6 +29,8 @@
 mod config;
 #[cfg(target_os = "linux")]
 mod exec;
+#[cfg(all(target_os = "linux", target_arch = "x86_64", btprof_naked_exec))]
+mod exec_list;
 #[cfg(target_os = "linux")]
 mod exit;
 #[cfg(any(target_os = "linux", target_os = "macos"))]

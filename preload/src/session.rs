@@ -29,18 +29,27 @@ static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
 struct Session {
     profiler: Profiler,
+    /// The profiling signal's handler once the profiler started (the
+    /// sampler's), to notice a program that replaces it.
+    #[cfg(target_os = "linux")]
+    handler: Option<libc::sighandler_t>,
     /// `DIR/PID-NANOS-SEQ`: the files are this with `.folded`, `.json`
     /// and, while the profile is not written yet, `.started`.
     stem: PathBuf,
 }
 
-/// Says `message` on stderr, prefixed `btprof:`, the first time a
-/// problem of this `kind` comes up in this process.
+/// Says `message` on stderr, as one line prefixed `btprof: NAME (PID):`,
+/// the first time a problem of this `kind` comes up in this program
+/// image. The command and the processes it starts share one stderr, so
+/// the line names the process it is about.
 pub fn say_once(kind: &'static str, message: impl std::fmt::Display) {
     let mut said = lock(&SAID);
     if !said.contains(&kind) {
         said.push(kind);
-        eprintln!("btprof: {message}");
+        // One write of the whole line, so that lines of processes writing
+        // at the same moment do not interleave.
+        let line = format!("btprof: {} ({}): {message}\n", process_name(), pid());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }
 }
 
@@ -114,12 +123,28 @@ pub fn begin() -> bool {
     }
     match config.builder().start() {
         Ok(profiler) => {
-            *lock(&SESSION) = Some(Session { profiler, stem });
+            *lock(&SESSION) = Some(Session {
+                profiler,
+                stem,
+                #[cfg(target_os = "linux")]
+                handler: handler(config.signal()),
+            });
             true
         }
         Err(e) => {
             let _ = std::fs::remove_file(stem.with_extension("started"));
-            say_once("start", format_args!("not profiling this process: {e}"));
+            // The sampler's advice names its own option; here the choice
+            // is `btprof record`'s.
+            let hint = match e {
+                btprof::Error::Sampler(btprof_sampler::Error::SignalInUse(_)) => {
+                    " (btprof record --signal N picks another)"
+                }
+                _ => "",
+            };
+            say_once(
+                "start",
+                format_args!("not profiling this process: {e}{hint}"),
+            );
             false
         }
     }
@@ -135,6 +160,22 @@ pub fn finish(ended_by: &str) -> bool {
     let Some(session) = lock(&SESSION).take() else {
         return false;
     };
+    #[cfg(target_os = "linux")]
+    if let Some(signal) = CONFIG.get().map(Config::signal) {
+        if session.handler.is_some() && handler(signal) != session.handler {
+            // The sampler keeps a handler installed after it (its
+            // samples stop, and the program's handler gets its signals):
+            // nothing else would ever tell.
+            say_once(
+                "signal-replaced",
+                format_args!(
+                    "the program installed its own handler for signal {signal}, the profiling \
+                     signal, while it was profiled: its samples from then on are lost and its \
+                     handler received btprof's signals (btprof record --signal N picks another)"
+                ),
+            );
+        }
+    }
     let profile = match session.profiler.stop() {
         Ok(profile) => profile,
         Err(e) => {
@@ -143,10 +184,10 @@ pub fn finish(ended_by: &str) -> bool {
         }
     };
     if let Some(stats) = profile.stats() {
-        if stats.mode == Mode::Cpu
-            && stats.clock == SampleClock::SamplerThread
-            && std::env::var_os(btprof_force_env()).is_none_or(|v| v.is_empty() || v == "0")
-        {
+        // A clock forced by `--clock` (or the variables behind it) is no
+        // surprise to report.
+        let forced = matches!(btprof_sampler::clock_from_env(), Ok(Some(_)));
+        if stats.mode == Mode::Cpu && stats.clock == SampleClock::SamplerThread && !forced {
             say_once(
                 "clock",
                 "per-thread CPU timers (perf events) were refused here, so the sampler \
@@ -189,10 +230,15 @@ pub fn finish(ended_by: &str) -> bool {
     true
 }
 
-/// The variable that forces the sampler-thread clock (then its use is
-/// no surprise to report).
-fn btprof_force_env() -> &'static str {
-    "BTPROF_FORCE_SAMPLER_THREAD"
+/// The handler of `signal` now, if it can be read.
+#[cfg(target_os = "linux")]
+fn handler(signal: i32) -> Option<libc::sighandler_t> {
+    // SAFETY: a null new action only reads the current one into `old`,
+    // a zeroed (valid) sigaction.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        (libc::sigaction(signal, std::ptr::null(), &mut old) == 0).then_some(old.sa_sigaction)
+    }
 }
 
 /// The name this process goes by: its `argv[0]`'s file name (what `ps`

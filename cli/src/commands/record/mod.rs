@@ -14,7 +14,7 @@ use std::process::{Command, ExitCode, ExitStatus};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use btprof::formats::process_record::env;
-use btprof::Profile;
+use btprof::{Profile, SampleClock};
 use clap::{Args, ValueEnum};
 
 use super::{fail, EXIT_BAD_INPUT};
@@ -103,9 +103,19 @@ pub struct RecordArgs {
     #[arg(long, value_name = "NUMBER")]
     pub signal: Option<i32>,
 
-    /// Pace cpu-mode samples from the sampler thread instead of per-thread
-    /// CPU timers (what happens where perf events are refused).
-    #[arg(long)]
+    /// The clock that paces cpu-mode samples in every process (Linux),
+    /// instead of the one each chooses: perf (each thread's own perf
+    /// CPU-time timer, the default where perf events are allowed), posix
+    /// (each thread's own POSIX CPU timer, which works where perf events
+    /// are refused), thread (the sampler thread, by the CPU time threads
+    /// used; the default where perf events are refused). A process whose
+    /// kernel refuses it is not profiled, and says so. The summary says
+    /// which clock ran. Same as BTPROF_CLOCK=perf|posix|thread.
+    #[arg(long, value_enum, value_name = "CLOCK")]
+    pub clock: Option<RecordClock>,
+
+    /// Same as --clock thread.
+    #[arg(long, conflicts_with = "clock")]
     pub no_thread_timers: bool,
 
     /// Keep each process's own folded file and record (JSON) in this
@@ -134,6 +144,28 @@ pub enum RecordMode {
     Wall,
 }
 
+/// `--clock`: the names `BTPROF_CLOCK` takes.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RecordClock {
+    Perf,
+    Posix,
+    Thread,
+}
+
+impl RecordClock {
+    fn clock(self) -> SampleClock {
+        match self {
+            RecordClock::Perf => SampleClock::ThreadTimers,
+            RecordClock::Posix => SampleClock::PosixTimers,
+            RecordClock::Thread => SampleClock::SamplerThread,
+        }
+    }
+}
+
+/// The environment variable the sampler in each process reads its forced
+/// clock from (`btprof_sampler::CLOCK_ENV`).
+const CLOCK_ENV: &str = "BTPROF_CLOCK";
+
 /// Runs CMD profiled and exits with its status.
 pub fn run(args: &RecordArgs) -> ExitCode {
     match record(args) {
@@ -144,6 +176,17 @@ pub fn run(args: &RecordArgs) -> ExitCode {
 
 fn record(args: &RecordArgs) -> Result<ExitCode, String> {
     let program = &args.command[0];
+    if let (RecordMode::Wall, Some(clock)) = (args.mode, args.clock) {
+        // Each process would ignore it: in wall mode the sampler thread
+        // samples every thread.
+        if clock.clock().is_kernel_paced() {
+            return Err(format!(
+                "--clock {} is for cpu mode: wall mode samples every thread from the sampler \
+                 thread",
+                clock.clock().short_name()
+            ));
+        }
+    }
     preflight::check(program)?;
     let library = library::find()?;
     // The outputs first: a typo in a path costs nothing.
@@ -244,8 +287,16 @@ fn configure(command: &mut Command, args: &RecordArgs, library: &Path, dir: &Pat
     if let Some(signal) = args.signal {
         command.env(env::SIGNAL, signal.to_string());
     }
-    if args.no_thread_timers {
-        command.env("BTPROF_FORCE_SAMPLER_THREAD", "1");
+    match (args.clock, args.no_thread_timers) {
+        (Some(clock), _) => {
+            command.env(CLOCK_ENV, clock.clock().short_name());
+        }
+        (None, true) => {
+            command.env(CLOCK_ENV, SampleClock::SamplerThread.short_name());
+        }
+        // A BTPROF_CLOCK of the caller's own is passed on, as it would be
+        // without btprof.
+        (None, false) => {}
     }
     if let Some(duration) = args.duration {
         let deadline = SystemTime::now() + duration;
@@ -274,11 +325,20 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
     let Some(info) = profile.run_info() else {
         return;
     };
-    let names: Vec<String> = gathered
-        .parts
-        .iter()
-        .map(|p| format!("{} ({})", p.record.name, p.record.pid))
-        .collect();
+    // A process whose `exec` failed, or that stopped sampling at the
+    // deadline and wrote again, has written more than one profile: it is
+    // still one process, named once (an image that `exec`ed another is a
+    // name of its own under the same pid).
+    let mut names: Vec<String> = Vec::new();
+    for part in &gathered.parts {
+        let name = format!("{} ({})", part.record.name, part.record.pid);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let mut pids: Vec<u32> = gathered.parts.iter().map(|p| p.record.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
     let rate = match args.mode {
         RecordMode::Cpu => format!(
             "{:.1} samples per CPU-second ({:.3} CPU-s sampled; requested {} Hz)",
@@ -289,16 +349,13 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
             info.achieved_hz, args.hz
         ),
     };
-    let clock = match info.clock.as_str() {
-        "thread-timers" => "per-thread CPU timers",
-        "sampler-thread" => "sampler-thread ticks",
-        other => other,
-    };
+    // `mixed` when the processes ran on different clocks.
+    let clock = SampleClock::from_name(&info.clock).map_or(info.clock.as_str(), |c| c.describe());
     println!(
         "profiled {} process{} ({}): {} samples, {rate}, {} mode, {clock}; truncated walks: {}, \
          failed samples: {}",
-        gathered.parts.len(),
-        if gathered.parts.len() == 1 { "" } else { "es" },
+        pids.len(),
+        if pids.len() == 1 { "" } else { "es" },
         names.join(", "),
         info.samples,
         info.mode,

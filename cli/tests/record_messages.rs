@@ -1,0 +1,189 @@
+//! What the preloaded library cannot do it says on stderr, in one line
+//! `btprof: NAME (PID): ...`, once per process, and the program runs on
+//! unharmed. Each case is made to happen for real in a family of four
+//! processes (`programs/family.c`: a parent whose first `exec` fails, and
+//! three children it forks that each `exec` the program again): the
+//! output directory not writable, the profiling signal taken by the
+//! program before profiling starts, and perf events refused by a seccomp
+//! filter so that the sampler's clock detection falls back.
+
+#![cfg(target_os = "linux")]
+
+mod record_support;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use btprof_testkit::seccomp;
+use record_support::*;
+
+/// `CAP_DAC_OVERRIDE` (linux/capability.h), which the libc crate lacks.
+const CAP_DAC_OVERRIDE: libc::c_ulong = 1;
+
+/// The processes of `family.c`: the parent and its three children.
+const FAMILY: usize = 4;
+
+/// Runs `btprof record ARGS -- ./family` in `scratch`, with `env` set and
+/// `configure` applied to the `btprof` command; `None` (said on stdout)
+/// where the program cannot be built or `configure` cannot be applied.
+fn run_family(
+    scratch: &Scratch,
+    args: &[&str],
+    env: &[(&str, &str)],
+    configure: impl FnOnce(&mut Command),
+) -> Option<Output> {
+    let exe = framed_program(scratch, "family.c", "family")?;
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(&scratch.0)
+        .arg("record")
+        .args(args)
+        .arg("--")
+        .arg(&exe)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    configure(&mut cmd);
+    match cmd.spawn() {
+        Ok(child) => Some(wait_limited(child, Duration::from_secs(120))),
+        Err(e) => {
+            println!("NOT CHECKED: cannot start btprof as this test needs: {e}");
+            None
+        }
+    }
+}
+
+/// For each pid, how many stderr lines `btprof: family (PID): ...`
+/// contain `needle`.
+fn said_by_pid(stderr: &str, needle: &str) -> BTreeMap<u32, usize> {
+    let mut said = BTreeMap::new();
+    for line in stderr.lines().filter(|l| l.contains(needle)) {
+        let pid = line
+            .strip_prefix("btprof: family (")
+            .and_then(|rest| rest.split_once("): "))
+            .and_then(|(pid, _)| pid.parse().ok())
+            .unwrap_or_else(|| panic!("not a `btprof: family (PID): ` line: {line}"));
+        *said.entry(pid).or_insert(0) += 1;
+    }
+    said
+}
+
+/// The family ran to its end as it would without btprof, and each of its
+/// processes said `needle` exactly once.
+fn said_once_each(out: &Output, needle: &str) {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains(&format!("children {} ok", FAMILY - 1)),
+        "{stdout}"
+    );
+    let said = said_by_pid(&stderr, needle);
+    assert_eq!(said.len(), FAMILY, "pids that said {needle:?}: {said:?}");
+    assert!(said.values().all(|&n| n == 1), "{said:?}\n{stderr}");
+}
+
+#[test]
+fn an_output_directory_it_cannot_write_is_said_once_per_process() {
+    let scratch = Scratch::new("msg-dir");
+    let raw = scratch.path("raw");
+    std::fs::create_dir(&raw).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&raw, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let out = run_family(
+        &scratch,
+        &["--raw-dir", raw.to_str().unwrap()],
+        &[],
+        |cmd| {
+            if root {
+                // Root writes anywhere through CAP_DAC_OVERRIDE: without it in
+                // the bounding set, what btprof runs obeys the mode bits.
+                // SAFETY: runs in the forked child before exec; prctl is an
+                // async-signal-safe system call and nothing is allocated.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        if libc::prctl(libc::PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, 0, 0, 0) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+        },
+    );
+    let Some(out) = out else {
+        return;
+    };
+    said_once_each(&out, "not profiling this process: cannot write to");
+    assert!(
+        text(&out.stderr).contains("no process wrote a profile"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_profiling_signal_the_program_handles_is_said_once_per_process() {
+    let scratch = Scratch::new("msg-signal");
+    let Some(out) = run_family(&scratch, &[], &[("TAKE_URG", "1")], |_| {}) else {
+        return;
+    };
+    said_once_each(&out, "already has a handler");
+    // The advice names the option that helps.
+    assert!(text(&out.stderr).contains("--signal"), "{:?}", out);
+    // With another signal the same program is profiled, all four.
+    let Some(out) = run_family(
+        &scratch,
+        &["--signal", &libc::SIGWINCH.to_string()],
+        &[("TAKE_URG", "1")],
+        |_| {},
+    ) else {
+        return;
+    };
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("btprof: family"), "{stderr}");
+    assert!(stdout.contains("profiled 4 processes"), "{stdout}{stderr}");
+}
+
+#[test]
+fn perf_events_refused_by_seccomp_is_said_once_per_process() {
+    let scratch = Scratch::new("msg-perf");
+    let Some(out) = run_family(&scratch, &[], &[], |cmd| {
+        seccomp::refuse_perf_event_open(cmd, libc::EACCES);
+    }) else {
+        return;
+    };
+    said_once_each(&out, "perf events) were refused here");
+    // The detection ran for real: every process fell back (the parent
+    // wrote two profiles, before its failed exec and at its exit: still
+    // one process).
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("profiled 4 processes"), "{stdout}");
+    assert!(stdout.contains("sampler-thread ticks"), "{stdout}");
+    // Forcing that clock is no surprise: nothing to say.
+    let Some(out) = run_family(&scratch, &["--no-thread-timers"], &[], |cmd| {
+        seccomp::refuse_perf_event_open(cmd, libc::EACCES);
+    }) else {
+        return;
+    };
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("btprof: family"), "{stderr}");
+}
+
+#[test]
+fn a_profiling_signal_the_program_takes_later_is_said_once_per_process() {
+    let scratch = Scratch::new("msg-signal-late");
+    // The program's handler then receives the profiling signals: nothing
+    // but this line would tell.
+    let Some(out) = run_family(&scratch, &[], &[("TAKE_URG", "late")], |_| {}) else {
+        return;
+    };
+    said_once_each(&out, "installed its own handler for signal");
+    assert!(text(&out.stderr).contains("--signal"), "{:?}", out);
+}

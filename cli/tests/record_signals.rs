@@ -1,0 +1,62 @@
+//! A stop signal sent to `btprof record` (`kill`, a CI runner's timeout)
+//! is passed on to the command, which writes its profile and dies of it;
+//! btprof writes the merged profile and exits as the command did.
+
+mod record_support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use record_support::*;
+
+#[test]
+fn sigterm_to_btprof_ends_the_command_and_writes_its_profile() {
+    let scratch = Scratch::new("sigterm");
+    let raw = scratch.path("raw");
+    let child = Command::new(BIN)
+        .current_dir(&scratch.0)
+        .args(["record", "--mode", "wall", "--raw-dir"])
+        .arg(&raw)
+        .args(["--", "sleep", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until sleep is profiled, then stop btprof as `kill` would.
+    let started = Instant::now();
+    while !std::fs::read_dir(&raw).is_ok_and(|mut d| {
+        d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "started")))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "sleep never started profiling"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    // SAFETY: signals the btprof child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = wait_limited(child, Duration::from_secs(60));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}{stderr}");
+    // Long before sleep's 100 s: it died of the signal btprof passed on.
+    assert!(sent.elapsed() < Duration::from_secs(30), "{stderr}");
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("got SIGTERM while sleep ran"), "{stderr}");
+    assert!(stderr.contains("sleep ("), "{stderr}");
+    assert!(stderr.contains("died of SIGTERM"), "{stderr}");
+    let lines = folded(&scratch.path("btprof.folded"));
+    assert!(total(&lines) > 0, "{stderr}");
+    assert!(
+        lines.iter().all(|(f, _)| f[0].starts_with("sleep (")),
+        "{lines:?}"
+    );
+    let record = raw_record(&raw);
+    assert_eq!(record["ended_by"], "signal SIGTERM", "{record}");
+    // The command is gone, not left running: btprof waited for it.
+    let pid = record["pid"].as_i64().expect("a pid") as i32;
+    // SAFETY: signal 0 only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(!alive, "sleep ({pid}) still runs");
+}

@@ -1,0 +1,195 @@
+//! What the `btprof record` tests share: scratch directories, compiling
+//! the C programs in `programs/`, running `btprof record` with a time
+//! limit, and reading the folded files it writes. Each test crate uses a
+//! part of it.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_btprof");
+
+/// A scratch directory per test, removed on success.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("btprof-record-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn has(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A scratch directory for test `name`, or `None` (said on stdout) where
+/// `tool` is not installed.
+pub fn scratch_if_installed(tool: &str, name: &str) -> Option<Scratch> {
+    if !has(tool) {
+        println!("NOT CHECKED: {tool} is not installed");
+        return None;
+    }
+    Some(Scratch::new(name))
+}
+
+/// Compiles `programs/SOURCE` with `flags` into `dir`; `None` (said on
+/// stdout) without a C compiler.
+pub fn compile(dir: &Scratch, source: &str, out: &str, flags: &[&str]) -> Option<PathBuf> {
+    if !has("cc") {
+        println!("NOT CHECKED: no C compiler (cc) on this machine");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs")
+        .join(source);
+    let exe = dir.path(out);
+    let status = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-pthread")
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc {source} failed");
+    Some(exe)
+}
+
+/// Runs `btprof record ARGS`, killing it after `limit`.
+pub fn record(dir: &Scratch, args: &[&str], limit: Duration) -> Output {
+    let child = Command::new(BIN)
+        .current_dir(&dir.0)
+        .arg("record")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run btprof");
+    wait_limited(child, limit)
+}
+
+pub fn wait_limited(mut child: std::process::Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "btprof record still ran after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A folded file's lines: (frames, count) each.
+pub type Folded = Vec<(Vec<String>, u64)>;
+
+/// Runs `btprof record ARGS` as [`record`] does, which must succeed, and
+/// reads the profile it wrote: most tests look at nothing else.
+pub fn record_folded(dir: &Scratch, args: &[&str], limit: Duration) -> (Output, Folded) {
+    let out = record(dir, args, limit);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = folded(&dir.path("btprof.folded"));
+    (out, lines)
+}
+
+/// The record of the one process `btprof record --raw-dir RAW` profiled.
+pub fn raw_record(raw: &Path) -> serde_json::Value {
+    let json = std::fs::read_dir(raw)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .expect("the process's record");
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+}
+
+/// The folded file's lines as (frames, count).
+pub fn folded(path: &Path) -> Folded {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (stack, count) = l.rsplit_once(' ').expect("stack count");
+            (
+                stack.split(';').map(str::to_owned).collect(),
+                count.parse().expect("a count"),
+            )
+        })
+        .collect()
+}
+
+/// `name seconds` lines the test programs print.
+pub fn measured(stdout: &str) -> HashMap<String, f64> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Samples in `function` or what it calls.
+pub fn samples_in(lines: &[(Vec<String>, u64)], function: &str) -> u64 {
+    samples_where(lines, |name| name == function)
+}
+
+/// Samples with a frame whose function `is_wanted`.
+pub fn samples_where(lines: &[(Vec<String>, u64)], is_wanted: impl Fn(&str) -> bool) -> u64 {
+    lines
+        .iter()
+        .filter(|(f, _)| f.iter().any(|name| is_wanted(name)))
+        .map(|(_, c)| c)
+        .sum()
+}
+
+/// All the samples.
+pub fn total(lines: &[(Vec<String>, u64)]) -> u64 {
+    lines.iter().map(|(_, c)| c).sum()
+}
+
+/// The roots of a folded file: `name (pid)` each.
+pub fn roots(lines: &[(Vec<String>, u64)]) -> Vec<String> {
+    let mut roots: Vec<String> = lines.iter().map(|(f, _)| f[0].clone()).collect();
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+/// Compiles `programs/SOURCE` into `out` lightly optimized and with frame
+/// pointers, as the programs whose stacks are not the point are built.
+pub fn framed_program(scratch: &Scratch, source: &str, out: &str) -> Option<PathBuf> {
+    compile(scratch, source, out, &["-O1", "-fno-omit-frame-pointer"])
+}
