@@ -4,7 +4,7 @@
 //! Two halves, split so the signal handler stays as small as it was:
 //!
 //! - the handler ([`stack_copy`]) records the interrupted registers,
-//!   copies the top 8 KiB of the stack into its slot with the fault-safe
+//!   copies the top 16 KiB of the stack into its slot with the fault-safe
 //!   read, and walks the frame-pointer chain as before (through the copy);
 //! - the sampler thread ([`CfiWalker`]), before interning the sample,
 //!   unwinds the copy with each module's `.eh_frame` through `framehop`
@@ -26,9 +26,11 @@
 //! half-updated, and `dlclose` cannot pull unwind data from under one),
 //! and the sampler thread may allocate and take the loader lock.
 //!
-//! What is lost: a frame without frame pointers lying more than 8 KiB
-//! above the stack pointer (below frames whose stack use exceeds that)
-//! ends the walk there, counted as truncated.
+//! What is lost: a frame without frame pointers whose return address lies
+//! more than 16 KiB above the stack pointer (below frames whose stack use
+//! exceeds that) ends the walk there, counted as truncated. (Samples the
+//! kernel takes of threads born while sampling carry their own 8 KiB
+//! copy: see `born_threads`.)
 
 pub(crate) mod blocked;
 pub(crate) mod modules;
