@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use btprof_sampler::{Mode, RawProfile, Sampler, SamplerConfig};
+use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
 use btprof_symbols::Resolver;
 
 mod support;
@@ -181,7 +181,12 @@ fn rust_sorts(values: &mut [u64], seed: u64) {
 
 /// Runs `work` on a thread named `name` until it used [`WORK_CPU`], under
 /// a sampler with the given walk, and returns the profile.
-fn profile(name: &str, frame_pointers_only: bool, work: fn(u64)) -> RawProfile {
+fn profile(
+    name: &str,
+    frame_pointers_only: bool,
+    clock: Option<SampleClock>,
+    work: fn(u64),
+) -> RawProfile {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     let (s, d) = (stop.clone(), done.clone());
@@ -189,6 +194,7 @@ fn profile(name: &str, frame_pointers_only: bool, work: fn(u64)) -> RawProfile {
         hz: 1000,
         mode: Mode::Cpu,
         frame_pointers_only,
+        clock,
         ..SamplerConfig::default()
     })
     .unwrap();
@@ -317,8 +323,13 @@ fn tally(raw: &RawProfile, name: &str, must: &str) -> Tally {
 /// Checks that with CFI at least 99% of the thread's samples hold `must`
 /// and reach the entry, and that frame pointers alone fall clearly short.
 fn check(name: &str, must: &str, work: fn(u64)) {
+    check_with(name, must, None, work)
+}
+
+/// [`check`] on `clock` (`None`: the default).
+fn check_with(name: &str, must: &str, clock: Option<SampleClock>, work: fn(u64)) {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
-    let cfi = profile(name, false, work);
+    let cfi = profile(name, false, clock, work);
     let t = tally(&cfi, name, must);
     assert!(t.samples >= 200, "{name}: {t:?} {:?}", cfi.stats);
     assert!(
@@ -339,7 +350,7 @@ fn check(name: &str, must: &str, work: fn(u64)) {
     );
     assert!(cfi.stats.cfi_frames > 0, "{:?}", cfi.stats);
 
-    let fp = profile(name, true, work);
+    let fp = profile(name, true, clock, work);
     let f = tally(&fp, name, must);
     assert!(f.samples >= 200, "{name}: {f:?}");
     assert!(
@@ -374,6 +385,51 @@ fn stacks_through_a_frameless_c_library_are_complete() {
     check("through-c", "rust_calls_c", |_| {
         rust_calls_c(16);
     });
+}
+
+/// `noframes_big_frame`'s function pointer (one copy of the library,
+/// loaded once: this test is about the frame's size, not new code).
+fn noframes_big_frame() -> NoframesCall {
+    static ADDR: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let addr = *ADDR.get_or_init(|| {
+        let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
+            panic!("the frameless C test library was not built (see the build script's warning)");
+        };
+        let path = std::ffi::CString::new(path).unwrap();
+        // SAFETY: our own test library; it has no initialisers.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen {path:?}");
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let sym = unsafe { libc::dlsym(handle, c"noframes_big_frame".as_ptr()) };
+        assert!(!sym.is_null(), "noframes_big_frame not found");
+        sym as usize
+    });
+    // SAFETY: `noframes_big_frame` has this signature (tests/c/noframes.c).
+    unsafe { std::mem::transmute::<usize, NoframesCall>(addr) }
+}
+
+/// Rust calling frameless C that keeps a 10 KiB buffer in its frame.
+#[inline(never)]
+fn rust_calls_big_c_frame(rounds: u64) -> u64 {
+    // SAFETY: the library's function with a valid callback.
+    let r = unsafe { noframes_big_frame()(rust_callback, rounds, 40_000) };
+    std::hint::black_box(r)
+}
+
+/// A frame without frame pointers more than 8 KiB deep (under the leaf
+/// and its frameless caller): the walk gets past it only with a stack
+/// copy that reaches its return address. Signal-handler samples (the
+/// sampler-thread clock): their copy is the one this tests.
+#[test]
+fn stacks_through_a_large_frameless_frame_are_complete() {
+    check_with(
+        "big-c-frame",
+        "rust_calls_big_c_frame",
+        Some(SampleClock::SamplerThread),
+        |_| {
+            rust_calls_big_c_frame(16);
+        },
+    );
 }
 
 #[test]

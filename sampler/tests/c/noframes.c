@@ -48,3 +48,20 @@ __attribute__((noinline)) uint64_t noframes_call(noframes_callback cb, uint64_t 
     }
     return a ^ b ^ c ^ d ^ e ^ f ^ g;
 }
+
+/*
+ * noframes_call below a frame of more than 8 KiB (a large local buffer,
+ * as std::io::copy's 8 KiB one or a C parser's), still without a frame
+ * pointer: the return address into the caller lies that far above the
+ * leaf's stack pointer, so a walk only gets past this frame if the stack
+ * copy it unwinds reaches that far. The buffer is used after the call, so
+ * the call is not a tail call.
+ */
+__attribute__((noinline)) uint64_t noframes_big_frame(noframes_callback cb, uint64_t rounds, uint64_t iters)
+{
+    volatile uint8_t buf[10 * 1024];
+    buf[0] = (uint8_t)rounds;
+    buf[sizeof buf - 1] = (uint8_t)iters;
+    uint64_t r = noframes_call(cb, rounds, iters);
+    return r + buf[0] + buf[sizeof buf - 1];
+}

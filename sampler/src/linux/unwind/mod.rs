@@ -4,7 +4,7 @@
 //! Two halves, split so the signal handler stays as small as it was:
 //!
 //! - the handler ([`stack_copy`]) records the interrupted registers,
-//!   copies the top 8 KiB of the stack into its slot with the fault-safe
+//!   copies the top 16 KiB of the stack into its slot with the fault-safe
 //!   read, and walks the frame-pointer chain as before (through the copy);
 //! - the sampler thread ([`CfiWalker`]), before interning the sample,
 //!   unwinds the copy with each module's `.eh_frame` through `framehop`
@@ -26,9 +26,11 @@
 //! half-updated, and `dlclose` cannot pull unwind data from under one),
 //! and the sampler thread may allocate and take the loader lock.
 //!
-//! What is lost: a frame without frame pointers lying more than 8 KiB
-//! above the stack pointer (below frames whose stack use exceeds that)
-//! ends the walk there, counted as truncated.
+//! What is lost: a frame without frame pointers whose return address lies
+//! more than 16 KiB above the stack pointer (below frames whose stack use
+//! exceeds that) ends the walk there, counted as truncated. (Samples the
+//! kernel takes of threads born while sampling carry their own 8 KiB
+//! copy: see `born_threads`.)
 
 pub(crate) mod blocked;
 pub(crate) mod modules;
@@ -313,9 +315,21 @@ pub(crate) fn finish<'a>(
             },
         ),
     };
+    // No code lives at address 0: a 0 among the callers is the end of a
+    // chain read from outside the handler (the kernel's call chain of a
+    // ring sample stores whatever return address the last frame record it
+    // reaches holds, 0 in zeroed memory), not a frame. Keeping it would
+    // put a nameless frame in the profile and make consumers look up the
+    // address before it.
+    let kept = frames
+        .iter()
+        .skip(1)
+        .position(|&f| f == 0)
+        .map_or(frames.len(), |i| i + 1);
+    let cut = (frames.len() - kept) as u64;
     stats.cfi_frames += sources.cfi;
-    stats.frame_pointer_frames += sources.frame_pointer;
-    (frames, end)
+    stats.frame_pointer_frames += sources.frame_pointer.saturating_sub(cut);
+    (&frames[..kept], end)
 }
 
 /// The index `i` in the handler's walk whose frame record is at `fp`: the
@@ -400,6 +414,38 @@ mod tests {
             &mut out,
         );
         (out[..w.depth].to_vec(), w.end)
+    }
+
+    /// A 0 among a walk's callers ends it, on either path (no CFI walker,
+    /// and a CFI walk that keeps the frames it was given).
+    #[test]
+    fn a_zero_caller_ends_the_walk() {
+        // Code outside every object, whose frame pointer lies beyond the
+        // copy: CFI gets no further than the given frames, and keeps them.
+        let chain = [0x10_0000u64, 0x10_2000, 0, 0x10_3000];
+        let regs = Registers {
+            pc: chain[0],
+            sp: 0x7ff0_0000_0000,
+            fp: 0x7ff0_0000_1000,
+            lr: 0,
+        };
+        let words = [0u64; 4];
+        let copy = CopiedStack::from_parts(regs, regs.sp, &words);
+        let mut walker = CfiWalker::with_modules(modules::ModuleList::fixed(Vec::new()));
+        for (cfi, copy) in [(None, None), (Some(&mut walker), Some(copy))] {
+            let with_copy = copy.is_some();
+            let walk = Collected {
+                frames: &chain,
+                lr: 0,
+                end: WalkEnd::Complete,
+                copy,
+            };
+            let mut stats = SamplerStats::new(&crate::SamplerConfig::default());
+            let (frames, end) = finish(cfi, &walk, 16, &mut stats);
+            assert_eq!(frames, &chain[..2], "with a copy: {with_copy}");
+            assert_eq!(end, WalkEnd::Complete);
+            assert_eq!(stats.frame_pointer_frames, 1);
+        }
     }
 
     /// A sample taken at the first instruction of a frameless library's

@@ -1,7 +1,7 @@
 //! The handler's half of CFI unwinding: a copy of the interrupted
 //! registers and of the top of the stack, left in the sample's slot.
 //!
-//! The handler copies `[sp, sp + 8 KiB)` (cut at the stack's end) with the
+//! The handler copies `[sp, sp + 16 KiB)` (cut at the stack's end) with the
 //! fault-safe read of [`super::super::checked_memory`] into the slot's
 //! static buffer, and walks its frame-pointer chain through that copy
 //! first ([`CopyThenChecked`]), so the copy costs no second read. The
@@ -16,12 +16,18 @@ use crate::walker::{Registers, StackMemory};
 
 use super::super::checked_memory::{self, CheckedMemory};
 
-/// Words of stack copied per sample: 8 KiB. Frames without frame pointers
-/// sit at the top of the stack (the leaf and its C callers), so this is
-/// what CFI unwinding needs; frames beyond it come from the frame-pointer
-/// walk. Measured: the self-check's deepest stack, 25 frames, uses
-/// about 1.5 KiB; glibc's `qsort` with its callback about 0.5 KiB more.
-pub(crate) const COPY_WORDS: usize = 1024;
+/// Words of stack copied per sample, at most: 16 KiB, and never past the
+/// stack's end, so a thread whose live stack is shallower (most: the
+/// self-check's deepest stack, 25 frames, uses about 1.5 KiB; glibc's
+/// `qsort` with its callback about 0.5 KiB more) copies only that.
+/// Frames without frame pointers sit at the top of the stack (the leaf
+/// and its C callers), and CFI unwinding can only get past one whose
+/// return address lies inside the copy; frames beyond it come from the
+/// frame-pointer walk. 8 KiB was too short for a common case: a frame
+/// holding an 8 KiB buffer (`std::io::copy`'s, inlined into
+/// `std::fs::copy`; stdio's `BUFSIZ`) put its caller out of reach, and
+/// the walk ended there.
+pub(crate) const COPY_WORDS: usize = 2048;
 
 /// Whether handlers copy the stack for CFI unwinding (set at sampler
 /// start from the configuration; off means frame pointers only).
