@@ -18,16 +18,28 @@ use record_support::*;
 ///
 /// Every thread of a preloaded program is born after the profiler
 /// started. On the default clock (perf events) the rate is also held to
-/// `--hz`, within 5%: that clock samples user code only, and the program
-/// spends under one percent of its CPU time in the kernel on its own, but
-/// each sample's interrupt and stack copy, and the event's switching at
-/// every context switch, are charged to the thread's clock too: 97.3-98.6%
-/// of `--hz` at 1000 Hz here alone, 96.7% beside the other tests of this
-/// file and two hogs. The sampler-thread
-/// clock gave 99.8% idle but, beside four hogs, 95% and shares 2.3 points
-/// off (it catches threads where the scheduler resumes them): there the
-/// rate btprof reports is what is held to the truth, and shares are
-/// not.
+/// `--hz`: within 2% where the kernel allows samples in system calls (else
+/// 5%, see [`kernel_samples_allowed`]): then the
+/// clock counts user and system time, as the threads' clocks do (993-1001
+/// here beside two hogs; user code only it gave 96.7-98.6%, the kernel
+/// time each sample's interrupt and copy charge to the thread). The
+/// sampler-thread clock gave 99.8% idle but, beside four hogs, 95% and
+/// shares 2.3 points off (it catches threads where the scheduler resumes
+/// them): there the rate btprof reports is what is held to the truth, and
+/// shares are not.
+/// Whether perf events may sample kernel code here: root, or
+/// `perf_event_paranoid` 1 or less. (`CAP_PERFMON` alone is not looked
+/// for: the test then holds the looser bar.)
+fn kernel_samples_allowed() -> bool {
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(2);
+    root || paranoid <= 1
+}
+
 fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
     let mut args = vec!["--hz", "1000"];
     args.extend_from_slice(clock);
@@ -55,8 +67,9 @@ fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
             (share - true_share).abs() <= 1.5,
             "alpha's share {share:.2}% vs measured {true_share:.2}%"
         );
+        let bar = if kernel_samples_allowed() { 20.0 } else { 50.0 };
         assert!(
-            (rate - 1000.0).abs() <= 50.0,
+            (rate - 1000.0).abs() <= bar,
             "{rate:.1} samples per CPU-second for --hz 1000"
         );
     }

@@ -277,6 +277,9 @@ pub struct Progress {
     pub samples: AtomicU64,
     /// Threads known on the last tick.
     pub threads: AtomicU64,
+    /// Listings of the threads so far: after the first, every thread
+    /// that existed at start is being sampled (Linux).
+    pub listings: AtomicU64,
     /// CPU time the sampled threads used so far, in nanoseconds (read every
     /// few milliseconds): samples / this is the rate per CPU-second.
     pub sampled_cpu_ns: AtomicU64,

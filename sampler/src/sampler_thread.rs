@@ -121,6 +121,12 @@ impl SamplerThread {
         self.thread.is_some()
     }
 
+    /// Whether the thread has returned (it failed to start, or was told to
+    /// stop): nothing more will come from it.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
     /// Whether this handle was copied into a forked child, where its thread
     /// does not run.
     pub(crate) fn forked_away(&self) -> bool {

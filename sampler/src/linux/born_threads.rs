@@ -85,6 +85,9 @@ const RING_MEMORY: usize = 16 << 20;
 /// eighth of the process's descriptor limit ([`fd_budget`]), so the
 /// application keeps its own.
 const FD_BUDGET: usize = 4096;
+/// How long after a born thread's exit record its final counts may still
+/// come (it was preempted on its way out) before it is settled without.
+const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
@@ -122,8 +125,13 @@ struct Young {
     samples: u64,
     /// Sum of its inherited events' final counts (one per CPU).
     read_ns: u64,
-    /// The drain pass in which its exit was read.
+    /// How many of those counts came in: the kernel writes them after the
+    /// exit record, and a thread preempted on its way out writes them
+    /// later.
+    reads: usize,
+    /// The drain pass in which its exit was read, and when (monotonic ns).
     exited_pass: Option<u64>,
+    exited_at_ns: u64,
     handoff: Option<Handoff>,
     /// Its name from a name-change record, and the thread that created it.
     name: Option<String>,
@@ -521,6 +529,7 @@ impl BornThreads {
         }
         // Records of one thread can sit in two CPUs' rings.
         records.sort_by_key(|(time, _)| *time);
+        let now_ns = monotonic_ns();
         for (time, record) in records.drain(..) {
             match record {
                 Owned::Fork { tid, parent } => {
@@ -534,6 +543,7 @@ impl BornThreads {
                 Owned::Read(tid, value) => {
                     if let Some(y) = self.young.get_mut(&tid) {
                         y.read_ns += value;
+                        y.reads += 1;
                     }
                     if let Some(root) = self.root_parent(tid) {
                         if let Some(parent) = self.parents.get_mut(&root) {
@@ -544,6 +554,7 @@ impl BornThreads {
                 Owned::Exit(tid) => {
                     if let Some(y) = self.young.get_mut(&tid) {
                         y.exited_pass = Some(self.pass);
+                        y.exited_at_ns = now_ns;
                     }
                 }
                 Owned::Sample(sample) => {
@@ -581,6 +592,21 @@ impl BornThreads {
         lost
     }
 
+    /// Whether a born thread whose clock can no longer be read (`cpu_of`)
+    /// has no exit record yet: it is on its way out, and its final counts
+    /// are still to come.
+    pub(crate) fn awaiting_exit(&self, cpu_of: impl Fn(i32) -> Option<u64>) -> bool {
+        let counts = self.rings.len();
+        self.young.iter().any(|(&tid, y)| {
+            !y.excluded
+                && y.handoff.is_none()
+                && match y.exited_pass {
+                    Some(_) => y.reads < counts,
+                    None => cpu_of(tid).is_none(),
+                }
+        })
+    }
+
     /// At stop, after a last [`Self::drain`]: settles every born thread,
     /// the living ones with their CPU clock now (`cpu_of`).
     pub(crate) fn finish(
@@ -597,15 +623,22 @@ impl BornThreads {
         all: bool,
         cpu_of: impl Fn(i32) -> Option<u64>,
     ) {
-        let (pass, period) = (self.pass, self.period_ns);
+        let (pass, period, counts) = (self.pass, self.period_ns, self.rings.len());
+        let now_ns = monotonic_ns();
         let rng = &mut self.rng;
         self.young.retain(|&tid, y| {
             if y.excluded {
                 return y.exited_pass.is_none();
             }
             // Samples from another CPU's ring may still come in the pass
-            // after the one that read the exit or the hand-off.
-            let exited = y.exited_pass.is_some_and(|p| all || pass > p);
+            // after the one that read the exit or the hand-off, and the
+            // final counts later still from a thread preempted on its way
+            // out (given [`FINAL_COUNTS_WAIT_NS`]).
+            let exited = y.exited_pass.is_some_and(|p| {
+                all || (pass > p
+                    && (y.reads >= counts
+                        || now_ns.saturating_sub(y.exited_at_ns) > FINAL_COUNTS_WAIT_NS))
+            });
             let cpu = match &mut y.handoff {
                 Some(h) if h.settled => return !exited,
                 Some(h) if all || pass > h.pass => {
@@ -620,6 +653,7 @@ impl BornThreads {
             let Some(cpu_ns) = cpu else {
                 return true;
             };
+
             // The event overflows at each whole period of the thread's CPU
             // time from its birth (one that falls in kernel code is skipped
             // where only user code may be sampled), so what ran after the
@@ -655,16 +689,11 @@ fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned
         match record {
             Record::Sample {
                 tid,
-                mut callchain,
+                callchain,
                 regs,
                 stack,
                 ..
             } => {
-                // The kernel's frame-pointer walk stores the zero return
-                // address that ends a thread's chain: the end, not a frame.
-                if let Some(end) = callchain.iter().skip(1).position(|&a| a == 0) {
-                    callchain.truncate(end + 1);
-                }
                 let end = if callchain.len() >= max_stack {
                     WalkEnd::DepthCap
                 } else {
@@ -698,6 +727,17 @@ fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned
             _ => return None,
         },
     ))
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds, the clock the records' times are on.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Closes a descriptor this module opened.
