@@ -24,6 +24,9 @@ use std::time::Duration;
 use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu, with_watchdog};
 
+mod support;
+use support::wait_until_listed;
+
 const THREADS: usize = 512;
 /// CPU time all the workers share.
 const WORK: Duration = Duration::from_secs(2);
@@ -62,19 +65,7 @@ fn run(clock: SampleClock) -> (RawProfile, Vec<u64>) {
     .expect("start");
     // Let the first listing find every worker (and open their events)
     // before they run.
-    let listed = std::time::Instant::now();
-    while (sampler
-        .progress()
-        .threads
-        .load(std::sync::atomic::Ordering::Relaxed) as usize)
-        < THREADS
-    {
-        assert!(
-            listed.elapsed() < Duration::from_secs(30),
-            "the workers were never listed"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_listed(&sampler, THREADS);
     barrier.wait();
     let tids = workers.into_iter().map(|w| w.join().unwrap()).collect();
     (sampler.stop().expect("stop"), tids)

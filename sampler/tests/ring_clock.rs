@@ -22,6 +22,9 @@ use std::time::Duration;
 use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu, thread_cpu, with_watchdog};
 
+mod support;
+use support::samples_and_cpu_of;
+
 /// CPU time each signal-blocking thread spins while sampled.
 const SPIN: Duration = Duration::from_secs(2);
 /// The least samples per CPU-second of a thread's own clock at 1000 Hz.
@@ -57,6 +60,9 @@ fn blocked_spin(work: Duration) -> u64 {
     spin_cpu(work, 200_000)
 }
 
+/// One sampler per process: the tests take turns.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn start() -> Sampler {
     Sampler::start(SamplerConfig {
         hz: 1000,
@@ -69,18 +75,7 @@ fn start() -> Sampler {
 /// Samples per CPU-second of thread `tid`: its samples over the CPU time
 /// the sampler accounted to it.
 fn rate_of(raw: &RawProfile, tid: u64) -> (u64, Duration, f64) {
-    let samples: u64 = raw
-        .table
-        .iter()
-        .filter(|(k, _)| raw.threads[k.thread as usize].tid == tid)
-        .map(|(_, c)| c)
-        .sum();
-    let cpu = raw
-        .stats
-        .thread_cpu
-        .iter()
-        .find(|t| t.tid == tid)
-        .map_or(Duration::ZERO, |t| t.cpu);
+    let (samples, cpu) = samples_and_cpu_of(raw, tid);
     (samples, cpu, samples as f64 / cpu.as_secs_f64().max(1e-9))
 }
 
@@ -100,6 +95,7 @@ fn on_rings(raw: &RawProfile) -> bool {
 /// A thread that blocks every signal, found at start, spinning 2 s of CPU.
 #[test]
 fn a_thread_blocking_every_signal_is_sampled_at_the_rate() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     with_watchdog("a signal-blocking thread", Duration::from_secs(120), || {
         let _hogs = Hogs::start(2);
         let go = Arc::new(AtomicBool::new(false));
@@ -150,6 +146,7 @@ fn a_thread_blocking_every_signal_is_sampled_at_the_rate() {
 /// born while sampling; each spins 1 s of CPU.
 #[test]
 fn a_signalfd_program_is_sampled_at_the_rate() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     with_watchdog("a signalfd program", Duration::from_secs(120), || {
         let _hogs = Hogs::start(2);
         block_every_signal();

@@ -20,6 +20,9 @@ use std::time::Duration;
 use btprof_sampler::{Mode, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu};
 
+mod support;
+use support::{samples_and_cpu_of, wait_until_listed};
+
 const THREADS: usize = 64;
 /// CPU time each thread spins while sampled.
 const SPIN: Duration = Duration::from_millis(120);
@@ -105,19 +108,7 @@ fn body(start_hogs: bool) {
     .expect("start within the limits");
     // Let the first listing find every worker (and open their events)
     // before they run.
-    let listed = std::time::Instant::now();
-    while (sampler
-        .progress()
-        .threads
-        .load(std::sync::atomic::Ordering::Relaxed) as usize)
-        < THREADS
-    {
-        assert!(
-            listed.elapsed() < Duration::from_secs(30),
-            "the workers were never listed"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_listed(&sampler, THREADS);
     barrier.wait();
     let tids: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let raw = sampler.stop().expect("stop");
@@ -131,17 +122,7 @@ fn body(start_hogs: bool) {
     }
     let mut worst = f64::MAX;
     for &tid in &tids {
-        let samples: u64 = raw
-            .table
-            .iter()
-            .filter(|(k, _)| raw.threads[k.thread as usize].tid == tid)
-            .map(|(_, c)| c)
-            .sum();
-        let cpu = stats
-            .thread_cpu
-            .iter()
-            .find(|t| t.tid == tid)
-            .map_or(Duration::ZERO, |t| t.cpu);
+        let (samples, cpu) = samples_and_cpu_of(&raw, tid);
         assert!(samples > 0, "thread {tid} was not sampled ({cpu:?})");
         worst = worst.min(samples as f64 / cpu.as_secs_f64());
     }

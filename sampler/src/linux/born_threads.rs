@@ -529,7 +529,7 @@ impl BornThreads {
         }
         // Records of one thread can sit in two CPUs' rings.
         records.sort_by_key(|(time, _)| *time);
-        let now_ns = monotonic_ns();
+        let now_ns = super::monotonic_ns();
         for (time, record) in records.drain(..) {
             match record {
                 Owned::Fork { tid, parent } => {
@@ -624,7 +624,7 @@ impl BornThreads {
         cpu_of: impl Fn(i32) -> Option<u64>,
     ) {
         let (pass, period, counts) = (self.pass, self.period_ns, self.rings.len());
-        let now_ns = monotonic_ns();
+        let now_ns = super::monotonic_ns();
         let rng = &mut self.rng;
         self.young.retain(|&tid, y| {
             if y.excluded {
@@ -727,17 +727,6 @@ fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned
             _ => return None,
         },
     ))
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds, the clock the records' times are on.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Closes a descriptor this module opened.

@@ -32,3 +32,37 @@ pub fn frame_names(resolver: &mut Resolver, frames: &[u64]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The samples recorded on thread `tid` and the CPU time the sampler
+/// accounted to it.
+pub fn samples_and_cpu_of(raw: &RawProfile, tid: u64) -> (u64, std::time::Duration) {
+    let samples = raw
+        .table
+        .iter()
+        .filter(|(k, _)| raw.threads[k.thread as usize].tid == tid)
+        .map(|(_, c)| c)
+        .sum();
+    let cpu = raw
+        .stats
+        .thread_cpu
+        .iter()
+        .find(|t| t.tid == tid)
+        .map_or(std::time::Duration::ZERO, |t| t.cpu);
+    (samples, cpu)
+}
+
+/// Waits until `sampler` has listed at least `threads` threads (and, on
+/// the perf clock, opened their events), so that work started next is
+/// sampled from its first moment. Panics after 30 s.
+pub fn wait_until_listed(sampler: &btprof_sampler::Sampler, threads: usize) {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    let since = Instant::now();
+    while (sampler.progress().threads.load(Ordering::Relaxed) as usize) < threads {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the sampler never listed {threads} threads"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
