@@ -202,6 +202,10 @@ pub(crate) struct BornThreads {
     pass: u64,
     rng: SplitMix64,
     records: Vec<(u64, Owned)>,
+    /// When sampling stopped (monotonic ns): samples taken later, while
+    /// [`Self::finish`] waits for exit records, are not counted (the
+    /// threads' CPU time was last read then).
+    stopped_at_ns: Option<u64>,
 }
 
 impl BornThreads {
@@ -255,6 +259,7 @@ impl BornThreads {
             pass: 0,
             rng: SplitMix64::new(seed),
             records: Vec::new(),
+            stopped_at_ns: None,
         };
         // Samples in the kernel too where allowed: CPU time is the
         // thread's user and system time, and a sample taken in a system
@@ -417,8 +422,8 @@ impl BornThreads {
     /// opened on, ran after its last ring sample counts as one more sample
     /// of its last stack: with the probability of its fraction of a
     /// period, so that over many threads the count is right on average
-    /// (a pool of 512 threads that each ran 8 ms once lost 6% of their
-    /// time to these tails). Asked once, when it exits or sampling stops,
+    /// (half a period per thread is a tenth of the time of a pool thread
+    /// that ran 4 ms once). Asked once, when it exits or sampling stops,
     /// with its CPU clock then (`cpu_ns`); never for one handed to a timer.
     pub(crate) fn parent_tail(&mut self, tid: i32, cpu_ns: u64) -> bool {
         let Some(parent) = self.parents.get_mut(&tid) else {
@@ -559,7 +564,7 @@ impl BornThreads {
                 }
                 Owned::Sample(sample) => {
                     let tid = sample.tid;
-                    if tid == self.own_tid {
+                    if tid == self.own_tid || self.stopped_at_ns.is_some_and(|at| time > at) {
                         continue;
                     }
                     if let Some(parent) = self.parents.get_mut(&tid) {
@@ -590,6 +595,11 @@ impl BornThreads {
         self.records = records;
         self.settle(settled, false, |_| None);
         lost
+    }
+
+    /// Sampling stops now: samples taken from here on are not counted.
+    pub(crate) fn stop_sampling(&mut self) {
+        self.stopped_at_ns.get_or_insert(super::monotonic_ns());
     }
 
     /// Whether a born thread whose clock can no longer be read (`cpu_of`)

@@ -761,9 +761,9 @@ impl SamplerLoop {
     /// How long the sampler thread sleeps between two collections. With
     /// timers, often enough that the slots never fill (a quarter of them
     /// per busy thread at most); once every thread is sampled into the
-    /// rings (no timer open), a quarter of the time a ring takes to fill
-    /// (one sample per period per CPU at most), so that on a quiet rate
-    /// the sampler wakes seldom.
+    /// rings (no timer open), [`MAX_RING_COLLECT_INTERVAL`], or a quarter
+    /// of the time a ring takes to fill at one sample per period per CPU
+    /// if that is sooner (rates far above 1000 Hz).
     fn collect_interval(&self) -> u64 {
         if !self.timers() {
             return self.period_ns;
@@ -832,6 +832,9 @@ impl SamplerLoop {
             self.watch_blocked_threads();
         }
         self.account_cpu();
+        if let Some(born) = self.born.as_mut() {
+            born.stop_sampling();
+        }
         for state in self.threads.values_mut() {
             state.timer = None;
         }
