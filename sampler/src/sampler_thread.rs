@@ -123,6 +123,7 @@ impl SamplerThread {
 
     /// Whether the thread has returned (it failed to start, or was told to
     /// stop): nothing more will come from it.
+    #[cfg(target_os = "linux")]
     pub(crate) fn is_finished(&self) -> bool {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
