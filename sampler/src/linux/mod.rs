@@ -265,7 +265,12 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     let thread = SamplerThread::spawn(config.hz, move |cx| {
         signal::block_in_this_thread(signal);
         scheduling::request_short_slice();
-        scheduling::raise_weight();
+        // Only where it reads the rings: the sampler-thread clock's
+        // accuracy was measured, and its wakeups placed, with the
+        // thread at the weight of the threads it samples.
+        if clock == SampleClock::ThreadTimers {
+            scheduling::raise_weight();
+        }
         SamplerLoop::new(config, clock, signal, cx.progress, cx.requests)?.run(&cx.stop)
     })?;
     // Until the first listing, threads that already run are not sampled:
