@@ -278,8 +278,12 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     // their first moments (200 ms of one beside busy processes). The
     // listing takes no lock a caller could hold (it reads `/proc`, opens
     // perf events); the wait is bounded all the same.
+    // (The perf clock only: the sampler thread's own clock lists the
+    // threads a period later, and it measured with `start` returning at
+    // once.)
     let deadline = Instant::now() + FIRST_LISTING_WAIT;
-    while thread.progress().listings.load(Ordering::Acquire) == 0
+    while clock == SampleClock::ThreadTimers
+        && thread.progress().listings.load(Ordering::Acquire) == 0
         && !thread.is_finished()
         && Instant::now() < deadline
     {
