@@ -7,7 +7,7 @@ mod record_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use btprof_testkit::hogs::Hogs;
 use record_support::*;
@@ -313,28 +313,7 @@ fn exit_status_and_signal_deaths_are_passed_on() {
 #[test]
 fn sigint_to_btprof_ends_the_command_and_writes_its_profile() {
     let scratch = Scratch::new("sigint");
-    let raw = scratch.path("raw");
-    let child = Command::new(BIN)
-        .current_dir(&scratch.0)
-        .args(["record", "--mode", "wall", "--raw-dir"])
-        .arg(&raw)
-        .args(["--", "sleep", "100"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until sleep is profiled, then interrupt btprof.
-    let started = Instant::now();
-    while !std::fs::read_dir(&raw).is_ok_and(|mut d| {
-        d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "started")))
-    }) {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "sleep never started profiling"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let (child, raw) = record_sleep_until_profiled(&scratch);
     // SAFETY: signals the btprof child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = wait_limited(child, Duration::from_secs(60));

@@ -4,7 +4,6 @@
 
 mod record_support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use record_support::*;
@@ -12,28 +11,7 @@ use record_support::*;
 #[test]
 fn sigterm_to_btprof_ends_the_command_and_writes_its_profile() {
     let scratch = Scratch::new("sigterm");
-    let raw = scratch.path("raw");
-    let child = Command::new(BIN)
-        .current_dir(&scratch.0)
-        .args(["record", "--mode", "wall", "--raw-dir"])
-        .arg(&raw)
-        .args(["--", "sleep", "100"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until sleep is profiled, then stop btprof as `kill` would.
-    let started = Instant::now();
-    while !std::fs::read_dir(&raw).is_ok_and(|mut d| {
-        d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "started")))
-    }) {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "sleep never started profiling"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let (child, raw) = record_sleep_until_profiled(&scratch);
     let sent = Instant::now();
     // SAFETY: signals the btprof child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

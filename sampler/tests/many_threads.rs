@@ -17,15 +17,13 @@
 //! and checks the CPU accounting only.
 #![cfg(target_os = "linux")]
 
-use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::Duration;
 
 use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu, with_watchdog};
 
 mod support;
-use support::wait_until_listed;
+use support::{wait_until_listed, HeldThreads};
 
 const THREADS: usize = 512;
 /// CPU time all the workers share.
@@ -40,22 +38,9 @@ fn pool_burst(work: Duration) -> u64 {
 /// Runs the pool under a sampler on `clock`; returns the profile and the
 /// workers' ids.
 fn run(clock: SampleClock) -> (RawProfile, Vec<u64>) {
-    let barrier = Arc::new(Barrier::new(THREADS + 1));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|i| {
-            let barrier = barrier.clone();
-            thread::Builder::new()
-                .name(format!("pool-{i}"))
-                .stack_size(256 << 10)
-                .spawn(move || {
-                    let tid = btprof_sampler::current_thread_id();
-                    barrier.wait();
-                    std::hint::black_box(pool_burst(WORK / THREADS as u32));
-                    tid
-                })
-                .unwrap()
-        })
-        .collect();
+    let workers = HeldThreads::start(THREADS, "pool-", || {
+        std::hint::black_box(pool_burst(WORK / THREADS as u32));
+    });
     let sampler = Sampler::start(SamplerConfig {
         hz: 1000,
         mode: Mode::Cpu,
@@ -66,8 +51,7 @@ fn run(clock: SampleClock) -> (RawProfile, Vec<u64>) {
     // Let the first listing find every worker (and open their events)
     // before they run.
     wait_until_listed(&sampler, THREADS);
-    barrier.wait();
-    let tids = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let tids = workers.release();
     (sampler.stop().expect("stop"), tids)
 }
 

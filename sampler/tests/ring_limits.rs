@@ -13,15 +13,13 @@
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::{Arc, Barrier};
-use std::thread;
 use std::time::Duration;
 
 use btprof_sampler::{Mode, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu};
 
 mod support;
-use support::{samples_and_cpu_of, wait_until_listed};
+use support::{samples_and_cpu_of, wait_until_listed, HeldThreads};
 
 const THREADS: usize = 64;
 /// CPU time each thread spins while sampled.
@@ -85,21 +83,9 @@ fn body(start_hogs: bool) {
     set_limit(libc::RLIMIT_NOFILE, NOFILE);
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let barrier = Arc::new(Barrier::new(THREADS + 1));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|i| {
-            let barrier = barrier.clone();
-            thread::Builder::new()
-                .name(format!("limits-{i}"))
-                .spawn(move || {
-                    let tid = btprof_sampler::current_thread_id();
-                    barrier.wait();
-                    std::hint::black_box(limits_spin(SPIN));
-                    tid
-                })
-                .unwrap()
-        })
-        .collect();
+    let workers = HeldThreads::start(THREADS, "limits-", || {
+        std::hint::black_box(limits_spin(SPIN));
+    });
     let sampler = Sampler::start(SamplerConfig {
         hz: 1000,
         mode: Mode::Cpu,
@@ -109,8 +95,7 @@ fn body(start_hogs: bool) {
     // Let the first listing find every worker (and open their events)
     // before they run.
     wait_until_listed(&sampler, THREADS);
-    barrier.wait();
-    let tids: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let tids = workers.release();
     let raw = sampler.stop().expect("stop");
     let stats = &raw.stats;
     if stats.clock != SampleClock::ThreadTimers {

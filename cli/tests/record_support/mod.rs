@@ -193,3 +193,31 @@ pub fn roots(lines: &[(Vec<String>, u64)]) -> Vec<String> {
 pub fn framed_program(scratch: &Scratch, source: &str, out: &str) -> Option<PathBuf> {
     compile(scratch, source, out, &["-O1", "-fno-omit-frame-pointer"])
 }
+
+/// Starts `btprof record --mode wall -- sleep 100` in `scratch`, with the
+/// per-process records in `raw/`, and returns once sleep is being
+/// profiled (and 300 ms more), for tests that signal btprof.
+pub fn record_sleep_until_profiled(scratch: &Scratch) -> (std::process::Child, PathBuf) {
+    let raw = scratch.path("raw");
+    let child = Command::new(BIN)
+        .current_dir(&scratch.0)
+        .args(["record", "--mode", "wall", "--raw-dir"])
+        .arg(&raw)
+        .args(["--", "sleep", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !std::fs::read_dir(&raw).is_ok_and(|mut d| {
+        d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "started")))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "sleep never started profiling"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    (child, raw)
+}

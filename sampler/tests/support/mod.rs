@@ -66,3 +66,42 @@ pub fn wait_until_listed(sampler: &btprof_sampler::Sampler, threads: usize) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Threads named `{prefix}{i}` that wait until [`HeldThreads::release`],
+/// then run `work`: started before a sampler, so it finds them at start,
+/// and released once it lists them.
+pub struct HeldThreads {
+    barrier: std::sync::Arc<std::sync::Barrier>,
+    threads: Vec<std::thread::JoinHandle<u64>>,
+}
+
+impl HeldThreads {
+    pub fn start(n: usize, prefix: &str, work: fn()) -> HeldThreads {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+        let threads = (0..n)
+            .map(|i| {
+                let barrier = barrier.clone();
+                std::thread::Builder::new()
+                    .name(format!("{prefix}{i}"))
+                    .stack_size(256 << 10)
+                    .spawn(move || {
+                        let tid = btprof_sampler::current_thread_id();
+                        barrier.wait();
+                        work();
+                        tid
+                    })
+                    .expect("spawn a held thread")
+            })
+            .collect();
+        HeldThreads { barrier, threads }
+    }
+
+    /// Lets them run, waits for them, and returns their thread ids.
+    pub fn release(self) -> Vec<u64> {
+        self.barrier.wait();
+        self.threads
+            .into_iter()
+            .map(|t| t.join().expect("a held thread"))
+            .collect()
+    }
+}
