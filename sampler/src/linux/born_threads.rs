@@ -91,15 +91,25 @@ const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
-/// A ring sample of a born thread, ready to be unwound and counted.
-pub(crate) struct BornSample {
-    pub tid: i32,
+/// A ring sample as the kernel wrote it, borrowed from the ring, for the
+/// caller of [`BornThreads::drain`] to unwind there: a CFI walk reads a few
+/// of the copied stack's words, so only those are touched, where copying
+/// every record's whole stack out cost the sampler thread most of its time.
+pub(crate) struct RingSample<'a> {
     /// Return addresses by frame pointers, pc first.
-    pub frames: Vec<u64>,
+    pub frames: &'a [u64],
     pub end: WalkEnd,
     pub regs: Option<Registers>,
-    /// The copied stack words, from `regs.sp` up.
-    pub stack: Vec<u64>,
+    /// The copied stack words, from `regs.sp` up (empty if none).
+    pub stack: &'a [u64],
+}
+
+/// A ring sample of a listed or born thread, unwound by the caller into
+/// `W`; `walk` is `None` where the caller found nothing to count.
+pub(crate) struct BornSample<W> {
+    pub tid: i32,
+    pub end: WalkEnd,
+    pub walk: Option<W>,
 }
 
 /// A born thread whose ring samples are all in (it exited, was handed to a
@@ -174,8 +184,8 @@ struct Handoff {
 }
 
 /// A record copied out of the ring, for ordering the CPUs' records by time.
-enum Owned {
-    Sample(BornSample),
+enum Owned<W> {
+    Sample(BornSample<W>),
     Fork { tid: i32, parent: i32 },
     Exit(i32),
     Comm(i32, String),
@@ -201,7 +211,6 @@ pub(crate) struct BornThreads {
     max_stack: usize,
     pass: u64,
     rng: SplitMix64,
-    records: Vec<(u64, Owned)>,
     /// When sampling stopped (monotonic ns): samples taken later, while
     /// [`Self::finish`] waits for exit records, are not counted (the
     /// threads' CPU time was last read then).
@@ -258,7 +267,6 @@ impl BornThreads {
             max_stack,
             pass: 0,
             rng: SplitMix64::new(seed),
-            records: Vec::new(),
             stopped_at_ns: None,
         };
         // Samples in the kernel too where allowed: CPU time is the
@@ -490,24 +498,27 @@ impl BornThreads {
         }
     }
 
-    /// Reads every ring: born threads' samples go to `samples`; threads
-    /// whose samples are all in go to `settled`. Returns how many records
-    /// were lost (the kernel found a ring full, or one was malformed).
-    pub(crate) fn drain(
+    /// Reads every ring: each sample to count is unwound in place by
+    /// `unwind` and goes to `samples`; threads whose samples are all in go
+    /// to `settled`. Returns how many records were lost (the kernel found a
+    /// ring full, or one was malformed).
+    pub(crate) fn drain<W>(
         &mut self,
-        samples: &mut Vec<BornSample>,
+        samples: &mut Vec<BornSample<W>>,
         settled: &mut Vec<Settled>,
         is_excluded: impl Fn(i32) -> bool,
+        mut unwind: impl FnMut(&RingSample<'_>) -> Option<W>,
     ) -> u64 {
         self.pass += 1;
-        let mut records = std::mem::take(&mut self.records);
-        records.clear();
+        let mut records = Vec::new();
         let (own_pid, own_tid, max_stack) = (self.pid, self.own_tid, self.max_stack);
-        let (parents, young) = (&self.parents, &self.young);
-        // Samples of threads handed to a timer are dropped here, before
-        // their stacks are copied out.
+        let (parents, young, stopped_at) = (&self.parents, &self.young, self.stopped_at_ns);
+        // Samples that will not count are dropped here, before they are
+        // unwound: the sampler's own, those taken after the stop, and
+        // those of threads handed to a timer.
         let wanted = |tid: i32, time: u64| {
             tid != own_tid
+                && stopped_at.is_none_or(|at| time <= at)
                 && match parents.get(&tid) {
                     Some(parent) => parent.handoff.is_none_or(|at| time < at),
                     None => young
@@ -524,7 +535,7 @@ impl BornThreads {
                 match Record::parse(bytes) {
                     Some(Record::Lost { lost: n }) => lost += n,
                     Some(record) => {
-                        if let Some(owned) = own(record, own_pid, max_stack) {
+                        if let Some(owned) = own(record, own_pid, max_stack, &mut unwind) {
                             records.push(owned);
                         }
                     }
@@ -592,7 +603,6 @@ impl BornThreads {
                 }
             }
         }
-        self.records = records;
         self.settle(settled, false, |_| None);
         lost
     }
@@ -682,6 +692,16 @@ impl BornThreads {
     }
 }
 
+/// `bytes` as native-endian words without copying, where they are 8-aligned
+/// and whole words: a record's stack always is in the ring, whose records
+/// are 8-aligned; the contiguous copy of a wrapped record may not be.
+fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
+    // SAFETY: every bit pattern is a valid u64, and `align_to` only puts
+    // properly aligned, in-bounds bytes in the middle slice.
+    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+    (head.is_empty() && tail.is_empty()).then_some(words)
+}
+
 impl Drop for BornThreads {
     fn drop(&mut self) {
         for &fd in &self.redirected {
@@ -691,8 +711,14 @@ impl Drop for BornThreads {
     }
 }
 
-/// Copies what the sampler needs out of a ring record.
-fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned)> {
+/// Takes what the sampler needs out of a ring record while it is still in
+/// the ring: a sample is unwound there by `unwind`.
+fn own<W>(
+    record: Record<'_>,
+    own_pid: i32,
+    max_stack: usize,
+    unwind: &mut impl FnMut(&RingSample<'_>) -> Option<W>,
+) -> Option<(u64, Owned<W>)> {
     let time = record.time()?;
     Some((
         time,
@@ -712,21 +738,25 @@ fn own(record: Record<'_>, own_pid: i32, max_stack: usize) -> Option<(u64, Owned
                 };
                 // The copy starts at sp; words are read 8-aligned.
                 let aligned = regs.is_some_and(|r| r.sp % 8 == 0);
-                let stack = if aligned {
-                    stack
+                let copied;
+                let words: &[u64] = if !aligned {
+                    &[]
+                } else if let Some(words) = words_in_place(stack) {
+                    words
+                } else {
+                    copied = stack
                         .chunks_exact(8)
                         .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
-                        .collect()
-                } else {
-                    Vec::new()
+                        .collect::<Vec<u64>>();
+                    &copied
                 };
-                Owned::Sample(BornSample {
-                    tid,
-                    frames: callchain,
+                let walk = unwind(&RingSample {
+                    frames: &callchain,
                     end,
                     regs,
-                    stack,
-                })
+                    stack: words,
+                });
+                Owned::Sample(BornSample { tid, end, walk })
             }
             Record::Fork { pid, tid, ptid, .. } if pid == own_pid && tid != pid => {
                 Owned::Fork { tid, parent: ptid }

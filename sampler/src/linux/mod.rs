@@ -603,7 +603,7 @@ struct SamplerLoop {
     /// sampling; `None` where the kernel refused them (then `born_tried`).
     born: Option<BornThreads>,
     born_tried: bool,
-    born_samples: Vec<BornSample>,
+    born_samples: Vec<BornSample<OwnedWalk>>,
     born_settled: Vec<Settled>,
     /// Born threads no listing has found yet: their keys and names.
     born_keys: HashMap<i32, BornKey>,
@@ -2048,30 +2048,38 @@ impl SamplerLoop {
         };
         let mut samples = std::mem::take(&mut self.born_samples);
         let mut settled = std::mem::take(&mut self.born_settled);
-        self.stats.lost_samples += born.drain(&mut samples, &mut settled, |tid| {
-            exclusions::is_excluded(tid as u64)
-        });
+        let max_depth = self.config.max_depth;
+        let (cfi, stats) = (&mut self.cfi, &mut self.stats);
+        let lost = born.drain(
+            &mut samples,
+            &mut settled,
+            |tid| exclusions::is_excluded(tid as u64),
+            |sample| {
+                // No frames: taken in the kernel after the thread let go of
+                // its user memory, on its way out; no user stack to count.
+                (!sample.frames.is_empty()).then(|| {
+                    let copy = sample
+                        .regs
+                        .filter(|_| !sample.stack.is_empty())
+                        .map(|regs| CopiedStack::from_parts(regs, regs.sp, sample.stack));
+                    let collected = Collected {
+                        frames: sample.frames,
+                        lr: sample.regs.map_or(0, |r| r.lr),
+                        end: sample.end,
+                        copy,
+                    };
+                    OwnedWalk::of(&collected, cfi.as_mut(), max_depth, stats)
+                })
+            },
+        );
+        self.stats.lost_samples += lost;
         self.stats.ring_threads = born.sampled_threads();
         let born_max_stack = born.max_stack();
-        let max_depth = self.config.max_depth;
         for sample in samples.drain(..) {
-            if sample.frames.is_empty() {
-                // Taken in the kernel after the thread let go of its user
-                // memory, on its way out: there is no user stack to count.
+            let Some(walk) = sample.walk else {
                 self.stats.failed_samples += 1;
                 continue;
-            }
-            let copy = sample
-                .regs
-                .filter(|_| !sample.stack.is_empty())
-                .map(|regs| CopiedStack::from_parts(regs, regs.sp, &sample.stack));
-            let collected = Collected {
-                frames: &sample.frames,
-                lr: sample.regs.map_or(0, |r| r.lr),
-                end: sample.end,
-                copy,
             };
-            let walk = OwnedWalk::of(&collected, self.cfi.as_mut(), max_depth, &mut self.stats);
             let Some(key) = self.key_for_born(sample.tid) else {
                 self.stats.exited_threads += 1;
                 continue;
