@@ -185,6 +185,7 @@ fn profile(
     name: &str,
     frame_pointers_only: bool,
     clock: Option<SampleClock>,
+    max_depth: usize,
     work: fn(u64),
 ) -> RawProfile {
     let stop = Arc::new(AtomicBool::new(false));
@@ -195,6 +196,7 @@ fn profile(
         mode: Mode::Cpu,
         frame_pointers_only,
         clock,
+        max_depth,
         ..SamplerConfig::default()
     })
     .unwrap();
@@ -270,6 +272,21 @@ struct Tally {
     incomplete: Vec<(Vec<String>, String)>,
 }
 
+/// `names` with runs of one name written once, with their length, so that
+/// a deep recursion fits a failure message.
+fn collapse(names: &[String]) -> Vec<String> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for n in names {
+        match out.last_mut() {
+            Some((last, count)) if last == n => *count += 1,
+            _ => out.push((n.clone(), 1)),
+        }
+    }
+    out.into_iter()
+        .map(|(n, c)| if c > 1 { format!("{n} x{c}") } else { n })
+        .collect()
+}
+
 fn tally(raw: &RawProfile, name: &str, must: &str) -> Tally {
     let mut resolver = Resolver::for_current_process().unwrap();
     let mut t = Tally::default();
@@ -311,7 +328,8 @@ fn tally(raw: &RawProfile, name: &str, must: &str) -> Tally {
         if complete {
             t.complete += count;
         } else if t.incomplete.len() < 6 {
-            t.incomplete.push((names, format!("{:?}", key.end)));
+            t.incomplete
+                .push((collapse(&names), format!("{:?}", key.end)));
         }
     }
     t.leaves = leaves.into_iter().collect();
@@ -328,8 +346,13 @@ fn check(name: &str, must: &str, work: fn(u64)) {
 
 /// [`check`] on `clock` (`None`: the default).
 fn check_with(name: &str, must: &str, clock: Option<SampleClock>, work: fn(u64)) {
+    check_deep(name, must, clock, SamplerConfig::default().max_depth, work)
+}
+
+/// [`check_with`], walking up to `max_depth` frames.
+fn check_deep(name: &str, must: &str, clock: Option<SampleClock>, max_depth: usize, work: fn(u64)) {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
-    let cfi = profile(name, false, clock, work);
+    let cfi = profile(name, false, clock, max_depth, work);
     let t = tally(&cfi, name, must);
     assert!(t.samples >= 200, "{name}: {t:?} {:?}", cfi.stats);
     assert!(
@@ -338,6 +361,10 @@ fn check_with(name: &str, must: &str, clock: Option<SampleClock>, work: fn(u64))
          {t:?}",
         t.complete,
         t.samples
+    );
+    println!(
+        "{name}: clock {}, {} of {} samples from the rings, {} threads handed to timers",
+        cfi.stats.clock, cfi.stats.ring_samples, cfi.stats.samples, cfi.stats.timer_threads
     );
     // Walks that stop early: at most 0.5%, beside CPU hogs too (the
     // through-C worker's first samples in each library it loads are the
@@ -350,7 +377,7 @@ fn check_with(name: &str, must: &str, clock: Option<SampleClock>, work: fn(u64))
     );
     assert!(cfi.stats.cfi_frames > 0, "{:?}", cfi.stats);
 
-    let fp = profile(name, true, clock, work);
+    let fp = profile(name, true, clock, max_depth, work);
     let f = tally(&fp, name, must);
     assert!(f.samples >= 200, "{name}: {f:?}");
     assert!(
@@ -430,6 +457,31 @@ fn stacks_through_a_large_frameless_frame_are_complete() {
             rust_calls_big_c_frame(16);
         },
     );
+}
+
+/// Recurses `depth` times, then calls into the frameless C library.
+#[inline(never)]
+fn deep_recursion(depth: u32, rounds: u64) -> u64 {
+    if depth == 0 {
+        return rust_calls_c(rounds);
+    }
+    let r = deep_recursion(depth - 1, rounds);
+    // Used after the call, so the recursion is not a tail call.
+    std::hint::black_box(r).wrapping_add(u64::from(depth))
+}
+
+/// Stacks deeper than the kernel's call-chain limit for ring samples
+/// (`kernel.perf_event_max_stack`, 127 frames by default), with a
+/// frameless leaf: where perf events are allowed the ring clock hands
+/// such a thread to a signal timer, whose handler walks the whole depth
+/// asked for. The samples taken before the hand-off are cut at the
+/// kernel's limit, so it must come within the first few.
+#[test]
+fn stacks_300_frames_deep_are_complete() {
+    let _copies = RemoveCopies;
+    check_deep("deep", "deep_recursion", None, 400, |_| {
+        deep_recursion(300, 16);
+    });
 }
 
 #[test]

@@ -206,3 +206,73 @@ fn a_signalfd_program_is_sampled_at_the_rate() {
         assert!(raw.stats.ring_threads >= 3, "{:?}", raw.stats);
     });
 }
+
+/// Frames in [`deep_frames`]'s recursion: with its ~100-byte frames,
+/// deeper than the kernel's call chains reach (127 frames) and than the
+/// stack a ring sample copies for CFI (16 KiB), but within the depth the
+/// test asks for.
+const DEEP_FRAMES: u32 = 450;
+
+/// Recurses `depth` times with a padded frame, then spins `work` of CPU.
+#[inline(never)]
+fn deep_frames(depth: u32, work: Duration) -> u64 {
+    let pad = std::hint::black_box([u64::from(depth); 8]);
+    if depth == 0 {
+        return blocked_spin(work);
+    }
+    // Used after the call, so the recursion is not a tail call.
+    deep_frames(depth - 1, work).wrapping_add(std::hint::black_box(pad)[3])
+}
+
+/// A thread whose stack is deeper than its ring samples reach is handed to
+/// a timer of its own, whose handler walks the frame-pointer chain as deep
+/// as asked: its stacks are complete but for the few samples taken before
+/// the sampler saw that they were cut. Without the hand-off none are.
+#[test]
+fn a_thread_deeper_than_ring_samples_reach_gets_complete_stacks() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    with_watchdog("a deep thread", Duration::from_secs(120), || {
+        let _hogs = Hogs::start(2);
+        let sampler = Sampler::start(SamplerConfig {
+            hz: 1000,
+            mode: Mode::Cpu,
+            max_depth: 500,
+            ..SamplerConfig::default()
+        })
+        .expect("start");
+        let deep = thread::Builder::new()
+            .name("deep".into())
+            .spawn(|| {
+                std::hint::black_box(deep_frames(DEEP_FRAMES, SPIN / 2));
+                btprof_sampler::current_thread_id()
+            })
+            .unwrap();
+        let tid = deep.join().unwrap();
+        let raw = sampler.stop().expect("stop");
+        if !on_rings(&raw) {
+            return;
+        }
+        let (mut samples, mut complete) = (0, 0);
+        for (key, count) in raw.table.iter() {
+            if raw.threads[key.thread as usize].tid != tid {
+                continue;
+            }
+            samples += count;
+            if key.frames.len() > DEEP_FRAMES as usize && !key.end.is_truncated() {
+                complete += count;
+            }
+        }
+        println!(
+            "measured: {complete} of {samples} samples complete, {} on rings, {} threads \
+             handed to timers",
+            raw.stats.ring_samples, raw.stats.timer_threads
+        );
+        assert!(samples >= 300, "{samples} samples: {:?}", raw.stats);
+        assert!(raw.stats.timer_threads >= 1, "{:?}", raw.stats);
+        // The hand-off waits for a collection, 20 ms at most on the rings.
+        assert!(
+            complete * 100 >= samples * 90,
+            "{complete} of {samples} samples complete"
+        );
+    });
+}

@@ -6,8 +6,8 @@
 //! so on down. Each CPU's events write into one ring buffer
 //! ([`PerfRing`]) that the sampler thread reads. At each whole period of a
 //! thread's CPU time the kernel takes the sample itself: the user call
-//! chain by frame pointers, the user registers and [`STACK_BYTES`] of the
-//! user stack, which the sampler thread unwinds with CFI as it does the
+//! chain by frame pointers, the user registers and the top of the user
+//! stack ([`STACK_BYTES`], less in small rings: [`stack_bytes`]), which the sampler thread unwinds with CFI as it does the
 //! handlers' copies. No signal is involved, so the sampled thread never
 //! runs btprof code: its signal mask, `sigwait`, `signalfd` and blocking
 //! calls never see the profiler, and a sample costs it the interrupt and
@@ -20,9 +20,11 @@
 //! without `:u`). Elsewhere user code only, as perf's `:u`.
 //!
 //! A thread keeps being sampled so, and gets no timer, unless its stack
-//! is deeper than the kernel's call chains reach (`perf_event_max_stack`,
-//! 127 frames by default) while the sampler is asked for more: then the
-//! sampler opens a timer too, whose handler walks as deep as asked, and
+//! is deeper than its ring samples reach: deeper than the kernel's call
+//! chains (`perf_event_max_stack`, 127 frames by default) while the
+//! sampler is asked for more, or its walks keep running off the end of the
+//! copied stack (frameless code below it, where the frame-pointer chain
+//! does not go on). Then the sampler opens a timer too, whose handler walks as deep as asked, and
 //! [`BornThreads::hand_off`] drops its ring samples from then on. The
 //! events cannot be closed one thread at a time, so a handed-off thread's
 //! samples are still taken by the kernel, and dropped by the sampler by
@@ -63,12 +65,22 @@ use super::perf_attr::{
     PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
+use super::unwind::stack_copy::COPY_WORDS;
 
 /// Bytes of user stack each ring sample copies, for CFI unwinding: what a
-/// handler copies. Frames without frame pointers sit at the top of the
-/// stack; the frame-pointer chain goes on beyond it.
-const STACK_BYTES: u32 = 8192;
-/// Data pages per CPU's ring, largest first: 4 MiB holds about 450 ms of
+/// handler copies ([`COPY_WORDS`]). Frames without frame pointers sit at
+/// the top of the stack; the frame-pointer chain goes on beyond it. 8 KiB
+/// cut the walks of a 300-frame recursion over a frameless leaf at 250
+/// frames, and of any system call made below `std::io::copy`'s 8 KiB
+/// buffer.
+const STACK_BYTES: u32 = (COPY_WORDS * 8) as u32;
+/// The copy in rings too small to hold [`MIN_RING_RECORDS`] records of
+/// [`STACK_BYTES`] (where locked memory is short).
+const SMALL_STACK_BYTES: u32 = 8 << 10;
+/// Fewest records a ring should hold: at one sample per period on its
+/// CPU, the time the sampler thread has to read it.
+const MIN_RING_RECORDS: usize = 64;
+/// Data pages per CPU's ring, largest first: 8 MiB holds about 500 ms of
 /// one CPU's samples at 1000 Hz (each record reserves the whole
 /// [`STACK_BYTES`]), enough for a sampler thread kept off the CPU by a
 /// busy machine: 256 KiB lost a tenth of the samples beside load 6, and
@@ -77,7 +89,7 @@ const STACK_BYTES: u32 = 8192;
 /// locked memory is short (an unprivileged user gets
 /// `perf_event_mlock_kb`, 516 KiB per CPU by default, then
 /// `RLIMIT_MEMLOCK`), the next size is tried, down to 32 KiB.
-const RING_PAGES: [usize; 8] = [1024, 512, 256, 128, 64, 32, 16, 8];
+const RING_PAGES: [usize; 9] = [2048, 1024, 512, 256, 128, 64, 32, 16, 8];
 /// The most memory all the rings may take together.
 const RING_MEMORY: usize = 16 << 20;
 /// Descriptors the inherited events may take in all (one per CPU per
@@ -108,6 +120,8 @@ pub(crate) struct RingSample<'a> {
 /// `W`; `walk` is `None` where the caller found nothing to count.
 pub(crate) struct BornSample<W> {
     pub tid: i32,
+    /// [`WalkEnd::DepthCap`] where the kernel's call chain was cut at its
+    /// limit.
     pub end: WalkEnd,
     pub walk: Option<W>,
 }
@@ -209,6 +223,8 @@ pub(crate) struct BornThreads {
     own_tid: i32,
     period_ns: u64,
     max_stack: usize,
+    /// Bytes of stack each sample copies ([`stack_bytes`]).
+    stack_bytes: u32,
     pass: u64,
     rng: SplitMix64,
     /// When sampling stopped (monotonic ns): samples taken later, while
@@ -250,7 +266,6 @@ impl BornThreads {
             | PERF_SAMPLE_REGS_USER
             | PERF_SAMPLE_STACK_USER;
         attr.sample_regs_user = USER_REGS_MASK;
-        attr.sample_stack_user = STACK_BYTES;
         attr.clockid = libc::CLOCK_MONOTONIC;
         attr.sample_max_stack = max_stack as u16;
         // SAFETY: sysconf and getpid have no preconditions.
@@ -265,6 +280,7 @@ impl BornThreads {
             own_tid,
             period_ns: period_ns.max(1),
             max_stack,
+            stack_bytes: STACK_BYTES,
             pass: 0,
             rng: SplitMix64::new(seed),
             stopped_at_ns: None,
@@ -293,6 +309,8 @@ impl BornThreads {
             .peekable();
         while let (Some(pages), Some(tid)) = (sizes.peek().copied(), tids.clone().next()) {
             let mut short_of_memory = false;
+            born.stack_bytes = stack_bytes(pages * page);
+            attr.sample_stack_user = born.stack_bytes;
             for cpu in 0..cpus.max(1) as i32 {
                 let mapped = match attr.open(tid, cpu) {
                     Ok(fd) => PerfRing::map(fd, pages).inspect_err(|e| {
@@ -422,7 +440,7 @@ impl BornThreads {
     /// About how many samples one ring holds: each record reserves the
     /// whole stack copy, the registers and the longest call chain.
     pub(crate) fn samples_per_ring(&self) -> u64 {
-        let record = u64::from(STACK_BYTES) + 8 * (self.max_stack as u64 + 32);
+        let record = u64::from(self.stack_bytes) + 8 * (self.max_stack as u64 + 32);
         self.rings.first().map_or(0, |r| r.data_size() / record)
     }
 
@@ -477,14 +495,14 @@ impl BornThreads {
         None
     }
 
+    /// Bytes of stack each ring sample copies.
+    pub(crate) fn stack_bytes(&self) -> usize {
+        self.stack_bytes as usize
+    }
+
     /// How many threads have had a ring sample so far.
     pub(crate) fn sampled_threads(&self) -> u64 {
         self.sampled_threads
-    }
-
-    /// The most frames a ring sample's call chain holds.
-    pub(crate) fn max_stack(&self) -> usize {
-        self.max_stack
     }
 
     /// Thread `tid` is gone from the listings: nothing more of it counts.
@@ -689,6 +707,16 @@ impl BornThreads {
             });
             y.handoff.is_some() && !exited
         });
+    }
+}
+
+/// Bytes of stack each sample copies in rings of `ring_bytes`: all of
+/// [`STACK_BYTES`] where they still hold [`MIN_RING_RECORDS`] records.
+fn stack_bytes(ring_bytes: usize) -> u32 {
+    if ring_bytes / STACK_BYTES as usize >= MIN_RING_RECORDS {
+        STACK_BYTES
+    } else {
+        SMALL_STACK_BYTES
     }
 }
 

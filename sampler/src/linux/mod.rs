@@ -89,7 +89,7 @@ use cpu_timer::CpuTimer;
 use posix_timers::PosixTimer;
 use signal::{InstalledHandler, SignalSender};
 use slots::{Collected, Poll, SlotOwner, SLOTS};
-use unwind::stack_copy::CopiedStack;
+use unwind::stack_copy::{self, CopiedStack};
 use unwind::CfiWalker;
 
 /// A slot not taken by its thread within this time is cancelled and the
@@ -100,6 +100,9 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 /// about 7 µs, too much for every tick at 1000 Hz. A new thread is sampled
 /// at most this much later; an exited one fails its send with `ESRCH`.
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
+/// Ring walks of one thread cut short before it is handed to a timer
+/// ([`RingWalks::cut_short`]).
+const RING_CUTS_BEFORE_HANDOFF: u64 = 3;
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
 /// Sampler CPU time one listing may spend opening timers for threads that
@@ -385,10 +388,14 @@ struct ThreadState {
     /// (no signal, so its mask, `sigwait` and blocking calls never see
     /// them) unless `born_deep`.
     born: bool,
-    /// A born thread whose stack was deeper than the kernel's call chains
-    /// reach (`perf_event_max_stack`) while `max_depth` asks for more: it
-    /// gets a timer, whose handler walks as deep as asked.
+    /// A thread on the rings whose stacks go deeper than its ring samples
+    /// reach, while `max_depth` asks for more: deeper than the kernel's
+    /// call chains (`perf_event_max_stack`) or the stack it copies for CFI
+    /// ([`RingWalks::cut_short`]). It gets a timer, whose handler walks as
+    /// deep as asked.
     born_deep: bool,
+    /// Its ring samples' walks so far.
+    ring_walks: RingWalks,
     /// Timer path: one of the threads the inherited events were opened on,
     /// which sample it too: like a born thread, it gets no timer of its
     /// own unless `born_deep`.
@@ -490,6 +497,7 @@ impl ThreadState {
             born_during_run: false,
             born: false,
             born_deep: false,
+            ring_walks: RingWalks::default(),
             on_ring: false,
             timer_counted: false,
             mask_checked: false,
@@ -610,6 +618,11 @@ struct SamplerLoop {
     /// Born threads' last walks (and their keys), under which the part of
     /// a period after their last sample is counted when they are settled.
     born_walks: HashMap<i32, (u32, OwnedWalk)>,
+    /// A thread on the rings turned out to need a timer
+    /// ([`ThreadState::born_deep`]): opened right after the collection
+    /// that found it, not at the next listing, so that few of its samples
+    /// are cut short.
+    deep_found: bool,
     /// Born threads gone from the listings before they were settled: the
     /// CPU time their clocks had when last read.
     born_accounted: HashMap<i32, u64>,
@@ -635,6 +648,32 @@ struct Exit {
 impl AsMut<ExitTail> for Exit {
     fn as_mut(&mut self) -> &mut ExitTail {
         &mut self.tail
+    }
+}
+
+/// How a thread's ring samples' walks went, to tell a thread whose stacks
+/// its ring samples keep cutting short.
+#[derive(Default)]
+struct RingWalks {
+    walks: u64,
+    /// Walks that ended where the kernel's call chain or its stack copy
+    /// did, short of the depth asked for.
+    cut: u64,
+}
+
+impl RingWalks {
+    /// Counts one walk; `cut` if it ended so.
+    fn count(&mut self, cut: bool) {
+        self.walks += 1;
+        self.cut += u64::from(cut);
+    }
+
+    /// Whether this thread's walks were cut short more than by accident:
+    /// at least [`RING_CUTS_BEFORE_HANDOFF`] times and in at least 1% of
+    /// them (a single system call below a large buffer on the stack, say,
+    /// is not worth a signal per sample from then on).
+    fn cut_short(&self) -> bool {
+        self.cut >= RING_CUTS_BEFORE_HANDOFF && self.cut * 100 >= self.walks
     }
 }
 
@@ -757,6 +796,7 @@ impl SamplerLoop {
             born_settled: Vec::new(),
             born_keys: HashMap::new(),
             born_walks: HashMap::new(),
+            deep_found: false,
             born_accounted: HashMap::new(),
         })
     }
@@ -875,6 +915,9 @@ impl SamplerLoop {
     fn tick(&mut self) -> Result<(), Error> {
         self.tick += 1;
         self.collect(false);
+        if std::mem::take(&mut self.deep_found) && self.timers() {
+            self.open_timers();
+        }
         if self
             .listed_at
             .is_none_or(|at| at.elapsed() >= self.relist_every)
@@ -2074,7 +2117,7 @@ impl SamplerLoop {
         );
         self.stats.lost_samples += lost;
         self.stats.ring_threads = born.sampled_threads();
-        let born_max_stack = born.max_stack();
+        let copy_is_smaller = born.stack_bytes() < stack_copy::COPY_WORDS * 8;
         for sample in samples.drain(..) {
             let Some(walk) = sample.walk else {
                 self.stats.failed_samples += 1;
@@ -2084,9 +2127,19 @@ impl SamplerLoop {
                 self.stats.exited_threads += 1;
                 continue;
             };
-            if sample.end == WalkEnd::DepthCap && max_depth > born_max_stack {
-                if let Some(state) = self.threads.get_mut(&sample.tid) {
+            if let Some(state) = self.threads.get_mut(&sample.tid) {
+                // Cut short of `max_depth` where the kernel's chain was cut
+                // at its limit (a handler's walk has none), or where CFI
+                // ran out of copied stack (the kernel's chain never ends
+                // out of bounds) and a handler copies more.
+                let cut = walk.frames.len() < max_depth
+                    && walk.end.is_truncated()
+                    && (sample.end == WalkEnd::DepthCap
+                        || (walk.end == WalkEnd::OutOfBounds && copy_is_smaller));
+                state.ring_walks.count(cut);
+                if state.ring_walks.cut_short() && !state.born_deep {
                     state.born_deep = true;
+                    self.deep_found = true;
                 }
             }
             self.intern(key, &walk.as_collected(), 1);
