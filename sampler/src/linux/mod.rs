@@ -115,14 +115,21 @@ const YOUNG: Duration = Duration::from_millis(100);
 /// With per-thread timers, the longest the sampler thread sleeps between
 /// two collections of finished samples.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
-/// With every thread sampled into the rings, the longest the sampler
-/// thread sleeps (the rings are read at a quarter of the time they take to
-/// fill, if that is sooner). It still lists threads and reads their
-/// clocks: the kernel does not always write a born thread's final counts
-/// when it exits (seen beside busy processes), and then the CPU time the
-/// thread used since its clock was last read has no count; at 100 ms that
-/// was 2.5% of a 1.5 CPU-second program's time.
-const MAX_RING_COLLECT_INTERVAL: Duration = Duration::from_millis(20);
+/// With every thread sampled into the rings, the sampler thread sleeps
+/// [`RING_COLLECT_PERIODS`] periods, within these bounds (and reads the
+/// rings at a quarter of the time they take to fill, if that is sooner).
+/// It still lists threads and reads their clocks: the kernel does not
+/// always write a born thread's final counts when it exits (seen beside
+/// busy processes), and then the CPU time the thread used since its clock
+/// was last read has no count; at 100 ms that was 2.5% of a 1.5
+/// CPU-second program's time at 1000 Hz. Each wakeup costs the same
+/// whatever the rate, so at 100 Hz it wakes every 100 ms, not 20.
+const RING_COLLECT_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(20), Duration::from_millis(100));
+/// Periods between two collections on the rings alone: a sample's worth
+/// of time lost at an exit without final counts stays a small part of
+/// what the thread's samples stand for.
+const RING_COLLECT_PERIODS: u64 = 20;
 /// Wall mode: CPU time a thread may gain since its last sample and still
 /// count as not having run: taking a sample costs the thread a few
 /// microseconds of handler (up to ~10 in a VM, more under load).
@@ -810,7 +817,7 @@ impl SamplerLoop {
     /// How long the sampler thread sleeps between two collections. With
     /// timers, often enough that the slots never fill (a quarter of them
     /// per busy thread at most); once every thread is sampled into the
-    /// rings (no timer open), [`MAX_RING_COLLECT_INTERVAL`], or a quarter
+    /// rings (no timer open), [`RING_COLLECT_INTERVAL`], or a quarter
     /// of the time a ring takes to fill at one sample per period per CPU
     /// if that is sooner (rates far above 1000 Hz).
     fn collect_interval(&self) -> u64 {
@@ -821,8 +828,12 @@ impl SamplerLoop {
             .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64);
         let rings_only = !self.threads.values().any(|s| s.timer.is_some());
         match self.born.as_ref() {
-            Some(born) if rings_only => (born.samples_per_ring() / 4 * self.period_ns)
-                .clamp(slots, MAX_RING_COLLECT_INTERVAL.as_nanos() as u64),
+            Some(born) if rings_only => {
+                let (least, most) = RING_COLLECT_INTERVAL;
+                let longest = (RING_COLLECT_PERIODS * self.period_ns)
+                    .clamp(least.as_nanos() as u64, most.as_nanos() as u64);
+                (born.samples_per_ring() / 4 * self.period_ns).clamp(slots, longest)
+            }
             _ => slots,
         }
     }
