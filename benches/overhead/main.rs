@@ -1,7 +1,7 @@
 //! Overhead of profiling a CPU-bound job, measured against a no-profiler
 //! baseline in the same run.
 //!
-//! Two measurements, each repeated `BTPROF_BENCH_RUNS` times (default 5)
+//! Five measurements, each repeated `BTPROF_BENCH_RUNS` times (default 5)
 //! with baseline and profiled runs interleaved (the order alternates every
 //! round, so slow drift of a shared machine hits both sides alike):
 //!
@@ -35,9 +35,19 @@
 //!    walk's per-sample cost on the 25-frame stack, so that unwinding
 //!    frameless code never makes sampling much dearer than walking.
 //!
-//! `cargo bench --bench overhead` (`BTPROF_BENCH_ONLY=cfi` runs measurement
-//! 4 alone). Always exits 0: it reports, it does not
-//! gate.
+//! 5. Clocks: measurement 2's job, each run in a child process (this
+//!    executable again), at 100 Hz and 1000 Hz under `perf record -e
+//!    cpu-clock --call-graph fp`, btprof's default clock, the POSIX clock
+//!    and the sampler-thread clock forced, and btprof's default with
+//!    `perf_event_open` refused by a seccomp filter, interleaved with a
+//!    baseline child ([`clocks`]). Per row: wall overhead, the workers' CPU
+//!    per sample (weighted and distinct), the sampler thread's (perf's)
+//!    CPU per sample and share of a core, against the targets.
+//!
+//! `cargo bench --bench overhead`; `BTPROF_BENCH_ONLY` names the
+//! measurements to run, comma-separated (`wall`, `cpu`, `floor`, `cfi`,
+//! `clocks`; e.g. `BTPROF_BENCH_ONLY=clocks`). Always exits 0: it
+//! reports, it does not gate.
 
 #[cfg(target_os = "linux")]
 #[path = "../support/floor.rs"]
@@ -45,6 +55,8 @@ mod floor;
 
 mod against_floor;
 mod cfi;
+mod child;
+mod clocks;
 mod cpu;
 mod job;
 mod report;
@@ -52,12 +64,13 @@ mod wall;
 
 use std::time::Duration;
 
-use against_floor::measure_floor;
+use against_floor::{measure_floor, FloorResult};
 use cfi::{calibrate_copy, measure_cfi, CfiResult};
-use cpu::measure_cpu;
+use clocks::measure_clocks;
+use cpu::{measure_cpu, CpuResult};
 use job::{calibrate, run_job};
 use report::{machine_context, verdict};
-use wall::measure_wall;
+use wall::{measure_wall, WallResult};
 
 /// Samples per second per thread.
 const HZ: u32 = 1000;
@@ -86,6 +99,9 @@ const TARGET_OVERHEAD_PCT: f64 = 1.0;
 const TARGET_SAMPLE_US: f64 = 5.0;
 
 fn main() {
+    if child::run_if_child() {
+        return;
+    }
     let runs = btprof_testkit::measure::runs(5);
     machine_context(runs);
 
@@ -110,20 +126,71 @@ fn main() {
         drop(profiler.stop());
     }
 
-    let copy_iters = calibrate_copy(Duration::from_millis(1000));
-    if std::env::var("BTPROF_BENCH_ONLY").as_deref() == Ok("cfi") {
-        // Measurement 4 alone (BTPROF_BENCH_ONLY=cfi).
-        let cfi = measure_cfi(runs, iters_per_sec, copy_iters);
-        print_cfi_summary(&cfi);
-        return;
-    }
-    let wall = measure_wall(runs, wall_iters);
-    let cpu = measure_cpu(runs, cpu_iters);
-    let floor = measure_floor(runs, cpu_iters);
-    let cfi = measure_cfi(runs, iters_per_sec, copy_iters);
+    let only = Only::from_env();
+    let copy_iters = only
+        .has("cfi")
+        .then(|| calibrate_copy(Duration::from_millis(1000)));
+    let wall = only.has("wall").then(|| measure_wall(runs, wall_iters));
+    let cpu = only.has("cpu").then(|| measure_cpu(runs, cpu_iters));
+    let floor = only.has("floor").then(|| measure_floor(runs, cpu_iters));
+    let cfi = copy_iters.map(|copy_iters| measure_cfi(runs, iters_per_sec, copy_iters));
+    let clocks = only
+        .has("clocks")
+        .then(|| measure_clocks(runs, child::iters_for(iters_per_sec, clocks::CLOCK_JOB)));
 
     println!();
     println!("SUMMARY (targets are reported, not enforced; exit status is always 0)");
+    if let Some(wall) = &wall {
+        print_wall_summary(wall);
+    }
+    if let Some(cpu) = &cpu {
+        print_cpu_summary(cpu);
+    }
+    if let Some(floor) = &floor {
+        print_floor_summary(floor);
+    }
+    if let Some(cfi) = &cfi {
+        print_cfi_summary(cfi);
+    }
+    if let Some(clocks) = &clocks {
+        clocks.print_summary();
+    }
+}
+
+/// `BTPROF_BENCH_ONLY`: the measurements to run, by name, comma-separated
+/// (`wall`, `cpu`, `floor`, `cfi`, `clocks`); unset or empty runs them all.
+struct Only(Option<Vec<String>>);
+
+impl Only {
+    const NAMES: [&'static str; 5] = ["wall", "cpu", "floor", "cfi", "clocks"];
+
+    fn from_env() -> Only {
+        let list = std::env::var("BTPROF_BENCH_ONLY").unwrap_or_default();
+        let names: Vec<String> = list
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        for name in &names {
+            if !Self::NAMES.contains(&name.as_str()) {
+                println!(
+                    "  BTPROF_BENCH_ONLY: unknown measurement {name:?} (known: {})",
+                    Self::NAMES.join(", ")
+                );
+            }
+        }
+        Only((!names.is_empty()).then_some(names))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == name))
+    }
+}
+
+/// Measurement 1's summary lines.
+fn print_wall_summary(wall: &WallResult) {
     println!(
         "  wall-time overhead, 2 threads @ {HZ} Hz: {:+.2}% median, {:+.2}% min/min (target <= {TARGET_OVERHEAD_PCT}%) {}",
         wall.overhead_pct,
@@ -138,6 +205,10 @@ fn main() {
         "  CPU-time overhead, same job (no target, insensitive to other load): {:+.2}%",
         wall.cpu_overhead_pct
     );
+}
+
+/// Measurement 2's summary lines.
+fn print_cpu_summary(cpu: &CpuResult) {
     // A cost verdict is only uncertain when the target lies within the
     // measurement's noise floor of the value.
     let cost_verdict = |value: f64, noise: f64| {
@@ -185,6 +256,10 @@ fn main() {
         DEPTH_RANGE.end(),
         if depth_ok { "PASS" } else { "OUT OF RANGE" }
     );
+}
+
+/// Measurement 3's summary lines.
+fn print_floor_summary(floor: &Result<FloorResult, String>) {
     match floor {
         Ok(f) => {
             println!(
@@ -201,7 +276,6 @@ fn main() {
         }
         Err(why) => println!("  floor: not measured: {why}"),
     }
-    print_cfi_summary(&cfi);
 }
 
 /// Measurement 4's summary lines.
