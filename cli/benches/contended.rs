@@ -11,12 +11,11 @@
 //! thread (against the CPU time the workers measured), weighted (each
 //! sample counted by the periods it stands for) and distinct (each
 //! counted once: fewer where one POSIX-timer signal stands for several
-//! periods), each workload
-//! function's leaf share against the share of CPU time measured inside it
-//! (error in points), and the share of worker samples whose leaf is
-//! `clock_gettime` (where a sampler that signals threads waiting for a CPU
-//! piles its samples up). One quiet round (no hogs) of btprof with timers
-//! first gives the `clock_gettime` baseline.
+//! periods), each workload function's leaf share against the share of
+//! CPU time measured inside it (error in points), and the share of worker
+//! samples whose leaf is `clock_gettime` (where a sampler that signals
+//! threads waiting for a CPU piles its samples up). One quiet round (no
+//! hogs) of btprof's default first gives the `clock_gettime` baseline.
 //!
 //! perf comes from Debian's `linux-perf`; without it (or when it cannot
 //! record) its row is skipped with a message saying so.
