@@ -1,15 +1,21 @@
 //! Accuracy on a contended machine: the built-in workload profiled while
-//! two CPU-burning processes compete for the cores, by btprof with
-//! per-thread CPU timers, by btprof on its sampler-thread fallback, and by
-//! `perf record -e cpu-clock -F 1000 --call-graph fp`, in the same run.
+//! two CPU-burning processes compete for the cores, in the same run, by
+//! `perf record -e cpu-clock -F 1000 --call-graph fp`, by btprof on its
+//! default clock (the ring clock where perf events are allowed), and by
+//! btprof with `perf_event_open` refused by a real seccomp filter (as in
+//! a container): its default there (the detection runs for real), the
+//! POSIX clock (`--clock posix`) and the sampler-thread clock
+//! (`--clock thread`).
 //!
 //! For each profiler and round: samples per CPU-second of each worker
-//! thread (against the CPU time the workers measured), each workload
-//! function's leaf share against the share of CPU time measured inside it
-//! (error in points), and the share of worker samples whose leaf is
-//! `clock_gettime` (where a sampler that signals threads waiting for a CPU
-//! piles its samples up). One quiet round (no hogs) of btprof with timers
-//! first gives the `clock_gettime` baseline.
+//! thread (against the CPU time the workers measured), weighted (each
+//! sample counted by the periods it stands for) and distinct (each
+//! counted once: fewer where one POSIX-timer signal stands for several
+//! periods), each workload function's leaf share against the share of
+//! CPU time measured inside it (error in points), and the share of worker
+//! samples whose leaf is `clock_gettime` (where a sampler that signals
+//! threads waiting for a CPU piles its samples up). One quiet round (no
+//! hogs) of btprof's default first gives the `clock_gettime` baseline.
 //!
 //! perf comes from Debian's `linux-perf`; without it (or when it cannot
 //! record) its row is skipped with a message saying so.
@@ -37,8 +43,11 @@ const DURATION: &str = "3s";
 /// One profile's accuracy.
 #[derive(Clone, Debug, Default)]
 struct Accuracy {
-    /// Samples per CPU-second of each worker.
+    /// Samples per CPU-second of each worker, weighted.
     rates: Vec<f64>,
+    /// Distinct samples over weighted ones (1 where each sample is one
+    /// period).
+    distinct_share: f64,
     /// Measured minus true share per function, points.
     errors: [f64; 5],
     /// Share of worker samples with `clock_gettime` as the leaf, percent.
@@ -55,6 +64,10 @@ impl Accuracy {
     fn mean_rate(&self) -> f64 {
         self.rates.iter().sum::<f64>() / self.rates.len().max(1) as f64
     }
+
+    fn mean_distinct_rate(&self) -> f64 {
+        self.mean_rate() * self.distinct_share
+    }
 }
 
 fn scratch() -> PathBuf {
@@ -64,10 +77,20 @@ fn scratch() -> PathBuf {
 }
 
 /// `btprof --pid-self` with `extra` arguments, judged from its self-check
-/// output and folded file.
-fn btprof_row(dir: &Path, extra: &[&str]) -> Result<Accuracy, String> {
+/// output and folded file; with `refuse_perf`, under a seccomp filter
+/// that refuses `perf_event_open` (`EPERM`, as Docker's default profile).
+fn btprof_row(dir: &Path, extra: &[&str], refuse_perf: bool) -> Result<Accuracy, String> {
     let folded = dir.join("run.folded");
-    let out = Command::new(BTPROF)
+    let mut cmd = Command::new(BTPROF);
+    if refuse_perf {
+        #[cfg(target_os = "linux")]
+        btprof_testkit::seccomp::refuse_perf_event_open(&mut cmd, libc::EPERM);
+        #[cfg(not(target_os = "linux"))]
+        return Err("perf events and seccomp filters are Linux only".into());
+    }
+    let out = cmd
+        .env_remove("BTPROF_CLOCK")
+        .env_remove("BTPROF_FORCE_SAMPLER_THREAD")
         .args([
             "--pid-self",
             "--hz",
@@ -104,6 +127,7 @@ fn btprof_row(dir: &Path, extra: &[&str]) -> Result<Accuracy, String> {
         }
         if line.starts_with("sampled ") {
             acc.note = line.split(['(', ')']).nth(1).unwrap_or_default().to_owned();
+            acc.distinct_share = distinct_share(line).unwrap_or(f64::NAN);
         }
         if line.starts_with("self-check: ") {
             acc.note = format!("{}; {}", acc.note, line);
@@ -136,6 +160,16 @@ fn btprof_row(dir: &Path, extra: &[&str]) -> Result<Accuracy, String> {
     }
     acc.clock_gettime_pct = clock as f64 * 100.0 / workers.max(1) as f64;
     Ok(acc)
+}
+
+/// From the summary's `sampled ...: W samples per CPU-second of the
+/// sampled threads (D distinct; ...` line: D / W.
+fn distinct_share(line: &str) -> Option<f64> {
+    let (_, after) = line.split_once("): ")?;
+    let weighted: f64 = after.split_whitespace().next()?.parse().ok()?;
+    let (_, after) = after.split_once('(')?;
+    let distinct: f64 = after.split_whitespace().next()?.parse().ok()?;
+    (weighted > 0.0).then(|| distinct / weighted)
 }
 
 /// `perf record -e cpu-clock -F 1000 --call-graph fp` of the unprofiled
@@ -230,6 +264,7 @@ fn perf_row(dir: &Path) -> Result<Accuracy, String> {
             .zip(&thread_cpu)
             .map(|(&n, &cpu)| n as f64 / cpu.max(1e-9))
             .collect(),
+        distinct_share: 1.0,
         clock_gettime_pct: clock as f64 * 100.0 / workers as f64,
         note: "perf cpu-clock".into(),
         ..Accuracy::default()
@@ -244,8 +279,9 @@ fn print_row(name: &str, acc: &Accuracy) {
     let errors: Vec<String> = acc.errors.iter().map(|e| format!("{e:+.2}")).collect();
     let rates: Vec<String> = acc.rates.iter().map(|r| format!("{r:.0}")).collect();
     println!(
-        "  {name:<22} rate/CPU-s [{}]  errors [{}] max {:.2}  clock_gettime {:.2}%  ({})",
+        "  {name:<28} rate/CPU-s [{}] distinct {:.0}  errors [{}] max {:.2}  clock_gettime {:.2}%  ({})",
         rates.join(", "),
+        acc.mean_distinct_rate(),
         errors.join(" "),
         acc.max_error(),
         acc.clock_gettime_pct,
@@ -264,42 +300,58 @@ fn main() {
         "  errors: measured minus true leaf share per function ({}), points",
         FUNCTIONS.join(", ")
     );
+    println!(
+        "  rate/CPU-s: weighted per worker; distinct: the workers' mean, each sample counted once"
+    );
 
-    let quiet = btprof_row(&dir, &[]);
+    let quiet = btprof_row(&dir, &[], false);
     match &quiet {
-        Ok(acc) => print_row("quiet, btprof timers", acc),
+        Ok(acc) => print_row("quiet, btprof default", acc),
         Err(e) => println!("  quiet round failed: {e}"),
     }
 
-    let names = ["btprof timers", "btprof fallback", "perf cpu-clock"];
-    let mut results: [Vec<Accuracy>; 3] = Default::default();
+    // (name, btprof's extra arguments, perf_event_open refused); the last
+    // row is perf's own.
+    let rows: [(&str, &[&str], bool); 4] = [
+        ("btprof default (ring)", &[], false),
+        ("perf refused: default", &[], true),
+        ("perf refused: --clock posix", &["--clock", "posix"], true),
+        ("perf refused: --clock thread", &["--clock", "thread"], true),
+    ];
+    const PERF: usize = 4;
+    let name = |i: usize| {
+        if i == PERF {
+            "perf cpu-clock"
+        } else {
+            rows[i].0
+        }
+    };
+    let mut results: [Vec<Accuracy>; 5] = Default::default();
     let mut perf_missing = None;
     {
         let _hogs = Hogs::start(2);
         for round in 0..rounds {
             println!("  round {}/{rounds}:", round + 1);
-            for k in 0..3 {
-                let which = (round + k) % 3;
-                let result = match which {
-                    0 => btprof_row(&dir, &[]),
-                    1 => btprof_row(&dir, &["--no-thread-timers"]),
-                    _ => {
-                        if perf_missing.is_some() {
-                            continue;
-                        }
-                        perf_row(&dir)
+            for k in 0..=PERF {
+                let which = (round + k) % (PERF + 1);
+                let result = if which == PERF {
+                    if perf_missing.is_some() {
+                        continue;
                     }
+                    perf_row(&dir)
+                } else {
+                    btprof_row(&dir, rows[which].1, rows[which].2)
                 };
                 match result {
                     Ok(acc) => {
-                        print_row(names[which], &acc);
+                        print_row(name(which), &acc);
                         results[which].push(acc);
                     }
-                    Err(e) if which == 2 => {
+                    Err(e) if which == PERF => {
                         println!("  perf row skipped: {e}");
                         perf_missing = Some(e);
                     }
-                    Err(e) => println!("  {} failed: {e}", names[which]),
+                    Err(e) => println!("  {} failed: {e}", name(which)),
                 }
             }
         }
@@ -308,12 +360,13 @@ fn main() {
 
     println!();
     println!("SUMMARY (medians over rounds beside 2 hogs; reported, not enforced)");
-    let mut max_errors = [f64::NAN; 3];
-    for (i, name) in names.iter().enumerate() {
-        if results[i].is_empty() {
+    let mut max_errors = [f64::NAN; 5];
+    for (i, result) in results.iter().enumerate() {
+        let name = name(i);
+        if result.is_empty() {
             println!(
-                "  {name:<16} not measured{}",
-                if i == 2 {
+                "  {name:<28} not measured{}",
+                if i == PERF {
                     perf_missing
                         .as_deref()
                         .map(|e| format!(": {e}"))
@@ -324,29 +377,30 @@ fn main() {
             );
             continue;
         }
-        let rate = median(results[i].iter().map(Accuracy::mean_rate).collect());
-        let max_error = median(results[i].iter().map(Accuracy::max_error).collect());
-        let clock = median(results[i].iter().map(|a| a.clock_gettime_pct).collect());
+        let rate = median(result.iter().map(Accuracy::mean_rate).collect());
+        let distinct = median(result.iter().map(Accuracy::mean_distinct_rate).collect());
+        let max_error = median(result.iter().map(Accuracy::max_error).collect());
+        let clock = median(result.iter().map(|a| a.clock_gettime_pct).collect());
         max_errors[i] = max_error;
         println!(
-            "  {name:<16} {rate:7.1} samples per worker CPU-second ({:+.2}% of 1000), largest leaf error {max_error:.2} points, clock_gettime {clock:.2}%",
-            (rate / 1000.0 - 1.0) * 100.0
+            "  {name:<28} {rate:7.1} weighted, {distinct:7.1} distinct samples per worker CPU-second, largest leaf error {max_error:.2} points, clock_gettime {clock:.2}%  ({})",
+            result[0].note.split(';').next().unwrap_or_default()
         );
     }
     if let Ok(q) = &quiet {
         println!(
-            "  quiet btprof timers: clock_gettime {:.2}%",
+            "  quiet btprof default: clock_gettime {:.2}%",
             q.clock_gettime_pct
         );
     }
-    if max_errors[2].is_finite() {
-        for i in 0..2 {
+    if max_errors[PERF].is_finite() {
+        for (i, margin) in [(0, 0.2), (1, 0.5), (2, 0.5), (3, 0.5)] {
             println!(
-                "  {} largest error {:.2} vs perf {:.2} + 0.5: {}",
-                names[i],
+                "  {} largest error {:.2} vs perf {:.2} + {margin}: {}",
+                name(i),
                 max_errors[i],
-                max_errors[2],
-                if max_errors[i] <= max_errors[2] + 0.5 {
+                max_errors[PERF],
+                if max_errors[i] <= max_errors[PERF] + margin {
                     "PASS"
                 } else {
                     "FAIL"
