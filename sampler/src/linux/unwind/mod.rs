@@ -15,8 +15,8 @@
 //!   return addresses.
 //!
 //! Why not unwind in the handler (framehop supports it allocation-free,
-//! with one cache per slot)? Measured with `benches/overhead.rs`: both
-//! cost the same CPU per sample, since
+//! with one cache per slot)? Measured with the overhead bench
+//! (`benches/overhead/`): both cost the same CPU per sample, since
 //! the unwinding is the same work, but in the handler it runs on the
 //! interrupted thread's stack, and gimli's allocation-free evaluation
 //! keeps its register rules and expression stack there: several KiB,
