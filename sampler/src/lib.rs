@@ -21,25 +21,13 @@ pub mod stack_copy;
 pub mod stack_table;
 pub mod walker;
 
-/// Used by the Linux sampler thread's cpu mode; the Mach sampler weighs
-/// samples its own way.
-#[cfg(target_os = "linux")]
-mod cpu_debt;
-#[cfg(target_os = "linux")]
-mod cpu_wakeups;
 mod exclusions;
-#[cfg(target_os = "linux")]
-mod exit_tails;
 mod own_threads;
 mod profile;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod sampler_thread;
-#[cfg(target_os = "linux")]
-mod split_mix;
 mod stats;
 mod thread_keys;
-#[cfg(target_os = "linux")]
-mod unseen_cpu;
 #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
 mod window;
 

@@ -53,7 +53,7 @@
 use std::collections::HashMap;
 use std::io;
 
-use crate::split_mix::SplitMix64;
+use super::split_mix::SplitMix64;
 use crate::walker::{Registers, WalkEnd};
 
 use super::perf_attr::{

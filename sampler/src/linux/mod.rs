@@ -45,7 +45,10 @@
 mod blocked_stack;
 mod born_threads;
 pub(crate) mod checked_memory;
+mod cpu_debt;
 mod cpu_timer;
+mod cpu_wakeups;
+mod exit_tails;
 pub(crate) mod one_shot;
 mod perf_attr;
 mod perf_ring;
@@ -54,10 +57,12 @@ pub(crate) mod remote;
 mod scheduling;
 mod signal;
 pub(crate) mod slots;
+mod split_mix;
 mod stack_regions;
 pub(crate) mod task_clock;
 mod thread_timers;
 mod threads;
+mod unseen_cpu;
 mod unwind;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,13 +72,13 @@ use std::time::{Duration, Instant, SystemTime};
 use hashbrown::HashMap;
 
 use crate::clock::TickSchedule;
-use crate::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
-use crate::cpu_wakeups::CpuWakeups;
-use crate::exit_tails::{share_out, ExitTail, ExitTails};
+use cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
+use cpu_wakeups::CpuWakeups;
+use exit_tails::{share_out, ExitTail, ExitTails};
 use crate::sampler_thread::SamplerThread;
 use crate::stack_table::{StackKey, StackTable};
 use crate::thread_keys::ThreadKeys;
-use crate::unseen_cpu::UnseenCpu;
+use unseen_cpu::UnseenCpu;
 use crate::walker::{Arch, WalkEnd};
 use crate::window::{self, Window};
 use crate::{
