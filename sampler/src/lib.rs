@@ -72,7 +72,7 @@ mod linux;
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
 pub mod bench_support {
-    pub use crate::linux::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
+    pub use crate::linux::handler::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
     pub use crate::linux::task_clock::TaskClock;
 }
 #[cfg(target_os = "linux")]
@@ -86,8 +86,8 @@ pub mod test_hooks {
     /// Makes every handler on thread `tid` spend `cpu` of its CPU time
     /// after it claimed its slot (zero: off), as a slow walk would.
     pub fn set_handler_delay(tid: u64, cpu: Duration) {
-        crate::linux::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
-        crate::linux::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
+        crate::linux::handler::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
+        crate::linux::handler::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
     }
 }
 #[cfg(target_os = "linux")]

@@ -44,21 +44,18 @@
 
 mod blocked_stack;
 mod born_threads;
-pub(crate) mod checked_memory;
 mod cpu_debt;
 mod cpu_timer;
 mod cpu_wakeups;
 mod exit_tails;
+pub(crate) mod handler;
 pub(crate) mod one_shot;
 mod perf_attr;
 mod perf_ring;
 mod posix_timers;
 pub(crate) mod remote;
 mod scheduling;
-mod signal;
-pub(crate) mod slots;
 mod split_mix;
-mod stack_regions;
 pub(crate) mod task_clock;
 mod thread_timers;
 mod threads;
@@ -72,28 +69,29 @@ use std::time::{Duration, Instant, SystemTime};
 use hashbrown::HashMap;
 
 use crate::clock::TickSchedule;
-use cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
-use cpu_wakeups::CpuWakeups;
-use exit_tails::{share_out, ExitTail, ExitTails};
 use crate::sampler_thread::SamplerThread;
 use crate::stack_table::{StackKey, StackTable};
 use crate::thread_keys::ThreadKeys;
-use unseen_cpu::UnseenCpu;
 use crate::walker::{Arch, WalkEnd};
 use crate::window::{self, Window};
 use crate::{
     exclusions, profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig,
     SamplerStats,
 };
+use cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
+use cpu_wakeups::CpuWakeups;
+use exit_tails::{share_out, ExitTail, ExitTails};
+use unseen_cpu::UnseenCpu;
 
-pub use slots::MAX_DEPTH;
+pub use handler::slots::MAX_DEPTH;
 
 use blocked_stack::{BlockedRead, BlockedStackReader, Syscall};
 use born_threads::{BornSample, BornThreads, Settled};
 use cpu_timer::CpuTimer;
+use handler::signal::{self, InstalledHandler, SignalSender};
+use handler::slots::{self, Collected, Poll, SlotOwner, SLOTS};
+use handler::{checked_memory, stack_regions};
 use posix_timers::PosixTimer;
-use signal::{InstalledHandler, SignalSender};
-use slots::{Collected, Poll, SlotOwner, SLOTS};
 use unwind::stack_copy::CopiedStack;
 use unwind::CfiWalker;
 
