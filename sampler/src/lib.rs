@@ -75,10 +75,13 @@ pub mod bench_support {
     pub use crate::linux::handler::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
     pub use crate::linux::task_clock::TaskClock;
 }
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "test-hooks"))]
 #[doc(hidden)]
 pub mod test_hooks {
-    //! For btprof's own tests: not part of the API.
+    //! For btprof's own tests: not part of the API. Built with the
+    //! `test-hooks` feature only, which this crate's own tests turn on (a
+    //! dev-dependency on itself), so that the hooks stay out of the
+    //! handler everywhere else.
 
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::Duration;

@@ -138,11 +138,15 @@ pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 /// different threads do not all contend for slot 0.
 static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 
-/// Tests only ([`crate::test_hooks`]): CPU time each handler spends after
-/// claiming its slot, as a slow walk would, so a test can catch threads
-/// inside the handler (where the profiling signal is in their `SigBlk`).
+/// Tests only ([`crate::test_hooks`], feature `test-hooks`): CPU time each
+/// handler spends after claiming its slot, as a slow walk would, so a test
+/// can catch threads inside the handler (where the profiling signal is in
+/// their `SigBlk`). Production builds have neither the statics nor the
+/// check in the handler.
+#[cfg(feature = "test-hooks")]
 pub(crate) static HANDLER_TEST_DELAY_NS: AtomicU64 = AtomicU64::new(0);
 /// The one thread whose handlers take [`HANDLER_TEST_DELAY_NS`].
+#[cfg(feature = "test-hooks")]
 pub(crate) static HANDLER_TEST_DELAY_TID: AtomicI32 = AtomicI32::new(0);
 
 /// Whether thread `tid` is inside btprof's handler, or just left it: it
@@ -492,6 +496,17 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     let Some((slot, generation, max_depth)) = claimed else {
         return;
     };
+    #[cfg(feature = "test-hooks")]
+    test_delay();
+    // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
+    // we own `slot` in `Writing` for `generation`.
+    unsafe { walk_into(slot, generation, max_depth, context) };
+}
+
+/// Tests only: spends [`HANDLER_TEST_DELAY_NS`] of CPU time if this is the
+/// thread a test chose.
+#[cfg(feature = "test-hooks")]
+fn test_delay() {
     let delay = HANDLER_TEST_DELAY_NS.load(Relaxed);
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     if delay != 0 && HANDLER_TEST_DELAY_TID.load(Relaxed) == unsafe { libc::gettid() } {
@@ -500,9 +515,6 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             core::hint::spin_loop();
         }
     }
-    // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
-    // we own `slot` in `Writing` for `generation`.
-    unsafe { walk_into(slot, generation, max_depth, context) };
 }
 
 /// The slot a queued signal's `si_value` names, claimed `Armed -> Writing`
