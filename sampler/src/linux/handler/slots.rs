@@ -63,7 +63,7 @@ struct FrameBuf(UnsafeCell<[u64; MAX_DEPTH]>);
 // an `Acquire` load of `Done`, which the writer stored with `Release`.
 unsafe impl Sync for FrameBuf {}
 
-/// The copy of the stack a handler walks through ([`CheckedMemory`]),
+/// The copy of the stack a handler walks through ([`CheckedMemory`](super::checked_memory::CheckedMemory)),
 /// owned like [`FrameBuf`]: static, so it never sits on the handler's
 /// stack (a thread may have little left).
 struct WindowBuf(UnsafeCell<[u64; WINDOW_WORDS]>);
@@ -665,7 +665,7 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     // Where it does not (a thread or mapping newer than it, or more
     // mappings than it holds), the walk is bounded by a span above sp
     // instead of being cut to the leaf: every read is fault-safe
-    // ([`CheckedMemory`]), so the bound only limits how far a corrupt chain
+    // ([`CheckedMemory`](super::checked_memory::CheckedMemory)), so the bound only limits how far a corrupt chain
     // can wander, and the sampler is told to refresh the snapshot.
     let high = match stack_regions::region_containing(regs.sp) {
         Some((_, high)) => high,
