@@ -17,8 +17,8 @@
 pub mod clock;
 pub mod control;
 pub mod one_shot;
-pub mod stack_copy;
 pub mod stack_table;
+pub mod stack_window;
 pub mod walker;
 
 mod exclusions;
