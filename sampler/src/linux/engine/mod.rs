@@ -35,7 +35,6 @@ use crate::walker::Arch;
 use crate::window::{self, Window};
 use crate::{profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats};
 
-use super::blocked_stack::BlockedStackReader;
 use super::born_threads::{BornSample, BornThreads, Settled};
 use super::cpu_wakeups::CpuWakeups;
 use super::exit_tails::ExitTails;
@@ -49,6 +48,7 @@ use super::unseen_cpu::UnseenCpu;
 use super::unwind::CfiWalker;
 
 use collect::OwnedWalk;
+use pacing::BlockedReads;
 use ring_clock::BornKey;
 use thread_list::{Exit, ThreadState};
 
@@ -183,12 +183,9 @@ pub(super) struct SamplerLoop {
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
-    /// Wall mode: reads the stacks of threads found blocked after they ran
-    /// (created at the first), and the sampler time it may still spend on
-    /// them (`BLOCKED_READ_SHARE` in [`pacing`]).
-    blocked_reader: Option<BlockedStackReader>,
-    blocked_read_budget_ns: u64,
-    blocked_read_tick: u64,
+    /// Wall mode: reads the stacks of threads found blocked after they ran,
+    /// within a share of the sampler's time.
+    blocked_reads: BlockedReads,
     /// Timer path: the inherited events that sample threads born while
     /// sampling; `None` where the kernel refused them (then `born_tried`).
     born: Option<BornThreads>,
@@ -267,9 +264,7 @@ impl SamplerLoop {
             wakeups,
             wall_requests,
             cfi,
-            blocked_reader: None,
-            blocked_read_budget_ns: 0,
-            blocked_read_tick: 0,
+            blocked_reads: BlockedReads::default(),
             active: Vec::new(),
             relist_every: RELIST_INTERVAL,
             born: None,

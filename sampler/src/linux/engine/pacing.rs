@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use crate::walker::WalkEnd;
-use crate::Mode;
+use crate::{profile, Mode};
 
 use super::super::blocked_stack::{self, BlockedRead, BlockedStackReader, Syscall};
 use super::super::cpu_wakeups::CpuWakeups;
@@ -26,7 +26,6 @@ use super::collect::OwnedWalk;
 use super::signal_blocked::{blocks_signal_now, BlockedSince};
 use super::thread_list::ThreadState;
 use super::{monotonic_ns, SamplerLoop, SlotUse, YOUNG};
-use crate::profile;
 
 /// Wall mode: CPU time a thread may gain since its last sample and still
 /// count as not having run: taking a sample costs the thread a few
@@ -42,6 +41,18 @@ const BLOCKED_READ_SHARE: f64 = 0.02;
 
 /// The most of that budget saved up while no thread blocks.
 const BLOCKED_READ_BURST_NS: u64 = 2_000_000;
+
+/// Wall mode: the reader of the stacks of threads found blocked after
+/// they ran, and the sampler time it may still spend on them
+/// ([`BLOCKED_READ_SHARE`], saved up to [`BLOCKED_READ_BURST_NS`]).
+#[derive(Default)]
+pub(super) struct BlockedReads {
+    /// Created at the first read.
+    reader: Option<BlockedStackReader>,
+    budget_ns: u64,
+    /// The tick up to which the budget was earned.
+    tick: u64,
+}
 
 impl SamplerLoop {
     /// Sampler-thread path, cpu mode: whether to list the threads before
@@ -365,11 +376,11 @@ impl SamplerLoop {
         let cfi = self.cfi.as_mut()?;
         let tick_ns = self.period_ns;
         let earned = (tick_ns as f64 * BLOCKED_READ_SHARE) as u64;
-        let since = self.tick.saturating_sub(self.blocked_read_tick);
-        self.blocked_read_tick = self.tick;
-        self.blocked_read_budget_ns =
-            (self.blocked_read_budget_ns + since * earned).min(BLOCKED_READ_BURST_NS);
-        if self.blocked_read_budget_ns == 0 {
+        let since = self.tick.saturating_sub(self.blocked_reads.tick);
+        self.blocked_reads.tick = self.tick;
+        self.blocked_reads.budget_ns =
+            (self.blocked_reads.budget_ns + since * earned).min(BLOCKED_READ_BURST_NS);
+        if self.blocked_reads.budget_ns == 0 {
             return None;
         }
         let started = monotonic_ns();
@@ -377,7 +388,8 @@ impl SamplerLoop {
             return None;
         };
         let reader = self
-            .blocked_reader
+            .blocked_reads
+            .reader
             .get_or_insert_with(BlockedStackReader::new);
         let walk = match reader.read(tid, cfi, nr, sp, pc) {
             BlockedRead::Read(done) => Some(OwnedWalk {
@@ -388,7 +400,7 @@ impl SamplerLoop {
             BlockedRead::Moved | BlockedRead::Gone => None,
         };
         let spent = monotonic_ns().saturating_sub(started);
-        self.blocked_read_budget_ns = self.blocked_read_budget_ns.saturating_sub(spent);
+        self.blocked_reads.budget_ns = self.blocked_reads.budget_ns.saturating_sub(spent);
         walk
     }
 

@@ -1,8 +1,9 @@
-//! What the engine knows about each thread, and the listings that keep it
-//! current: new threads registered (and named, again while they are young
-//! or rename themselves), every thread's CPU time read into the stats,
-//! exited threads forgotten, and on the sampler-thread clock the CPU time
-//! an exited thread used after its last sample counted on its last stacks
+//! What the engine knows about each thread ([`ThreadState`]), and the
+//! listings that keep it current: new threads registered and named (and
+//! their names read again, often while they are young, later at growing
+//! intervals), every thread's CPU time read into the stats, exited threads
+//! forgotten, and, on the sampler-thread clock, the CPU time an exited
+//! thread used after its last sample counted on its last stacks
 //! ([`ExitTails`](super::super::exit_tails::ExitTails)).
 
 use std::sync::atomic::Ordering;
