@@ -16,7 +16,7 @@
 //!
 //! **POSIX CPU timers** ([`posix_timers`], `timer_create` on each thread's
 //! CPU clock) need no perf events. They take the timers' path (a
-//! [`CpuTimer`](cpu_timer::CpuTimer) per thread, the handler claiming a free slot), but their
+//! [`CpuTimer`] per thread, the handler claiming a free slot), but their
 //! expiries come on the scheduler tick, so each sample carries the periods
 //! it stands for. They run when forced ([`SamplerConfig::clock`]); the
 //! default where perf events are refused stays the sampler thread, which
@@ -27,10 +27,10 @@
 //! profiling signal with `rt_tgsigqueueinfo` to every thread due: a thread
 //! is due when its CPU time since its last sample reaches one period, and
 //! the sampler wakes at the moment each thread will be due, plus at random
-//! moments ([`CpuWakeups`](cpu_wakeups::CpuWakeups)), so that samples do not line up with where
+//! moments ([`CpuWakeups`]), so that samples do not line up with where
 //! threads resume after waiting for a CPU. A thread that could not be
 //! sampled when due (it waited for a CPU, or the sampler ran late) is owed
-//! the periods, paid by later samples weighted as [`CpuDebt`](cpu_debt::CpuDebt) says. In wall
+//! the periods, paid by later samples weighted as [`CpuDebt`] says. In wall
 //! mode it wakes on a fixed period and every thread is due: one that is
 //! off CPU is counted so without being interrupted, on the stack it is
 //! blocked on ([`blocked_stack`]), and a running one is asked for its
@@ -64,6 +64,10 @@
 //!   [`scheduling`] (the sampler thread's own priority).
 //! - One-shot captures: [`one_shot`] (this process) and [`remote`] (another
 //!   process, through `ptrace`).
+//!
+//! [`CpuTimer`]: cpu_timer::CpuTimer
+//! [`CpuWakeups`]: cpu_wakeups::CpuWakeups
+//! [`CpuDebt`]: cpu_debt::CpuDebt
 
 mod blocked_stack;
 mod born_threads;

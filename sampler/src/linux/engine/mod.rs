@@ -11,9 +11,11 @@
 //! a handler: a slow thread delays only its own sample.
 //!
 //! The state is one struct, [`SamplerLoop`], with an `impl` block per
-//! file; this file holds the struct, `new`, `run`, `tick` and the run's
-//! stats. Only the sampler thread touches any of it; the handlers see the
-//! static slots ([`super::handler`]) and nothing else.
+//! file; this file holds the struct (and the per-thread state it keeps,
+//! [`ThreadState`] and [`BlockedSince`], whose fields every file reads),
+//! `new`, `run`, `tick` and the run's stats. Only the sampler thread
+//! touches any of it; the handlers see the static slots
+//! ([`super::handler`]) and nothing else.
 
 mod collect;
 mod pacing;
@@ -36,13 +38,15 @@ use crate::window::{self, Window};
 use crate::{profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats};
 
 use super::born_threads::{BornSample, BornThreads, Settled};
+use super::cpu_debt::CpuDebt;
+use super::cpu_timer::CpuTimer;
 use super::cpu_wakeups::CpuWakeups;
 use super::exit_tails::ExitTails;
 use super::handler::signal::SignalSender;
 use super::handler::slots::{self, SlotOwner, SLOTS};
 use super::handler::stack_regions;
 use super::monotonic_ns;
-use super::posix_timers;
+use super::posix_timers::{self, PosixTimer};
 use super::threads;
 use super::unseen_cpu::UnseenCpu;
 use super::unwind::CfiWalker;
@@ -50,7 +54,7 @@ use super::unwind::CfiWalker;
 use collect::OwnedWalk;
 use pacing::BlockedReads;
 use ring_clock::BornKey;
-use thread_list::{Exit, ThreadState};
+use thread_list::Exit;
 
 /// A slot not taken by its thread within this time is cancelled and the
 /// sample counted as failed (the thread has the signal blocked, or is
@@ -95,6 +99,137 @@ const RECENT_WALKS: usize = 4;
 
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// What the sampler knows about one thread between ticks.
+struct ThreadState {
+    /// Index into `RawProfile::threads` for the thread's current name.
+    key: u32,
+    /// Sampler-thread path, cpu mode: the thread's CPU clock on the
+    /// previous tick.
+    last_cpu_ns: Option<u64>,
+    /// Cpu mode, sampler-thread path: CPU time used and not yet stood for
+    /// by a sample.
+    debt: CpuDebt,
+    /// Cpu mode, sampler-thread path: when its next sample was predicted to
+    /// fall due (monotonic ns), if it ran on from the last look. A due
+    /// thread is signalled at that wakeup, or at a random one.
+    due_at: Option<u64>,
+    /// Cpu mode, sampler-thread path: its CPU clock stood still at the last
+    /// look(s), and whether it was runnable then (waiting for a CPU, so
+    /// still predicted: it may resume right after any wakeup) rather than
+    /// blocked. Looked up once per stop, not at every wakeup.
+    stalled: Option<bool>,
+    /// The last reading of the thread's CPU time (its timer's count, or its
+    /// CPU clock) added to [`SamplerStats::thread_cpu`].
+    accounted_ns: Option<u64>,
+    /// A signal is in flight: don't send another.
+    pending: bool,
+    /// The published stack regions include this thread's stack. A thread
+    /// is not signalled, and gets no timer, before that: a stale snapshot
+    /// could bound its walk by a mapping that no longer exists.
+    regions_ready: bool,
+    /// The listing the thread was last seen in, to forget exited threads.
+    seen_listing: u64,
+    /// When the sampler first saw the thread.
+    first_seen: Instant,
+    /// The collection pass that last re-read the name of this young thread.
+    name_pass: u64,
+    /// The listing at which to re-read the name: besides young threads'
+    /// names, names are re-read at growing intervals (renames later in life).
+    name_check_listing: u64,
+    name_check_interval: u64,
+    /// With a kernel-paced clock: the thread's timer, once opened.
+    timer: Option<CpuTimer>,
+    /// Opening the timer failed once (counted once, retried each listing).
+    timer_failed: bool,
+    /// Timer samples interned since the last listing, and the timer's
+    /// count then: a thread whose timer ran many periods without a single
+    /// sample has the signal blocked.
+    timer_samples: u64,
+    timer_checked_ns: u64,
+    /// The thread blocks the profiling signal: its timer is closed (so no
+    /// signals queue up on it), the sampler thread does not signal it, and
+    /// its due samples are counted in `signal_blocked_samples` until it
+    /// unblocks.
+    blocked: Option<BlockedSince>,
+    /// Timer path: the timer count at the start of a silent spell in which
+    /// the thread was seen with the signal blocked. It is taken for one
+    /// that blocks the signal only if the next look, a listing later,
+    /// finds it silent and blocked again
+    /// ([`signal_blocked::blocks_signal_now`]).
+    suspect_since_ns: Option<u64>,
+    /// Sampler-thread path, wall mode: the thread's last stack, counted
+    /// again, off CPU, while its CPU clock does not move, and its CPU
+    /// clock when that stack was taken.
+    last_walk: Option<OwnedWalk>,
+    walk_cpu_ns: u64,
+    /// Sampler-thread path, wall mode: the one-shot timer asking for the
+    /// sample in flight ([`SamplerLoop::wall_requests`]); deleted, and with
+    /// it any signal it still had queued, once that sample is done.
+    request: Option<PosixTimer>,
+    /// The same: ticks that found the thread running and that no sample
+    /// has stood for yet. Its request fires on a scheduler tick of its
+    /// running, which a thread working in short bursts between blocking
+    /// calls reaches only now and then; the sample that lands stands for
+    /// all of them, so its CPU ticks are not counted as off CPU.
+    running_ticks: u64,
+    /// Sampler-thread path, wall mode: the tick up to which the thread's
+    /// samples are counted.
+    counted_tick: u64,
+    /// Sampler-thread path: its CPU clock at the last listing, to tell
+    /// idle threads from active ones.
+    listing_cpu_ns: Option<u64>,
+    /// Sampler-thread path, cpu mode: the latest reading of its CPU clock
+    /// ([`ExitTails::saw`]), when it was taken (monotonic ns), and when a
+    /// reading first failed because it had exited.
+    read_ns: Option<u64>,
+    read_at_ns: u64,
+    gone_at_ns: Option<u64>,
+    /// Sampler-thread path, cpu mode: the last [`RECENT_WALKS`] stacks of
+    /// a young thread born while sampling, on which the CPU time it used
+    /// after its last sample is counted when it exits ([`ExitTails`]).
+    recent_walks: Vec<OwnedWalk>,
+    /// Timer path: born while sampling under the inherited events
+    /// ([`BornThreads`]), which sample it instead of a timer of its own
+    /// (no signal, so its mask, `sigwait` and blocking calls never see
+    /// them) unless `born_deep`.
+    born: bool,
+    /// A born thread whose stack was deeper than the kernel's call chains
+    /// reach (`perf_event_max_stack`) while `max_depth` asks for more: it
+    /// gets a timer, whose handler walks as deep as asked.
+    born_deep: bool,
+    /// Timer path: one of the threads the inherited events were opened on,
+    /// which sample it too: like a born thread, it gets no timer of its
+    /// own unless `born_deep`.
+    on_ring: bool,
+    /// Counted in [`SamplerStats::timer_threads`].
+    timer_counted: bool,
+    /// Sampler-thread path: started while sampling (seen at a later
+    /// listing than the first): owed its CPU time from zero.
+    born_during_run: bool,
+    /// Sampler-thread path: its signal mask was looked at before its first
+    /// signal (a thread that blocks the signal from the start, as daemons
+    /// and `sigwait` loops do, is never signalled: the signal would stay
+    /// queued, or be taken by its `sigwait` as if it were its own).
+    mask_checked: bool,
+}
+
+/// A thread found blocking the profiling signal.
+struct BlockedSince {
+    /// Its CPU clock when last counted.
+    cpu_ns: u64,
+    /// CPU time not yet counted as a whole failed period.
+    owed_ns: u64,
+    /// The listing at which to look at its signal mask again.
+    recheck_listing: u64,
+    /// Whether a second look agreed. A single look at `SigBlk` cannot tell
+    /// a thread that blocks the signal from one that is starting (glibc's
+    /// `pthread_create` runs a new thread's first instructions with every
+    /// signal blocked) or entering btprof's handler: until the recheck at
+    /// the next listing agrees, its failed periods are held in `owed_ns`,
+    /// not counted, and dropped if the thread turns out to take signals.
+    confirmed: bool,
+}
 
 /// Which thread an armed slot belongs to.
 #[derive(Clone, Copy)]
@@ -167,7 +302,7 @@ pub(super) struct SamplerLoop {
     /// ticks) instead of a fixed period.
     wakeups: Option<CpuWakeups>,
     /// Sampler-thread path, wall mode: a running thread's sample is asked
-    /// for with a one-shot CPU timer ([`PosixTimer::open_request`](super::posix_timers::PosixTimer::open_request)), not
+    /// for with a one-shot CPU timer ([`PosixTimer::open_request`]), not
     /// a signal sent straight to it, so that no thread is ever signalled
     /// inside a blocking call; `false` where the kernel refuses the timers.
     wall_requests: bool,

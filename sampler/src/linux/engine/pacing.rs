@@ -23,9 +23,8 @@ use super::super::cpu_wakeups::CpuWakeups;
 use super::super::posix_timers::PosixTimer;
 use super::super::threads;
 use super::collect::OwnedWalk;
-use super::signal_blocked::{blocks_signal_now, BlockedSince};
-use super::thread_list::ThreadState;
-use super::{monotonic_ns, SamplerLoop, SlotUse, YOUNG};
+use super::signal_blocked::blocks_signal_now;
+use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse, ThreadState, YOUNG};
 
 /// Wall mode: CPU time a thread may gain since its last sample and still
 /// count as not having run: taking a sample costs the thread a few
@@ -57,9 +56,11 @@ pub(super) struct BlockedReads {
 impl SamplerLoop {
     /// Sampler-thread path, cpu mode: whether to list the threads before
     /// the listing interval is up, because CPU time went to threads it did
-    /// not look at ([`UnseenCpu`](super::super::unseen_cpu::UnseenCpu)): a new thread, most likely, which would
+    /// not look at ([`UnseenCpu`]): a new thread, most likely, which would
     /// otherwise run unsampled until the next listing, or to its end. As
-    /// often as listings' cost allows, spread over time ([`UnseenCpu`](super::super::unseen_cpu::UnseenCpu)).
+    /// often as listings' cost allows, spread over time ([`UnseenCpu`]).
+    ///
+    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
     pub(super) fn unseen_thread_runs(&mut self) -> bool {
         let Some(unseen) = self.unseen.as_mut() else {
             return false;

@@ -15,24 +15,7 @@ use crate::Mode;
 use super::super::cpu_timer::CpuTimer;
 use super::super::handler::slots;
 use super::super::threads;
-use super::SamplerLoop;
-
-/// A thread found blocking the profiling signal.
-pub(super) struct BlockedSince {
-    /// Its CPU clock when last counted.
-    pub(super) cpu_ns: u64,
-    /// CPU time not yet counted as a whole failed period.
-    pub(super) owed_ns: u64,
-    /// The listing at which to look at its signal mask again.
-    pub(super) recheck_listing: u64,
-    /// Whether a second look agreed. A single look at `SigBlk` cannot tell
-    /// a thread that blocks the signal from one that is starting (glibc's
-    /// `pthread_create` runs a new thread's first instructions with every
-    /// signal blocked) or entering btprof's handler: until the recheck at
-    /// the next listing agrees, its failed periods are held in `owed_ns`,
-    /// not counted, and dropped if the thread turns out to take signals.
-    pub(super) confirmed: bool,
-}
+use super::{BlockedSince, SamplerLoop};
 
 impl BlockedSince {
     /// Seen blocking once: to be looked at again at the next listing.

@@ -6,8 +6,8 @@
 use super::super::cpu_timer::CpuTimer;
 use super::super::threads;
 use super::collect::OwnedWalk;
-use super::signal_blocked::{blocks_signal_now, BlockedSince};
-use super::{monotonic_ns, SamplerLoop};
+use super::signal_blocked::blocks_signal_now;
+use super::{monotonic_ns, BlockedSince, SamplerLoop};
 
 /// Sampler CPU time one listing may spend opening timers for threads that
 /// did not run since it read their clocks (see `open_timers`).

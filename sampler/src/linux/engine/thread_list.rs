@@ -1,10 +1,13 @@
-//! What the engine knows about each thread ([`ThreadState`]), and the
-//! listings that keep it current: new threads registered and named (and
-//! their names read again, often while they are young, later at growing
-//! intervals), every thread's CPU time read into the stats, exited threads
-//! forgotten, and, on the sampler-thread clock, the CPU time an exited
-//! thread used after its last sample counted on its last stacks
-//! ([`ExitTails`](super::super::exit_tails::ExitTails)).
+//! What the engine knows about each thread ([`ThreadState`], declared in
+//! the engine's `mod.rs` beside the loop's other state, so that every part
+//! of the engine reads its fields), and the listings that keep it
+//! current: new threads registered and named (their names read again,
+//! often while they are young, later at growing intervals), every
+//! thread's CPU time read into the stats, exited threads forgotten, and,
+//! on the sampler-thread clock, the CPU time an exited thread used after
+//! its last sample counted on its last stacks ([`ExitTails`]).
+//!
+//! [`ExitTails`]: super::super::exit_tails::ExitTails
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -12,126 +15,10 @@ use std::time::{Duration, Instant};
 use crate::{exclusions, SampleClock};
 
 use super::super::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
-use super::super::cpu_timer::CpuTimer;
 use super::super::exit_tails::{share_out, ExitTail};
-use super::super::posix_timers::PosixTimer;
 use super::super::threads;
 use super::collect::OwnedWalk;
-use super::signal_blocked::BlockedSince;
-use super::{monotonic_ns, SamplerLoop, RECENT_WALKS};
-
-/// What the sampler knows about one thread between ticks.
-pub(super) struct ThreadState {
-    /// Index into `RawProfile::threads` for the thread's current name.
-    pub(super) key: u32,
-    /// Sampler-thread path, cpu mode: the thread's CPU clock on the
-    /// previous tick.
-    pub(super) last_cpu_ns: Option<u64>,
-    /// Cpu mode, sampler-thread path: CPU time used and not yet stood for
-    /// by a sample.
-    pub(super) debt: CpuDebt,
-    /// Cpu mode, sampler-thread path: when its next sample was predicted to
-    /// fall due (monotonic ns), if it ran on from the last look. A due
-    /// thread is signalled at that wakeup, or at a random one.
-    pub(super) due_at: Option<u64>,
-    /// Cpu mode, sampler-thread path: its CPU clock stood still at the last
-    /// look(s), and whether it was runnable then (waiting for a CPU, so
-    /// still predicted: it may resume right after any wakeup) rather than
-    /// blocked. Looked up once per stop, not at every wakeup.
-    pub(super) stalled: Option<bool>,
-    /// The last reading of the thread's CPU time (its timer's count, or its
-    /// CPU clock) added to [`SamplerStats::thread_cpu`](crate::SamplerStats::thread_cpu).
-    pub(super) accounted_ns: Option<u64>,
-    /// A signal is in flight: don't send another.
-    pub(super) pending: bool,
-    /// The published stack regions include this thread's stack. A thread
-    /// is not signalled, and gets no timer, before that: a stale snapshot
-    /// could bound its walk by a mapping that no longer exists.
-    pub(super) regions_ready: bool,
-    /// The listing the thread was last seen in, to forget exited threads.
-    pub(super) seen_listing: u64,
-    /// When the sampler first saw the thread.
-    pub(super) first_seen: Instant,
-    /// The collection pass that last re-read the name of this young thread.
-    pub(super) name_pass: u64,
-    /// The listing at which to re-read the name: besides young threads'
-    /// names, names are re-read at growing intervals (renames later in life).
-    pub(super) name_check_listing: u64,
-    pub(super) name_check_interval: u64,
-    /// With a kernel-paced clock: the thread's timer, once opened.
-    pub(super) timer: Option<CpuTimer>,
-    /// Opening the timer failed once (counted once, retried each listing).
-    pub(super) timer_failed: bool,
-    /// Timer samples interned since the last listing, and the timer's
-    /// count then: a thread whose timer ran many periods without a single
-    /// sample has the signal blocked.
-    pub(super) timer_samples: u64,
-    pub(super) timer_checked_ns: u64,
-    /// The thread blocks the profiling signal: its timer is closed (so no
-    /// signals queue up on it), the sampler thread does not signal it, and
-    /// its due samples are counted in `signal_blocked_samples` until it
-    /// unblocks.
-    pub(super) blocked: Option<BlockedSince>,
-    /// Timer path: the timer count at the start of a silent spell in which
-    /// the thread was seen with the signal blocked. It is taken for one
-    /// that blocks the signal only if the next look, a listing later,
-    /// finds it silent and blocked again ([`blocks_signal_now`](super::signal_blocked::blocks_signal_now)).
-    pub(super) suspect_since_ns: Option<u64>,
-    /// Sampler-thread path, wall mode: the thread's last stack, counted
-    /// again, off CPU, while its CPU clock does not move, and its CPU
-    /// clock when that stack was taken.
-    pub(super) last_walk: Option<OwnedWalk>,
-    pub(super) walk_cpu_ns: u64,
-    /// Sampler-thread path, wall mode: the one-shot timer asking for the
-    /// sample in flight ([`SamplerLoop::wall_requests`]); deleted, and with
-    /// it any signal it still had queued, once that sample is done.
-    pub(super) request: Option<PosixTimer>,
-    /// The same: ticks that found the thread running and that no sample
-    /// has stood for yet. Its request fires on a scheduler tick of its
-    /// running, which a thread working in short bursts between blocking
-    /// calls reaches only now and then; the sample that lands stands for
-    /// all of them, so its CPU ticks are not counted as off CPU.
-    pub(super) running_ticks: u64,
-    /// Sampler-thread path, wall mode: the tick up to which the thread's
-    /// samples are counted.
-    pub(super) counted_tick: u64,
-    /// Sampler-thread path: its CPU clock at the last listing, to tell
-    /// idle threads from active ones.
-    pub(super) listing_cpu_ns: Option<u64>,
-    /// Sampler-thread path, cpu mode: the latest reading of its CPU clock
-    /// ([`ExitTails::saw`](super::super::exit_tails::ExitTails::saw)), when it was taken (monotonic ns), and when a
-    /// reading first failed because it had exited.
-    pub(super) read_ns: Option<u64>,
-    pub(super) read_at_ns: u64,
-    pub(super) gone_at_ns: Option<u64>,
-    /// Sampler-thread path, cpu mode: the last [`RECENT_WALKS`] stacks of
-    /// a young thread born while sampling, on which the CPU time it used
-    /// after its last sample is counted when it exits ([`ExitTails`](super::super::exit_tails::ExitTails)).
-    pub(super) recent_walks: Vec<OwnedWalk>,
-    /// Timer path: born while sampling under the inherited events
-    /// ([`BornThreads`](super::super::born_threads::BornThreads)), which sample it instead of a timer of its own
-    /// (no signal, so its mask, `sigwait` and blocking calls never see
-    /// them) unless `born_deep`.
-    pub(super) born: bool,
-    /// A born thread whose stack was deeper than the kernel's call chains
-    /// reach (`perf_event_max_stack`) while `max_depth` asks for more: it
-    /// gets a timer, whose handler walks as deep as asked.
-    pub(super) born_deep: bool,
-    /// Timer path: one of the threads the inherited events were opened on,
-    /// which sample it too: like a born thread, it gets no timer of its
-    /// own unless `born_deep`.
-    pub(super) on_ring: bool,
-    /// Counted in [`SamplerStats::timer_threads`](crate::SamplerStats::timer_threads).
-    pub(super) timer_counted: bool,
-    /// Sampler-thread path: started while sampling (seen at a later
-    /// listing than the first): owed its CPU time from zero.
-    pub(super) born_during_run: bool,
-    /// Sampler-thread path: its signal mask was looked at before its first
-    /// signal (a thread that blocks the signal from the start, as daemons
-    /// and `sigwait` loops do, is never signalled: the signal would stay
-    /// queued, or be taken by its `sigwait` as if it were its own).
-    pub(super) mask_checked: bool,
-}
+use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS};
 
 impl ThreadState {
     pub(super) fn new(now: Instant, listing: u64) -> Self {
@@ -386,7 +273,9 @@ impl SamplerLoop {
     /// Sampler-thread path, cpu mode: counts on each thread that exited at
     /// this listing, on its last stacks, the CPU time it used after its
     /// last sample: what it was owed at its last reading, and its share of
-    /// the `unread_ns` nobody read since the last listing ([`ExitTails`](super::super::exit_tails::ExitTails)).
+    /// the `unread_ns` nobody read since the last listing ([`ExitTails`]).
+    ///
+    /// [`ExitTails`]: super::super::exit_tails::ExitTails
     pub(super) fn settle_exits(&mut self, unread_ns: u64) {
         let Some(mut tails) = self.tails.take() else {
             return;

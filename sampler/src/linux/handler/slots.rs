@@ -63,9 +63,11 @@ struct FrameBuf(UnsafeCell<[u64; MAX_DEPTH]>);
 // an `Acquire` load of `Done`, which the writer stored with `Release`.
 unsafe impl Sync for FrameBuf {}
 
-/// The copy of the stack a handler walks through ([`CheckedMemory`](super::checked_memory::CheckedMemory)),
+/// The copy of the stack a handler walks through ([`CheckedMemory`]),
 /// owned like [`FrameBuf`]: static, so it never sits on the handler's
 /// stack (a thread may have little left).
+///
+/// [`CheckedMemory`]: super::checked_memory::CheckedMemory
 struct WindowBuf(UnsafeCell<[u64; WINDOW_WORDS]>);
 
 // SAFETY: as for `FrameBuf`: only the handler that won `Armed -> Writing`
