@@ -17,29 +17,17 @@
 pub mod clock;
 pub mod control;
 pub mod one_shot;
-pub mod stack_copy;
 pub mod stack_table;
+pub mod stack_window;
 pub mod walker;
 
-/// Used by the Linux sampler thread's cpu mode; the Mach sampler weighs
-/// samples its own way.
-#[cfg(target_os = "linux")]
-mod cpu_debt;
-#[cfg(target_os = "linux")]
-mod cpu_wakeups;
 mod exclusions;
-#[cfg(target_os = "linux")]
-mod exit_tails;
 mod own_threads;
 mod profile;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod sampler_thread;
-#[cfg(target_os = "linux")]
-mod split_mix;
 mod stats;
 mod thread_keys;
-#[cfg(target_os = "linux")]
-mod unseen_cpu;
 #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
 mod window;
 
@@ -84,13 +72,16 @@ mod linux;
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
 pub mod bench_support {
-    pub use crate::linux::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
+    pub use crate::linux::handler::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
     pub use crate::linux::task_clock::TaskClock;
 }
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "test-hooks"))]
 #[doc(hidden)]
 pub mod test_hooks {
-    //! For btprof's own tests: not part of the API.
+    //! For btprof's own tests: not part of the API. Built with the
+    //! `test-hooks` feature only, which this crate's own tests turn on (a
+    //! dev-dependency on itself), so that the hooks stay out of the
+    //! handler everywhere else.
 
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::Duration;
@@ -98,8 +89,8 @@ pub mod test_hooks {
     /// Makes every handler on thread `tid` spend `cpu` of its CPU time
     /// after it claimed its slot (zero: off), as a slow walk would.
     pub fn set_handler_delay(tid: u64, cpu: Duration) {
-        crate::linux::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
-        crate::linux::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
+        crate::linux::handler::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
+        crate::linux::handler::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
     }
 }
 #[cfg(target_os = "linux")]

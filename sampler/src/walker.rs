@@ -10,7 +10,7 @@
 //! [`StackMemory`] after checking the address against the thread's stack.
 //! On Linux that is the handler's own stack ([`DirectMemory`]); on macOS a
 //! copy of the stopped thread's stack
-//! ([`StackCopy`](crate::stack_copy::StackCopy)), never plain loads.
+//! ([`StackWindow`](crate::stack_window::StackWindow)), never plain loads.
 
 /// The frame-record flavour and code-address encoding of the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl StackBounds {
 /// Reads frame records. Implementations must be async-signal-safe.
 ///
 /// `&mut self`: a reader may keep state between reads of one walk (the
-/// copy window of [`StackCopy`](crate::stack_copy::StackCopy)).
+/// copy window of [`StackWindow`](crate::stack_window::StackWindow)).
 pub trait StackMemory {
     /// Returns `[saved frame pointer, return address]` stored at `addr`, or
     /// `None` if the memory cannot be read. The walker only asks for

@@ -11,7 +11,7 @@
 //!
 //! - its stack is unmapped while the thread is still active, so suspend and
 //!   `thread_get_state` succeed on a thread whose stack is gone (see
-//!   [`crate::stack_copy::StackCopy`]);
+//!   [`crate::stack_window::StackWindow`]);
 //! - its port's kernel object is disabled before the thread is terminated:
 //!   calls through the port then fail with `KERN_INVALID_ARGUMENT`, also
 //!   `thread_resume` of a thread the sampler suspended a moment earlier;

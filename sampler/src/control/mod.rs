@@ -43,7 +43,7 @@
 //!   must be confirmed with `thread_info` first); any other failure is
 //!   counted in `failed_samples`.
 //! - A stopped thread's stack is read by copy into a buffer allocated
-//!   before sampling ([`StackCopy`](crate::stack_copy::StackCopy)), never
+//!   before sampling ([`StackWindow`](crate::stack_window::StackWindow)), never
 //!   by plain loads: it may be unmapped while the thread is suspendable.
 //! - Threads whose names mark them as ones that must never be stopped
 //!   (Rosetta's runtime, other in-process samplers, crash reporters) are

@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::sampling_loop::{stopped_walk, Target};
 use super::{never_stop, rosetta_gate, ThreadControl, ThreadError, MAX_DEPTH};
 use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
-use crate::stack_copy::StackCopy;
+use crate::stack_window::StackWindow;
 use crate::walker::Arch;
 use crate::Error;
 
@@ -61,7 +61,7 @@ pub fn capture_all<C: ThreadControl>(
     let mut out = Vec::new();
     // Allocated before any thread is stopped.
     let mut frames = vec![0u64; MAX_DEPTH];
-    let mut stack_copy = StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES);
+    let mut stack_window = StackWindow::new(StackWindow::DEFAULT_WINDOW_BYTES);
     for &thread in list.as_ref() {
         if thread == own {
             continue;
@@ -96,7 +96,7 @@ pub fn capture_all<C: ThreadControl>(
             stack,
             frameless,
         };
-        let walked = stopped_walk(control, thread, target, &mut frames, &mut stack_copy);
+        let walked = stopped_walk(control, thread, target, &mut frames, &mut stack_window);
         let held_ns = stopped_at.elapsed().as_nanos() as u64;
         out.push(match walked {
             Ok(sampled) if sampled.exited => gone(name),

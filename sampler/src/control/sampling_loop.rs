@@ -12,8 +12,8 @@ use hashbrown::HashMap;
 use super::stopped::{install_abort_on_panic_hook, Stopped};
 use super::{never_stop, Resumed, StackRange, ThreadControl, ThreadError, ThreadUsage, MAX_DEPTH};
 use crate::clock::{Clock, TickSchedule};
-use crate::stack_copy::{CopyMemory, StackCopy};
 use crate::stack_table::{StackKey, StackTable};
+use crate::stack_window::{CopyMemory, StackWindow};
 use crate::thread_keys::ThreadKeys;
 use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, Walk};
 use crate::window::{Request, Window};
@@ -74,7 +74,7 @@ pub struct SamplingLoop<C: ThreadControl> {
     /// The walk buffer, allocated once: the stopped window writes here.
     frames: Box<[u64]>,
     /// The buffer a stopped thread's stack is copied into, allocated once.
-    stack_copy: StackCopy,
+    stack_window: StackWindow,
     threads: HashMap<u64, ThreadState>,
     thread_keys: ThreadKeys,
     table: StackTable,
@@ -116,7 +116,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
             hz: config.hz,
             arch,
             frames: vec![0; config.max_depth.clamp(1, MAX_DEPTH)].into_boxed_slice(),
-            stack_copy: StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES),
+            stack_window: StackWindow::new(StackWindow::DEFAULT_WINDOW_BYTES),
             threads: HashMap::new(),
             thread_keys: ThreadKeys::new(config.share_stacks_by_name, NAME_CUT_LEN),
             table: StackTable::with_limit(config.limit),
@@ -173,7 +173,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
     /// Uses a stack-copy window of `bytes` instead of the default (a test
     /// making walks cross windows).
     pub fn with_stack_copy_window(mut self, bytes: usize) -> Self {
-        self.stack_copy = StackCopy::new(bytes);
+        self.stack_window = StackWindow::new(bytes);
         self
     }
 
@@ -378,7 +378,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
                 frameless: &self.frameless,
             },
             &mut self.frames,
-            &mut self.stack_copy,
+            &mut self.stack_window,
         );
 
         match walked {
@@ -484,7 +484,7 @@ pub(super) fn stopped_walk<C: ThreadControl>(
     thread: C::Thread,
     target: Target<'_>,
     frames: &mut [u64],
-    stack_copy: &mut StackCopy,
+    stack_window: &mut StackWindow,
 ) -> Result<Sampled, ThreadError> {
     let mut stopped = Stopped::stop(control, thread)?;
     let walked = stopped.registers().map(|regs| {
@@ -495,7 +495,7 @@ pub(super) fn stopped_walk<C: ThreadControl>(
             && after_syscall(&mut stopped, regs.pc);
         // Without bounds the walker reads nothing; an empty range stands in.
         let readable = bounds.unwrap_or(StackBounds { low: 0, high: 0 });
-        let mut memory = stack_copy.reader(&mut stopped, readable);
+        let mut memory = stack_window.reader(&mut stopped, readable);
         let caller = match (in_stub, frames.len() >= 2, regs.sp % 8 == 0) {
             (true, true, true) => memory.read_record(regs.sp).map(|[ret, _]| ret),
             _ => None,

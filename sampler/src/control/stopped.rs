@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::sync::Once;
 
 use super::{Resumed, ThreadControl, ThreadError};
-use crate::stack_copy::CopyMemory;
+use crate::stack_window::CopyMemory;
 use crate::walker::Registers;
 
 thread_local! {

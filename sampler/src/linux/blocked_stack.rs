@@ -16,10 +16,11 @@
 
 use crate::walker::{self, Arch, StackBounds};
 
-use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::handler::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::handler::{slots, stack_regions};
 use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
 use super::unwind::{CfiWalker, Completed};
-use super::{slots, stack_regions, MAX_DEPTH};
+use super::MAX_DEPTH;
 
 /// Stack copied per thread: 32 KiB, four times a sample's, since only one
 /// thread is copied at a time. Frames beyond it come from the frame-pointer

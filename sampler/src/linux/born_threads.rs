@@ -7,8 +7,8 @@
 //! ([`PerfRing`]) that the sampler thread reads. At each whole period of a
 //! thread's CPU time the kernel takes the sample itself: the user call
 //! chain by frame pointers, the user registers and the top of the user
-//! stack ([`STACK_BYTES`], less in small rings: [`stack_bytes`]), which the sampler thread unwinds with CFI as it does the
-//! handlers' copies. No signal is involved, so the sampled thread never
+//! stack ([`STACK_BYTES`], less in small rings: [`stack_bytes`]), which
+//! the sampler thread unwinds with CFI as it does the handlers' copies. No signal is involved, so the sampled thread never
 //! runs btprof code: its signal mask, `sigwait`, `signalfd` and blocking
 //! calls never see the profiler, and a sample costs it the interrupt and
 //! the copy, not a signal delivery and a walk as well.
@@ -55,8 +55,7 @@
 use std::collections::HashMap;
 use std::io;
 
-use crate::split_mix::SplitMix64;
-use crate::walker::{Registers, WalkEnd};
+use super::split_mix::SplitMix64;
 
 use super::perf_attr::{
     PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_COMM, FLAG_EXCLUDE_CALLCHAIN_KERNEL,
@@ -65,6 +64,7 @@ use super::perf_attr::{
     PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
+use super::ring_samples::{own, BornSample, Owned, RingSample};
 use super::unwind::stack_copy::COPY_WORDS;
 
 /// Bytes of user stack each ring sample copies, for CFI unwinding: what a
@@ -102,29 +102,6 @@ const FD_BUDGET: usize = 4096;
 const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
-
-/// A ring sample as the kernel wrote it, borrowed from the ring, for the
-/// caller of [`BornThreads::drain`] to unwind there: a CFI walk reads a few
-/// of the copied stack's words, so only those are touched, where copying
-/// every record's whole stack out cost the sampler thread most of its time.
-pub(crate) struct RingSample<'a> {
-    /// Return addresses by frame pointers, pc first.
-    pub frames: &'a [u64],
-    pub end: WalkEnd,
-    pub regs: Option<Registers>,
-    /// The copied stack words, from `regs.sp` up (empty if none).
-    pub stack: &'a [u64],
-}
-
-/// A ring sample of a listed or born thread, unwound by the caller into
-/// `W`; `walk` is `None` where the caller found nothing to count.
-pub(crate) struct BornSample<W> {
-    pub tid: i32,
-    /// [`WalkEnd::DepthCap`] where the kernel's call chain was cut at its
-    /// limit.
-    pub end: WalkEnd,
-    pub walk: Option<W>,
-}
 
 /// A born thread whose ring samples are all in (it exited, was handed to a
 /// timer, or sampling stopped): its CPU time, and whether the part of a
@@ -195,15 +172,6 @@ struct Handoff {
     cpu_ns: u64,
     pass: u64,
     settled: bool,
-}
-
-/// A record copied out of the ring, for ordering the CPUs' records by time.
-enum Owned<W> {
-    Sample(BornSample<W>),
-    Fork { tid: i32, parent: i32 },
-    Exit(i32),
-    Comm(i32, String),
-    Read(i32, u64),
 }
 
 /// The inherited events and what the sampler knows of the threads born
@@ -720,16 +688,6 @@ fn stack_bytes(ring_bytes: usize) -> u32 {
     }
 }
 
-/// `bytes` as native-endian words without copying, where they are 8-aligned
-/// and whole words: a record's stack always is in the ring, whose records
-/// are 8-aligned; the contiguous copy of a wrapped record may not be.
-fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
-    // SAFETY: every bit pattern is a valid u64, and `align_to` only puts
-    // properly aligned, in-bounds bytes in the middle slice.
-    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
-    (head.is_empty() && tail.is_empty()).then_some(words)
-}
-
 impl Drop for BornThreads {
     fn drop(&mut self) {
         for &fd in &self.redirected {
@@ -737,64 +695,6 @@ impl Drop for BornThreads {
             unsafe { libc::close(fd) };
         }
     }
-}
-
-/// Takes what the sampler needs out of a ring record while it is still in
-/// the ring: a sample is unwound there by `unwind`.
-fn own<W>(
-    record: Record<'_>,
-    own_pid: i32,
-    max_stack: usize,
-    unwind: &mut impl FnMut(&RingSample<'_>) -> Option<W>,
-) -> Option<(u64, Owned<W>)> {
-    let time = record.time()?;
-    Some((
-        time,
-        match record {
-            Record::Sample {
-                tid,
-                callchain,
-                regs,
-                stack,
-                ..
-            } => {
-                let end = if callchain.len() >= max_stack {
-                    WalkEnd::DepthCap
-                } else {
-                    // Decided with the symbols, as for a handler's walk.
-                    WalkEnd::Complete
-                };
-                // The copy starts at sp; words are read 8-aligned.
-                let aligned = regs.is_some_and(|r| r.sp % 8 == 0);
-                let copied;
-                let words: &[u64] = if !aligned {
-                    &[]
-                } else if let Some(words) = words_in_place(stack) {
-                    words
-                } else {
-                    copied = stack
-                        .chunks_exact(8)
-                        .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
-                        .collect::<Vec<u64>>();
-                    &copied
-                };
-                let walk = unwind(&RingSample {
-                    frames: &callchain,
-                    end,
-                    regs,
-                    stack: words,
-                });
-                Owned::Sample(BornSample { tid, end, walk })
-            }
-            Record::Fork { pid, tid, ptid, .. } if pid == own_pid && tid != pid => {
-                Owned::Fork { tid, parent: ptid }
-            }
-            Record::Exit { tid, .. } => Owned::Exit(tid),
-            Record::Comm { tid, name, .. } => Owned::Comm(tid, name),
-            Record::Read { tid, value, .. } => Owned::Read(tid, value),
-            _ => return None,
-        },
-    ))
 }
 
 /// Closes a descriptor this module opened.

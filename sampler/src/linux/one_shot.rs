@@ -41,16 +41,18 @@ use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
 use crate::Error;
 
 use super::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall, COPY_WORDS};
-use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::handler::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::handler::registers::registers;
+use super::handler::signal::{self, SignalSender};
 use super::posix_timers::PosixTimer;
-use super::signal::{self, SignalSender};
 use super::task_clock::TaskClock;
 use super::threads::{self, TaskList};
 use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
 use super::unwind::CfiWalker;
 // The dump slot runs the same generation-tagged states as the samples'.
-use super::slots::{state, ARMED, DONE, IDLE, WRITING};
-use super::{slots, stack_regions, MAX_DEPTH};
+use super::handler::slots::{state, ARMED, DONE, IDLE, WRITING};
+use super::handler::{slots, stack_regions};
+use super::MAX_DEPTH;
 
 /// The bit of `si_value` that marks a one-shot capture's request; the
 /// profiler's values (a generation shifted by 8 and a slot index) never
@@ -224,7 +226,7 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     SLOT.tid.store(unsafe { libc::gettid() }, Relaxed);
     // SAFETY: the caller's promise.
-    let regs = slots::registers(unsafe { &*(context as *const libc::ucontext_t) });
+    let regs = registers(unsafe { &*(context as *const libc::ucontext_t) });
     let high = stack_regions::region_containing(regs.sp)
         .map(|(_, high)| high)
         .unwrap_or(regs.sp.saturating_add(slots::UNKNOWN_STACK_SPAN));

@@ -36,7 +36,8 @@ use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, WalkEnd};
 use crate::Error;
 
 use super::blocked_stack::{parse_syscall, Syscall};
-use super::stack_regions::parse_rw_regions;
+use super::handler::checked_memory;
+use super::handler::stack_regions::parse_rw_regions;
 use super::unwind::modules::ModuleList;
 use super::unwind::stack_copy::CopiedStack;
 use super::unwind::CfiWalker;
@@ -134,7 +135,7 @@ fn list_tasks(pid: u32) -> io::Result<Vec<i32>> {
 /// many were copied (a prefix up to the first unreadable page).
 pub(super) fn read_memory(pid: i32, addr: u64, out: &mut [u8]) -> usize {
     // SAFETY: `out` is valid for writes of its own length.
-    unsafe { super::checked_memory::read_process(pid, addr, out.as_mut_ptr(), out.len()) }
+    unsafe { checked_memory::read_process(pid, addr, out.as_mut_ptr(), out.len()) }
 }
 
 /// The kernel refused to let us trace a thread: the whole capture fails.

@@ -43,7 +43,7 @@ use framehop::{FrameAddress, MayAllocateDuringUnwind, Unwinder};
 use crate::walker::{Arch, WalkEnd};
 use crate::SamplerStats;
 
-use super::slots::Collected;
+use super::handler::slots::Collected;
 
 use modules::ModuleList;
 use stack_copy::CopiedStack;

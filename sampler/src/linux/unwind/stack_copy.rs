@@ -14,7 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::walker::{Registers, StackMemory};
 
-use super::super::checked_memory::{self, CheckedMemory};
+use super::super::handler::checked_memory::{self, CheckedMemory};
 
 /// Words of stack copied per sample, at most: 16 KiB, and never past the
 /// stack's end, so a thread whose live stack is shallower (most: the

@@ -17,7 +17,7 @@
 //!
 //! - **Due points.** At every wakeup the sampler reads each thread's CPU
 //!   clock and asks its debt how much CPU time the thread needs before its
-//!   next sample is due ([`CpuDebt::until_next_period`](crate::cpu_debt::CpuDebt::until_next_period));
+//!   next sample is due ([`CpuDebt::until_next_period`]);
 //!   the thread will be due that much later if it runs from now, and the
 //!   sampler wakes then ([`CpuWakeups::due_at`]). A thread waiting for a
 //!   CPU is predicted the same way, because if it resumes it most likely
@@ -34,8 +34,10 @@
 //! it would on a fixed period with two busy threads (measured: 1,500-2,500
 //! wakeups per second and 5-6% of a core at 1000 Hz, against about 1,000
 //! and 5% on a fixed period).
+//!
+//! [`CpuDebt::until_next_period`]: super::cpu_debt::CpuDebt::until_next_period
 
-use crate::split_mix::SplitMix64;
+use super::split_mix::SplitMix64;
 
 /// Random ticks come this many periods apart on average.
 pub const RANDOM_TICK_MEAN_PERIODS: u64 = 2;

@@ -20,7 +20,7 @@ pub(crate) struct InstalledHandler {
 
 /// The signal whose handler is installed now (0: none), for the fork
 /// handler, which cannot reach the `Sampler`.
-pub(super) static INSTALLED_SIGNAL: AtomicI32 = AtomicI32::new(0);
+pub(crate) static INSTALLED_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// The action that was in place before ours, for the fork handler.
 struct SavedAction(UnsafeCell<MaybeUninit<libc::sigaction>>);
@@ -59,7 +59,10 @@ impl InstalledHandler {
         // SAFETY: `sa_mask` is a valid sigset and both signals are valid.
         unsafe {
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaddset(&mut action.sa_mask, super::one_shot::capture_signal());
+            libc::sigaddset(
+                &mut action.sa_mask,
+                crate::linux::one_shot::capture_signal(),
+            );
         };
         REGISTER_FORK_HANDLER.call_once(|| {
             // SAFETY: registering a child handler that only makes
@@ -84,7 +87,7 @@ impl InstalledHandler {
 }
 
 /// Whether our handler is `signal`'s action right now.
-pub(super) fn handler_is_ours(signal: libc::c_int) -> bool {
+pub(crate) fn handler_is_ours(signal: libc::c_int) -> bool {
     let mut current = MaybeUninit::<libc::sigaction>::zeroed();
     // SAFETY: querying the current action into a valid out-pointer.
     if unsafe { libc::sigaction(signal, std::ptr::null(), current.as_mut_ptr()) } != 0 {

@@ -11,13 +11,13 @@
 //! to write into. Every slot and counter is static: a handler that runs
 //! after the profiler stopped touches only memory that still exists.
 //!
-//! With per-thread CPU timers ([`super::thread_timers`]) nobody arms: the
+//! With per-thread CPU timers ([`thread_timers`]) nobody arms: the
 //! overflow of a thread's own timer signals that thread, and its handler
 //! claims any `Idle` slot itself (`Idle` -> `Writing` with a fresh
 //! generation), records its thread id beside the walk and publishes it
 //! `Done`; the sampler collects such slots with
 //! [`SlotOwner::collect_claimed`]. POSIX CPU timers
-//! ([`super::posix_timers`]) take the same path; their expiry may stand
+//! ([`posix_timers`]) take the same path; their expiry may stand
 //! for several periods, and the slot carries that weight.
 
 use core::cell::UnsafeCell;
@@ -26,11 +26,13 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 
-use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
+use crate::walker::{self, Arch, StackBounds, WalkEnd};
 
 use super::checked_memory::WINDOW_WORDS;
+use super::registers::registers;
 use super::stack_regions;
-use super::unwind::stack_copy::{CopiedStack, StackCopy};
+use crate::linux::unwind::stack_copy::{CopiedStack, StackCopy};
+use crate::linux::{one_shot, posix_timers, thread_timers};
 
 /// Slots in flight at once; more threads than this are sampled on the
 /// following ticks (and counted as skipped on this one). With per-thread
@@ -41,14 +43,14 @@ pub(crate) const SLOTS: usize = 256;
 /// The hard cap on frames per sample; `max_depth` may only lower it.
 pub const MAX_DEPTH: usize = 512;
 
-pub(super) const IDLE: u64 = 0;
-pub(super) const ARMED: u64 = 1;
-pub(super) const WRITING: u64 = 2;
-pub(super) const DONE: u64 = 3;
+pub(crate) const IDLE: u64 = 0;
+pub(crate) const ARMED: u64 = 1;
+pub(crate) const WRITING: u64 = 2;
+pub(crate) const DONE: u64 = 3;
 
 /// A slot's state word: its generation and its phase.
 #[inline]
-pub(super) const fn state(generation: u64, phase: u64) -> u64 {
+pub(crate) const fn state(generation: u64, phase: u64) -> u64 {
     generation << 2 | phase
 }
 
@@ -64,6 +66,8 @@ unsafe impl Sync for FrameBuf {}
 /// The copy of the stack a handler walks through ([`CheckedMemory`]),
 /// owned like [`FrameBuf`]: static, so it never sits on the handler's
 /// stack (a thread may have little left).
+///
+/// [`CheckedMemory`]: super::checked_memory::CheckedMemory
 struct WindowBuf(UnsafeCell<[u64; WINDOW_WORDS]>);
 
 // SAFETY: as for `FrameBuf`: only the handler that won `Armed -> Writing`
@@ -136,11 +140,15 @@ pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 /// different threads do not all contend for slot 0.
 static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 
-/// Tests only ([`crate::test_hooks`]): CPU time each handler spends after
-/// claiming its slot, as a slow walk would, so a test can catch threads
-/// inside the handler (where the profiling signal is in their `SigBlk`).
+/// Tests only ([`crate::test_hooks`], feature `test-hooks`): CPU time each
+/// handler spends after claiming its slot, as a slow walk would, so a test
+/// can catch threads inside the handler (where the profiling signal is in
+/// their `SigBlk`). Production builds have neither the statics nor the
+/// check in the handler.
+#[cfg(feature = "test-hooks")]
 pub(crate) static HANDLER_TEST_DELAY_NS: AtomicU64 = AtomicU64::new(0);
 /// The one thread whose handlers take [`HANDLER_TEST_DELAY_NS`].
+#[cfg(feature = "test-hooks")]
 pub(crate) static HANDLER_TEST_DELAY_TID: AtomicI32 = AtomicI32::new(0);
 
 /// Whether thread `tid` is inside btprof's handler, or just left it: it
@@ -155,7 +163,7 @@ pub(crate) static HANDLER_TEST_DELAY_TID: AtomicI32 = AtomicI32::new(0);
 /// (the handler's first instructions, before it claims a slot) are left to
 /// the callers, which want the mask seen twice, at looks far enough apart.
 pub(crate) fn in_handler(tid: i32) -> bool {
-    super::one_shot::in_dump_handler(tid)
+    one_shot::in_dump_handler(tid)
         || SLOT_TABLE.iter().any(|slot| {
             matches!(slot.state.load(Acquire) & 3, WRITING | DONE) && slot.tid.load(Relaxed) == tid
         })
@@ -191,7 +199,7 @@ pub(crate) fn reset_after_fork() {
 
 /// How far above the stack pointer a walk may go when the snapshot does not
 /// know the stack's mapping: the default size of a thread's stack (8 MiB).
-pub(super) const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
+pub(crate) const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
 
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
@@ -429,11 +437,11 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     let claimed = if info.si_code == libc::SI_QUEUE {
         // SAFETY: si_pid and si_value are valid for SI_QUEUE signals.
         let (pid, value) = unsafe { (info.si_pid(), info.si_value().sival_ptr as usize) };
-        if pid == OWN_PID.load(Relaxed) && value & super::one_shot::DUMP_MARK != 0 {
+        if pid == OWN_PID.load(Relaxed) && value & one_shot::DUMP_MARK != 0 {
             // A one-shot capture's request: its own slot, not a sample's.
             // SAFETY: `context` is the kernel's `ucontext_t` for this
             // delivery (checked non-null above).
-            unsafe { super::one_shot::on_dump_signal(value, context) };
+            unsafe { one_shot::on_dump_signal(value, context) };
             return;
         }
         if pid != OWN_PID.load(Relaxed) {
@@ -448,31 +456,26 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     } else if POLL_CODES.contains(&info.si_code) {
         // SAFETY: a poll-band signal carries `si_band` and `si_fd`.
         let fd = unsafe { poll_fd(info) };
-        if super::one_shot::is_request_fd(fd) {
+        if one_shot::is_request_fd(fd) {
             // A one-shot capture's request, raised by a perf event.
             // SAFETY: `context` is the kernel's `ucontext_t` for this
             // delivery (checked non-null above).
-            unsafe { super::one_shot::on_perf_request(context) };
+            unsafe { one_shot::on_perf_request(context) };
             return;
         }
-        if super::thread_timers::is_ours(fd) {
+        if thread_timers::is_ours(fd) {
             claim_free(1)
         } else {
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         }
-    } else if let Some(generation) = super::posix_timers::requested_dump(info) {
+    } else if let Some(generation) = posix_timers::requested_dump(info) {
         // A one-shot capture's request, raised by a one-shot CPU timer.
         // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
         // (checked non-null above).
-        unsafe {
-            super::one_shot::on_dump_signal(
-                super::one_shot::DUMP_MARK | generation as usize,
-                context,
-            )
-        };
+        unsafe { one_shot::on_dump_signal(one_shot::DUMP_MARK | generation as usize, context) };
         return;
-    } else if let Some(value) = super::posix_timers::requested_slot(info) {
+    } else if let Some(value) = posix_timers::requested_slot(info) {
         // The sampler's request for one sample of a running thread, raised
         // by a one-shot CPU timer (see `PosixTimer::open_request`).
         // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
@@ -481,7 +484,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         claim_armed(value, pc)
     } else if info.si_code == libc::SI_TIMER {
         // A POSIX CPU timer's expiry: ours only with the run's cookie.
-        match super::posix_timers::sample_weight(info) {
+        match posix_timers::sample_weight(info) {
             Some(weight) => claim_free(weight),
             None => {
                 STRAY_SIGNALS.fetch_add(1, Relaxed);
@@ -495,6 +498,17 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     let Some((slot, generation, max_depth)) = claimed else {
         return;
     };
+    #[cfg(feature = "test-hooks")]
+    test_delay();
+    // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
+    // we own `slot` in `Writing` for `generation`.
+    unsafe { walk_into(slot, generation, max_depth, context) };
+}
+
+/// Tests only: spends [`HANDLER_TEST_DELAY_NS`] of CPU time if this is the
+/// thread a test chose.
+#[cfg(feature = "test-hooks")]
+fn test_delay() {
     let delay = HANDLER_TEST_DELAY_NS.load(Relaxed);
     // SAFETY: gettid has no preconditions and is async-signal-safe.
     if delay != 0 && HANDLER_TEST_DELAY_TID.load(Relaxed) == unsafe { libc::gettid() } {
@@ -503,9 +517,6 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             core::hint::spin_loop();
         }
     }
-    // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
-    // we own `slot` in `Writing` for `generation`.
-    unsafe { walk_into(slot, generation, max_depth, context) };
 }
 
 /// The slot a queued signal's `si_value` names, claimed `Armed -> Writing`
@@ -587,7 +598,7 @@ fn after_system_call(pc: u64) -> bool {
 }
 
 /// `clock` in nanoseconds. Async-signal-safe (`clock_gettime` is).
-pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -656,7 +667,7 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     // Where it does not (a thread or mapping newer than it, or more
     // mappings than it holds), the walk is bounded by a span above sp
     // instead of being cut to the leaf: every read is fault-safe
-    // ([`CheckedMemory`]), so the bound only limits how far a corrupt chain
+    // ([`CheckedMemory`](super::checked_memory::CheckedMemory)), so the bound only limits how far a corrupt chain
     // can wander, and the sampler is told to refresh the snapshot.
     let high = match stack_regions::region_containing(regs.sp) {
         Some((_, high)) => high,
@@ -681,28 +692,6 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);
     slot.state.store(state(generation, DONE), Release);
-}
-
-#[cfg(target_arch = "x86_64")]
-pub(super) fn registers(uc: &libc::ucontext_t) -> Registers {
-    let g = &uc.uc_mcontext.gregs;
-    Registers {
-        pc: g[libc::REG_RIP as usize] as u64,
-        fp: g[libc::REG_RBP as usize] as u64,
-        sp: g[libc::REG_RSP as usize] as u64,
-        lr: 0,
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-pub(super) fn registers(uc: &libc::ucontext_t) -> Registers {
-    let m = &uc.uc_mcontext;
-    Registers {
-        pc: m.pc,
-        fp: m.regs[29],
-        sp: m.sp,
-        lr: m.regs[30],
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! How much CPU time each sample stands for where a sampler thread, not
-//! the kernel, decides when to sample (the Linux fallback and macOS).
+//! the kernel, decides when to sample (the Linux fallback; the Mach
+//! sampler weighs its samples its own way).
 //!
 //! In cpu mode a thread is owed one sample per period of CPU time it uses:
 //! a sample is due when the CPU time used since the last one reaches a
@@ -107,7 +108,7 @@ impl CpuDebt {
 
     /// The thread exited: everything it was owed, in nanoseconds (periods
     /// of given-up samples included), for a last reckoning on its last
-    /// stack ([`crate::exit_tails`]). The debt is empty afterwards.
+    /// stack ([`super::exit_tails`]). The debt is empty afterwards.
     pub fn take_all(&mut self, period_ns: u64) -> u64 {
         let ns = self
             .owed_ns

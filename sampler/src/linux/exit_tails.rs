@@ -30,7 +30,7 @@
 
 use std::collections::HashMap;
 
-use crate::split_mix::SplitMix64;
+use super::split_mix::SplitMix64;
 
 /// The process's CPU time that no reading of a thread's clock covers.
 #[derive(Debug, Default)]

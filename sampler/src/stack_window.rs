@@ -12,11 +12,20 @@
 //! buffer. A copy that fails
 //! (`KERN_INVALID_ADDRESS`: the stack is gone) ends the walk as unreadable.
 //! A frame record beyond the window is read with another bounded copy
-//! starting at it; after [`StackCopy::MAX_COPIES`] copies the walk ends as
+//! starting at it; after [`StackWindow::MAX_COPIES`] copies the walk ends as
 //! unreadable, marked truncated.
 //!
 //! The platform supplies only [`CopyMemory`]; the windowing here is shared
 //! code, tested on every host.
+//!
+//! Not to be confused with the Linux handler's stack copy
+//! (`linux/unwind/stack_copy.rs`): that one is a static, per-slot snapshot
+//! of the interrupted registers and the top of the stack, taken in one go
+//! by the signal handler inside the interrupted thread and unwound later
+//! with CFI. This one is a buffer the sampler thread allocates before
+//! sampling and reuses for every walk, refilled window by window from
+//! outside a stopped thread as the walk goes deeper: a different owner,
+//! lifetime and purpose, hence the different name.
 
 use crate::walker::{StackBounds, StackMemory};
 
@@ -31,7 +40,7 @@ pub trait CopyMemory {
 
 /// The preallocated buffer a stopped thread's stack is copied into, and
 /// where the copy currently stands.
-pub struct StackCopy {
+pub struct StackWindow {
     words: Box<[u64]>,
     /// Address of `words[0]` in the target.
     base: u64,
@@ -41,7 +50,7 @@ pub struct StackCopy {
     copies: u32,
 }
 
-impl StackCopy {
+impl StackWindow {
     /// The default window: 8 KiB covers the live stack of most threads
     /// with one copy (only `[sp, top)` is ever copied, often much less).
     /// xnu copies a request of at most two pages (`msg_ool_size_small`:
@@ -57,9 +66,9 @@ impl StackCopy {
 
     /// A buffer of `window_bytes` (at least one 16-byte frame record),
     /// allocated now, before any thread is stopped.
-    pub fn new(window_bytes: usize) -> StackCopy {
+    pub fn new(window_bytes: usize) -> StackWindow {
         let words = (window_bytes / 8).max(2);
-        StackCopy {
+        StackWindow {
             words: vec![0; words].into_boxed_slice(),
             base: 0,
             len: 0,
@@ -84,10 +93,10 @@ impl StackCopy {
         &'a mut self,
         source: &'a mut C,
         bounds: StackBounds,
-    ) -> CopiedStack<'a, C> {
+    ) -> WindowReader<'a, C> {
         self.len = 0;
         self.copies = 0;
-        CopiedStack {
+        WindowReader {
             copy: self,
             source,
             bounds,
@@ -96,13 +105,13 @@ impl StackCopy {
 }
 
 /// A [`StackMemory`] reading one stopped thread's stack from copies.
-pub struct CopiedStack<'a, C: CopyMemory> {
-    copy: &'a mut StackCopy,
+pub struct WindowReader<'a, C: CopyMemory> {
+    copy: &'a mut StackWindow,
     source: &'a mut C,
     bounds: StackBounds,
 }
 
-impl<C: CopyMemory> CopiedStack<'_, C> {
+impl<C: CopyMemory> WindowReader<'_, C> {
     /// Whether the record at `addr` lies in the current copy.
     fn holds(&self, addr: u64) -> bool {
         let c = &*self.copy;
@@ -113,7 +122,7 @@ impl<C: CopyMemory> CopiedStack<'_, C> {
     /// pointer on the first copy when the window reaches that far (the
     /// live stack in one call), else from `addr`; never past the top.
     fn refill(&mut self, addr: u64) -> bool {
-        if self.copy.copies >= StackCopy::MAX_COPIES {
+        if self.copy.copies >= StackWindow::MAX_COPIES {
             return false;
         }
         let window = self.copy.window_bytes() as u64;
@@ -140,7 +149,7 @@ impl<C: CopyMemory> CopiedStack<'_, C> {
     }
 }
 
-impl<C: CopyMemory> StackMemory for CopiedStack<'_, C> {
+impl<C: CopyMemory> StackMemory for WindowReader<'_, C> {
     fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
         // The walker checked bounds and alignment; check again, cheaply,
         // so a copy never reaches outside the live stack.
@@ -216,7 +225,11 @@ mod tests {
         (t, regs)
     }
 
-    fn walk_copied(t: &mut Target, regs: &Registers, copy: &mut StackCopy) -> (Vec<u64>, WalkEnd) {
+    fn walk_copied(
+        t: &mut Target,
+        regs: &Registers,
+        copy: &mut StackWindow,
+    ) -> (Vec<u64>, WalkEnd) {
         let bounds = StackBounds {
             low: regs.sp,
             high: t.base + 8 * t.words.len() as u64,
@@ -230,7 +243,7 @@ mod tests {
     #[test]
     fn a_shallow_stack_is_walked_from_one_copy_of_sp_to_top() {
         let (mut t, regs) = target(128, 8, 5);
-        let mut copy = StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES);
+        let mut copy = StackWindow::new(StackWindow::DEFAULT_WINDOW_BYTES);
         let (frames, end) = walk_copied(&mut t, &regs, &mut copy);
         assert_eq!(frames, vec![0x99, 0x1000, 0x1001, 0x1002, 0x1003, 0x1004]);
         assert_eq!(end, WalkEnd::Complete);
@@ -243,7 +256,7 @@ mod tests {
     fn frames_beyond_the_window_are_read_with_further_bounded_copies() {
         // 20 frames 32 words (256 bytes) apart, a 1 KiB window.
         let (mut t, regs) = target(1024, 32, 20);
-        let mut copy = StackCopy::new(1024);
+        let mut copy = StackWindow::new(1024);
         let (frames, end) = walk_copied(&mut t, &regs, &mut copy);
         assert_eq!(frames.len(), 21);
         assert_eq!(end, WalkEnd::Complete);
@@ -260,19 +273,19 @@ mod tests {
         // 100 frames 64 words apart with a 256-byte window: one copy per
         // frame or so, far over the budget.
         let (mut t, regs) = target(7000, 64, 100);
-        let mut copy = StackCopy::new(256);
+        let mut copy = StackWindow::new(256);
         let (frames, end) = walk_copied(&mut t, &regs, &mut copy);
         assert_eq!(end, WalkEnd::Unreadable);
         assert!(end.is_truncated());
-        assert_eq!(t.copies.len(), StackCopy::MAX_COPIES as usize);
-        assert_eq!(frames.len(), 1 + StackCopy::MAX_COPIES as usize);
+        assert_eq!(t.copies.len(), StackWindow::MAX_COPIES as usize);
+        assert_eq!(frames.len(), 1 + StackWindow::MAX_COPIES as usize);
     }
 
     #[test]
     fn an_unmapped_stack_keeps_the_pc_and_ends_unreadable() {
         let (mut t, regs) = target(128, 8, 5);
         t.mapped = false;
-        let mut copy = StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES);
+        let mut copy = StackWindow::new(StackWindow::DEFAULT_WINDOW_BYTES);
         let (frames, end) = walk_copied(&mut t, &regs, &mut copy);
         assert_eq!((frames, end), (vec![0x99], WalkEnd::Unreadable));
         assert_eq!(t.copies.len(), 1, "one failed copy, no retries");
@@ -281,7 +294,7 @@ mod tests {
     #[test]
     fn a_copy_left_from_an_earlier_walk_is_never_read() {
         let (mut t, regs) = target(128, 8, 5);
-        let mut copy = StackCopy::new(StackCopy::DEFAULT_WINDOW_BYTES);
+        let mut copy = StackWindow::new(StackWindow::DEFAULT_WINDOW_BYTES);
         walk_copied(&mut t, &regs, &mut copy);
         // The same thread's stack is gone on the next stop: the old copy
         // must not stand in for it.
@@ -300,7 +313,7 @@ mod tests {
         t.words[300] = 0;
         t.words[301] = 0x2000;
         regs.fp = far;
-        let mut copy = StackCopy::new(1024);
+        let mut copy = StackWindow::new(1024);
         let (frames, end) = walk_copied(&mut t, &regs, &mut copy);
         assert_eq!((frames, end), (vec![0x99, 0x2000], WalkEnd::Complete));
         assert_eq!(t.copies, vec![(far, 128)]);

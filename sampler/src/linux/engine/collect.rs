@@ -1,0 +1,245 @@
+//! Picking up finished samples: the slots the sampler armed, polled (and
+//! cancelled when their thread never took the signal), each walk copied
+//! out of its slot and completed with CFI from the slot's stack copy, named
+//! after its thread and interned; and, on stop, the last of them drained.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::stack_table::StackKey;
+use crate::walker::WalkEnd;
+use crate::{Mode, SamplerStats};
+
+use super::super::handler::slots::{Collected, Poll, SLOTS};
+use super::super::threads;
+use super::super::unwind::{self, CfiWalker};
+use super::{SamplerLoop, DRAIN_TIMEOUT, RECENT_WALKS, SAMPLE_TIMEOUT, YOUNG};
+
+/// A finished walk copied out of its slot, so the slot is free again
+/// before the sample is named and interned.
+#[derive(Clone)]
+pub(super) struct OwnedWalk {
+    pub(super) frames: Vec<u64>,
+    pub(super) lr: u64,
+    pub(super) end: WalkEnd,
+}
+
+impl OwnedWalk {
+    /// The same frames, counted for a thread that was off CPU: the
+    /// profile shows them under `[btprof: off-cpu]`.
+    pub(super) fn off_cpu(&self) -> OwnedWalk {
+        OwnedWalk {
+            end: WalkEnd::Blocked,
+            ..self.clone()
+        }
+    }
+
+    /// Copies `walk` out of its slot, completed with CFI from the slot's
+    /// stack copy first when there is a `cfi` walker (which counts in
+    /// `stats` where the callers came from).
+    pub(super) fn of(
+        walk: &Collected<'_>,
+        cfi: Option<&mut CfiWalker>,
+        max_depth: usize,
+        stats: &mut SamplerStats,
+    ) -> Self {
+        let (frames, end) = unwind::finish(cfi, walk, max_depth, stats);
+        OwnedWalk {
+            frames: frames.to_vec(),
+            lr: walk.lr,
+            end,
+        }
+    }
+
+    pub(super) fn as_collected(&self) -> Collected<'_> {
+        Collected {
+            frames: &self.frames,
+            lr: self.lr,
+            end: self.end,
+            copy: None,
+        }
+    }
+}
+
+impl SamplerLoop {
+    /// The key to intern a sample of thread `tid` under: a young thread's
+    /// name is read again first (once per collection pass), so a thread
+    /// that named itself after it was listed is not shown under its old
+    /// name.
+    pub(super) fn key_for_sample(&mut self, tid: i32, fallback: Option<u32>) -> Option<u32> {
+        let pass = self.pass;
+        match self.threads.get_mut(&tid) {
+            Some(state) => {
+                if state.first_seen.elapsed() < YOUNG && state.name_pass != pass {
+                    state.name_pass = pass;
+                    if let Some(key) = self.read_name(tid) {
+                        return Some(key);
+                    }
+                }
+                self.threads.get(&tid).map(|s| s.key)
+            }
+            None => fallback.or_else(|| self.departed.get(&tid).copied()),
+        }
+    }
+
+    /// Interns finished walks and cancels samples that waited too long;
+    /// with `cancel_all`, every sample whose handler has not started.
+    /// Returns how many timer samples handlers are still writing.
+    pub(super) fn collect(&mut self, cancel_all: bool) -> usize {
+        self.pass += 1;
+        let writing = if self.timers() {
+            let writing = self.collect_timer_samples();
+            self.collect_born_samples();
+            writing
+        } else {
+            0
+        };
+        for slot in 0..SLOTS {
+            let Some(slot_use) = self.slot_uses[slot] else {
+                continue;
+            };
+            let mut finished_walk = None;
+            let (cfi, stats, max_depth) = (&mut self.cfi, &mut self.stats, self.config.max_depth);
+            let finished = match self.slots.poll(slot, |walk| {
+                finished_walk = Some(OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats));
+            }) {
+                Poll::Collected => true,
+                Poll::Late => {
+                    // Its periods ride on the thread's next samples, taken
+                    // at its next due points (`CpuDebt::refund`).
+                    self.stats.late_samples += 1;
+                    if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                        if self.config.mode == Mode::Cpu {
+                            self.stats.skipped_samples += state.debt.refund(slot_use.weight);
+                        }
+                    }
+                    true
+                }
+                Poll::Busy => false,
+                Poll::Pending => {
+                    // A thread that exited with its signal pending never
+                    // takes it: that is an exit, not a failure.
+                    let exited = threads::thread_cpu_ns(slot_use.tid).is_none();
+                    let expired = cancel_all || slot_use.armed_at.elapsed() > SAMPLE_TIMEOUT;
+                    if slot_use.by_request && (exited || expired) {
+                        // Deleted first: its signal, if queued, goes too.
+                        if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                            state.request = None;
+                        }
+                    }
+                    if (exited || expired) && self.slots.cancel(slot) {
+                        if slot_use.by_request && !exited && !cancel_all {
+                            // It has not run through a scheduler tick since
+                            // (else its timer would have fired): the ticks
+                            // it was seen running wait for its next
+                            // request. One that blocks the signal still
+                            // shows it pending, and is marked so.
+                            let _ = self.cannot_take_signal(slot_use.tid);
+                        } else if slot_use.by_request {
+                            self.stats.exited_threads += u64::from(exited);
+                            self.count_running_ticks_left(slot_use.tid);
+                        } else if exited {
+                            self.stats.exited_threads += 1;
+                            // Its periods are counted with the rest of its
+                            // last moments ([`ExitTails`]).
+                            if let (Some(state), true) =
+                                (self.threads.get_mut(&slot_use.tid), self.tails.is_some())
+                            {
+                                self.stats.skipped_samples += state.debt.refund(slot_use.weight);
+                            }
+                        } else if !cancel_all && self.cannot_take_signal(slot_use.tid) {
+                            self.stats.signal_blocked_samples += slot_use.weight;
+                            self.stats
+                                .add_signal_blocked(slot_use.tid as u64, slot_use.weight);
+                        } else {
+                            self.stats.failed_samples += slot_use.weight;
+                        }
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if let Some(walk) = finished_walk {
+                let key = self
+                    .key_for_sample(slot_use.tid, Some(slot_use.key))
+                    .unwrap_or(slot_use.key);
+                let mut weight = slot_use.weight;
+                if slot_use.by_request {
+                    if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                        weight = std::mem::take(&mut state.running_ticks).max(1);
+                    }
+                }
+                self.intern(key, &walk.as_collected(), weight);
+                if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                    if self.config.mode == Mode::Wall {
+                        // Its clock now includes what taking the sample cost.
+                        state.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
+                        state.last_walk = Some(walk);
+                    } else if self.tails.is_some() {
+                        // Kept while the thread is young: a short-lived
+                        // thread's tail is a large part of its life.
+                        let walks = &mut state.recent_walks;
+                        if state.born_during_run && state.first_seen.elapsed() < YOUNG {
+                            if walks.len() == RECENT_WALKS {
+                                walks.remove(0);
+                            }
+                            walks.push(walk);
+                        } else {
+                            walks.clear();
+                        }
+                    }
+                }
+            }
+            if finished {
+                self.slot_uses[slot] = None;
+                if let Some(state) = self.threads.get_mut(&slot_use.tid) {
+                    state.pending = false;
+                    state.request = None;
+                }
+            }
+        }
+        self.progress
+            .samples
+            .store(self.stats.samples, Ordering::Relaxed);
+        self.progress
+            .recorded
+            .store(self.stats.recorded, Ordering::Relaxed);
+        writing
+    }
+
+    pub(super) fn intern(&mut self, key: u32, walk: &Collected<'_>, weight: u64) {
+        self.table.add(
+            StackKey {
+                thread: key,
+                frames: walk.frames,
+                lr: walk.lr,
+                end: walk.end,
+            },
+            weight,
+        );
+        self.stats.samples += weight;
+        self.stats.recorded += 1;
+        self.stats.walk_ends[walk.end as usize] += weight;
+    }
+
+    /// On stop: collects what finished, cancels what never started and
+    /// waits a little for handlers still walking.
+    pub(super) fn drain(&mut self) {
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        loop {
+            let writing = self.collect(true);
+            let busy = (0..SLOTS).filter(|&s| self.slots.is_armed(s)).count() + writing;
+            if busy == 0 {
+                return;
+            }
+            if Instant::now() >= deadline {
+                // Their handlers may still finish; the slots stay `Writing`
+                // until then and the next sampler skips them.
+                self.stats.failed_samples += busy as u64;
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}

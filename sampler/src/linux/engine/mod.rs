@@ -1,0 +1,677 @@
+//! The sampler thread's engine: one [`SamplerLoop`] drives every clock.
+//!
+//! Whatever the clock, the sampler thread does the same things on each
+//! wakeup ([`SamplerLoop::tick`]): it collects the samples that finished
+//! and interns them ([`collect`]), lists the threads at intervals and
+//! reads their CPU clocks ([`thread_list`]), and then does what its clock
+//! asks of it: reads the perf rings ([`ring_clock`]), opens per-thread
+//! timers ([`signal_timers`]), or paces the samples itself
+//! ([`pacing`]). Threads that block the profiling signal are found and
+//! counted on both signal paths ([`signal_blocked`]). It never waits for
+//! a handler: a slow thread delays only its own sample.
+//!
+//! The state is one struct, [`SamplerLoop`], with an `impl` block per
+//! file; this file holds the struct (and the per-thread state it keeps,
+//! [`ThreadState`] and [`BlockedSince`], whose fields every file reads),
+//! `new`, `run`, `tick` and the run's stats. Only the sampler thread
+//! touches any of it; the handlers see the static slots
+//! ([`super::handler`]) and nothing else.
+
+mod collect;
+mod pacing;
+mod ring_clock;
+mod signal_blocked;
+mod signal_timers;
+mod thread_list;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime};
+
+use hashbrown::HashMap;
+
+use crate::clock::TickSchedule;
+use crate::stack_table::StackTable;
+use crate::thread_keys::ThreadKeys;
+use crate::walker::Arch;
+use crate::window::{self, Window};
+use crate::{profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats};
+
+use super::born_threads::{BornThreads, Settled};
+use super::cpu_debt::CpuDebt;
+use super::cpu_timer::CpuTimer;
+use super::cpu_wakeups::CpuWakeups;
+use super::exit_tails::ExitTails;
+use super::handler::signal::SignalSender;
+use super::handler::slots::{self, SlotOwner, SLOTS};
+use super::handler::stack_regions;
+use super::monotonic_ns;
+use super::posix_timers::{self, PosixTimer};
+use super::ring_samples::BornSample;
+use super::threads;
+use super::unseen_cpu::UnseenCpu;
+use super::unwind::CfiWalker;
+use ring_clock::RingWalks;
+
+use collect::OwnedWalk;
+use pacing::BlockedReads;
+use ring_clock::BornKey;
+use thread_list::Exit;
+
+/// A slot not taken by its thread within this time is cancelled and the
+/// sample counted as failed (the thread has the signal blocked, or is
+/// stuck in the kernel).
+const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// How often the thread list is re-read: listing `/proc/self/task` costs
+/// about 7 µs, too much for every tick at 1000 Hz. A new thread is sampled
+/// at most this much later; an exited one fails its send with `ESRCH`.
+const RELIST_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A listing may take at most 1/this of the time between two listings.
+const LISTING_SHARE: u32 = 20;
+
+/// How long a thread counts as young: its name is re-read whenever one of
+/// its samples is interned, because threads often name themselves right
+/// after they start.
+const YOUNG: Duration = Duration::from_millis(100);
+
+/// With per-thread timers, the longest the sampler thread sleeps between
+/// two collections of finished samples.
+const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
+
+/// With every thread sampled into the rings, the sampler thread sleeps
+/// [`RING_COLLECT_PERIODS`] periods, within these bounds (and reads the
+/// rings at a quarter of the time they take to fill, if that is sooner).
+/// It still lists threads and reads their clocks: the kernel does not
+/// always write a born thread's final counts when it exits (seen beside
+/// busy processes), and then the CPU time the thread used since its clock
+/// was last read has no count; at 100 ms that was 2.5% of a 1.5
+/// CPU-second program's time at 1000 Hz. Each wakeup costs the same
+/// whatever the rate, so at 100 Hz it wakes every 100 ms, not 20.
+const RING_COLLECT_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(20), Duration::from_millis(100));
+/// Periods between two collections on the rings alone: a sample's worth
+/// of time lost at an exit without final counts stays a small part of
+/// what the thread's samples stand for.
+const RING_COLLECT_PERIODS: u64 = 20;
+
+/// The least time between two reads of `/proc/self/maps`.
+const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Sampler-thread path, cpu mode: how many of a young thread's last stacks
+/// its CPU time after its last sample is spread over when it exits. The
+/// very last one alone is too often in the thread's exit (`munmap` of its
+/// signal stack, taken as the system call returns), a stack that used
+/// little of its time.
+const RECENT_WALKS: usize = 4;
+
+/// How long `stop` waits for handlers still walking.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// What the sampler knows about one thread between ticks.
+struct ThreadState {
+    /// Index into `RawProfile::threads` for the thread's current name.
+    key: u32,
+    /// Sampler-thread path, cpu mode: the thread's CPU clock on the
+    /// previous tick.
+    last_cpu_ns: Option<u64>,
+    /// Cpu mode, sampler-thread path: CPU time used and not yet stood for
+    /// by a sample.
+    debt: CpuDebt,
+    /// Cpu mode, sampler-thread path: when its next sample was predicted to
+    /// fall due (monotonic ns), if it ran on from the last look. A due
+    /// thread is signalled at that wakeup, or at a random one.
+    due_at: Option<u64>,
+    /// Cpu mode, sampler-thread path: its CPU clock stood still at the last
+    /// look(s), and whether it was runnable then (waiting for a CPU, so
+    /// still predicted: it may resume right after any wakeup) rather than
+    /// blocked. Looked up once per stop, not at every wakeup.
+    stalled: Option<bool>,
+    /// The last reading of the thread's CPU time (its timer's count, or its
+    /// CPU clock) added to [`SamplerStats::thread_cpu`].
+    accounted_ns: Option<u64>,
+    /// A signal is in flight: don't send another.
+    pending: bool,
+    /// The published stack regions include this thread's stack. A thread
+    /// is not signalled, and gets no timer, before that: a stale snapshot
+    /// could bound its walk by a mapping that no longer exists.
+    regions_ready: bool,
+    /// The listing the thread was last seen in, to forget exited threads.
+    seen_listing: u64,
+    /// When the sampler first saw the thread.
+    first_seen: Instant,
+    /// The collection pass that last re-read the name of this young thread.
+    name_pass: u64,
+    /// The listing at which to re-read the name: besides young threads'
+    /// names, names are re-read at growing intervals (renames later in life).
+    name_check_listing: u64,
+    name_check_interval: u64,
+    /// With a kernel-paced clock: the thread's timer, once opened.
+    timer: Option<CpuTimer>,
+    /// Opening the timer failed once (counted once, retried each listing).
+    timer_failed: bool,
+    /// Timer samples interned since the last listing, and the timer's
+    /// count then: a thread whose timer ran many periods without a single
+    /// sample has the signal blocked.
+    timer_samples: u64,
+    timer_checked_ns: u64,
+    /// The thread blocks the profiling signal: its timer is closed (so no
+    /// signals queue up on it), the sampler thread does not signal it, and
+    /// its due samples are counted in `signal_blocked_samples` until it
+    /// unblocks.
+    blocked: Option<BlockedSince>,
+    /// Timer path: the timer count at the start of a silent spell in which
+    /// the thread was seen with the signal blocked. It is taken for one
+    /// that blocks the signal only if the next look, a listing later,
+    /// finds it silent and blocked again
+    /// ([`signal_blocked::blocks_signal_now`]).
+    suspect_since_ns: Option<u64>,
+    /// Sampler-thread path, wall mode: the thread's last stack, counted
+    /// again, off CPU, while its CPU clock does not move, and its CPU
+    /// clock when that stack was taken.
+    last_walk: Option<OwnedWalk>,
+    walk_cpu_ns: u64,
+    /// Sampler-thread path, wall mode: the one-shot timer asking for the
+    /// sample in flight ([`SamplerLoop::wall_requests`]); deleted, and with
+    /// it any signal it still had queued, once that sample is done.
+    request: Option<PosixTimer>,
+    /// The same: ticks that found the thread running and that no sample
+    /// has stood for yet. Its request fires on a scheduler tick of its
+    /// running, which a thread working in short bursts between blocking
+    /// calls reaches only now and then; the sample that lands stands for
+    /// all of them, so its CPU ticks are not counted as off CPU.
+    running_ticks: u64,
+    /// Sampler-thread path, wall mode: the tick up to which the thread's
+    /// samples are counted.
+    counted_tick: u64,
+    /// Sampler-thread path: its CPU clock at the last listing, to tell
+    /// idle threads from active ones.
+    listing_cpu_ns: Option<u64>,
+    /// Sampler-thread path, cpu mode: the latest reading of its CPU clock
+    /// ([`ExitTails::saw`]), when it was taken (monotonic ns), and when a
+    /// reading first failed because it had exited.
+    read_ns: Option<u64>,
+    read_at_ns: u64,
+    gone_at_ns: Option<u64>,
+    /// Sampler-thread path, cpu mode: the last [`RECENT_WALKS`] stacks of
+    /// a young thread born while sampling, on which the CPU time it used
+    /// after its last sample is counted when it exits ([`ExitTails`]).
+    recent_walks: Vec<OwnedWalk>,
+    /// Timer path: born while sampling under the inherited events
+    /// ([`BornThreads`]), which sample it instead of a timer of its own
+    /// (no signal, so its mask, `sigwait` and blocking calls never see
+    /// them) unless `born_deep`.
+    born: bool,
+    /// A thread on the rings whose stacks go deeper than its ring samples
+    /// reach, while `max_depth` asks for more: deeper than the kernel's
+    /// call chains (`perf_event_max_stack`) or the stack it copies for CFI
+    /// ([`RingWalks::cut_short`]). It gets a timer, whose handler walks as
+    /// deep as asked.
+    born_deep: bool,
+    /// Its ring samples' walks so far.
+    ring_walks: RingWalks,
+    /// Timer path: one of the threads the inherited events were opened on,
+    /// which sample it too: like a born thread, it gets no timer of its
+    /// own unless `born_deep`.
+    on_ring: bool,
+    /// Counted in [`SamplerStats::timer_threads`].
+    timer_counted: bool,
+    /// Sampler-thread path: started while sampling (seen at a later
+    /// listing than the first): owed its CPU time from zero.
+    born_during_run: bool,
+    /// Sampler-thread path: its signal mask was looked at before its first
+    /// signal (a thread that blocks the signal from the start, as daemons
+    /// and `sigwait` loops do, is never signalled: the signal would stay
+    /// queued, or be taken by its `sigwait` as if it were its own).
+    mask_checked: bool,
+}
+
+/// A thread found blocking the profiling signal.
+struct BlockedSince {
+    /// Its CPU clock when last counted.
+    cpu_ns: u64,
+    /// CPU time not yet counted as a whole failed period.
+    owed_ns: u64,
+    /// The listing at which to look at its signal mask again.
+    recheck_listing: u64,
+    /// Whether a second look agreed. A single look at `SigBlk` cannot tell
+    /// a thread that blocks the signal from one that is starting (glibc's
+    /// `pthread_create` runs a new thread's first instructions with every
+    /// signal blocked) or entering btprof's handler: until the recheck at
+    /// the next listing agrees, its failed periods are held in `owed_ns`,
+    /// not counted, and dropped if the thread turns out to take signals.
+    confirmed: bool,
+}
+
+/// Which thread an armed slot belongs to.
+#[derive(Clone, Copy)]
+struct SlotUse {
+    tid: i32,
+    key: u32,
+    /// The periods of CPU time this sample stands for (1 in wall mode).
+    weight: u64,
+    armed_at: Instant,
+    /// Asked for with a one-shot CPU timer: it stands for the ticks that
+    /// found the thread running until it lands (`running_ticks`).
+    by_request: bool,
+}
+
+pub(super) struct SamplerLoop {
+    config: SamplerConfig,
+    clock: SampleClock,
+    sender: SignalSender,
+    own_tid: i32,
+    period_ns: u64,
+    tasks: threads::TaskList,
+    tids: Vec<i32>,
+    threads: HashMap<i32, ThreadState>,
+    /// Threads dropped at the last listing, for samples they left behind.
+    departed: HashMap<i32, u32>,
+    thread_keys: ThreadKeys,
+    /// `open_timers`' candidates (CPU time just used, tid), kept for reuse.
+    timer_queue: Vec<(u64, i32)>,
+    slots: SlotOwner,
+    slot_uses: [Option<SlotUse>; SLOTS],
+    table: StackTable,
+    stats: SamplerStats,
+    window: Window,
+    requests: mpsc::Receiver<window::Request>,
+    stray_at_start: u64,
+    no_slot_at_start: u64,
+    /// When `run` started: the run's duration is measured from here.
+    started: Instant,
+    /// The process's CPU clock when `run` started.
+    process_cpu_at_start: Duration,
+    progress: Arc<Progress>,
+    regions_scratch: Vec<(u64, u64)>,
+    regions_stale: bool,
+    /// When `/proc/self/maps` was last read, and the least time to the
+    /// next read (longer when a read is costly).
+    regions_read_at: Option<Instant>,
+    regions_every: Duration,
+    missing_regions_seen: u64,
+    tick: u64,
+    /// Listings so far.
+    listing: u64,
+    /// Collection passes so far.
+    pass: u64,
+    /// When the thread list was last read.
+    listed_at: Option<Instant>,
+    /// Timer samples copied out of their slots with the periods each
+    /// stands for, reused between passes.
+    timer_walks: Vec<(i32, u64, OwnedWalk)>,
+    /// How often the thread list is read: [`RELIST_INTERVAL`], or longer
+    /// when a listing is costly.
+    relist_every: Duration,
+    /// Sampler-thread path: the threads the ticks look at, chosen at each
+    /// listing ([`Self::choose_active`]).
+    active: Vec<i32>,
+    /// Sampler-thread path: where in the thread list the next tick starts,
+    /// so that when there are more threads due than slots, every thread
+    /// gets its turn rather than the first ones every tick.
+    rotation: usize,
+    /// Sampler-thread path, cpu mode: when to wake (due points and random
+    /// ticks) instead of a fixed period.
+    wakeups: Option<CpuWakeups>,
+    /// Sampler-thread path, wall mode: a running thread's sample is asked
+    /// for with a one-shot CPU timer ([`PosixTimer::open_request`]), not
+    /// a signal sent straight to it, so that no thread is ever signalled
+    /// inside a blocking call; `false` where the kernel refuses the timers.
+    wall_requests: bool,
+    /// Sampler-thread path, cpu mode: CPU time of threads it did not look
+    /// at, to list the threads early when a new one runs.
+    unseen: Option<UnseenCpu>,
+    /// Sampler-thread path, cpu mode: the CPU time threads used after
+    /// their last sample, counted when they exit.
+    tails: Option<ExitTails>,
+    /// Threads that exited at the last listing, with what they still
+    /// stand for, until [`Self::settle_exits`] counts it.
+    exits: Vec<Exit>,
+    /// CFI unwinding of the handlers' stack copies; `None` with
+    /// `frame_pointers_only`.
+    cfi: Option<CfiWalker>,
+    /// Wall mode: reads the stacks of threads found blocked after they ran,
+    /// within a share of the sampler's time.
+    blocked_reads: BlockedReads,
+    /// Timer path: the inherited events that sample threads born while
+    /// sampling; `None` where the kernel refused them (then `born_tried`).
+    born: Option<BornThreads>,
+    born_tried: bool,
+    born_samples: Vec<BornSample<OwnedWalk>>,
+    born_settled: Vec<Settled>,
+    /// Born threads no listing has found yet: their keys and names.
+    born_keys: HashMap<i32, BornKey>,
+    /// Born threads' last walks (and their keys), under which the part of
+    /// a period after their last sample is counted when they are settled.
+    born_walks: HashMap<i32, (u32, OwnedWalk)>,
+    /// A thread on the rings turned out to need a timer
+    /// ([`ThreadState::born_deep`]): opened right after the collection
+    /// that found it, not at the next listing, so that few of its samples
+    /// are cut short.
+    deep_found: bool,
+    /// Born threads gone from the listings before they were settled: the
+    /// CPU time their clocks had when last read.
+    born_accounted: HashMap<i32, u64>,
+}
+
+impl SamplerLoop {
+    pub(super) fn new(
+        config: SamplerConfig,
+        clock: SampleClock,
+        signal: i32,
+        progress: Arc<Progress>,
+        requests: mpsc::Receiver<window::Request>,
+    ) -> Result<Self, Error> {
+        let mut stats = SamplerStats::new(&config);
+        let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
+        let wall_requests = config.mode == Mode::Wall
+            && clock == SampleClock::SamplerThread
+            && posix_timers::available().is_ok();
+        let wakeups =
+            (clock == SampleClock::SamplerThread && config.mode == Mode::Cpu).then(|| {
+                let seed =
+                    monotonic_ns() ^ u64::from(threads::gettid().unsigned_abs()).rotate_left(32);
+                CpuWakeups::new(TickSchedule::period_for_hz(config.hz), seed)
+            });
+        stats.clock = clock;
+        let period_ns = TickSchedule::period_for_hz(config.hz);
+        progress.set_clock(clock);
+        Ok(SamplerLoop {
+            window: Window::new(&stats),
+            requests,
+            stray_at_start: slots::STRAY_SIGNALS.load(Ordering::Relaxed),
+            no_slot_at_start: slots::NO_FREE_SLOT.load(Ordering::Relaxed),
+            started: Instant::now(),
+            process_cpu_at_start: profile::process_cpu_time(),
+            table: StackTable::with_limit(config.limit),
+            stats,
+            period_ns,
+            thread_keys: ThreadKeys::new(config.share_stacks_by_name, threads::NAME_CUT_LEN),
+            timer_queue: Vec::new(),
+            config,
+            clock,
+            sender: SignalSender::new(signal),
+            own_tid: threads::gettid(),
+            tasks: threads::TaskList::open().map_err(Error::Io)?,
+            tids: Vec::with_capacity(64),
+            threads: HashMap::new(),
+            departed: HashMap::new(),
+            slots: SlotOwner::new(),
+            slot_uses: [None; SLOTS],
+            progress,
+            regions_scratch: Vec::new(),
+            regions_stale: false,
+            regions_read_at: Some(Instant::now()),
+            regions_every: REGIONS_REFRESH_INTERVAL,
+            missing_regions_seen: slots::MISSING_REGIONS.load(Ordering::Relaxed),
+            tick: 0,
+            listing: 0,
+            pass: 0,
+            listed_at: None,
+            timer_walks: Vec::new(),
+            rotation: 0,
+            unseen: wakeups.is_some().then(|| UnseenCpu::new(period_ns)),
+            tails: wakeups.is_some().then(|| ExitTails::new(monotonic_ns())),
+            exits: Vec::new(),
+            wakeups,
+            wall_requests,
+            cfi,
+            blocked_reads: BlockedReads::default(),
+            active: Vec::new(),
+            relist_every: RELIST_INTERVAL,
+            born: None,
+            born_tried: false,
+            born_samples: Vec::new(),
+            born_settled: Vec::new(),
+            born_keys: HashMap::new(),
+            born_walks: HashMap::new(),
+            deep_found: false,
+            born_accounted: HashMap::new(),
+        })
+    }
+
+    /// Whether each thread has a timer of its own (perf or POSIX) and the
+    /// sampler thread only collects.
+    fn timers(&self) -> bool {
+        self.clock.is_kernel_paced()
+    }
+
+    /// How long the sampler thread sleeps between two collections. With
+    /// timers, often enough that the slots never fill (a quarter of them
+    /// per busy thread at most); once every thread is sampled into the
+    /// rings (no timer open), [`RING_COLLECT_INTERVAL`], or a quarter
+    /// of the time a ring takes to fill at one sample per period per CPU
+    /// if that is sooner (rates far above 1000 Hz).
+    fn collect_interval(&self) -> u64 {
+        if !self.timers() {
+            return self.period_ns;
+        }
+        let slots = (self.period_ns * (SLOTS as u64 / 4))
+            .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64);
+        let rings_only = !self.threads.values().any(|s| s.timer.is_some());
+        match self.born.as_ref() {
+            Some(born) if rings_only => {
+                let (least, most) = RING_COLLECT_INTERVAL;
+                let longest = (RING_COLLECT_PERIODS * self.period_ns)
+                    .clamp(least.as_nanos() as u64, most.as_nanos() as u64);
+                (born.samples_per_ring() / 4 * self.period_ns).clamp(slots, longest)
+            }
+            _ => slots,
+        }
+    }
+
+    pub(super) fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
+        self.stats.start_time = SystemTime::now();
+        self.started = Instant::now();
+        self.process_cpu_at_start = profile::process_cpu_time();
+        self.window = Window::new(&self.stats);
+        let mut schedule = TickSchedule::new(monotonic_ns(), self.collect_interval());
+        // Timers are opened at once, not a collection interval later.
+        let first = if self.timers() { self.tick() } else { Ok(()) };
+        let result = loop {
+            if first.is_err() {
+                break first;
+            }
+            let deadline = match self.wakeups.as_mut() {
+                Some(wakeups) => wakeups.next(monotonic_ns()),
+                None => schedule.deadline(),
+            };
+            sleep_until(deadline);
+            if stop.load(Ordering::Acquire) {
+                break Ok(());
+            }
+            if let Some(wakeups) = self.wakeups.as_mut() {
+                wakeups.woke(deadline, monotonic_ns());
+            }
+            if let Err(e) = self.tick() {
+                break Err(e);
+            }
+            let interval = self.collect_interval();
+            if self.wakeups.is_none() && interval != schedule.period() {
+                schedule.set_period(monotonic_ns(), interval);
+            }
+            (self.stats.ticks, self.stats.missed_ticks) = match &self.wakeups {
+                Some(wakeups) => (wakeups.ticks(), wakeups.missed()),
+                None => {
+                    schedule.complete_tick(monotonic_ns());
+                    (schedule.ticks(), schedule.missed())
+                }
+            };
+            self.progress
+                .ticks
+                .store(self.stats.ticks, Ordering::Relaxed);
+            while let Ok(request) = self.requests.try_recv() {
+                self.account_cpu();
+                let stats = self.live_stats();
+                let (table, threads) = (&mut self.table, self.thread_keys.infos());
+                self.window
+                    .serve(request, table, threads, &stats, Arch::host());
+            }
+        };
+        // Every CPU reading first, then no timer fires again. Periods
+        // lost to a blocked signal since the last listing are counted too.
+        if self.timers() {
+            self.watch_blocked_threads();
+        }
+        self.account_cpu();
+        if let Some(born) = self.born.as_mut() {
+            born.stop_sampling();
+        }
+        for state in self.threads.values_mut() {
+            state.timer = None;
+        }
+        self.drain();
+        self.finish_born();
+        result?;
+        let stats = self.live_stats();
+        Ok(self.window.cut(
+            true,
+            &mut self.table,
+            self.thread_keys.infos(),
+            &stats,
+            Arch::host(),
+        ))
+    }
+
+    /// The run's counters up to now, the ones kept elsewhere included.
+    fn live_stats(&self) -> SamplerStats {
+        let mut stats = self.stats.clone();
+        stats.duration = self.started.elapsed();
+        stats.sampler_cpu = Duration::from_nanos(threads::own_cpu_ns());
+        stats.process_cpu = profile::process_cpu_time().saturating_sub(self.process_cpu_at_start);
+        stats.stray_signals = slots::STRAY_SIGNALS.load(Ordering::Relaxed) - self.stray_at_start;
+        stats.failed_samples += slots::NO_FREE_SLOT.load(Ordering::Relaxed) - self.no_slot_at_start;
+        stats.threads_seen = self.thread_keys.threads_seen();
+        stats
+    }
+
+    fn tick(&mut self) -> Result<(), Error> {
+        self.tick += 1;
+        self.collect(false);
+        if std::mem::take(&mut self.deep_found) && self.timers() {
+            self.open_timers();
+        }
+        if self
+            .listed_at
+            .is_none_or(|at| at.elapsed() >= self.relist_every)
+            || self.unseen_thread_runs()
+        {
+            let listing_cpu = threads::own_cpu_ns();
+            self.listed_at = Some(Instant::now());
+            self.tasks.read(&mut self.tids).map_err(Error::Io)?;
+            self.listing += 1;
+            self.discover_threads();
+            // Not part of the listing's cost: reads of the maps are spaced
+            // by their own.
+            let regions_cost = self.refresh_regions_if_stale();
+            self.account_cpu();
+            // Every thread's clock was just read: the process's now, against
+            // them (`UnseenCpu`, `ExitTails`).
+            let mut unread = 0;
+            if let (Some(unseen), Some(tails)) = (self.unseen.as_mut(), self.tails.as_mut()) {
+                let process = profile::process_cpu_time().as_nanos() as u64;
+                let own = threads::own_cpu_ns();
+                unseen.reset(monotonic_ns(), process, own);
+                unread = tails.at_listing(process, own);
+            }
+            self.forget_exited();
+            self.settle_exits(unread);
+            if self.timers() {
+                self.watch_blocked_threads();
+                self.open_born_events();
+                self.open_timers();
+            } else {
+                self.recheck_blocked_threads();
+                self.choose_active();
+            }
+            self.progress
+                .listings
+                .store(self.listing, Ordering::Release);
+            // A listing reads every thread's clock: with thousands of
+            // threads it costs milliseconds. Keep it under 1/LISTING_SHARE
+            // of the sampler's time, so ticks stay cheap and on time (a new
+            // thread is then found later in such a process).
+            // (Measured in the sampler's own CPU time: on a busy machine
+            // its wall time says more about the load than the listing.)
+            let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu))
+                .saturating_sub(regions_cost);
+            self.relist_every = RELIST_INTERVAL.max(cost * LISTING_SHARE);
+            if let Some(unseen) = self.unseen.as_mut() {
+                unseen.listed(monotonic_ns(), cost.as_nanos() as u64);
+            }
+        } else {
+            self.refresh_regions_if_stale();
+        }
+        if !self.timers() {
+            self.signal_due_threads();
+        }
+        // After the threads are signalled or their timers opened, so that
+        // reading the modules (the first time, copying their unwind
+        // sections) never delays a sample.
+        if let Some(cfi) = self.cfi.as_mut() {
+            cfi.refresh_modules();
+        }
+        self.progress
+            .threads
+            .store(self.threads.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Re-reads `/proc/self/maps` when walks missed the snapshot or new
+    /// threads appeared, at most every [`REGIONS_REFRESH_INTERVAL`]: with
+    /// thousands of mappings one read costs milliseconds, and the snapshot
+    /// only tightens walk bounds (reads are fault-safe without it).
+    /// Returns the sampler CPU time the read took (zero when none was due).
+    fn refresh_regions_if_stale(&mut self) -> Duration {
+        let missing = slots::MISSING_REGIONS.load(Ordering::Relaxed);
+        if missing != self.missing_regions_seen {
+            self.missing_regions_seen = missing;
+            self.regions_stale = true;
+        }
+        if !self.regions_stale
+            || self
+                .regions_read_at
+                .is_some_and(|at| at.elapsed() < self.regions_every)
+        {
+            return Duration::ZERO;
+        }
+        self.regions_read_at = Some(Instant::now());
+        let cpu_before = threads::own_cpu_ns();
+        let refreshed = stack_regions::refresh(&mut self.regions_scratch);
+        // With thousands of mappings a read costs milliseconds: keep it
+        // under 1/LISTING_SHARE of the sampler's time too.
+        let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(cpu_before));
+        self.regions_every = REGIONS_REFRESH_INTERVAL.max(cost * LISTING_SHARE);
+        if refreshed {
+            self.regions_stale = false;
+            for state in self.threads.values_mut() {
+                state.regions_ready = true;
+            }
+        }
+        cost
+    }
+}
+
+/// Sleeps until an absolute `CLOCK_MONOTONIC` time, through interruptions.
+fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: valid clock id, flags and timespec; no remainder needed
+        // with TIMER_ABSTIME.
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != libc::EINTR {
+            return;
+        }
+    }
+}

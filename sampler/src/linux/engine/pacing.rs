@@ -1,0 +1,471 @@
+//! The sampler-thread clock: where perf events are refused, when forced,
+//! and always in wall mode, the sampler thread paces the samples itself.
+//!
+//! In cpu mode a thread is due when its CPU time since its last sample
+//! reaches a period ([`CpuDebt`](super::super::cpu_debt::CpuDebt)); the
+//! sampler wakes when each thread falls due and at random moments
+//! ([`CpuWakeups`]) and signals the due threads that run user code. In wall
+//! mode every thread is due at each tick: a running one is asked for its
+//! sample with a one-shot CPU timer, one off CPU is counted without being
+//! interrupted, on the stack it is blocked on, read from outside
+//! ([`SamplerLoop::read_blocked_stack`]). Only the threads active at the
+//! last listing are looked at ([`SamplerLoop::choose_active`]), and CPU
+//! time on threads not looked at brings the next listing forward
+//! ([`UnseenCpu`](super::super::unseen_cpu::UnseenCpu)).
+
+use std::time::Instant;
+
+use crate::walker::WalkEnd;
+use crate::{profile, Mode};
+
+use super::super::blocked_stack::{self, BlockedRead, BlockedStackReader, Syscall};
+use super::super::cpu_wakeups::CpuWakeups;
+use super::super::posix_timers::PosixTimer;
+use super::super::threads;
+use super::collect::OwnedWalk;
+use super::signal_blocked::blocks_signal_now;
+use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse, ThreadState, YOUNG};
+
+/// Wall mode: CPU time a thread may gain since its last sample and still
+/// count as not having run: taking a sample costs the thread a few
+/// microseconds of handler (up to ~10 in a VM, more under load).
+const IDLE_SLACK_NS: u64 = 50_000;
+
+/// Wall mode: the share of wall time the sampler may spend reading the
+/// stacks of threads found blocked after they ran (each read: a `/proc`
+/// file, up to 32 KiB of stack and a CFI unwind, tens of microseconds).
+/// Past it, such a thread is counted on its last known stack, as where
+/// the read fails.
+const BLOCKED_READ_SHARE: f64 = 0.02;
+
+/// The most of that budget saved up while no thread blocks.
+const BLOCKED_READ_BURST_NS: u64 = 2_000_000;
+
+/// Wall mode: the reader of the stacks of threads found blocked after
+/// they ran, and the sampler time it may still spend on them
+/// ([`BLOCKED_READ_SHARE`], saved up to [`BLOCKED_READ_BURST_NS`]).
+#[derive(Default)]
+pub(super) struct BlockedReads {
+    /// Created at the first read.
+    reader: Option<BlockedStackReader>,
+    budget_ns: u64,
+    /// The tick up to which the budget was earned.
+    tick: u64,
+}
+
+impl SamplerLoop {
+    /// Sampler-thread path, cpu mode: whether to list the threads before
+    /// the listing interval is up, because CPU time went to threads it did
+    /// not look at ([`UnseenCpu`]): a new thread, most likely, which would
+    /// otherwise run unsampled until the next listing, or to its end. As
+    /// often as listings' cost allows, spread over time ([`UnseenCpu`]).
+    ///
+    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
+    pub(super) fn unseen_thread_runs(&mut self) -> bool {
+        let Some(unseen) = self.unseen.as_mut() else {
+            return false;
+        };
+        let now = monotonic_ns();
+        if !unseen.due(now) {
+            return false;
+        }
+        let before = threads::own_cpu_ns();
+        let process = profile::process_cpu_time().as_nanos() as u64;
+        let own = threads::own_cpu_ns();
+        unseen.check(now, process, own, own.saturating_sub(before))
+    }
+
+    /// Sampler-thread path: signals every thread due this tick that is
+    /// running user code, starting where the last tick ran out of slots.
+    ///
+    /// A thread that is not running user code is never interrupted: a
+    /// signal would make its blocking call (`poll`, `nanosleep`, `select`,
+    /// `epoll_wait`, a `read` with a timeout…) fail with `EINTR`. In cpu
+    /// mode its owed CPU time waits until it runs again. In wall mode a
+    /// thread whose CPU clock has not moved since its last sample has not
+    /// run, so its last stack is counted again, off CPU; one that ran and
+    /// is off CPU now is counted off CPU on the stack it is blocked on
+    /// ([`Self::count_blocked`]). A running one is asked for a sample with
+    /// a one-shot CPU timer where the kernel allows them
+    /// ([`Self::wall_requests`]), else signalled.
+    ///
+    /// Only threads found active at the last listing are looked at
+    /// ([`Self::choose_active`]): with thousands of idle threads, reading
+    /// every thread's clock every tick would cost more than the period.
+    pub(super) fn signal_due_threads(&mut self) {
+        let random_tick = self.wakeups.as_ref().is_some_and(CpuWakeups::random_tick);
+        let count = self.active.len();
+        let start = if count == 0 { 0 } else { self.rotation % count };
+        let mut ran_out_at = None;
+        for n in 0..count {
+            let i = (start + n) % count;
+            let tid = self.active[i];
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let Some(cpu) = threads::thread_cpu_ns(tid) else {
+                // Exited since listed: counted when the list is re-read,
+                // having run at most until now since its last reading.
+                state.gone_at_ns.get_or_insert_with(monotonic_ns);
+                continue;
+            };
+            if let (Some(tails), Some(unseen)) = (self.tails.as_mut(), self.unseen.as_mut()) {
+                unseen.saw(tails.saw(&mut state.read_ns, cpu));
+            }
+            let mut weight = 1;
+            // The thread's CPU clock and when it was read: for the handler
+            // to tell whether the thread waited for a CPU meanwhile.
+            let mut read_at = (0, 0);
+            // Whether its CPU clock moved since the last tick: see below.
+            let progressed = state.last_cpu_ns.is_none_or(|last| cpu > last);
+            if self.config.mode == Mode::Wall {
+                state.last_cpu_ns = Some(cpu);
+            }
+            if self.config.mode == Mode::Cpu {
+                let now = monotonic_ns();
+                read_at = (now, cpu);
+                state.read_at_ns = now;
+                // The CPU time used since the last look is owed to the next
+                // sample; a sample is due once a full period is owed.
+                if let Some(last) = state.last_cpu_ns {
+                    let used = cpu.saturating_sub(last);
+                    self.stats.skipped_samples += state.debt.accrue(used, self.period_ns);
+                }
+                state.last_cpu_ns = Some(cpu);
+                // A thread whose clock stands still is waiting for a CPU
+                // (`R`) or blocked: asked once per stop, not every wakeup.
+                if progressed {
+                    state.stalled = None;
+                } else if state.stalled.is_none() {
+                    let runnable = threads::run_state(tid) == Some(threads::RunState::Running);
+                    state.stalled = Some(runnable);
+                }
+                let predicted = state.due_at.take().is_some_and(|at| at <= now);
+                let Some(due) = state.debt.due(self.period_ns) else {
+                    // Predict when it falls due if it runs from now: a
+                    // thread waiting for a CPU too, as it may well resume
+                    // right after this wakeup (`CpuWakeups`). A blocked one
+                    // is found by a random tick once it has run.
+                    if progressed || state.stalled == Some(true) {
+                        predict_due(state, self.wakeups.as_mut(), now, self.period_ns);
+                    }
+                    continue;
+                };
+                // Due without this being its predicted moment (it fell due
+                // unseen, after a blocking call or a missed prediction): a
+                // sample now would land at a moment tied to other threads'
+                // due points; a random tick's is unbiased.
+                if !predicted && !random_tick {
+                    continue;
+                }
+                weight = due;
+            }
+            if let Some(blocked) = &mut state.blocked {
+                // It blocks the signal: not signalled, its samples counted
+                // (held until a second look confirms it).
+                if self.config.mode == Mode::Cpu {
+                    state.debt.pay(weight, self.period_ns);
+                }
+                if blocked.confirmed {
+                    self.stats.signal_blocked_samples += weight;
+                    self.stats.add_signal_blocked(tid as u64, weight);
+                } else {
+                    blocked.owed_ns += weight * self.period_ns;
+                }
+                continue;
+            }
+            if self.config.mode == Mode::Wall {
+                // Being sampled costs a thread some CPU (the handler): less
+                // than IDLE_SLACK_NS of progress is not running.
+                let ran = cpu >= state.walk_cpu_ns + IDLE_SLACK_NS;
+                if let (false, Some(walk)) = (ran, &state.last_walk) {
+                    let weight = self.tick.saturating_sub(state.counted_tick).max(1);
+                    state.counted_tick = self.tick;
+                    let (key, walk) = (state.key, walk.off_cpu());
+                    self.stats.reused_samples += weight;
+                    self.intern(key, &walk.as_collected(), weight);
+                    continue;
+                }
+            }
+            if state.pending && self.wall_requests {
+                // Its request waits for it to run. Off CPU meanwhile, it is
+                // counted as such; running, its ticks are counted when the
+                // sample lands.
+                let running =
+                    progressed && threads::run_state(tid) == Some(threads::RunState::Running);
+                if running {
+                    state.running_ticks += 1;
+                    state.counted_tick = self.tick;
+                } else {
+                    self.count_blocked(tid, cpu);
+                }
+                continue;
+            }
+            if state.pending || !state.regions_ready {
+                self.stats.skipped_samples += 1;
+                continue;
+            }
+            // Cpu mode: `R` alone is not proof that a thread runs user
+            // code: a thread woken from `poll` (or `select`, ...) is `R`
+            // while it waits for a CPU, still inside the call, and a signal
+            // then makes the call fail with `EINTR` instead of returning
+            // its timeout (on a busy machine, up to 34 of 300 calls did).
+            // Such a thread has not run since the last tick; one that runs
+            // user code has (or was preempted there, when its sample would
+            // come late anyway). Its owed CPU time waits for a tick that
+            // finds it running, never signalled into its blocking call: such
+            // a signal would be taken at the call's exit after a wait, so its
+            // sample is given up as late (`slots::claim_armed`) and the debt
+            // stays, a cascade of `EINTR` for nothing (62 of 300 calls under
+            // load). A thread whose wake-ups fall exactly in step with the
+            // ticks is never found running: its owed time past the debt's
+            // cap is counted as skipped, not sampled.
+            if self.config.mode == Mode::Cpu && !progressed {
+                continue;
+            }
+            match threads::run_state(tid) {
+                // Wall mode: `R` without progress since the last tick is a
+                // thread woken inside a blocking call (or preempted), still
+                // waiting for a CPU: counted like a blocked one, not
+                // signalled (see the cpu-mode note above).
+                Some(threads::RunState::Running)
+                    if self.config.mode == Mode::Wall && !progressed =>
+                {
+                    self.count_blocked(tid, cpu);
+                    continue;
+                }
+                Some(threads::RunState::Running) => {}
+                Some(threads::RunState::Blocked) => {
+                    if self.config.mode == Mode::Wall {
+                        self.count_blocked(tid, cpu);
+                    }
+                    continue;
+                }
+                None => continue,
+            }
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            if !state.mask_checked {
+                state.mask_checked = true;
+                let signal = self.sender.signal();
+                if blocks_signal_now(tid, signal) {
+                    // Its due periods stay owed: the next tick holds them
+                    // on the provisional verdict.
+                    state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
+                    continue;
+                }
+            }
+            let key = state.key;
+            let Some(armed) = self.slots.arm(self.config.max_depth) else {
+                self.stats.slots_full += 1;
+                ran_out_at.get_or_insert(i);
+                continue;
+            };
+            // A young thread born while sampling, with no stack yet, keeps
+            // its first sample even if it comes late (see `slots`): given
+            // up, the thread may be gone before the next, and every period
+            // it used with it ([`ExitTails`] counts them on its last stack).
+            let first = self.tails.is_some()
+                && state.born_during_run
+                && state.recent_walks.is_empty()
+                && state.first_seen.elapsed() < YOUNG;
+            let read_at = if first { (0, 0) } else { read_at };
+            self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
+            let by_request = self.wall_requests;
+            let sent = if by_request {
+                // No lateness check (`mark_sent` above had no reading in
+                // wall mode): the timer fires on a tick of the thread's
+                // own running, an unbiased moment, however late.
+                PosixTimer::open_request(tid, self.sender.signal(), armed.signal_value())
+                    .map(|timer| state.request = Some(timer))
+            } else {
+                self.sender.send(tid, armed.signal_value())
+            };
+            match sent {
+                Ok(()) => {
+                    state.pending = true;
+                    state.counted_tick = self.tick;
+                    if by_request {
+                        state.running_ticks += 1;
+                    }
+                    if self.config.mode == Mode::Cpu {
+                        state.debt.pay(weight, self.period_ns);
+                        predict_due(state, self.wakeups.as_mut(), read_at.0, self.period_ns);
+                    }
+                    self.slot_uses[armed.slot] = Some(SlotUse {
+                        tid,
+                        key,
+                        weight: if self.config.mode == Mode::Cpu {
+                            weight
+                        } else {
+                            1
+                        },
+                        armed_at: Instant::now(),
+                        by_request,
+                    });
+                }
+                Err(e) => {
+                    // Nobody was signalled, so nobody can claim the slot.
+                    self.slots.cancel(armed.slot);
+                    if e.raw_os_error() == Some(libc::ESRCH) {
+                        self.stats.exited_threads += 1;
+                    } else {
+                        self.stats.failed_samples += 1;
+                    }
+                }
+            }
+        }
+        self.rotation = ran_out_at.unwrap_or(0);
+    }
+
+    /// Wall mode with requests, at the end (the run's or the thread's): the
+    /// ticks that found the thread running and that no sample stood for,
+    /// counted on its last stack, or as skipped if it has none.
+    pub(super) fn count_running_ticks_left(&mut self, tid: i32) {
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let ticks = std::mem::take(&mut state.running_ticks);
+        match &state.last_walk {
+            Some(walk) if ticks > 0 => {
+                let (key, walk) = (state.key, walk.clone());
+                self.stats.reused_samples += ticks;
+                self.intern(key, &walk.as_collected(), ticks);
+            }
+            _ => self.stats.skipped_samples += ticks,
+        }
+    }
+
+    /// Wall mode: counts a thread that ran since its last sample but is
+    /// off CPU now, without interrupting it: the stack it is blocked on,
+    /// read from outside, or else its last known stack (or the blocked
+    /// system call's pc), marked off CPU. That stack is then counted again
+    /// while its CPU clock stays put.
+    pub(super) fn count_blocked(&mut self, tid: i32, cpu: u64) {
+        let read = self.read_blocked_stack(tid);
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let walk = match read.or_else(|| state.last_walk.as_ref().map(OwnedWalk::off_cpu)) {
+            Some(walk) => walk,
+            None => match threads::blocked_syscall_pc(tid) {
+                Some(pc) => OwnedWalk {
+                    frames: vec![pc],
+                    lr: 0,
+                    end: WalkEnd::Blocked,
+                },
+                None => {
+                    self.stats.skipped_samples += 1;
+                    return;
+                }
+            },
+        };
+        state.walk_cpu_ns = cpu;
+        state.last_walk = Some(walk.clone());
+        let weight = self.tick.saturating_sub(state.counted_tick).max(1);
+        state.counted_tick = self.tick;
+        let key = state.key;
+        self.intern(key, &walk.as_collected(), weight);
+    }
+
+    /// Wall mode: the stack of thread `tid` if it is blocked in the kernel
+    /// and the budget allows reading it; `None` if it is waiting for a CPU
+    /// (nothing to read from outside), moved meanwhile, or the budget is
+    /// spent.
+    pub(super) fn read_blocked_stack(&mut self, tid: i32) -> Option<OwnedWalk> {
+        let cfi = self.cfi.as_mut()?;
+        let tick_ns = self.period_ns;
+        let earned = (tick_ns as f64 * BLOCKED_READ_SHARE) as u64;
+        let since = self.tick.saturating_sub(self.blocked_reads.tick);
+        self.blocked_reads.tick = self.tick;
+        self.blocked_reads.budget_ns =
+            (self.blocked_reads.budget_ns + since * earned).min(BLOCKED_READ_BURST_NS);
+        if self.blocked_reads.budget_ns == 0 {
+            return None;
+        }
+        let started = monotonic_ns();
+        let Some(Syscall::At { nr, sp, pc }) = blocked_stack::read_syscall(tid) else {
+            return None;
+        };
+        let reader = self
+            .blocked_reads
+            .reader
+            .get_or_insert_with(BlockedStackReader::new);
+        let walk = match reader.read(tid, cfi, nr, sp, pc) {
+            BlockedRead::Read(done) => Some(OwnedWalk {
+                frames: done.frames.to_vec(),
+                lr: 0,
+                end: WalkEnd::Blocked,
+            }),
+            BlockedRead::Moved | BlockedRead::Gone => None,
+        };
+        let spent = monotonic_ns().saturating_sub(started);
+        self.blocked_reads.budget_ns = self.blocked_reads.budget_ns.saturating_sub(spent);
+        walk
+    }
+
+    /// Sampler-thread path, at each listing: picks the threads the ticks
+    /// look at until the next listing: those whose CPU clock moved since
+    /// the last listing, and those with a sample in flight or owed. An
+    /// idle thread's CPU time is not lost (it is owed from its last reading
+    /// when it runs again); in wall mode the ticks it sat idle are counted
+    /// here, in one weighted sample of its last stack.
+    pub(super) fn choose_active(&mut self) {
+        let mut active = std::mem::take(&mut self.active);
+        active.clear();
+        for i in 0..self.tids.len() {
+            let tid = self.tids[i];
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let Some(now) = threads::thread_cpu_ns(tid) else {
+                continue;
+            };
+            // A thread seen for the first time counts as moving only if it
+            // used a period of CPU in its life: thousands of new idle
+            // threads would otherwise all be looked at on every tick until
+            // the next listing (which, with that many threads, is long in
+            // coming): the sampler thread spent 28-38% of a core so. A
+            // thread with less is owed no cpu-mode sample yet.
+            // One born while sampling, found early ([`UnseenCpu`]), is
+            // looked at once it used a quarter period: it may live 2 ms.
+            let moved = match state.listing_cpu_ns {
+                Some(before) => now >= before + IDLE_SLACK_NS,
+                None if state.born_during_run => now >= self.period_ns / 4,
+                None => now >= self.period_ns,
+            };
+            state.listing_cpu_ns = Some(now);
+            let busy = moved || state.pending || state.debt.due(self.period_ns).is_some();
+            if busy || state.blocked.is_some() {
+                active.push(tid);
+            } else if self.config.mode == Mode::Wall && self.tick > state.counted_tick {
+                if let Some(walk) = state.last_walk.as_ref().map(OwnedWalk::off_cpu) {
+                    let weight = self.tick - state.counted_tick;
+                    state.counted_tick = self.tick;
+                    let key = state.key;
+                    self.stats.reused_samples += weight;
+                    self.intern(key, &walk.as_collected(), weight);
+                } else {
+                    self.count_blocked(tid, now);
+                }
+            }
+        }
+        self.active = active;
+    }
+}
+
+/// Cpu mode, sampler-thread path: records when `state`'s thread will next
+/// fall due if it runs from `now_ns`, and has the sampler wake then.
+pub(super) fn predict_due(
+    state: &mut ThreadState,
+    wakeups: Option<&mut CpuWakeups>,
+    now_ns: u64,
+    period_ns: u64,
+) {
+    let at = now_ns + state.debt.until_next_period(period_ns);
+    state.due_at = Some(at);
+    if let Some(wakeups) = wakeups {
+        wakeups.due_at(at);
+    }
+}

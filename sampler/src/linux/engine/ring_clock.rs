@@ -1,0 +1,312 @@
+//! The perf ring clock ([`SampleClock::ThreadTimers`] where perf events
+//! are allowed): the inherited task-clock events ([`BornThreads`]) opened
+//! at the first listing, whose ring samples of every thread they cover are
+//! interned here; born threads named and settled (their CPU time and the
+//! part of a period after their last sample), and on stop the last
+//! samples and exit records waited for.
+
+use std::time::{Duration, Instant};
+
+use crate::walker::WalkEnd;
+use crate::{exclusions, SampleClock};
+
+use super::super::born_threads::{BornThreads, Settled};
+use super::super::handler::slots::Collected;
+use super::super::threads;
+use super::super::unwind::stack_copy::{self, CopiedStack};
+use super::super::MAX_DEPTH;
+use super::collect::OwnedWalk;
+use super::{monotonic_ns, SamplerLoop};
+
+/// The longest `stop` waits for the exit records of born threads that are
+/// gone.
+const EXIT_RECORDS_WAIT: Duration = Duration::from_millis(200);
+
+/// The key of a born thread no listing found yet, and the collection pass
+/// that last read its name (read again at most once per pass).
+#[derive(Clone, Copy)]
+pub(super) struct BornKey {
+    pub(super) key: u32,
+    pub(super) named_pass: u64,
+}
+
+/// Ring walks of one thread cut short before it is handed to a timer
+/// ([`RingWalks::cut_short`]).
+const RING_CUTS_BEFORE_HANDOFF: u64 = 3;
+
+/// How a thread's ring samples' walks went, to tell a thread whose stacks
+/// its ring samples keep cutting short.
+#[derive(Default)]
+pub(super) struct RingWalks {
+    walks: u64,
+    /// Walks that ended where the kernel's call chain or its stack copy
+    /// did, short of the depth asked for.
+    cut: u64,
+}
+
+impl RingWalks {
+    /// Counts one walk; `cut` if it ended so.
+    pub(super) fn count(&mut self, cut: bool) {
+        self.walks += 1;
+        self.cut += u64::from(cut);
+    }
+
+    /// Whether this thread's walks were cut short more than by accident:
+    /// at least [`RING_CUTS_BEFORE_HANDOFF`] times and in at least 1% of
+    /// them (a single system call below a large buffer on the stack, say,
+    /// is not worth a signal per sample from then on).
+    pub(super) fn cut_short(&self) -> bool {
+        self.cut >= RING_CUTS_BEFORE_HANDOFF && self.cut * 100 >= self.walks
+    }
+}
+
+impl SamplerLoop {
+    /// Timer path, first listing: opens the inherited events on the threads
+    /// listed, so that threads they create are sampled from birth.
+    pub(super) fn open_born_events(&mut self) {
+        // POSIX timers run where perf events are refused (or forced off).
+        if self.born_tried || self.clock != SampleClock::ThreadTimers {
+            return;
+        }
+        self.born_tried = true;
+        let seed = monotonic_ns().rotate_left(17) ^ u64::from(self.own_tid.unsigned_abs());
+        let tids: Vec<i32> = self
+            .tids
+            .iter()
+            .copied()
+            .filter(|&t| !exclusions::is_excluded(t as u64))
+            .collect();
+        match BornThreads::open(
+            &tids,
+            self.own_tid,
+            self.period_ns,
+            self.config.max_depth.clamp(1, MAX_DEPTH),
+            seed,
+        ) {
+            Ok(born) => {
+                // The events sample the threads they were opened on too:
+                // those need no timer of their own, and take no signal.
+                for tid in born.parents() {
+                    if let Some(state) = self.threads.get_mut(&tid) {
+                        state.on_ring = true;
+                    }
+                }
+                self.born = Some(born);
+            }
+            // Every thread then gets a timer, and born threads wait for a
+            // listing.
+            Err(_) => self.born = None,
+        }
+    }
+
+    /// Timer path: interns the samples the inherited events took of born
+    /// threads, and settles those whose samples are all in.
+    pub(super) fn collect_born_samples(&mut self) {
+        let Some(born) = self.born.as_mut() else {
+            return;
+        };
+        let mut samples = std::mem::take(&mut self.born_samples);
+        let mut settled = std::mem::take(&mut self.born_settled);
+        let max_depth = self.config.max_depth;
+        let (cfi, stats) = (&mut self.cfi, &mut self.stats);
+        let lost = born.drain(
+            &mut samples,
+            &mut settled,
+            |tid| exclusions::is_excluded(tid as u64),
+            |sample| {
+                // No frames: taken in the kernel after the thread let go of
+                // its user memory, on its way out; no user stack to count.
+                (!sample.frames.is_empty()).then(|| {
+                    let copy = sample
+                        .regs
+                        .filter(|_| !sample.stack.is_empty())
+                        .map(|regs| CopiedStack::from_parts(regs, regs.sp, sample.stack));
+                    let collected = Collected {
+                        frames: sample.frames,
+                        lr: sample.regs.map_or(0, |r| r.lr),
+                        end: sample.end,
+                        copy,
+                    };
+                    OwnedWalk::of(&collected, cfi.as_mut(), max_depth, stats)
+                })
+            },
+        );
+        self.stats.lost_samples += lost;
+        self.stats.ring_threads = born.sampled_threads();
+        let copy_is_smaller = born.stack_bytes() < stack_copy::COPY_WORDS * 8;
+        for sample in samples.drain(..) {
+            let Some(walk) = sample.walk else {
+                self.stats.failed_samples += 1;
+                continue;
+            };
+            let Some(key) = self.key_for_born(sample.tid) else {
+                self.stats.exited_threads += 1;
+                continue;
+            };
+            if let Some(state) = self.threads.get_mut(&sample.tid) {
+                // Cut short of `max_depth` where the kernel's chain was cut
+                // at its limit (a handler's walk has none), or where CFI
+                // ran out of copied stack (the kernel's chain never ends
+                // out of bounds) and a handler copies more.
+                let cut = walk.frames.len() < max_depth
+                    && walk.end.is_truncated()
+                    && (sample.end == WalkEnd::DepthCap
+                        || (walk.end == WalkEnd::OutOfBounds && copy_is_smaller));
+                state.ring_walks.count(cut);
+                if state.ring_walks.cut_short() && !state.born_deep {
+                    state.born_deep = true;
+                    self.deep_found = true;
+                }
+            }
+            self.intern(key, &walk.as_collected(), 1);
+            self.stats.ring_samples += 1;
+            if !self.threads.get(&sample.tid).is_some_and(|s| s.on_ring) {
+                self.stats.born_samples += 1;
+            }
+            self.born_walks.insert(sample.tid, (key, walk));
+        }
+        self.born_samples = samples;
+        self.settle_born(&mut settled);
+        self.born_settled = settled;
+    }
+
+    /// The key a born thread's ring sample is counted under: a listed
+    /// thread's own key; otherwise its name (from its last name change, its
+    /// `comm`, or the thread that created it, whose name it inherited),
+    /// read once per collection pass.
+    pub(super) fn key_for_born(&mut self, tid: i32) -> Option<u32> {
+        let (hint, parent) = self.born.as_ref()?.name_hint(tid);
+        let hint = hint.map(str::to_owned);
+        if let Some(state) = self.threads.get_mut(&tid) {
+            // A listing may have read its name before it named itself, and
+            // it may be gone before its name is read again.
+            return match hint {
+                Some(name) => {
+                    state.key = self.thread_keys.key(tid as u64, name, Some(state.key));
+                    Some(state.key)
+                }
+                None => self.key_for_sample(tid, None),
+            };
+        }
+        let pass = self.pass;
+        let previous = match self.born_keys.get(&tid) {
+            Some(known) if known.named_pass == pass => return Some(known.key),
+            Some(known) => Some(known.key),
+            None => None,
+        };
+        let name = match hint {
+            Some(name) => Some(name),
+            None => threads::thread_name(tid).or_else(|| {
+                let parent = parent?;
+                self.threads
+                    .get(&parent)
+                    .and_then(|s| self.thread_keys.infos().get(s.key as usize))
+                    .map(|info| info.name.clone())
+                    .or_else(|| threads::thread_name(parent))
+            }),
+        }?;
+        let key = self.thread_keys.key(tid as u64, name, previous);
+        self.born_keys.insert(
+            tid,
+            BornKey {
+                key,
+                named_pass: pass,
+            },
+        );
+        Some(key)
+    }
+
+    /// Counts settled born threads' CPU time, and the periods their ends
+    /// stood for under their last stacks.
+    pub(super) fn settle_born(&mut self, settled: &mut Vec<Settled>) {
+        for s in settled.drain(..) {
+            if s.ended {
+                // Its clock was read at listings up to `accounted`: the rest
+                // of its time is the kernel's count beyond that. One no
+                // listing found is counted only if it was sampled (else its
+                // time is left to the unsampled estimate).
+                let accounted = match self.threads.get_mut(&s.tid) {
+                    Some(state) if state.born => {
+                        let before = state.accounted_ns.unwrap_or(0);
+                        state.accounted_ns = Some(before.max(s.cpu_ns));
+                        Some(before)
+                    }
+                    Some(_) => None,
+                    None => self.born_accounted.remove(&s.tid),
+                };
+                let add = match accounted {
+                    Some(before) => s.cpu_ns.saturating_sub(before),
+                    None if s.sampled && !self.threads.contains_key(&s.tid) => s.cpu_ns,
+                    None => 0,
+                };
+                if add > 0 {
+                    self.stats
+                        .add_thread_cpu(s.tid as u64, Duration::from_nanos(add));
+                }
+            }
+            self.born_keys.remove(&s.tid);
+            if let Some((key, walk)) = self.born_walks.remove(&s.tid) {
+                if s.extra_sample {
+                    self.intern(key, &walk.as_collected(), 1);
+                    self.stats.born_samples += 1;
+                    self.stats.ring_samples += 1;
+                }
+            }
+        }
+    }
+
+    /// Counts the last part of a period that thread `tid`, one the ring
+    /// events were opened on, ran after its last sample, at random by its
+    /// fraction ([`BornThreads::parent_tail`]), as it exits or sampling
+    /// stops with its CPU clock at `cpu_ns`.
+    pub(super) fn count_parent_tail(&mut self, tid: i32, cpu_ns: u64) {
+        let Some(born) = self.born.as_mut() else {
+            return;
+        };
+        if born.parent_tail(tid, cpu_ns) {
+            if let Some((key, walk)) = self.born_walks.remove(&tid) {
+                self.intern(key, &walk.as_collected(), 1);
+                self.stats.ring_samples += 1;
+            }
+        }
+        self.born_walks.remove(&tid);
+    }
+
+    /// On stop, once no timer fires: the last ring samples, and every born
+    /// thread settled (the living with their CPU clocks now).
+    pub(super) fn finish_born(&mut self) {
+        if self.born.is_none() {
+            return;
+        }
+        self.collect_born_samples();
+        // A thread's `join` returns before the kernel writes its exit and
+        // final counts, and a thread preempted on its way out (beside busy
+        // processes) writes them tens of milliseconds later: wait a little
+        // for those, rather than count a gone thread's time as nothing.
+        let deadline = Instant::now() + EXIT_RECORDS_WAIT;
+        while self
+            .born
+            .as_ref()
+            .is_some_and(|b| b.awaiting_exit(threads::thread_cpu_ns))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+            self.collect_born_samples();
+        }
+        let parents: Vec<(i32, u64)> = self
+            .threads
+            .iter()
+            .filter(|(_, s)| s.on_ring)
+            .map(|(&tid, s)| (tid, s.accounted_ns.unwrap_or(0)))
+            .collect();
+        for (tid, cpu_ns) in parents {
+            self.count_parent_tail(tid, cpu_ns);
+        }
+        let mut settled = std::mem::take(&mut self.born_settled);
+        if let Some(born) = self.born.as_mut() {
+            born.finish(&mut settled, threads::thread_cpu_ns);
+        }
+        self.settle_born(&mut settled);
+        self.born = None;
+    }
+}

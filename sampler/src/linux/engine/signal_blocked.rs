@@ -1,0 +1,208 @@
+//! Threads that block the profiling signal (daemons, `sigwait` and
+//! `signalfd` loops): found without queueing signals on them, never
+//! signalled or given a timer while they block, their due samples counted
+//! as `signal_blocked_samples`, and let back once they unblock. A single
+//! look at a thread's `SigBlk` is no proof (a thread starting, or inside
+//! btprof's own handler, shows the signal blocked too), so a verdict waits
+//! for a second look. On the timer path a silent timer raises the
+//! suspicion ([`SamplerLoop::watch_blocked_threads`]); on the
+//! sampler-thread path a signal not taken in time
+//! ([`SamplerLoop::cannot_take_signal`]) or the mask looked at before a
+//! thread's first signal.
+
+use crate::Mode;
+
+use super::super::cpu_timer::CpuTimer;
+use super::super::handler::slots;
+use super::super::threads;
+use super::{BlockedSince, SamplerLoop};
+
+impl BlockedSince {
+    /// Seen blocking once: to be looked at again at the next listing.
+    pub(super) fn provisional(cpu_ns: u64, listing: u64) -> Self {
+        BlockedSince {
+            cpu_ns,
+            owed_ns: 0,
+            recheck_listing: listing + 1,
+            confirmed: false,
+        }
+    }
+}
+
+/// Timer periods a thread may run without one sample before its signal
+/// mask is looked at.
+const SILENT_PERIODS: u64 = 20;
+
+/// Listings between two looks at a blocking thread's signal mask.
+const BLOCKED_RECHECK_LISTINGS: u64 = 20;
+
+/// Whether thread `tid` blocks `signal` itself: `SigBlk` has it, and the
+/// thread is not inside (or just leaving) btprof's own handler, whose
+/// `sa_mask` puts the signal in `SigBlk` while it runs
+/// ([`slots::in_handler`], looked at before and after the mask is read).
+/// A thread that just entered the handler and has not claimed its slot yet
+/// still looks blocked here: callers take the verdict as final only when
+/// a later look agrees, or undo it at the next listing.
+pub(super) fn blocks_signal_now(tid: i32, signal: libc::c_int) -> bool {
+    !slots::in_handler(tid)
+        && threads::blocks_signal(tid, signal) == Some(true)
+        && !slots::in_handler(tid)
+}
+
+impl SamplerLoop {
+    /// Finds threads that block the profiling signal (their timer ran
+    /// many periods, yet no sample came) and closes their timers, so
+    /// signals do not queue up on them; counts their CPU periods as failed
+    /// samples while they block; and lets them have a timer again once
+    /// they unblock.
+    pub(super) fn watch_blocked_threads(&mut self) {
+        let (period, signal, listing) = (self.period_ns, self.sender.signal(), self.listing);
+        for (&tid, state) in self.threads.iter_mut() {
+            if let Some(blocked) = &mut state.blocked {
+                let Some(cpu) = threads::thread_cpu_ns(tid) else {
+                    continue;
+                };
+                blocked.owed_ns += cpu.saturating_sub(blocked.cpu_ns);
+                blocked.cpu_ns = cpu;
+                if !blocked.confirmed && listing >= blocked.recheck_listing {
+                    // The second look: a thread that was starting, or in
+                    // btprof's handler, gets its timer at this listing;
+                    // the CPU time held meanwhile was never sampled, like
+                    // any thread's before its timer opened.
+                    blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
+                    if !blocks_signal_now(tid, signal) {
+                        state.blocked = None;
+                        continue;
+                    }
+                    blocked.confirmed = true;
+                }
+                if !blocked.confirmed {
+                    continue;
+                }
+                let lost = blocked.owed_ns / period;
+                self.stats.signal_blocked_samples += lost;
+                self.stats.add_signal_blocked(tid as u64, lost);
+                blocked.owed_ns %= period;
+                if listing >= blocked.recheck_listing {
+                    blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
+                    if threads::blocks_signal(tid, signal) == Some(false) {
+                        state.blocked = None;
+                    }
+                }
+                continue;
+            }
+            let Some(count) = state.timer.as_ref().and_then(CpuTimer::cpu_ns) else {
+                continue;
+            };
+            let silent = state.timer_samples == 0
+                && count.saturating_sub(state.timer_checked_ns) >= SILENT_PERIODS * period;
+            // `SigBlk` also holds the signal while the thread runs btprof's
+            // own handler: a silent spell (kernel time, or the sampler
+            // thread starved on a busy machine) looked at in that moment
+            // would close a working thread's timer and count its samples as
+            // lost. So the handler's own slots are looked at too, and it
+            // takes two silent spells in a row, each of many periods of the
+            // thread's CPU time without a single sample, with the signal
+            // blocked at both looks: a thread that takes its signals
+            // leaves a sample in between.
+            let suspect = silent && blocks_signal_now(tid, signal);
+            if !suspect {
+                state.suspect_since_ns = None;
+            } else if state.suspect_since_ns.is_none() {
+                state.suspect_since_ns = Some(state.timer_checked_ns);
+            } else {
+                let since = state
+                    .suspect_since_ns
+                    .take()
+                    .unwrap_or(state.timer_checked_ns);
+                let lost = count.saturating_sub(since) / period;
+                self.stats.signal_blocked_samples += lost;
+                self.stats.add_signal_blocked(tid as u64, lost);
+                state.timer = None;
+                // CPU time is accounted from its clock from now on.
+                state.accounted_ns = threads::thread_cpu_ns(tid);
+                // Two looks agreed already.
+                state.blocked = Some(BlockedSince {
+                    cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
+                    owed_ns: 0,
+                    recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
+                    confirmed: true,
+                });
+                continue;
+            }
+            if silent || state.timer_samples > 0 {
+                state.timer_checked_ns = count;
+                state.timer_samples = 0;
+            }
+        }
+    }
+
+    /// Sampler-thread path: a signal sent to `tid` was not taken in time.
+    /// If the thread blocks the signal (or it is still queued on it), it
+    /// is marked blocked and not signalled again until it unblocks, so at
+    /// most one signal is ever outstanding for it; returns whether it was.
+    pub(super) fn cannot_take_signal(&mut self, tid: i32) -> bool {
+        let signal = self.sender.signal();
+        let Some(status) = threads::signal_status(tid, signal) else {
+            return false;
+        };
+        // Still pending: it has not taken the signal, whatever its mask,
+        // and another must not be queued on it. Blocked (not inside
+        // btprof's handler, whose `sa_mask` blocks it too): it may be
+        // one that blocks the signal.
+        if !(status.pending || (status.blocked && !slots::in_handler(tid))) {
+            return false;
+        }
+        let listing = self.listing;
+        if let Some(state) = self.threads.get_mut(&tid) {
+            state.blocked = Some(BlockedSince {
+                cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
+                owed_ns: 0,
+                // Looked at again at the next listing, so a thread that
+                // was only slow to take its signal is soon sampled again.
+                recheck_listing: listing + 1,
+                // Its signal went untaken for SAMPLE_TIMEOUT: evidence
+                // enough.
+                confirmed: true,
+            });
+        }
+        true
+    }
+
+    /// Sampler-thread path: lets threads that blocked the signal have
+    /// samples again once they unblocked it and nothing of ours is queued
+    /// on them any more.
+    pub(super) fn recheck_blocked_threads(&mut self) {
+        let (signal, listing) = (self.sender.signal(), self.listing);
+        for (&tid, state) in self.threads.iter_mut() {
+            let Some(blocked) = &mut state.blocked else {
+                continue;
+            };
+            if listing < blocked.recheck_listing {
+                continue;
+            }
+            blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
+            if !blocked.confirmed {
+                // The second look (see `BlockedSince::confirmed`): the
+                // periods held meanwhile are counted, or owed again.
+                let periods = blocked.owed_ns / self.period_ns;
+                if blocks_signal_now(tid, signal) {
+                    blocked.confirmed = true;
+                    self.stats.signal_blocked_samples += periods;
+                    self.stats.add_signal_blocked(tid as u64, periods);
+                } else {
+                    if self.config.mode == Mode::Cpu {
+                        self.stats.skipped_samples += state.debt.refund(periods);
+                    }
+                    state.blocked = None;
+                }
+                continue;
+            }
+            if let Some(status) = threads::signal_status(tid, signal) {
+                if !status.blocked && !status.pending {
+                    state.blocked = None;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Per-thread signal timers, for the threads the rings cannot take and
+//! on the POSIX clock: a [`CpuTimer`] per thread (a perf task-clock event
+//! that signals its thread, or a POSIX CPU timer), opened busiest thread
+//! first, and the samples their handlers left in free slots interned.
+
+use super::super::cpu_timer::CpuTimer;
+use super::super::threads;
+use super::collect::OwnedWalk;
+use super::signal_blocked::blocks_signal_now;
+use super::{monotonic_ns, BlockedSince, SamplerLoop};
+
+/// Sampler CPU time one listing may spend opening timers for threads that
+/// did not run since it read their clocks (see `open_timers`).
+const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
+
+impl SamplerLoop {
+    /// Opens a timer for threads that have none yet and whose stack is in
+    /// the region snapshot: every one that ran since this listing read its
+    /// clock, busiest first, then idle ones for at most
+    /// [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time. The rest wait
+    /// for later listings, so that a process with thousands of idle
+    /// threads has its busy ones sampled at once instead of after seconds
+    /// of opening timers no one needs yet (when the sampler thread drains
+    /// no slots either).
+    pub(super) fn open_timers(&mut self) {
+        let (period, signal) = (self.period_ns, self.sender.signal());
+        let mut wanted = std::mem::take(&mut self.timer_queue);
+        wanted.clear();
+        for (&tid, state) in &self.threads {
+            if state.timer.is_some()
+                || state.blocked.is_some()
+                || !state.regions_ready
+                || state.seen_listing != self.listing
+                || ((state.born || state.on_ring) && !state.born_deep)
+            {
+                continue;
+            }
+            // CPU time since `account_cpu` read the clock in this listing.
+            let ran = match (threads::thread_cpu_ns(tid), state.accounted_ns) {
+                (Some(now), Some(before)) => now.saturating_sub(before),
+                _ => 0,
+            };
+            wanted.push((ran, tid));
+        }
+        wanted.sort_unstable_by(|a, b| b.cmp(a));
+        let started = threads::own_cpu_ns();
+        for &(ran, tid) in &wanted {
+            if ran == 0 && threads::own_cpu_ns().saturating_sub(started) > IDLE_TIMER_BUDGET_NS {
+                break;
+            }
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            if !state.mask_checked {
+                // A thread that blocks the signal gets no timer: its
+                // overflows would queue up (real-time signals) or be taken
+                // by its `sigwait`. Counted by `watch_blocked_threads`.
+                state.mask_checked = true;
+                if blocks_signal_now(tid, signal) {
+                    if state.born || state.on_ring {
+                        // A deep born thread that blocks the signal keeps
+                        // its ring samples (cut at the kernel's depth).
+                        state.born_deep = false;
+                        state.mask_checked = false;
+                        continue;
+                    }
+                    let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                    state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
+                    continue;
+                }
+            }
+            match CpuTimer::open(self.clock, tid, period, signal) {
+                Ok(timer) => {
+                    // The timer counts from zero: CPU time is accounted from
+                    // here, where samples can start. A (deep) born thread's
+                    // ring samples stop here.
+                    let born = std::mem::take(&mut state.born);
+                    if born | std::mem::take(&mut state.on_ring) {
+                        let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                        if let Some(born) = self.born.as_mut() {
+                            born.hand_off(tid, monotonic_ns(), cpu);
+                        }
+                    }
+                    state.accounted_ns = Some(0);
+                    state.timer = Some(timer);
+                    self.stats.timer_threads += u64::from(!state.timer_counted);
+                    state.timer_counted = true;
+                    state.timer_samples = 0;
+                    state.timer_checked_ns = 0;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    self.stats.exited_threads += 1;
+                }
+                Err(_) if state.timer_failed => {}
+                Err(_) => {
+                    state.timer_failed = true;
+                    self.stats.failed_samples += 1;
+                }
+            }
+        }
+        self.timer_queue = wanted;
+    }
+
+    /// Interns every sample a timer handler left; returns how many slots
+    /// handlers are still writing.
+    pub(super) fn collect_timer_samples(&mut self) -> usize {
+        let mut walks = std::mem::take(&mut self.timer_walks);
+        walks.clear();
+        let (cfi, stats) = (&mut self.cfi, &mut self.stats);
+        let max_depth = self.config.max_depth;
+        let writing = self.slots.collect_claimed(|tid, weight, walk| {
+            let walk = OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats);
+            walks.push((tid, weight, walk));
+        });
+        for (tid, weight, walk) in walks.drain(..) {
+            if let Some(state) = self.threads.get_mut(&tid) {
+                state.timer_samples += 1;
+            }
+            match self.key_for_sample(tid, None) {
+                Some(key) => self.intern(key, &walk.as_collected(), weight),
+                // A thread this sampler never listed (it exited before):
+                // its sample cannot be named.
+                None => self.stats.exited_threads += 1,
+            }
+        }
+        self.timer_walks = walks;
+        writing
+    }
+}

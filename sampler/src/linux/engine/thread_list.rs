@@ -1,0 +1,310 @@
+//! What the engine knows about each thread ([`ThreadState`], declared in
+//! the engine's `mod.rs` beside the loop's other state, so that every part
+//! of the engine reads its fields), and the listings that keep it
+//! current: new threads registered and named (their names read again,
+//! often while they are young, later at growing intervals), every
+//! thread's CPU time read into the stats, exited threads forgotten, and,
+//! on the sampler-thread clock, the CPU time an exited thread used after
+//! its last sample counted on its last stacks ([`ExitTails`]).
+//!
+//! [`ExitTails`]: super::super::exit_tails::ExitTails
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::{exclusions, SampleClock};
+
+use super::super::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
+use super::super::exit_tails::{share_out, ExitTail};
+use super::super::threads;
+use super::collect::OwnedWalk;
+use super::ring_clock::RingWalks;
+use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS};
+
+impl ThreadState {
+    pub(super) fn new(now: Instant, listing: u64) -> Self {
+        ThreadState {
+            key: u32::MAX,
+            last_cpu_ns: None,
+            debt: CpuDebt::default(),
+            due_at: None,
+            stalled: None,
+            accounted_ns: None,
+            pending: false,
+            // Walks are fault-safe and bounded without the snapshot too
+            // (see `slots`), so a new thread is sampled at once.
+            regions_ready: true,
+            seen_listing: listing,
+            first_seen: now,
+            name_pass: 0,
+            name_check_listing: listing,
+            name_check_interval: 1,
+            timer: None,
+            timer_failed: false,
+            timer_samples: 0,
+            timer_checked_ns: 0,
+            blocked: None,
+            suspect_since_ns: None,
+            last_walk: None,
+            walk_cpu_ns: 0,
+            request: None,
+            running_ticks: 0,
+            counted_tick: 0,
+            listing_cpu_ns: None,
+            read_ns: None,
+            read_at_ns: 0,
+            gone_at_ns: None,
+            recent_walks: Vec::new(),
+            born_during_run: false,
+            born: false,
+            born_deep: false,
+            ring_walks: RingWalks::default(),
+            on_ring: false,
+            timer_counted: false,
+            mask_checked: false,
+        }
+    }
+
+    /// The thread's CPU time as the sampler accounts it: its timer's count
+    /// if it has one (a timer starts at zero when opened), else its clock.
+    pub(super) fn cpu_reading(&self, tid: i32) -> Option<u64> {
+        match &self.timer {
+            Some(timer) => timer.cpu_ns(),
+            None => threads::thread_cpu_ns(tid),
+        }
+    }
+}
+
+/// A thread that exited at the last listing, and its last stacks
+/// ([`SamplerLoop::settle_exits`]).
+pub(super) struct Exit {
+    pub(super) tid: i32,
+    pub(super) key: u32,
+    pub(super) walks: Vec<OwnedWalk>,
+    pub(super) tail: ExitTail,
+}
+
+impl AsMut<ExitTail> for Exit {
+    fn as_mut(&mut self) -> &mut ExitTail {
+        &mut self.tail
+    }
+}
+
+impl SamplerLoop {
+    /// Registers threads seen for the first time and re-reads names that
+    /// are due; a new thread may run on a stack not yet in the snapshot.
+    pub(super) fn discover_threads(&mut self) {
+        let now = Instant::now();
+        for i in 0..self.tids.len() {
+            let tid = self.tids[i];
+            if tid == self.own_tid || exclusions::is_excluded(tid as u64) {
+                // A profiler thread (the dump thread) may be listed once
+                // before it excludes itself: forget it now, before its CPU
+                // time or its blocked signals are counted.
+                self.threads.remove(&tid);
+                // The process's clock counts btprof's threads too.
+                if let (Some(tails), true) = (self.tails.as_mut(), tid != self.own_tid) {
+                    if let Some(cpu) = threads::thread_cpu_ns(tid) {
+                        tails.saw_excluded(tid, cpu, self.listing > 1);
+                    }
+                }
+                continue;
+            }
+            let listing = self.listing;
+            let state = match self.threads.get_mut(&tid) {
+                Some(s) => {
+                    s.seen_listing = listing;
+                    if s.name_check_listing > listing {
+                        continue;
+                    }
+                    s
+                }
+                None => {
+                    self.regions_stale = true;
+                    let mut state = ThreadState::new(now, listing);
+                    if let Some(born) = self.born.as_mut() {
+                        state.born = born.is_young(tid);
+                        if state.born {
+                            // Its clock counts from its birth, all of it
+                            // sampled by the inherited events.
+                            state.accounted_ns = Some(0);
+                        } else {
+                            // Not known to be born here yet (its start may
+                            // still be in a ring): counted as listed from now.
+                            let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                            born.hand_off(tid, monotonic_ns(), cpu);
+                        }
+                    }
+                    if listing > 1 && self.clock == SampleClock::SamplerThread {
+                        // Born while sampling: all its CPU time so far was
+                        // used during the run, so it is owed (and counted)
+                        // from zero, and a short-lived thread is sampled as
+                        // soon as it used a period.
+                        state.last_cpu_ns = Some(0);
+                        state.accounted_ns = Some(0);
+                        state.read_ns = Some(0);
+                        state.born_during_run = true;
+                        // Its first look counts as its predicted moment:
+                        // one found late (it ran a period already) is
+                        // sampled then, not at a random tick after it ended.
+                        state.due_at = Some(0);
+                    }
+                    self.threads.entry(tid).or_insert(state)
+                }
+            };
+            state.name_check_listing = listing + state.name_check_interval;
+            state.name_check_interval = (state.name_check_interval * 2).min(1024);
+            self.read_name(tid);
+        }
+        // A thread whose name could not be read even once (it exited at
+        // once) is dropped now rather than sampled under no name.
+        self.threads.retain(|_, s| s.key != u32::MAX);
+    }
+
+    /// Reads thread `tid`'s name and points its state at that name's key.
+    pub(super) fn read_name(&mut self, tid: i32) -> Option<u32> {
+        let name = threads::thread_name(tid)?;
+        let previous = self
+            .threads
+            .get(&tid)
+            .map(|s| s.key)
+            .filter(|&k| k != u32::MAX);
+        let key = self.thread_keys.key(tid as u64, name, previous);
+        if let Some(state) = self.threads.get_mut(&tid) {
+            state.key = key;
+        }
+        Some(key)
+    }
+
+    /// Adds each thread's CPU time since the last reading to the stats.
+    pub(super) fn account_cpu(&mut self) {
+        let mut total = Duration::ZERO;
+        let read_at = monotonic_ns();
+        let born = self.born.as_ref();
+        for (&tid, state) in self.threads.iter_mut() {
+            // A thread sampled into the rings that exited: its events'
+            // counts, which no more than the wall time since the last
+            // reading can have added to.
+            let from_ring = || {
+                let count = born?.parent_cpu_ns(tid)?;
+                let before = state.accounted_ns?;
+                let wall = read_at.saturating_sub(state.read_at_ns);
+                Some(count.clamp(before, before + wall))
+            };
+            let reading =
+                state
+                    .cpu_reading(tid)
+                    .or_else(|| if state.on_ring { from_ring() } else { None });
+            if state.on_ring {
+                state.read_at_ns = read_at;
+            }
+            if let Some(now) = reading {
+                if let Some(before) = state.accounted_ns {
+                    let used = Duration::from_nanos(now.saturating_sub(before));
+                    self.stats.add_thread_cpu(tid as u64, used);
+                }
+                state.accounted_ns = Some(now);
+                if let Some(tails) = self.tails.as_mut() {
+                    tails.saw(&mut state.read_ns, now);
+                    state.read_at_ns = read_at;
+                }
+            } else if self.tails.is_some() {
+                state.gone_at_ns.get_or_insert(read_at);
+            }
+        }
+        for t in &self.stats.thread_cpu {
+            total += t.cpu;
+        }
+        self.progress
+            .sampled_cpu_ns
+            .store(total.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Forgets threads not in the latest listing (closing their timers)
+    /// unless a signal to them is still in flight.
+    pub(super) fn forget_exited(&mut self) {
+        let listing = self.listing;
+        self.departed.clear();
+        let departed = &mut self.departed;
+        let mut born = self.born.as_mut();
+        let born_accounted = &mut self.born_accounted;
+        let (reckon, period, now) = (self.tails.is_some(), self.period_ns, monotonic_ns());
+        let (exits, stats) = (&mut self.exits, &mut self.stats);
+        let mut ring_exits = Vec::new();
+        self.threads.retain(|&tid, s| {
+            let keep = s.seen_listing == listing || s.pending;
+            if !keep {
+                departed.insert(tid, s.key);
+                if reckon {
+                    // Its CPU time read since the last listing, then what it
+                    // stands for after its last sample ([`ExitTails`]).
+                    if let (Some(read), Some(accounted)) = (s.read_ns, s.accounted_ns) {
+                        let since = Duration::from_nanos(read.saturating_sub(accounted));
+                        stats.add_thread_cpu(tid as u64, since);
+                    }
+                    if !s.recent_walks.is_empty() {
+                        exits.push(Exit {
+                            tid,
+                            key: s.key,
+                            walks: std::mem::take(&mut s.recent_walks),
+                            tail: ExitTail {
+                                owed_ns: s.debt.take_all(period),
+                                cap_ns: s.gone_at_ns.unwrap_or(now).saturating_sub(s.read_at_ns),
+                                unread_ns: 0,
+                            },
+                        });
+                    }
+                }
+                if let Some(born) = born.as_mut() {
+                    born.forget(tid);
+                    if s.born {
+                        born_accounted.insert(tid, s.accounted_ns.unwrap_or(0));
+                    }
+                }
+                if s.on_ring {
+                    ring_exits.push((tid, s.accounted_ns.unwrap_or(0)));
+                }
+            }
+            keep
+        });
+        for (tid, cpu_ns) in ring_exits {
+            self.count_parent_tail(tid, cpu_ns);
+        }
+    }
+
+    /// Sampler-thread path, cpu mode: counts on each thread that exited at
+    /// this listing, on its last stacks, the CPU time it used after its
+    /// last sample: what it was owed at its last reading, and its share of
+    /// the `unread_ns` nobody read since the last listing ([`ExitTails`]).
+    ///
+    /// [`ExitTails`]: super::super::exit_tails::ExitTails
+    pub(super) fn settle_exits(&mut self, unread_ns: u64) {
+        let Some(mut tails) = self.tails.take() else {
+            return;
+        };
+        share_out(unread_ns, &mut self.exits);
+        let mut exits = std::mem::take(&mut self.exits);
+        for exit in exits.drain(..) {
+            let tail = exit.tail;
+            let unread = Duration::from_nanos(tail.unread_ns);
+            self.stats.add_thread_cpu(exit.tid as u64, unread);
+            let samples = tails
+                .samples_for(tail.owed_ns + tail.unread_ns, self.period_ns)
+                .min(MAX_OWED_PERIODS);
+            // Each on one of its last stacks, picked at random: the thread's
+            // recent samples scaled up to all of its time.
+            let mut counts = [0u64; RECENT_WALKS];
+            for _ in 0..samples {
+                counts[tails.pick(exit.walks.len())] += 1;
+            }
+            for (walk, &count) in exit.walks.iter().zip(&counts) {
+                if count > 0 {
+                    self.intern(exit.key, &walk.as_collected(), count);
+                }
+            }
+            self.stats.exit_samples += samples;
+        }
+        self.exits = exits;
+        self.tails = Some(tails);
+    }
+}

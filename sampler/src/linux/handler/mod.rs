@@ -1,0 +1,49 @@
+//! The profiling signal's handler, and everything it touches.
+//!
+//! Everything in this folder may run inside the handler, on a thread
+//! interrupted at an arbitrary instruction: inside `malloc`, holding a
+//! lock, in the middle of a `dlclose`, or on a stack with a few KiB left.
+//! The rest of the sampler (the engine, the clocks, CFI unwinding) runs on
+//! the sampler thread and may allocate; nothing outside this folder runs
+//! in the handler except the one-shot capture's entry points
+//! ([`super::one_shot`]) and the small classifiers of the timers' signals
+//! ([`super::thread_timers::is_ours`], [`super::posix_timers`]), which keep
+//! the same rules. The handler's code path is [`slots::on_signal`].
+//!
+//! The rules (docs/architecture.md, rules 1, 2, 7 and 8), which every
+//! function reachable from the handler keeps:
+//!
+//! - **No allocation, no locks, no panics, no logging**: the interrupted
+//!   thread may hold the allocator's or any other lock. Walks go into
+//!   static, preallocated slots ([`slots`]); naming, interning and
+//!   unwinding with CFI wait for the sampler thread, after the thread
+//!   runs again.
+//! - **Async-signal-safe calls only**: `gettid`, `clock_gettime`,
+//!   `process_vm_readv`, `sigaction`, atomics. No `dladdr`, no reading of
+//!   unwind tables, no `pthread_getattr_np` (stack bounds come from a
+//!   snapshot the sampler thread publishes, [`stack_regions`]).
+//! - **Fault-safe reads**: every read of the interrupted stack goes
+//!   through the kernel's checked copy ([`checked_memory`]); a snapshot of
+//!   the mappings bounds a walk but proves nothing about the moment of the
+//!   read. Walks are bounded: inside the stack, aligned, strictly
+//!   ascending, capped in depth.
+//! - **Small stack**: at most 512 bytes of the interrupted thread's stack
+//!   (a thread without an alternate signal stack takes the signal on its
+//!   own); buffers are static, never locals.
+//! - **errno is saved and restored**; nothing is left pending that could
+//!   kill the process after `stop` or `exec` ([`signal`]).
+//! - **Static state only**: a handler that runs late, after the profiler
+//!   stopped, touches memory that still exists.
+//!
+//! - [`signal`]: installing the handler, sending the signal, restoring the
+//!   previous action (runs on the sampler thread, and after `fork`).
+//! - [`slots`]: the handler itself and the slots it leaves its walk in.
+//! - [`registers`]: the interrupted registers, from the `ucontext_t`.
+//! - [`checked_memory`]: fault-safe reads of the stack.
+//! - [`stack_regions`]: the snapshot of mappings that bounds a walk.
+
+pub(crate) mod checked_memory;
+pub(crate) mod registers;
+pub(crate) mod signal;
+pub(crate) mod slots;
+pub(crate) mod stack_regions;

@@ -1,0 +1,108 @@
+//! What the sampler takes out of a perf ring's records: each sample is
+//! unwound while it is still in the ring (a CFI walk reads a few words of
+//! the copied stack, so only those are touched), and the rest of the
+//! record is kept only as far as ordering the CPUs' records by time needs.
+
+use crate::walker::{Registers, WalkEnd};
+
+use super::perf_ring::Record;
+
+/// A ring sample as the kernel wrote it, borrowed from the ring, for the
+/// caller of [`BornThreads::drain`] to unwind there: a CFI walk reads a few
+/// of the copied stack's words, so only those are touched, where copying
+/// every record's whole stack out cost the sampler thread most of its time.
+pub(crate) struct RingSample<'a> {
+    /// Return addresses by frame pointers, pc first.
+    pub frames: &'a [u64],
+    pub end: WalkEnd,
+    pub regs: Option<Registers>,
+    /// The copied stack words, from `regs.sp` up (empty if none).
+    pub stack: &'a [u64],
+}
+
+/// A ring sample of a listed or born thread, unwound by the caller into
+/// `W`; `walk` is `None` where the caller found nothing to count.
+pub(crate) struct BornSample<W> {
+    pub tid: i32,
+    /// [`WalkEnd::DepthCap`] where the kernel's call chain was cut at its
+    /// limit.
+    pub end: WalkEnd,
+    pub walk: Option<W>,
+}
+
+/// A record copied out of the ring, for ordering the CPUs' records by time.
+pub(super) enum Owned<W> {
+    Sample(BornSample<W>),
+    Fork { tid: i32, parent: i32 },
+    Exit(i32),
+    Comm(i32, String),
+    Read(i32, u64),
+}
+
+/// Takes what the sampler needs out of a ring record while it is still in
+/// the ring: a sample is unwound there by `unwind`.
+pub(super) fn own<W>(
+    record: Record<'_>,
+    own_pid: i32,
+    max_stack: usize,
+    unwind: &mut impl FnMut(&RingSample<'_>) -> Option<W>,
+) -> Option<(u64, Owned<W>)> {
+    let time = record.time()?;
+    Some((
+        time,
+        match record {
+            Record::Sample {
+                tid,
+                callchain,
+                regs,
+                stack,
+                ..
+            } => {
+                let end = if callchain.len() >= max_stack {
+                    WalkEnd::DepthCap
+                } else {
+                    // Decided with the symbols, as for a handler's walk.
+                    WalkEnd::Complete
+                };
+                // The copy starts at sp; words are read 8-aligned.
+                let aligned = regs.is_some_and(|r| r.sp % 8 == 0);
+                let copied;
+                let words: &[u64] = if !aligned {
+                    &[]
+                } else if let Some(words) = words_in_place(stack) {
+                    words
+                } else {
+                    copied = stack
+                        .chunks_exact(8)
+                        .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+                        .collect::<Vec<u64>>();
+                    &copied
+                };
+                let walk = unwind(&RingSample {
+                    frames: &callchain,
+                    end,
+                    regs,
+                    stack: words,
+                });
+                Owned::Sample(BornSample { tid, end, walk })
+            }
+            Record::Fork { pid, tid, ptid, .. } if pid == own_pid && tid != pid => {
+                Owned::Fork { tid, parent: ptid }
+            }
+            Record::Exit { tid, .. } => Owned::Exit(tid),
+            Record::Comm { tid, name, .. } => Owned::Comm(tid, name),
+            Record::Read { tid, value, .. } => Owned::Read(tid, value),
+            _ => return None,
+        },
+    ))
+}
+
+/// `bytes` as native-endian words without copying, where they are 8-aligned
+/// and whole words: a record's stack always is in the ring, whose records
+/// are 8-aligned; the contiguous copy of a wrapped record may not be.
+fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
+    // SAFETY: every bit pattern is a valid u64, and `align_to` only puts
+    // properly aligned, in-bounds bytes in the middle slice.
+    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+    (head.is_empty() && tail.is_empty()).then_some(words)
+}
