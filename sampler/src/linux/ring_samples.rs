@@ -8,9 +8,10 @@ use crate::walker::{Registers, WalkEnd};
 use super::perf_ring::Record;
 
 /// A ring sample as the kernel wrote it, borrowed from the ring, for the
-/// caller of [`BornThreads::drain`] to unwind there: a CFI walk reads a few
-/// of the copied stack's words, so only those are touched, where copying
-/// every record's whole stack out cost the sampler thread most of its time.
+/// caller of [`drain`](super::born_threads::BornThreads::drain) to unwind
+/// there: a CFI walk reads a few of the copied stack's words, so only those
+/// are touched, where copying every record's whole stack out cost the
+/// sampler thread most of its time.
 pub(crate) struct RingSample<'a> {
     /// Return addresses by frame pointers, pc first.
     pub frames: &'a [u64],
