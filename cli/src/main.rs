@@ -610,12 +610,14 @@ fn print_summary(profile: &Profile) {
     }
     if !s.process_cpu.is_zero() {
         println!(
-            "process CPU: {:.1} ms, of which sampled threads {:.1} ms, the sampler {:.1} ms, \
+            "process CPU: {:.1} ms, of which sampled threads {:.1} ms ({:.1} ms of it not \
+             covered: its samples lost to a full ring), the sampler {:.1} ms, \
              not covered by any sample {:.1} ms ({:.1}%: threads that used less than one \
              period, threads that exited before they were listed where the kernel could not \
              sample them from birth, btprof's own dump thread)",
             s.process_cpu.as_secs_f64() * 1e3,
             s.sampled_cpu().as_secs_f64() * 1e3,
+            s.lost_cpu().as_secs_f64() * 1e3,
             s.sampler_cpu.as_secs_f64() * 1e3,
             s.unsampled_cpu().as_secs_f64() * 1e3,
             100.0 * s.unsampled_cpu().as_secs_f64() / s.process_cpu.as_secs_f64(),

@@ -209,6 +209,16 @@ impl SamplerStats {
         self.thread_cpu.iter().map(|t| t.cpu).sum()
     }
 
+    /// CPU time of the sampled threads whose samples the kernel dropped
+    /// from a full ring ([`Self::lost_samples`], one period each): counted
+    /// in [`Self::sampled_cpu`], but no sample stands for it.
+    pub fn lost_cpu(&self) -> Duration {
+        if self.requested_hz == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(self.lost_samples as f64 / f64::from(self.requested_hz))
+    }
+
     /// CPU time of the process that no sampled thread accounts for: threads
     /// that lived and exited between two listings of the threads (a few
     /// milliseconds apart) or ran before their first listing, a thread's

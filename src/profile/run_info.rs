@@ -80,6 +80,10 @@ pub struct RunInfo {
     /// events only); their CPU time has no sample.
     #[serde(default)]
     pub lost_samples: u64,
+    /// The CPU time those lost samples stood for (one period each), in
+    /// seconds: sampled threads' time that no sample covers.
+    #[serde(default)]
+    pub lost_cpu_secs: f64,
     /// Threads the kernel sampled into ring buffers, with no signal (perf
     /// events only).
     #[serde(default)]
@@ -122,6 +126,7 @@ impl RunInfo {
             truncated_walks: stats.truncated(),
             failed_samples: stats.failed_samples,
             lost_samples: stats.lost_samples,
+            lost_cpu_secs: (stats.lost_cpu().as_secs_f64() * 1e6).round() / 1e6,
             ring_threads: stats.ring_threads,
             timer_threads: stats.timer_threads,
             overflow_samples,
@@ -289,6 +294,22 @@ mod tests {
         assert!(why[0].contains("base 1000 Hz, new 99 Hz"), "{why:?}");
         assert!(why[1].contains("base cpu, new wall"), "{why:?}");
         assert!(RunInfo::differences(Some(&info), None).is_empty());
+    }
+
+    /// Samples the kernel dropped from a full ring are reported as the CPU
+    /// time they stood for, one period each: 250 lost at 1000 Hz is 0.25 s
+    /// of the sampled threads' time that no sample covers.
+    #[test]
+    fn reports_lost_samples_as_uncovered_cpu() {
+        let mut stats = Stats::new(&btprof_sampler::SamplerConfig::default());
+        stats.lost_samples = 250;
+        stats.add_thread_cpu(7, Duration::from_secs(2));
+        assert_eq!(stats.lost_cpu(), Duration::from_millis(250));
+        let info = RunInfo::of_this_process(&stats, 0);
+        assert_eq!(info.lost_samples, 250);
+        assert_eq!(info.lost_cpu_secs, 0.25);
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(json.contains("\"lost_cpu_secs\":0.25"), "{json}");
     }
 
     /// Weighted samples (periods) and distinct ones are reported apart:
