@@ -10,15 +10,26 @@
 //!
 //! `--errno EPERM` refuses as Docker's profile does (`EACCES`, a paranoid
 //! kernel's answer, is the default). Exits with the command's status.
+//! Linux only: elsewhere there is no `perf_event_open` to refuse.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
-use btprof_testkit::seccomp::refuse_perf_event_open;
+#[cfg(not(target_os = "linux"))]
+fn main() -> ExitCode {
+    eprintln!("refuse-perf: Linux only (perf_event_open and seccomp are Linux's)");
+    ExitCode::from(2)
+}
 
+#[cfg(target_os = "linux")]
 const USAGE: &str = "usage: refuse-perf [--errno EACCES|EPERM] [--] COMMAND [ARG...]";
 
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    use btprof_testkit::seccomp::refuse_perf_event_open;
+
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut errno = libc::EACCES;
     if args.first().map(String::as_str) == Some("--errno") {
