@@ -67,32 +67,12 @@ pub fn current_thread_id() -> u64 {
 #[cfg(target_os = "linux")]
 mod linux;
 
-/// For btprof's benchmarks only (`sampler/benches/stack_reads.rs`, the
-/// overhead benchmark's floor): not part of the API.
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
-pub mod bench_support {
-    pub use crate::linux::handler::checked_memory::{probe, CheckedMemory, WINDOW_WORDS};
-    pub use crate::linux::task_clock::TaskClock;
-}
+pub use linux::bench_support;
 #[cfg(all(target_os = "linux", feature = "test-hooks"))]
 #[doc(hidden)]
-pub mod test_hooks {
-    //! For btprof's own tests: not part of the API. Built with the
-    //! `test-hooks` feature only, which this crate's own tests turn on (a
-    //! dev-dependency on itself), so that the hooks stay out of the
-    //! handler everywhere else.
-
-    use std::sync::atomic::Ordering::Relaxed;
-    use std::time::Duration;
-
-    /// Makes every handler on thread `tid` spend `cpu` of its CPU time
-    /// after it claimed its slot (zero: off), as a slow walk would.
-    pub fn set_handler_delay(tid: u64, cpu: Duration) {
-        crate::linux::handler::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
-        crate::linux::handler::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
-    }
-}
+pub use linux::test_hooks;
 #[cfg(target_os = "linux")]
 pub use linux::{default_signal, MAX_DEPTH};
 

@@ -69,6 +69,7 @@
 //! [`CpuWakeups`]: cpu_wakeups::CpuWakeups
 //! [`CpuDebt`]: cpu_debt::CpuDebt
 
+pub mod bench_support;
 mod blocked_stack;
 mod born_threads;
 mod cpu_debt;
@@ -86,6 +87,8 @@ mod ring_samples;
 mod scheduling;
 mod split_mix;
 pub(crate) mod task_clock;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 mod thread_timers;
 mod threads;
 mod unseen_cpu;

@@ -1,0 +1,14 @@
+//! For btprof's own tests: not part of the API. Built with the
+//! `test-hooks` feature only, which this crate's own tests turn on (a
+//! dev-dependency on itself), so that the hooks stay out of the handler
+//! everywhere else.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+/// Makes every handler on thread `tid` spend `cpu` of its CPU time after
+/// it claimed its slot (zero: off), as a slow walk would.
+pub fn set_handler_delay(tid: u64, cpu: Duration) {
+    super::handler::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
+    super::handler::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
+}
