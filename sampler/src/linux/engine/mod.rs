@@ -71,18 +71,6 @@ const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
 
-/// The same with every thread on the rings, which sample threads born
-/// since the last listing from their first instruction (and a ring sample
-/// of a thread not listed yet brings the next listing forward): listing
-/// `/proc/self/task` and reading the clocks of 500 idle threads at each
-/// collection took 4.5% of a core.
-const RING_LISTING_SHARE: u32 = 200;
-
-/// The longest time between two listings with every thread on the rings:
-/// a born thread is handed to a timer, named from its listing and its CPU
-/// time read no later than this.
-const RING_RELIST_MAX: Duration = Duration::from_millis(500);
-
 /// How long a thread counts as young: its name is re-read whenever one of
 /// its samples is interned, because threads often name themselves right
 /// after they start.
@@ -357,10 +345,6 @@ pub(super) struct SamplerLoop {
     /// Born threads' last walks (and their keys), under which the part of
     /// a period after their last sample is counted when they are settled.
     born_walks: HashMap<i32, (u32, OwnedWalk)>,
-    /// A ring sample came from a thread no listing found yet: list the
-    /// threads at the next tick rather than after [`Self::relist_every`],
-    /// so that it is named and, if its stack needs it, handed to a timer.
-    unlisted_on_ring: bool,
     /// A thread on the rings turned out to need a timer
     /// ([`ThreadState::born_deep`]): opened right after the collection
     /// that found it, not at the next listing, so that few of its samples
@@ -443,7 +427,6 @@ impl SamplerLoop {
             born_keys: HashMap::new(),
             born_walks: HashMap::new(),
             deep_found: false,
-            unlisted_on_ring: false,
             born_accounted: HashMap::new(),
         })
     }
@@ -452,11 +435,6 @@ impl SamplerLoop {
     /// sampler thread only collects.
     fn timers(&self) -> bool {
         self.clock.is_kernel_paced()
-    }
-
-    /// Whether every thread is sampled into the rings: no timer is open.
-    fn rings_only(&self) -> bool {
-        self.born.is_some() && !self.threads.values().any(|s| s.timer.is_some())
     }
 
     /// How long the sampler thread sleeps between two collections. With
@@ -471,8 +449,9 @@ impl SamplerLoop {
         }
         let slots = (self.period_ns * (SLOTS as u64 / 4))
             .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64);
+        let rings_only = !self.threads.values().any(|s| s.timer.is_some());
         match self.born.as_ref() {
-            Some(born) if self.rings_only() => {
+            Some(born) if rings_only => {
                 let (least, most) = RING_COLLECT_INTERVAL;
                 let longest = (RING_COLLECT_PERIODS * self.period_ns)
                     .clamp(least.as_nanos() as u64, most.as_nanos() as u64);
@@ -573,11 +552,10 @@ impl SamplerLoop {
         if std::mem::take(&mut self.deep_found) && self.timers() {
             self.open_timers();
         }
-        let since_listing = self.listed_at.map(|at| at.elapsed());
-        if since_listing.is_none_or(|d| d >= self.relist_every)
+        if self
+            .listed_at
+            .is_none_or(|at| at.elapsed() >= self.relist_every)
             || self.unseen_thread_runs()
-            || (std::mem::take(&mut self.unlisted_on_ring)
-                && since_listing.is_none_or(|d| d >= RELIST_INTERVAL))
         {
             let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
@@ -618,11 +596,7 @@ impl SamplerLoop {
             // its wall time says more about the load than the listing.)
             let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu))
                 .saturating_sub(regions_cost);
-            self.relist_every = if self.rings_only() {
-                RELIST_INTERVAL.max((cost * RING_LISTING_SHARE).min(RING_RELIST_MAX))
-            } else {
-                RELIST_INTERVAL.max(cost * LISTING_SHARE)
-            };
+            self.relist_every = RELIST_INTERVAL.max(cost * LISTING_SHARE);
             if let Some(unseen) = self.unseen.as_mut() {
                 unseen.listed(monotonic_ns(), cost.as_nanos() as u64);
             }

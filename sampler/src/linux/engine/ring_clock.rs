@@ -144,7 +144,6 @@ impl SamplerLoop {
                 self.stats.exited_threads += 1;
                 continue;
             };
-            self.unlisted_on_ring |= !self.threads.contains_key(&sample.tid);
             if let Some(state) = self.threads.get_mut(&sample.tid) {
                 // Cut short of `max_depth` where the kernel's chain was cut
                 // at its limit (a handler's walk has none), or where CFI
