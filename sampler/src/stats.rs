@@ -266,6 +266,14 @@ impl SamplerStats {
             .map(|i| self.thread_cpu[i].cpu)
     }
 
+    /// Counts one interned sample standing for `weight` periods, whose walk
+    /// ended so.
+    pub(crate) fn count_sample(&mut self, end: crate::walker::WalkEnd, weight: u64) {
+        self.samples += weight;
+        self.recorded += 1;
+        self.walk_ends[end as usize] += weight;
+    }
+
     /// Records that thread `tid` used `cpu` more CPU time.
     pub fn add_thread_cpu(&mut self, tid: u64, cpu: Duration) {
         self.thread_entry(tid).cpu += cpu;

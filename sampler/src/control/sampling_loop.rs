@@ -398,9 +398,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
                     },
                     weight,
                 );
-                self.stats.samples += weight;
-                self.stats.recorded += 1;
-                self.stats.walk_ends[walk.end as usize] += weight;
+                self.stats.count_sample(walk.end, weight);
             }
             Err(e) => count_failure(&mut self.stats, e),
         }

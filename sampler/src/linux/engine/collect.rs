@@ -218,9 +218,7 @@ impl SamplerLoop {
             },
             weight,
         );
-        self.stats.samples += weight;
-        self.stats.recorded += 1;
-        self.stats.walk_ends[walk.end as usize] += weight;
+        self.stats.count_sample(walk.end, weight);
     }
 
     /// On stop: collects what finished, cancels what never started and
