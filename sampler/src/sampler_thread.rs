@@ -144,6 +144,11 @@ impl SamplerThread {
             return Err(Error::ForkedChild);
         }
         self.stop.store(true, Ordering::Release);
+        // A loop sleeping between collections wakes now, not at its
+        // next deadline.
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
         match self.thread.take() {
             Some(t) => t.join().unwrap_or_else(|_| Err(Error::SamplerPanicked)),
             None => Err(Error::AlreadyStopped),

@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu, thread_cpu, with_watchdog};
@@ -274,5 +274,53 @@ fn a_thread_deeper_than_ring_samples_reach_gets_complete_stacks() {
             complete * 100 >= samples * 90,
             "{complete} of {samples} samples complete"
         );
+    });
+}
+
+/// The longest a `stop` may take here, median of three. The sampler
+/// thread sleeps up to 100 ms between collections at 100 Hz, and the
+/// kernel writes final counts for only some of the threads that exit
+/// together: `stop` used to sleep out the first and wait 200 ms for the
+/// second, so every stop took 200-300 ms.
+const STOP_BOUND: Duration = Duration::from_millis(60);
+
+/// `stop` returns at once, at a rate where the sampler thread sleeps long
+/// between collections, asked right after a collection, and after threads
+/// born while sampling have exited.
+#[test]
+fn stop_returns_promptly_after_born_threads_exit() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    with_watchdog("stopping promptly", Duration::from_secs(120), || {
+        let _hogs = Hogs::start(2);
+        let mut took = Vec::new();
+        for _ in 0..3 {
+            let sampler = Sampler::start(SamplerConfig {
+                hz: 100,
+                mode: Mode::Cpu,
+                ..SamplerConfig::default()
+            })
+            .expect("start");
+            let workers: Vec<_> = (0..4)
+                .map(|_| thread::spawn(|| spin_cpu(Duration::from_millis(50), 20_000)))
+                .collect();
+            for w in workers {
+                std::hint::black_box(w.join().unwrap());
+            }
+            // Right after a collection: the sampler thread has its whole
+            // sleep ahead of it.
+            let ticks = sampler.progress().ticks.load(Ordering::Relaxed);
+            while sampler.progress().ticks.load(Ordering::Relaxed) == ticks {
+                thread::sleep(Duration::from_micros(200));
+            }
+            let asked = Instant::now();
+            let raw = sampler.stop().expect("stop");
+            took.push(asked.elapsed());
+            if !on_rings(&raw) {
+                return;
+            }
+        }
+        took.sort();
+        println!("measured: stops took {took:?}");
+        assert!(took[1] <= STOP_BOUND, "median stop {:?}", took[1]);
     });
 }

@@ -100,6 +100,12 @@ const FD_BUDGET: usize = 4096;
 /// How long after a born thread's exit record its final counts may still
 /// come (it was preempted on its way out) before it is settled without.
 const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
+/// How long `stop` waits for final counts after an exit record. The
+/// kernel writes them right after the exit record, in the same call (1 to
+/// 5 µs later here), when it writes them at all: of two threads that end
+/// together, often only the last one gets them. Waiting longer for the
+/// others only delayed every `stop` by the full wait.
+const FINAL_COUNTS_GRACE_NS: u64 = 5_000_000;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
@@ -133,6 +139,8 @@ struct Young {
     /// The drain pass in which its exit was read, and when (monotonic ns).
     exited_pass: Option<u64>,
     exited_at_ns: u64,
+    /// When the kernel wrote its exit record (monotonic ns).
+    exit_record_ns: u64,
     handoff: Option<Handoff>,
     /// Its name from a name-change record, and the thread that created it.
     name: Option<String>,
@@ -557,6 +565,7 @@ impl BornThreads {
                     if let Some(y) = self.young.get_mut(&tid) {
                         y.exited_pass = Some(self.pass);
                         y.exited_at_ns = now_ns;
+                        y.exit_record_ns = time;
                     }
                 }
                 Owned::Sample(sample) => {
@@ -598,16 +607,20 @@ impl BornThreads {
         self.stopped_at_ns.get_or_insert(super::monotonic_ns());
     }
 
-    /// Whether a born thread whose clock can no longer be read (`cpu_of`)
-    /// has no exit record yet: it is on its way out, and its final counts
-    /// are still to come.
-    pub(crate) fn awaiting_exit(&self, cpu_of: impl Fn(i32) -> Option<u64>) -> bool {
+    /// Whether a born thread's exit is still coming in at `now_ns`: its
+    /// clock can no longer be read (`cpu_of`) but its exit record is not in
+    /// yet, or that record is in without all its final counts and is less
+    /// than [`FINAL_COUNTS_GRACE_NS`] old.
+    pub(crate) fn awaiting_exit(&self, now_ns: u64, cpu_of: impl Fn(i32) -> Option<u64>) -> bool {
         let counts = self.rings.len();
         self.young.iter().any(|(&tid, y)| {
             !y.excluded
                 && y.handoff.is_none()
                 && match y.exited_pass {
-                    Some(_) => y.reads < counts,
+                    Some(_) => {
+                        y.reads < counts
+                            && now_ns < y.exit_record_ns.saturating_add(FINAL_COUNTS_GRACE_NS)
+                    }
                     None => cpu_of(tid).is_none(),
                 }
         })

@@ -280,15 +280,16 @@ impl SamplerLoop {
             return;
         }
         self.collect_born_samples();
-        // A thread's `join` returns before the kernel writes its exit and
-        // final counts, and a thread preempted on its way out (beside busy
-        // processes) writes them tens of milliseconds later: wait a little
-        // for those, rather than count a gone thread's time as nothing.
+        // A thread's `join` returns before the kernel writes its exit
+        // record and final counts: wait for the record of a thread whose
+        // clock is gone, and briefly for the counts after it, rather than
+        // count a gone thread's time as nothing. (A thread still on its
+        // way out is settled with its clock below.)
         let deadline = Instant::now() + EXIT_RECORDS_WAIT;
         while self
             .born
             .as_ref()
-            .is_some_and(|b| b.awaiting_exit(threads::thread_cpu_ns))
+            .is_some_and(|b| b.awaiting_exit(monotonic_ns(), threads::thread_cpu_ns))
             && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(1));
