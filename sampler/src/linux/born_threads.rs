@@ -85,11 +85,17 @@ const MIN_RING_RECORDS: usize = 64;
 /// [`STACK_BYTES`]), enough for a sampler thread kept off the CPU by a
 /// busy machine: 256 KiB lost a tenth of the samples beside load 6, and
 /// 1 MiB two thirds of them while 512 threads and two hogs shared two
-/// CPUs with the sampler thread. At most [`RING_MEMORY`] in all; where
-/// locked memory is short (an unprivileged user gets
-/// `perf_event_mlock_kb`, 516 KiB per CPU by default, then
+/// CPUs with the sampler thread. A ring is no larger than what holds
+/// [`RING_HOLDS_NS`] at the rate ([`ring_pages_for`]). At most
+/// [`RING_MEMORY`] in all; where locked memory is short (an unprivileged
+/// user gets `perf_event_mlock_kb`, 516 KiB per CPU by default, then
 /// `RLIMIT_MEMLOCK`), the next size is tried, down to 32 KiB.
 const RING_PAGES: [usize; 9] = [2048, 1024, 512, 256, 128, 64, 32, 16, 8];
+/// How long a ring should hold at one sample per period on its CPU (and
+/// at least [`MIN_RING_RECORDS`]). Mapping a ring allocates and maps every
+/// page of it: 8 MiB rings were most of the sampler thread's CPU time in a
+/// 4-second run at 100 Hz, where 2 MiB hold more than a second.
+const RING_HOLDS_NS: u64 = 500_000_000;
 /// The most memory all the rings may take together.
 const RING_MEMORY: usize = 16 << 20;
 /// Descriptors the inherited events may take in all (one per CPU per
@@ -278,10 +284,13 @@ impl BornThreads {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
         let cpu_count = cpus.max(1) as usize;
         let smallest = RING_PAGES[RING_PAGES.len() - 1];
+        let largest = ring_pages_for(period_ns, max_stack, page);
         let mut sizes = RING_PAGES
             .iter()
             .copied()
-            .filter(|&pages| pages == smallest || pages * page * cpu_count <= RING_MEMORY)
+            .filter(|&pages| {
+                pages == smallest || (pages <= largest && pages * page * cpu_count <= RING_MEMORY)
+            })
             .peekable();
         while let (Some(pages), Some(tid)) = (sizes.peek().copied(), tids.clone().next()) {
             let mut short_of_memory = false;
@@ -416,7 +425,7 @@ impl BornThreads {
     /// About how many samples one ring holds: each record reserves the
     /// whole stack copy, the registers and the longest call chain.
     pub(crate) fn samples_per_ring(&self) -> u64 {
-        let record = u64::from(self.stack_bytes) + 8 * (self.max_stack as u64 + 32);
+        let record = record_bytes(self.stack_bytes, self.max_stack) as u64;
         self.rings.first().map_or(0, |r| r.data_size() / record)
     }
 
@@ -691,6 +700,26 @@ impl BornThreads {
     }
 }
 
+/// The most a sample record takes: the whole stack copy, the registers
+/// and the longest call chain.
+fn record_bytes(stack_bytes: u32, max_stack: usize) -> usize {
+    stack_bytes as usize + 8 * (max_stack + 32)
+}
+
+/// The most pages a ring needs at one sample per `period_ns` on its CPU:
+/// the fewest of [`RING_PAGES`] that hold [`RING_HOLDS_NS`] of records,
+/// and at least [`MIN_RING_RECORDS`].
+fn ring_pages_for(period_ns: u64, max_stack: usize, page: usize) -> usize {
+    let records = (RING_HOLDS_NS / period_ns.max(1)).max(MIN_RING_RECORDS as u64) as usize;
+    let bytes = records.saturating_mul(record_bytes(STACK_BYTES, max_stack));
+    RING_PAGES
+        .iter()
+        .rev()
+        .copied()
+        .find(|&pages| pages * page >= bytes)
+        .unwrap_or(RING_PAGES[0])
+}
+
 /// Bytes of stack each sample copies in rings of `ring_bytes`: all of
 /// [`STACK_BYTES`] where they still hold [`MIN_RING_RECORDS`] records.
 fn stack_bytes(ring_bytes: usize) -> u32 {
@@ -738,4 +767,20 @@ fn kernel_max_stack() -> usize {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(127)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_are_sized_by_the_rate() {
+        let at = |hz: u64| ring_pages_for(1_000_000_000 / hz, 127, 4096);
+        // 500 ms of 1000 Hz is more than the largest ring holds.
+        assert_eq!(at(1000), 2048);
+        assert_eq!(at(250), 1024);
+        // 64 records at least, whatever the rate.
+        assert_eq!(at(100), 512);
+        assert_eq!(at(1), 512);
+    }
 }
