@@ -34,8 +34,8 @@ use crate::walker::StackMemory;
 
 /// Words per copy window: 4 KiB, one page, covers the live stack of most
 /// walks (measured: the self-check's deepest workload stack uses about
-/// 1.5 KiB), and 64 slots of it cost 256 KiB of memory, touched only as
-/// slots are used.
+/// 1.5 KiB); the 256 slots' windows are 1 MiB of zeroed memory, of which
+/// only the slots in use at once are ever touched.
 pub const WINDOW_WORDS: usize = 512;
 
 /// Whether `process_vm_readv` works on our own pid here.

@@ -101,15 +101,18 @@ struct Slot {
 }
 
 impl Slot {
+    /// All zeros, so that the table is zero-initialised memory (`.bss`),
+    /// not 6 MiB of every embedding program's file: `max_depth` is set at
+    /// each arming and `weight` at each claim.
     const fn new() -> Self {
         Slot {
             state: AtomicU64::new(IDLE),
-            max_depth: AtomicU32::new(MAX_DEPTH as u32),
+            max_depth: AtomicU32::new(0),
             depth: AtomicU32::new(0),
             end: AtomicU32::new(0),
             lr: AtomicU64::new(0),
             tid: AtomicI32::new(0),
-            weight: AtomicU64::new(1),
+            weight: AtomicU64::new(0),
             sent_ns: AtomicU64::new(0),
             sent_cpu_ns: AtomicU64::new(0),
             late: AtomicU32::new(0),
@@ -140,9 +143,6 @@ pub(crate) static NO_FREE_SLOT: AtomicU64 = AtomicU64::new(0);
 static CLAIMS: AtomicU64 = AtomicU64::new(0);
 /// Frames a timer sample keeps (slots armed by the sampler carry their own).
 pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
-/// Where a timer handler starts looking for a free slot, so handlers on
-/// different threads do not all contend for slot 0.
-static NEXT_FREE_HINT: AtomicU32 = AtomicU32::new(0);
 
 /// Tests only ([`crate::test_hooks`], feature `test-hooks`): CPU time each
 /// handler spends after claiming its slot, as a slow walk would, so a test
@@ -632,13 +632,18 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Any `Idle` slot, claimed `Idle -> Writing` with a fresh generation, for
-/// a timer sample standing for `weight` periods; counts the sample lost if
-/// every slot is taken.
+/// The first `Idle` slot, claimed `Idle -> Writing` with a fresh
+/// generation, for a timer sample standing for `weight` periods; counts
+/// the sample lost if every slot is taken.
+///
+/// The lowest free slot, not one further round each time: a slot's pages
+/// are the program's data until first written, and the first write of
+/// each copies the page and flushes it from every CPU the process runs on
+/// (an interrupt to each). Taken round the table, a handler paid that for
+/// its first 256 samples, most of a short run's; taken lowest first, only
+/// the few slots ever in use at once are.
 fn claim_free(weight: u64) -> Option<(&'static Slot, u64, usize)> {
-    let start = NEXT_FREE_HINT.fetch_add(1, Relaxed) as usize;
-    for i in 0..SLOTS {
-        let slot = &SLOT_TABLE[(start + i) % SLOTS];
+    for slot in SLOT_TABLE.iter() {
         let current = slot.state.load(Relaxed);
         if current & 3 != IDLE {
             continue;
