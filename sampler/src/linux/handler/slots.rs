@@ -330,26 +330,11 @@ impl SlotOwner {
             self.armed[slot] = None;
             return Poll::Late;
         }
-        let depth = (s.depth.load(Relaxed) as usize).min(MAX_DEPTH);
-        // Copy out so the slot can be reused at once.
-        self.scratch.clear();
+        self.armed[slot] = None;
         // SAFETY: the slot is `Done` for our generation (loaded with
         // `Acquire` above), so its handler finished writing and no other
         // handler can claim it until we arm it again.
-        let frames = unsafe { &(&*s.frames.0.get())[..depth] };
-        self.scratch.extend_from_slice(frames);
-        let lr = s.lr.load(Relaxed);
-        let end = WalkEnd::from_u8(s.end.load(Relaxed) as u8);
-        self.armed[slot] = None;
-        collect(Collected {
-            frames: &self.scratch,
-            lr,
-            end,
-            // SAFETY: the slot stays `Done` until the store below, so no
-            // handler writes the copy while `collect` reads it.
-            copy: unsafe { s.copy.view() },
-        });
-        s.state.store(IDLE, Release);
+        unsafe { hand_out(s, &mut self.scratch, collect) };
         Poll::Collected
     }
 
@@ -398,33 +383,37 @@ impl SlotOwner {
                 }
                 _ => continue,
             }
-            let depth = (s.depth.load(Relaxed) as usize).min(MAX_DEPTH);
-            self.scratch.clear();
+            let (tid, weight) = (s.tid.load(Relaxed), s.weight.load(Relaxed).max(1));
             // SAFETY: the slot is `Done` (loaded with `Acquire` above): its
             // handler finished writing, and no handler claims a slot that is
-            // not `Idle`, so nobody writes it until we store `Idle` below.
-            let frames = unsafe { &(&*s.frames.0.get())[..depth] };
-            self.scratch.extend_from_slice(frames);
-            let lr = s.lr.load(Relaxed);
-            let end = WalkEnd::from_u8(s.end.load(Relaxed) as u8);
-            let tid = s.tid.load(Relaxed);
-            collect(
-                tid,
-                s.weight.load(Relaxed).max(1),
-                Collected {
-                    frames: &self.scratch,
-                    lr,
-                    end,
-                    // SAFETY: the slot stays `Done` until the store below,
-                    // so no handler writes the copy while `collect` reads it.
-                    copy: unsafe { s.copy.view() },
-                },
-            );
-            s.state.store(IDLE, Release);
+            // not `Idle`.
+            unsafe { hand_out(s, &mut self.scratch, |walk| collect(tid, weight, walk)) };
         }
         self.writing_seen = writing;
         writing
     }
+}
+
+/// Hands the walk in slot `s` to `collect` (its frames copied out into
+/// `scratch`, so the slot can be reused at once) and frees the slot.
+///
+/// # Safety
+/// `s` must be `Done`, loaded with `Acquire`, and no handler may claim it
+/// before it is `Idle` again: nobody writes it while `collect` reads it.
+unsafe fn hand_out(s: &Slot, scratch: &mut Vec<u64>, collect: impl FnOnce(Collected<'_>)) {
+    let depth = (s.depth.load(Relaxed) as usize).min(MAX_DEPTH);
+    scratch.clear();
+    // SAFETY: the caller's promise: the handler finished writing.
+    let frames = unsafe { &(&*s.frames.0.get())[..depth] };
+    scratch.extend_from_slice(frames);
+    collect(Collected {
+        frames: scratch,
+        lr: s.lr.load(Relaxed),
+        end: WalkEnd::from_u8(s.end.load(Relaxed) as u8),
+        // SAFETY: as above, until the store below.
+        copy: unsafe { s.copy.view() },
+    });
+    s.state.store(IDLE, Release);
 }
 
 /// The profiling signal's handler. Async-signal-safe: no allocation, no
