@@ -747,17 +747,7 @@ fn close(fd: libc::c_int) {
 
 /// [`FD_BUDGET`], or an eighth of `RLIMIT_NOFILE` when that is less.
 fn fd_budget() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into our local.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
-    } else {
-        1024
-    };
-    FD_BUDGET.min(soft / 8)
+    FD_BUDGET.min(super::threads::nofile_limit() / 8)
 }
 
 /// `/proc/sys/kernel/perf_event_max_stack`: the most frames a call chain

@@ -225,6 +225,8 @@ struct ThreadState {
     /// and `sigwait` loops do, is never signalled: the signal would stay
     /// queued, or be taken by its `sigwait` as if it were its own).
     mask_checked: bool,
+    /// Sampler-thread path: its `/proc` stat file, read before each signal.
+    stat_file: Option<threads::StatFile>,
 }
 
 /// A thread found blocking the profiling signal.

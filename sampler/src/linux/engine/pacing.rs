@@ -137,7 +137,7 @@ impl SamplerLoop {
                 if progressed {
                     state.stalled = None;
                 } else if state.stalled.is_none() {
-                    let runnable = threads::run_state(tid) == Some(threads::RunState::Running);
+                    let runnable = state.run_state(tid) == Some(threads::RunState::Running);
                     state.stalled = Some(runnable);
                 }
                 let predicted = state.due_at.take().is_some_and(|at| at <= now);
@@ -192,7 +192,7 @@ impl SamplerLoop {
                 // counted as such; running, its ticks are counted when the
                 // sample lands.
                 let running =
-                    progressed && threads::run_state(tid) == Some(threads::RunState::Running);
+                    progressed && state.run_state(tid) == Some(threads::RunState::Running);
                 if running {
                     state.running_ticks += 1;
                     state.counted_tick = self.tick;
@@ -223,7 +223,7 @@ impl SamplerLoop {
             if self.config.mode == Mode::Cpu && !progressed {
                 continue;
             }
-            match threads::run_state(tid) {
+            match self.threads.get_mut(&tid).and_then(|s| s.run_state(tid)) {
                 // Wall mode: `R` without progress since the last tick is a
                 // thread woken inside a blocking call (or preempted), still
                 // waiting for a CPU: counted like a blocked one, not

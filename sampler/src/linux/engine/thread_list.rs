@@ -62,6 +62,19 @@ impl ThreadState {
             on_ring: false,
             timer_counted: false,
             mask_checked: false,
+            stat_file: None,
+        }
+    }
+
+    /// Whether the thread is running or blocked now ([`threads::run_state`]),
+    /// through its stat file kept open.
+    pub(super) fn run_state(&mut self, tid: i32) -> Option<threads::RunState> {
+        if self.stat_file.is_none() {
+            self.stat_file = threads::StatFile::open(tid);
+        }
+        match &self.stat_file {
+            Some(file) => file.run_state(),
+            None => threads::run_state(tid),
         }
     }
 
