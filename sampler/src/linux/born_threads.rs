@@ -93,7 +93,7 @@ const MIN_RING_RECORDS: usize = 64;
 const RING_PAGES: [usize; 9] = [2048, 1024, 512, 256, 128, 64, 32, 16, 8];
 /// How long a ring should hold at one sample per period on its CPU (and
 /// at least [`MIN_RING_RECORDS`]). Mapping a ring allocates and maps every
-/// page of it: 8 MiB rings were most of the sampler thread's CPU time in a
+/// page of it: 8 MiB rings were about half of the sampler thread's CPU in a
 /// 4-second run at 100 Hz, where 2 MiB hold more than a second.
 const RING_HOLDS_NS: u64 = 500_000_000;
 /// The most memory all the rings may take together.
