@@ -142,10 +142,9 @@ struct Young {
     /// exit record, and a thread preempted on its way out writes them
     /// later.
     reads: usize,
-    /// The drain pass in which its exit was read, and when (monotonic ns).
+    /// The drain pass in which its exit was read, and when the kernel
+    /// wrote that record (monotonic ns).
     exited_pass: Option<u64>,
-    exited_at_ns: u64,
-    /// When the kernel wrote its exit record (monotonic ns).
     exit_record_ns: u64,
     handoff: Option<Handoff>,
     /// Its name from a name-change record, and the thread that created it.
@@ -548,7 +547,6 @@ impl BornThreads {
         }
         // Records of one thread can sit in two CPUs' rings.
         records.sort_by_key(|(time, _)| *time);
-        let now_ns = super::monotonic_ns();
         for (time, record) in records.drain(..) {
             match record {
                 Owned::Fork { tid, parent } => {
@@ -573,7 +571,6 @@ impl BornThreads {
                 Owned::Exit(tid) => {
                     if let Some(y) = self.young.get_mut(&tid) {
                         y.exited_pass = Some(self.pass);
-                        y.exited_at_ns = now_ns;
                         y.exit_record_ns = time;
                     }
                 }
@@ -665,7 +662,7 @@ impl BornThreads {
             let exited = y.exited_pass.is_some_and(|p| {
                 all || (pass > p
                     && (y.reads >= counts
-                        || now_ns.saturating_sub(y.exited_at_ns) > FINAL_COUNTS_WAIT_NS))
+                        || now_ns.saturating_sub(y.exit_record_ns) > FINAL_COUNTS_WAIT_NS))
             });
             let cpu = match &mut y.handoff {
                 Some(h) if h.settled => return !exited,
