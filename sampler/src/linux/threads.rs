@@ -7,6 +7,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// Lists thread ids of this process.
 pub(crate) struct TaskList {
@@ -189,21 +190,20 @@ const STAT_FILES_MOST: usize = 1024;
 
 impl StatFile {
     /// Opens it, or `None` when the thread is gone or the budget spent.
+    /// Asked again at each read of a thread beyond the budget, so the
+    /// budget is worked out once, not with a system call each time.
     pub(crate) fn open(tid: i32) -> Option<StatFile> {
-        let budget = STAT_FILES_MOST.min(nofile_limit() / 16);
+        static BUDGET: OnceLock<usize> = OnceLock::new();
+        let budget = *BUDGET.get_or_init(|| STAT_FILES_MOST.min(nofile_limit() / 16));
         if OPEN_STAT_FILES.fetch_add(1, Ordering::Relaxed) >= budget {
             OPEN_STAT_FILES.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        let path = stat_path(tid);
-        // SAFETY: a NUL-terminated path and valid flags.
-        let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
+        let file = open_proc(&stat_path(tid)).map(StatFile);
+        if file.is_none() {
             OPEN_STAT_FILES.fetch_sub(1, Ordering::Relaxed);
-            return None;
         }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        Some(StatFile(unsafe { OwnedFd::from_raw_fd(fd) }))
+        file
     }
 
     /// The thread's state now, as [`run_state`].
@@ -258,18 +258,20 @@ pub(crate) fn blocked_syscall_pc(tid: i32) -> Option<u64> {
     u64::from_str_radix(last.strip_prefix("0x")?, 16).ok()
 }
 
+/// Opens a `/proc` file for reading. `path` must end with a NUL.
+fn open_proc(path: &str) -> Option<OwnedFd> {
+    // SAFETY: `path` is NUL-terminated (the callers add it).
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Reads a small `/proc` file into `buf` with one open, read and close
 /// (no allocation beyond the path). `path` must end with a NUL.
 fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a [u8]> {
-    // SAFETY: `path` is NUL-terminated (the callers add it).
-    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `buf` is valid for its length; `fd` is ours and closed below.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    // SAFETY: closing the fd opened above.
-    unsafe { libc::close(fd) };
+    let fd = open_proc(path)?;
+    // SAFETY: `buf` is valid for its length; `fd` is ours (closed on drop).
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
     (n > 0).then(|| &buf[..n as usize])
 }
 
