@@ -7,7 +7,7 @@
 //! ([`PerfRing`]) that the sampler thread reads. At each whole period of a
 //! thread's CPU time the kernel takes the sample itself: the user call
 //! chain by frame pointers, the user registers and the top of the user
-//! stack ([`STACK_BYTES`], less in small rings: [`stack_bytes`]), which
+//! stack ([`ring_size::STACK_BYTES`], less in small rings), which
 //! the sampler thread unwinds with CFI as it does the handlers' copies. No signal is involved, so the sampled thread never
 //! runs btprof code: its signal mask, `sigwait`, `signalfd` and blocking
 //! calls never see the profiler, and a sample costs it the interrupt and
@@ -45,7 +45,7 @@
 //!
 //! A full ring drops records (`PERF_RECORD_LOST`), counted in
 //! [`crate::SamplerStats::lost_samples`]. Rings are sized by
-//! [`RING_PAGES`], and the sampler thread reads them at a quarter of the
+//! [`ring_size`], and the sampler thread reads them at a quarter of the
 //! time one takes to fill.
 //!
 //! Needs Linux 5.13 (`inherit_thread`, so that a forked child process is
@@ -65,39 +65,8 @@ use super::perf_attr::{
 };
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 use super::ring_samples::{own, BornSample, Owned, RingSample};
-use super::unwind::stack_copy::COPY_WORDS;
+use super::ring_size::{self, record_bytes};
 
-/// Bytes of user stack each ring sample copies, for CFI unwinding: what a
-/// handler copies ([`COPY_WORDS`]). Frames without frame pointers sit at
-/// the top of the stack; the frame-pointer chain goes on beyond it. 8 KiB
-/// cut the walks of a 300-frame recursion over a frameless leaf at 250
-/// frames, and of any system call made below `std::io::copy`'s 8 KiB
-/// buffer.
-const STACK_BYTES: u32 = (COPY_WORDS * 8) as u32;
-/// The copy in rings too small to hold [`MIN_RING_RECORDS`] records of
-/// [`STACK_BYTES`] (where locked memory is short).
-const SMALL_STACK_BYTES: u32 = 8 << 10;
-/// Fewest records a ring should hold: at one sample per period on its
-/// CPU, the time the sampler thread has to read it.
-const MIN_RING_RECORDS: usize = 64;
-/// Data pages per CPU's ring, largest first: 8 MiB holds about 500 ms of
-/// one CPU's samples at 1000 Hz (each record reserves the whole
-/// [`STACK_BYTES`]), enough for a sampler thread kept off the CPU by a
-/// busy machine: 256 KiB lost a tenth of the samples beside load 6, and
-/// 1 MiB two thirds of them while 512 threads and two hogs shared two
-/// CPUs with the sampler thread. A ring is no larger than what holds
-/// [`RING_HOLDS_NS`] at the rate ([`ring_pages_for`]). At most
-/// [`RING_MEMORY`] in all; where locked memory is short (an unprivileged
-/// user gets `perf_event_mlock_kb`, 516 KiB per CPU by default, then
-/// `RLIMIT_MEMLOCK`), the next size is tried, down to 32 KiB.
-const RING_PAGES: [usize; 9] = [2048, 1024, 512, 256, 128, 64, 32, 16, 8];
-/// How long a ring should hold at one sample per period on its CPU (and
-/// at least [`MIN_RING_RECORDS`]). Mapping a ring allocates and maps every
-/// page of it: 8 MiB rings were about half of the sampler thread's CPU in a
-/// 4-second run at 100 Hz, where 2 MiB hold more than a second.
-const RING_HOLDS_NS: u64 = 500_000_000;
-/// The most memory all the rings may take together.
-const RING_MEMORY: usize = 16 << 20;
 /// Descriptors the inherited events may take in all (one per CPU per
 /// thread they are opened on: 512 threads on 8 CPUs), and at most an
 /// eighth of the process's descriptor limit ([`fd_budget`]), so the
@@ -261,7 +230,7 @@ impl BornThreads {
             own_tid,
             period_ns: period_ns.max(1),
             max_stack,
-            stack_bytes: STACK_BYTES,
+            stack_bytes: ring_size::STACK_BYTES,
             pass: 0,
             rng: SplitMix64::new(seed),
             stopped_at_ns: None,
@@ -282,18 +251,10 @@ impl BornThreads {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
         let cpu_count = cpus.max(1) as usize;
-        let smallest = RING_PAGES[RING_PAGES.len() - 1];
-        let largest = ring_pages_for(period_ns, max_stack, page);
-        let mut sizes = RING_PAGES
-            .iter()
-            .copied()
-            .filter(|&pages| {
-                pages == smallest || (pages <= largest && pages * page * cpu_count <= RING_MEMORY)
-            })
-            .peekable();
+        let mut sizes = ring_size::candidates(period_ns, max_stack, page, cpu_count).peekable();
         while let (Some(pages), Some(tid)) = (sizes.peek().copied(), tids.clone().next()) {
             let mut short_of_memory = false;
-            born.stack_bytes = stack_bytes(pages * page);
+            born.stack_bytes = ring_size::stack_bytes(pages * page);
             attr.sample_stack_user = born.stack_bytes;
             for cpu in 0..cpus.max(1) as i32 {
                 let mapped = match attr.open(tid, cpu) {
@@ -697,36 +658,6 @@ impl BornThreads {
     }
 }
 
-/// The most a sample record takes: the whole stack copy, the registers
-/// and the longest call chain.
-fn record_bytes(stack_bytes: u32, max_stack: usize) -> usize {
-    stack_bytes as usize + 8 * (max_stack + 32)
-}
-
-/// The most pages a ring needs at one sample per `period_ns` on its CPU:
-/// the fewest of [`RING_PAGES`] that hold [`RING_HOLDS_NS`] of records,
-/// and at least [`MIN_RING_RECORDS`].
-fn ring_pages_for(period_ns: u64, max_stack: usize, page: usize) -> usize {
-    let records = (RING_HOLDS_NS / period_ns.max(1)).max(MIN_RING_RECORDS as u64) as usize;
-    let bytes = records.saturating_mul(record_bytes(STACK_BYTES, max_stack));
-    RING_PAGES
-        .iter()
-        .rev()
-        .copied()
-        .find(|&pages| pages * page >= bytes)
-        .unwrap_or(RING_PAGES[0])
-}
-
-/// Bytes of stack each sample copies in rings of `ring_bytes`: all of
-/// [`STACK_BYTES`] where they still hold [`MIN_RING_RECORDS`] records.
-fn stack_bytes(ring_bytes: usize) -> u32 {
-    if ring_bytes / STACK_BYTES as usize >= MIN_RING_RECORDS {
-        STACK_BYTES
-    } else {
-        SMALL_STACK_BYTES
-    }
-}
-
 impl Drop for BornThreads {
     fn drop(&mut self) {
         for &fd in &self.redirected {
@@ -754,20 +685,4 @@ fn kernel_max_stack() -> usize {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(127)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rings_are_sized_by_the_rate() {
-        let at = |hz: u64| ring_pages_for(1_000_000_000 / hz, 127, 4096);
-        // 500 ms of 1000 Hz is more than the largest ring holds.
-        assert_eq!(at(1000), 2048);
-        assert_eq!(at(250), 1024);
-        // 64 records at least, whatever the rate.
-        assert_eq!(at(100), 512);
-        assert_eq!(at(1), 512);
-    }
 }

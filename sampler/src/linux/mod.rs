@@ -84,6 +84,7 @@ mod perf_ring;
 mod posix_timers;
 pub(crate) mod remote;
 mod ring_samples;
+mod ring_size;
 mod scheduling;
 mod split_mix;
 pub(crate) mod task_clock;
