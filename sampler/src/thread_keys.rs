@@ -71,6 +71,15 @@ impl ThreadKeys {
             })
     }
 
+    /// [`Self::key`] for a borrowed name, copied only when it is not the
+    /// name `previous` stands for.
+    pub(crate) fn key_named(&mut self, tid: u64, name: &str, previous: Option<u32>) -> u32 {
+        match previous {
+            Some(key) if self.infos.get(key as usize).is_some_and(|i| i.name == name) => key,
+            _ => self.key(tid, name.to_owned(), previous),
+        }
+    }
+
     /// What each key stands for, in key order.
     pub(crate) fn infos(&self) -> &[ThreadInfo] {
         &self.infos

@@ -324,3 +324,85 @@ fn stop_returns_promptly_after_born_threads_exit() {
         assert!(took[1] <= STOP_BOUND, "median stop {:?}", took[1]);
     });
 }
+
+/// CPU time each renaming thread spends under each of its two names:
+/// shorter than the time between two reads of the rings (20 ms at
+/// 1000 Hz), so that samples under both names are often read together.
+const PER_NAME: Duration = Duration::from_millis(30);
+
+/// Names the calling thread `name` (at most 15 bytes).
+fn name_self(name: &std::ffi::CStr) {
+    // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes
+    // names the calling thread.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+}
+
+/// Spins [`PER_NAME`] as `btp-first`, renames itself `btp-second` and
+/// spins as long again; returns the CPU time it used under each name.
+fn spin_under_two_names() -> (Duration, Duration) {
+    name_self(c"btp-first");
+    let start = thread_cpu();
+    std::hint::black_box(spin_cpu(PER_NAME, 20_000));
+    let renamed = thread_cpu();
+    name_self(c"btp-second");
+    std::hint::black_box(spin_cpu(PER_NAME, 20_000));
+    (renamed - start, thread_cpu() - renamed)
+}
+
+/// A thread that renames itself is counted under each name for the CPU
+/// time it used under it: the rings' name-change records put each sample
+/// under the name its thread had when the kernel took it, not the one it
+/// has when the sampler reads the rings (which would move the samples
+/// read together with a rename to the new name), nor the one a listing
+/// last read. Four threads found at start and sixteen born while
+/// sampling, one at a time, each renaming itself once.
+#[test]
+fn a_renamed_thread_is_counted_under_each_name_for_its_time() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    with_watchdog("renaming threads", Duration::from_secs(120), || {
+        let _hogs = Hogs::start(2);
+        let found: Vec<_> = (0..4)
+            .map(|_| {
+                let (go_tx, go_rx) = mpsc::channel::<()>();
+                let thread = thread::spawn(move || {
+                    go_rx.recv().unwrap();
+                    spin_under_two_names()
+                });
+                (go_tx, thread)
+            })
+            .collect();
+        let sampler = start();
+        support::wait_until_listed(&sampler, found.len() + 1);
+        let mut spent = Vec::new();
+        for (go, thread) in found {
+            go.send(()).unwrap();
+            spent.push(thread.join().unwrap());
+        }
+        for _ in 0..16 {
+            spent.push(thread::spawn(spin_under_two_names).join().unwrap());
+        }
+        let raw = sampler.stop().expect("stop");
+        if !on_rings(&raw) {
+            return;
+        }
+        let first = support::samples_named(&raw, "btp-first");
+        let second = support::samples_named(&raw, "btp-second");
+        let cpu_first: Duration = spent.iter().map(|s| s.0).sum();
+        let cpu_second: Duration = spent.iter().map(|s| s.1).sum();
+        let truth = cpu_first.as_secs_f64() / (cpu_first + cpu_second).as_secs_f64();
+        let share = first as f64 / (first + second).max(1) as f64;
+        println!(
+            "measured: {first} samples as btp-first, {second} as btp-second; share of the \
+             first {:.1}% against {:.1}% of the CPU ({cpu_first:?}, {cpu_second:?})",
+            share * 100.0,
+            truth * 100.0
+        );
+        assert!(first + second > 1000, "{first} + {second} samples");
+        assert!(
+            (share - truth).abs() <= 0.05,
+            "the first name's share of samples {:.1}% against its share of the CPU {:.1}%",
+            share * 100.0,
+            truth * 100.0
+        );
+    });
+}

@@ -821,28 +821,57 @@ fn no_samples_of_the_sampler_thread() {
 // 7. Thread names in time
 // ---------------------------------------------------------------------------
 
+/// Spins `ns` of the calling thread's CPU time, `mix` keeping the loop
+/// apart from any other: a sample with this frame on its stack was taken
+/// before the thread renamed itself.
+#[cfg(target_os = "linux")]
+#[inline(never)]
+fn spin_before_rename(ns: u64) {
+    spin_mixing(ns, 0x9e37_79b9_7f4a_7c15);
+}
+
+/// As [`spin_before_rename`], after the rename.
+#[cfg(target_os = "linux")]
+#[inline(never)]
+fn spin_after_rename(ns: u64) {
+    spin_mixing(ns, 6_364_136_223_846_793_005);
+}
+
+#[cfg(target_os = "linux")]
+#[inline(always)]
+fn spin_mixing(ns: u64, mix: u64) {
+    let start = thread_cpu_ns();
+    let mut x = 1u64;
+    while thread_cpu_ns() < start + ns {
+        for _ in 0..1_000 {
+            x = std::hint::black_box(x.wrapping_mul(mix).wrapping_add(1));
+        }
+    }
+    std::hint::black_box(x);
+}
+
 /// Threads that name themselves a fifth of a millisecond after they start
-/// are never sampled under their first name: a young thread's name is read
-/// again whenever one of its samples is interned. On either clock. Linux
-/// only: it names the thread with `prctl` and forces the fallback clock.
-///
-/// A thread's start in the kernel counts toward its CPU time too, and on a
-/// busy machine it can pass a whole period before the rename (after 0.5
-/// ms of spinning, one sample in 1,535 beside two hogs; after 0.2 ms, one
-/// in 1,503 in a CI run): such a sample was taken under the old name, and
-/// rightly carries it. So each thread reports its CPU clock at the rename,
-/// and the old name may carry at most the whole periods that clock held.
+/// are never sampled under their first name after the rename. Each spins
+/// before its rename in one function and after it in another, so a
+/// sample's stack tells which side of the rename it was taken on, whatever
+/// the clock. On the perf ring clock each sample carries the name of the
+/// kernel's last name-change record before it, so no sample taken before
+/// the rename carries the new name either (the kernel can sample a thread
+/// before its rename even where the thread's CPU clock read less than a
+/// period then); on the fallback clock a young thread's name is read
+/// again whenever one of its samples is interned, which may be after the
+/// rename. Linux only: it names the thread with `prctl` and forces the
+/// fallback clock.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
     let _guard = lock();
+    let mut resolver = btprof_symbols::Resolver::for_current_process().expect("symbols");
     for force in [false, true] {
-        let (raw, before_rename) = with_watchdog(
+        let raw = with_watchdog(
             "threads naming themselves",
             Duration::from_secs(60),
             move || {
-                const PERIOD_NS: u64 = 1_000_000;
-                let mut before_rename = 0;
                 let sampler = Sampler::start(SamplerConfig {
                     clock: force.then_some(btprof_sampler::SampleClock::SamplerThread),
                     ..config(1000, Mode::Cpu)
@@ -854,52 +883,62 @@ fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
                             thread::Builder::new()
                                 .name("btp-unnamed".into())
                                 .spawn(|| {
-                                    let start = thread_cpu_ns();
-                                    while thread_cpu_ns() < start + 200_000 {}
+                                    spin_before_rename(200_000);
                                     // SAFETY: PR_SET_NAME with a NUL-terminated
                                     // name of at most 16 bytes names this thread.
                                     unsafe {
                                         libc::prctl(libc::PR_SET_NAME, c"btp-named".as_ptr())
                                     };
-                                    let named = thread_cpu_ns();
-                                    let mut x = 1u64;
-                                    while thread_cpu_ns() < named + 30_000_000 {
-                                        for _ in 0..100_000 {
-                                            x = std::hint::black_box(
-                                                x.wrapping_mul(6364136223846793005).wrapping_add(1),
-                                            );
-                                        }
-                                    }
-                                    std::hint::black_box(x);
-                                    named
+                                    spin_after_rename(30_000_000);
                                 })
                                 .expect("spawn")
                         })
                         .collect();
                     for t in batch {
-                        let named = t.join().expect("naming thread panicked");
-                        before_rename += named / PERIOD_NS;
+                        t.join().expect("naming thread panicked");
                     }
                 }
-                (sampler.stop().expect("stop"), before_rename)
+                sampler.stop().expect("stop")
             },
         );
-        let old = samples_named(&raw, "btp-unnamed");
-        let new = samples_named(&raw, "btp-named");
+        // Samples per (name, side of the rename their stack shows).
+        let mut tally = std::collections::HashMap::<(&str, &str), u64>::new();
+        for (key, count) in raw.table.iter() {
+            let name = raw.threads[key.thread as usize].name.as_str();
+            if name != "btp-unnamed" && name != "btp-named" {
+                continue;
+            }
+            let frames = support::frame_names(&mut resolver, key.frames);
+            let side = if frames.iter().any(|f| f.contains("spin_after_rename")) {
+                "after"
+            } else if frames.iter().any(|f| f.contains("spin_before_rename")) {
+                "before"
+            } else {
+                "elsewhere"
+            };
+            *tally.entry((name, side)).or_default() += count;
+        }
+        let count = |name, side| tally.get(&(name, side)).copied().unwrap_or(0);
         eprintln!(
-            "force_sampler_thread {force}: {old} samples under the old name ({before_rename} \
-             whole periods of CPU before a rename), {new} under the new; {:?}",
-            raw.stats
+            "force_sampler_thread {force} (clock {}): {tally:?}; {:?}",
+            raw.stats.clock, raw.stats
         );
         assert!(
-            new > 100,
-            "{new} samples of the named threads ({:?})",
-            raw.stats
+            count("btp-named", "after") > 1000,
+            "{} samples of the named threads after their renames",
+            count("btp-named", "after")
         );
-        assert!(
-            old <= before_rename,
-            "{old} samples carried a name the threads dropped 0.2 ms after they started, \
-             with {before_rename} whole periods of CPU used before the renames"
+        assert_eq!(
+            count("btp-unnamed", "after"),
+            0,
+            "samples taken after the renames carried the name the threads dropped"
         );
+        if raw.stats.clock == btprof_sampler::SampleClock::ThreadTimers {
+            assert_eq!(
+                count("btp-named", "before"),
+                0,
+                "ring samples taken before the renames carried the new name"
+            );
+        }
     }
 }

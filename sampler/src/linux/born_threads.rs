@@ -54,6 +54,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::Arc;
 
 use super::split_mix::SplitMix64;
 
@@ -64,7 +65,7 @@ use super::perf_attr::{
     PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
-use super::ring_samples::{own, BornSample, Owned, RingSample};
+use super::ring_samples::{own, BornSample, HeldRecords, Owned, RingSample};
 use super::ring_size::{self, record_bytes};
 
 /// Descriptors the inherited events may take in all (one per CPU per
@@ -81,6 +82,13 @@ const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
 /// together, often only the last one gets them. Waiting longer for the
 /// others only delayed every `stop` by the full wait.
 const FINAL_COUNTS_GRACE_NS: u64 = 5_000_000;
+/// How long after its time a record may still be on its way into its
+/// ring: the kernel stamps it, then writes it, and a virtual CPU can be
+/// stopped in between. A drain takes in only records older than this at
+/// its start, so that no CPU's ring can still get one older than those it
+/// takes in: a sample read from one ring is never counted before the
+/// rename that preceded it, written into a ring read a moment earlier.
+const RECORD_SETTLE_NS: u64 = 2_000_000;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
@@ -116,8 +124,9 @@ struct Young {
     exited_pass: Option<u64>,
     exit_record_ns: u64,
     handoff: Option<Handoff>,
-    /// Its name from a name-change record, and the thread that created it.
-    name: Option<String>,
+    /// Its name from its last name-change record, and the thread that
+    /// created it.
+    name: Option<Arc<str>>,
     parent: i32,
     excluded: bool,
 }
@@ -138,6 +147,8 @@ struct Parent {
     /// The final counts of the threads born under its events that exited:
     /// the kernel adds them to its events' counts.
     children_ns: u64,
+    /// Its name from its last name-change record.
+    name: Option<Arc<str>>,
 }
 
 impl Parent {
@@ -343,13 +354,11 @@ impl BornThreads {
             .is_some_and(|y| y.handoff.is_none() && !y.excluded)
     }
 
-    /// The name a born thread had when it last named itself, else the
-    /// thread that created it.
-    pub(crate) fn name_hint(&self, tid: i32) -> (Option<&str>, Option<i32>) {
-        match self.young.get(&tid) {
-            Some(y) => (y.name.as_deref(), (y.parent != 0).then_some(y.parent)),
-            None => (None, None),
-        }
+    /// The thread that created born thread `tid`, whose name it inherited.
+    pub(crate) fn creator(&self, tid: i32) -> Option<i32> {
+        self.young
+            .get(&tid)
+            .and_then(|y| (y.parent != 0).then_some(y.parent))
     }
 
     /// Thread `tid` now has its own timer, at `at_ns` (`CLOCK_MONOTONIC`),
@@ -462,18 +471,28 @@ impl BornThreads {
     }
 
     /// Reads every ring: each sample to count is unwound in place by
-    /// `unwind` and goes to `samples`; threads whose samples are all in go
-    /// to `settled`. Returns how many records were lost (the kernel found a
-    /// ring full, or one was malformed).
+    /// `unwind` and goes to `samples`, with its thread's name at the time
+    /// as far as name-change records tell; threads whose samples are all
+    /// in go to `settled`. Records too recent to be sure no other ring
+    /// still gets an older one ([`RECORD_SETTLE_NS`]) wait in `held` for
+    /// the next drain, unless `everything` (the last drain). Returns how
+    /// many records were lost (the kernel found a ring full, or one was
+    /// malformed).
     pub(crate) fn drain<W>(
         &mut self,
         samples: &mut Vec<BornSample<W>>,
+        held: &mut HeldRecords<W>,
         settled: &mut Vec<Settled>,
+        everything: bool,
         is_excluded: impl Fn(i32) -> bool,
         mut unwind: impl FnMut(&RingSample<'_>) -> Option<W>,
     ) -> u64 {
         self.pass += 1;
-        let mut records = Vec::new();
+        let horizon = match everything {
+            true => u64::MAX,
+            false => super::monotonic_ns().saturating_sub(RECORD_SETTLE_NS),
+        };
+        let mut records = held.take();
         let (own_pid, own_tid, max_stack) = (self.pid, self.own_tid, self.max_stack);
         let (parents, young, stopped_at) = (&self.parents, &self.young, self.stopped_at_ns);
         // Samples that will not count are dropped here, before they are
@@ -508,14 +527,18 @@ impl BornThreads {
         }
         // Records of one thread can sit in two CPUs' rings.
         records.sort_by_key(|(time, _)| *time);
+        held.keep(&mut records, horizon);
         for (time, record) in records.drain(..) {
             match record {
                 Owned::Fork { tid, parent } => {
                     self.young.entry(tid).or_default().parent = parent;
                 }
                 Owned::Comm(tid, name) => {
+                    let name = Some(Arc::from(name));
                     if let Some(y) = self.young.get_mut(&tid) {
-                        y.name = Some(name);
+                        y.name = name;
+                    } else if let Some(parent) = self.parents.get_mut(&tid) {
+                        parent.name = name;
                     }
                 }
                 Owned::Read(tid, value) => {
@@ -535,7 +558,7 @@ impl BornThreads {
                         y.exit_record_ns = time;
                     }
                 }
-                Owned::Sample(sample) => {
+                Owned::Sample(mut sample) => {
                     let tid = sample.tid;
                     if tid == self.own_tid || self.stopped_at_ns.is_some_and(|at| time > at) {
                         continue;
@@ -546,6 +569,7 @@ impl BornThreads {
                         if parent.handoff.is_none_or(|at| time < at) && !is_excluded(tid) {
                             self.sampled_threads += u64::from(!parent.sampled);
                             parent.sampled = true;
+                            sample.name = parent.name.clone();
                             samples.push(sample);
                         }
                         continue;
@@ -561,6 +585,7 @@ impl BornThreads {
                     }
                     self.sampled_threads += u64::from(y.samples == 0);
                     y.samples += 1;
+                    sample.name = y.name.clone();
                     samples.push(sample);
                 }
             }
@@ -572,6 +597,13 @@ impl BornThreads {
     /// Sampling stops now: samples taken from here on are not counted.
     pub(crate) fn stop_sampling(&mut self) {
         self.stopped_at_ns.get_or_insert(super::monotonic_ns());
+    }
+
+    /// Whether records taken before the stop may still be on their way
+    /// into the rings at `now_ns` ([`RECORD_SETTLE_NS`]).
+    pub(crate) fn stop_settling(&self, now_ns: u64) -> bool {
+        self.stopped_at_ns
+            .is_some_and(|at| now_ns <= at.saturating_add(RECORD_SETTLE_NS))
     }
 
     /// Whether a born thread's exit is still coming in at `now_ns`: its

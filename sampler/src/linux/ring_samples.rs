@@ -3,6 +3,8 @@
 //! the copied stack, so only those are touched), and the rest of the
 //! record is kept only as far as ordering the CPUs' records by time needs.
 
+use std::sync::Arc;
+
 use crate::walker::{Registers, WalkEnd};
 
 use super::perf_ring::Record;
@@ -29,6 +31,33 @@ pub(crate) struct BornSample<W> {
     /// limit.
     pub end: WalkEnd,
     pub walk: Option<W>,
+    /// The thread's name when the sample was taken, from its last
+    /// name-change record (`None`: none seen since it was born, or since
+    /// the events were opened on it).
+    pub name: Option<Arc<str>>,
+}
+
+/// Records read from the rings that a drain did not take in yet, in time
+/// order: newer than what it could be sure every ring already held.
+pub(crate) struct HeldRecords<W>(Vec<(u64, Owned<W>)>);
+
+impl<W> Default for HeldRecords<W> {
+    fn default() -> Self {
+        HeldRecords(Vec::new())
+    }
+}
+
+impl<W> HeldRecords<W> {
+    /// The records held, to be read with the rings' new ones.
+    pub(super) fn take(&mut self) -> Vec<(u64, Owned<W>)> {
+        std::mem::take(&mut self.0)
+    }
+
+    /// Moves the records of `sorted` newer than `horizon` here.
+    pub(super) fn keep(&mut self, sorted: &mut Vec<(u64, Owned<W>)>, horizon: u64) {
+        let newer = sorted.partition_point(|(time, _)| *time <= horizon);
+        self.0.extend(sorted.drain(newer..));
+    }
 }
 
 /// A record copied out of the ring, for ordering the CPUs' records by time.
@@ -85,7 +114,12 @@ pub(super) fn own<W>(
                     regs,
                     stack: words,
                 });
-                Owned::Sample(BornSample { tid, end, walk })
+                Owned::Sample(BornSample {
+                    tid,
+                    end,
+                    walk,
+                    name: None,
+                })
             }
             Record::Fork { pid, tid, ptid, .. } if pid == own_pid && tid != pid => {
                 Owned::Fork { tid, parent: ptid }

@@ -89,7 +89,7 @@ impl SamplerLoop {
         self.pass += 1;
         let writing = if self.timers() {
             let writing = self.collect_timer_samples();
-            self.collect_born_samples();
+            self.collect_born_samples(false);
             writing
         } else {
             0

@@ -47,7 +47,7 @@ use super::handler::slots::{self, SlotOwner, SLOTS};
 use super::handler::stack_regions;
 use super::monotonic_ns;
 use super::posix_timers::{self, PosixTimer};
-use super::ring_samples::BornSample;
+use super::ring_samples::{BornSample, HeldRecords};
 use super::threads;
 use super::unseen_cpu::UnseenCpu;
 use super::unwind::CfiWalker;
@@ -341,6 +341,8 @@ pub(super) struct SamplerLoop {
     born: Option<BornThreads>,
     born_tried: bool,
     born_samples: Vec<BornSample<OwnedWalk>>,
+    /// Ring records a drain left for the next one.
+    born_held: HeldRecords<OwnedWalk>,
     born_settled: Vec<Settled>,
     /// Born threads no listing has found yet: their keys and names.
     born_keys: HashMap<i32, BornKey>,
@@ -425,6 +427,7 @@ impl SamplerLoop {
             born: None,
             born_tried: false,
             born_samples: Vec::new(),
+            born_held: HeldRecords::default(),
             born_settled: Vec::new(),
             born_keys: HashMap::new(),
             born_walks: HashMap::new(),

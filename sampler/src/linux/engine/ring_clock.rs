@@ -101,8 +101,10 @@ impl SamplerLoop {
     }
 
     /// Timer path: interns the samples the inherited events took of born
-    /// threads, and settles those whose samples are all in.
-    pub(super) fn collect_born_samples(&mut self) {
+    /// threads, and settles those whose samples are all in; with
+    /// `everything`, the records a drain would hold back as too recent too
+    /// (the last collection).
+    pub(super) fn collect_born_samples(&mut self, everything: bool) {
         let Some(born) = self.born.as_mut() else {
             return;
         };
@@ -112,7 +114,9 @@ impl SamplerLoop {
         let (cfi, stats) = (&mut self.cfi, &mut self.stats);
         let lost = born.drain(
             &mut samples,
+            &mut self.born_held,
             &mut settled,
+            everything,
             |tid| exclusions::is_excluded(tid as u64),
             |sample| {
                 // No frames: taken in the kernel after the thread let go of
@@ -140,7 +144,7 @@ impl SamplerLoop {
                 self.stats.failed_samples += 1;
                 continue;
             };
-            let Some(key) = self.key_for_born(sample.tid) else {
+            let Some(key) = self.key_for_born(sample.tid, sample.name.as_deref()) else {
                 self.stats.exited_threads += 1;
                 continue;
             };
@@ -171,47 +175,51 @@ impl SamplerLoop {
         self.born_settled = settled;
     }
 
-    /// The key a born thread's ring sample is counted under: a listed
-    /// thread's own key; otherwise its name (from its last name change, its
-    /// `comm`, or the thread that created it, whose name it inherited),
-    /// read once per collection pass.
-    pub(super) fn key_for_born(&mut self, tid: i32) -> Option<u32> {
-        let (hint, parent) = self.born.as_ref()?.name_hint(tid);
-        let hint = hint.map(str::to_owned);
+    /// The key a ring sample of thread `tid` is counted under: its name
+    /// when the sample was taken (`name`, from its last name change), else
+    /// a listed thread's own key, else the name it has now (its `comm`, or
+    /// that of the thread that created it, whose name it inherited), read
+    /// once per collection pass.
+    pub(super) fn key_for_born(&mut self, tid: i32, name: Option<&str>) -> Option<u32> {
+        let creator = self.born.as_ref()?.creator(tid);
         if let Some(state) = self.threads.get_mut(&tid) {
             // A listing may have read its name before it named itself, and
             // it may be gone before its name is read again.
-            return match hint {
+            return match name {
                 Some(name) => {
-                    state.key = self.thread_keys.key(tid as u64, name, Some(state.key));
+                    state.key = self
+                        .thread_keys
+                        .key_named(tid as u64, name, Some(state.key));
                     Some(state.key)
                 }
                 None => self.key_for_sample(tid, None),
             };
         }
-        let pass = self.pass;
-        let previous = match self.born_keys.get(&tid) {
-            Some(known) if known.named_pass == pass => return Some(known.key),
-            Some(known) => Some(known.key),
-            None => None,
+        let known = self.born_keys.get(&tid).copied();
+        let key = match name {
+            Some(name) => self
+                .thread_keys
+                .key_named(tid as u64, name, known.map(|k| k.key)),
+            None => {
+                if let Some(known) = known.filter(|k| k.named_pass == self.pass) {
+                    return Some(known.key);
+                }
+                let name = threads::thread_name(tid).or_else(|| {
+                    let creator = creator?;
+                    self.threads
+                        .get(&creator)
+                        .and_then(|s| self.thread_keys.infos().get(s.key as usize))
+                        .map(|info| info.name.clone())
+                        .or_else(|| threads::thread_name(creator))
+                })?;
+                self.thread_keys.key(tid as u64, name, known.map(|k| k.key))
+            }
         };
-        let name = match hint {
-            Some(name) => Some(name),
-            None => threads::thread_name(tid).or_else(|| {
-                let parent = parent?;
-                self.threads
-                    .get(&parent)
-                    .and_then(|s| self.thread_keys.infos().get(s.key as usize))
-                    .map(|info| info.name.clone())
-                    .or_else(|| threads::thread_name(parent))
-            }),
-        }?;
-        let key = self.thread_keys.key(tid as u64, name, previous);
         self.born_keys.insert(
             tid,
             BornKey {
                 key,
-                named_pass: pass,
+                named_pass: self.pass,
             },
         );
         Some(key)
@@ -279,22 +287,23 @@ impl SamplerLoop {
         if self.born.is_none() {
             return;
         }
-        self.collect_born_samples();
+        self.collect_born_samples(false);
         // A thread's `join` returns before the kernel writes its exit
         // record and final counts: wait for the record of a thread whose
         // clock is gone, and briefly for the counts after it, rather than
         // count a gone thread's time as nothing. (A thread still on its
-        // way out is settled with its clock below.)
+        // way out is settled with its clock below.) Every record from
+        // before the stop is in after a moment.
         let deadline = Instant::now() + EXIT_RECORDS_WAIT;
-        while self
-            .born
-            .as_ref()
-            .is_some_and(|b| b.awaiting_exit(monotonic_ns(), threads::thread_cpu_ns))
-            && Instant::now() < deadline
+        while self.born.as_ref().is_some_and(|b| {
+            let now = monotonic_ns();
+            b.awaiting_exit(now, threads::thread_cpu_ns) || b.stop_settling(now)
+        }) && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(1));
-            self.collect_born_samples();
+            self.collect_born_samples(false);
         }
+        self.collect_born_samples(true);
         let parents: Vec<(i32, u64)> = self
             .threads
             .iter()
