@@ -74,7 +74,8 @@ fn check(clock: SampleClock) {
     println!(
         "measured: {clock}, {THREADS} threads: {samples} samples ({} distinct in the whole run) \
          in {cpu:?} of worker CPU: {rate:.1} per CPU-second; {} on rings, {} on timers; \
-         {} lost to a full ring, {} failed, {} skipped; not covered {:?} of {:?} process CPU",
+         {} lost to a full ring, {} failed, {} skipped; not covered {:?} of {:?} process CPU; \
+         sampler thread {:?}",
         stats.recorded,
         stats.ring_threads,
         stats.timer_threads,
@@ -83,6 +84,7 @@ fn check(clock: SampleClock) {
         stats.skipped_samples,
         stats.unsampled_cpu(),
         stats.process_cpu,
+        stats.sampler_cpu,
     );
     assert!(
         cpu >= WORK - Duration::from_millis(100),

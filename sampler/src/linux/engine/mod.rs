@@ -83,7 +83,8 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
 /// With every thread sampled into the rings, the sampler thread sleeps
 /// [`RING_COLLECT_PERIODS`] periods, within these bounds (and reads the
 /// rings at a quarter of the time they take to fill, if that is sooner).
-/// It still lists threads and reads their clocks: the kernel does not
+/// It still lists threads and reads the clocks of those sampled since the
+/// last reading ([`SamplerLoop::account_cpu`]): the kernel does not
 /// always write a born thread's final counts when it exits (seen beside
 /// busy processes), and then the CPU time the thread used since its clock
 /// was last read has no count; at 100 ms that was 2.5% of a 1.5
@@ -189,8 +190,8 @@ struct ThreadState {
     /// idle threads from active ones.
     listing_cpu_ns: Option<u64>,
     /// Sampler-thread path, cpu mode: the latest reading of its CPU clock
-    /// ([`ExitTails::saw`]), when it was taken (monotonic ns), and when a
-    /// reading first failed because it had exited.
+    /// ([`ExitTails::saw`]), when it was taken (monotonic ns; on the ring
+    /// path too), and when a reading first failed because it had exited.
     read_ns: Option<u64>,
     read_at_ns: u64,
     gone_at_ns: Option<u64>,
@@ -215,6 +216,13 @@ struct ThreadState {
     /// which sample it too: like a born thread, it gets no timer of its
     /// own unless `born_deep`.
     on_ring: bool,
+    /// Ring path: its name was read while the rings sampled it, so its
+    /// renames from then on come as name-change records with its samples,
+    /// and its name is not read again while it stays on them.
+    named_on_rings: bool,
+    /// Ring path: a ring sample of it was counted since its clock was last
+    /// read ([`SamplerLoop::account_cpu`]).
+    ring_sampled: bool,
     /// Counted in [`SamplerStats::timer_threads`].
     timer_counted: bool,
     /// Sampler-thread path: started while sampling (seen at a later
@@ -507,7 +515,7 @@ impl SamplerLoop {
                 .ticks
                 .store(self.stats.ticks, Ordering::Relaxed);
             while let Ok(request) = self.requests.try_recv() {
-                self.account_cpu();
+                self.account_cpu(true);
                 let stats = self.live_stats();
                 let (table, threads) = (&mut self.table, self.thread_keys.infos());
                 self.window
@@ -519,7 +527,7 @@ impl SamplerLoop {
         if self.timers() {
             self.watch_blocked_threads();
         }
-        self.account_cpu();
+        self.account_cpu(true);
         if let Some(born) = self.born.as_mut() {
             born.stop_sampling();
         }
@@ -570,9 +578,10 @@ impl SamplerLoop {
             // Not part of the listing's cost: reads of the maps are spaced
             // by their own.
             let regions_cost = self.refresh_regions_if_stale();
-            self.account_cpu();
-            // Every thread's clock was just read: the process's now, against
-            // them (`UnseenCpu`, `ExitTails`).
+            self.account_cpu(false);
+            // Every thread's clock was just read (those clocks put no thread
+            // on the rings): the process's now, against them (`UnseenCpu`,
+            // `ExitTails`).
             let mut unread = 0;
             if let (Some(unseen), Some(tails)) = (self.unseen.as_mut(), self.tails.as_mut()) {
                 let process = profile::process_cpu_time().as_nanos() as u64;

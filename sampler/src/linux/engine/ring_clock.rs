@@ -158,6 +158,7 @@ impl SamplerLoop {
                     && (sample.end == WalkEnd::DepthCap
                         || (walk.end == WalkEnd::OutOfBounds && copy_is_smaller));
                 state.ring_walks.count(cut);
+                state.ring_sampled = true;
                 if state.ring_walks.cut_short() && !state.born_deep {
                     state.born_deep = true;
                     self.deep_found = true;
@@ -192,6 +193,8 @@ impl SamplerLoop {
                         .key_named(tid as u64, name, Some(state.key));
                     Some(state.key)
                 }
+                // Not renamed since a listing read its name on the rings.
+                None if state.named_on_rings => Some(state.key),
                 None => self.key_for_sample(tid, None),
             };
         }

@@ -21,6 +21,10 @@ use super::collect::OwnedWalk;
 use super::ring_clock::RingWalks;
 use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS};
 
+/// The longest a thread on the rings with no ring sample goes without its
+/// clock read ([`SamplerLoop::account_cpu`]).
+const IDLE_RING_READ_NS: u64 = 250_000_000;
+
 impl ThreadState {
     pub(super) fn new(now: Instant, listing: u64) -> Self {
         ThreadState {
@@ -60,10 +64,19 @@ impl ThreadState {
             born_deep: false,
             ring_walks: RingWalks::default(),
             on_ring: false,
+            named_on_rings: false,
+            ring_sampled: false,
             timer_counted: false,
             mask_checked: false,
             stat_file: None,
         }
+    }
+
+    /// Whether the kernel samples it into the rings: born under the
+    /// inherited events or one they were opened on, and not handed to a
+    /// timer.
+    pub(super) fn on_rings(&self) -> bool {
+        (self.on_ring || self.born) && self.timer.is_none()
     }
 
     /// Whether the thread is running or blocked now ([`threads::run_state`]),
@@ -127,7 +140,7 @@ impl SamplerLoop {
             let state = match self.threads.get_mut(&tid) {
                 Some(s) => {
                     s.seen_listing = listing;
-                    if s.name_check_listing > listing {
+                    if s.name_check_listing > listing || (s.named_on_rings && s.on_rings()) {
                         continue;
                     }
                     s
@@ -167,6 +180,9 @@ impl SamplerLoop {
             };
             state.name_check_listing = listing + state.name_check_interval;
             state.name_check_interval = (state.name_check_interval * 2).min(1024);
+            // Read before its events open (a thread found at start), a
+            // rename may fall between the two: read once more.
+            state.named_on_rings = state.on_rings();
             self.read_name(tid);
         }
         // A thread whose name could not be read even once (it exited at
@@ -190,11 +206,31 @@ impl SamplerLoop {
     }
 
     /// Adds each thread's CPU time since the last reading to the stats.
-    pub(super) fn account_cpu(&mut self) {
+    /// Unless `every` thread's is wanted (at stop, for a dump), a thread on
+    /// the rings with no ring sample since its clock was last read, read
+    /// less than [`IDLE_RING_READ_NS`] ago, is left for a later reading.
+    ///
+    /// A clock read is a system call, and reading every thread's at each
+    /// listing was a sixth of the sampler thread's time in a pool of 512
+    /// threads. A thread with no ring sample since its last reading used
+    /// less than a period since then, so the skipped reading would have
+    /// added that little; it is lost only if the thread exits without the
+    /// kernel's final counts.
+    pub(super) fn account_cpu(&mut self, every: bool) {
         let mut total = Duration::ZERO;
         let read_at = monotonic_ns();
         let born = self.born.as_ref();
         for (&tid, state) in self.threads.iter_mut() {
+            let on_rings = state.on_rings();
+            if on_rings
+                && !every
+                && !state.ring_sampled
+                && state.accounted_ns.is_some()
+                && read_at.saturating_sub(state.read_at_ns) < IDLE_RING_READ_NS
+            {
+                continue;
+            }
+            state.ring_sampled = false;
             // A thread sampled into the rings that exited: its events'
             // counts, which no more than the wall time since the last
             // reading can have added to.
@@ -208,7 +244,7 @@ impl SamplerLoop {
                 state
                     .cpu_reading(tid)
                     .or_else(|| if state.on_ring { from_ring() } else { None });
-            if state.on_ring {
+            if on_rings {
                 state.read_at_ns = read_at;
             }
             if let Some(now) = reading {
