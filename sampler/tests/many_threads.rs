@@ -74,14 +74,15 @@ fn check(clock: SampleClock) {
     println!(
         "measured: {clock}, {THREADS} threads: {samples} samples ({} distinct in the whole run) \
          in {cpu:?} of worker CPU: {rate:.1} per CPU-second; {} on rings, {} on timers; \
-         {} lost to a full ring, {} failed, {} skipped; not covered {:?} of {:?} process CPU; \
-         sampler thread {:?}",
+         {} lost to a full ring, {} failed, {} skipped, {} of exited threads; not covered {:?} \
+         of {:?} process CPU; sampler thread {:?}",
         stats.recorded,
         stats.ring_threads,
         stats.timer_threads,
         stats.lost_samples,
         stats.failed_samples,
         stats.skipped_samples,
+        stats.exited_threads,
         stats.unsampled_cpu(),
         stats.process_cpu,
         stats.sampler_cpu,

@@ -207,6 +207,10 @@ impl SamplerLoop {
                 if let Some(known) = known.filter(|k| k.named_pass == self.pass) {
                     return Some(known.key);
                 }
+                // Forgotten at the latest listing, its samples read later.
+                if let Some(&key) = self.departed.get(&tid) {
+                    return Some(key);
+                }
                 let name = threads::thread_name(tid).or_else(|| {
                     let creator = creator?;
                     self.threads

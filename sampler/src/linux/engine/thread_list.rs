@@ -207,23 +207,27 @@ impl SamplerLoop {
 
     /// Adds each thread's CPU time since the last reading to the stats.
     /// Unless `every` thread's is wanted (at stop, for a dump), a thread on
-    /// the rings with no ring sample since its clock was last read, read
-    /// less than [`IDLE_RING_READ_NS`] ago, is left for a later reading.
+    /// the rings still in the latest listing, with no ring sample counted
+    /// since its clock was last read, read less than [`IDLE_RING_READ_NS`]
+    /// ago, is left for a later reading.
     ///
     /// A clock read is a system call, and reading every thread's at each
     /// listing was a sixth of the sampler thread's time in a pool of 512
-    /// threads. A thread with no ring sample since its last reading used
-    /// less than a period since then, so the skipped reading would have
-    /// added that little; it is lost only if the thread exits without the
-    /// kernel's final counts.
+    /// threads. A thread with no ring sample since its last reading mostly
+    /// did not run since. One that left the listing is always read (from
+    /// its events' counts once its clock is gone): its last reading is
+    /// what its time and its last part of a period are counted from, and
+    /// its last samples may still be held back in the rings.
     pub(super) fn account_cpu(&mut self, every: bool) {
         let mut total = Duration::ZERO;
         let read_at = monotonic_ns();
         let born = self.born.as_ref();
+        let listing = self.listing;
         for (&tid, state) in self.threads.iter_mut() {
             let on_rings = state.on_rings();
             if on_rings
                 && !every
+                && state.seen_listing == listing
                 && !state.ring_sampled
                 && state.accounted_ns.is_some()
                 && read_at.saturating_sub(state.read_at_ns) < IDLE_RING_READ_NS
@@ -270,7 +274,13 @@ impl SamplerLoop {
     }
 
     /// Forgets threads not in the latest listing (closing their timers)
-    /// unless a signal to them is still in flight.
+    /// unless a signal to them is still in flight, or, for a thread on the
+    /// rings, until the listing after: its last ring samples may still be
+    /// held back ([`BornThreads::drain`]), and are counted under its key
+    /// and make its last stack, on which its last part of a period is
+    /// counted.
+    ///
+    /// [`BornThreads::drain`]: super::super::born_threads::BornThreads::drain
     pub(super) fn forget_exited(&mut self) {
         let listing = self.listing;
         self.departed.clear();
@@ -281,7 +291,9 @@ impl SamplerLoop {
         let (exits, stats) = (&mut self.exits, &mut self.stats);
         let mut ring_exits = Vec::new();
         self.threads.retain(|&tid, s| {
-            let keep = s.seen_listing == listing || s.pending;
+            let keep = s.seen_listing == listing
+                || s.pending
+                || (s.on_rings() && s.seen_listing + 1 == listing);
             if !keep {
                 departed.insert(tid, s.key);
                 if reckon {
