@@ -269,8 +269,14 @@ impl SamplerStats {
     /// Counts one interned sample standing for `weight` periods, whose walk
     /// ended so.
     pub(crate) fn count_sample(&mut self, end: crate::walker::WalkEnd, weight: u64) {
-        self.samples += weight;
+        self.count_weight(end, weight);
         self.recorded += 1;
+    }
+
+    /// Records `weight` more periods for a stack already sampled (no new
+    /// distinct sample).
+    pub(crate) fn count_weight(&mut self, end: crate::walker::WalkEnd, weight: u64) {
+        self.samples += weight;
         self.walk_ends[end as usize] += weight;
     }
 

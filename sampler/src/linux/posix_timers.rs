@@ -14,6 +14,10 @@
 //! `si_overrun` counting the further periods that expiry covered. Each
 //! sample therefore stands for `1 + si_overrun` periods ([`sample_weight`]);
 //! the stats report these weighted samples apart from the distinct ones.
+//! A thread that exits, or is running when sampling stops, may have run
+//! periods out since its last signal that no tick found it running for;
+//! the engine counts them then on its last sample's stack, as an overrun
+//! is counted.
 //!
 //! Wall mode uses the same timers once per sample, as requests that only
 //! a running thread can take ([`PosixTimer::open_request`]).

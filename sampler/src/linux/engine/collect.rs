@@ -208,6 +208,21 @@ impl SamplerLoop {
         writing
     }
 
+    /// Adds `weight` samples of `walk` to the table and the weighted count,
+    /// not as a distinct sample: periods a sample taken earlier stands for.
+    pub(super) fn intern_weight(&mut self, key: u32, walk: &Collected<'_>, weight: u64) {
+        self.table.add(
+            StackKey {
+                thread: key,
+                frames: walk.frames,
+                lr: walk.lr,
+                end: walk.end,
+            },
+            weight,
+        );
+        self.stats.count_weight(walk.end, weight);
+    }
+
     pub(super) fn intern(&mut self, key: u32, walk: &Collected<'_>, weight: u64) {
         self.table.add(
             StackKey {

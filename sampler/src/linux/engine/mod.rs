@@ -48,6 +48,7 @@ use super::handler::stack_regions;
 use super::monotonic_ns;
 use super::posix_timers::{self, PosixTimer};
 use super::ring_samples::{BornSample, HeldRecords};
+use super::split_mix::SplitMix64;
 use super::threads;
 use super::unseen_cpu::UnseenCpu;
 use super::unwind::CfiWalker;
@@ -56,6 +57,7 @@ use ring_clock::RingWalks;
 use collect::OwnedWalk;
 use pacing::BlockedReads;
 use ring_clock::BornKey;
+use signal_timers::PosixExit;
 use thread_list::Exit;
 
 /// A slot not taken by its thread within this time is cancelled and the
@@ -157,6 +159,12 @@ struct ThreadState {
     /// sample has the signal blocked.
     timer_samples: u64,
     timer_checked_ns: u64,
+    /// POSIX clock, cpu mode: the periods its timer's samples stood for
+    /// since the timer opened, and the last of them (its key and walk), on
+    /// which the periods its timer ran out but never signalled are counted
+    /// when it exits ([`SamplerLoop::count_posix_tails`]).
+    timer_periods: u64,
+    timer_last: Option<(u32, OwnedWalk)>,
     /// The thread blocks the profiling signal: its timer is closed (so no
     /// signals queue up on it), the sampler thread does not signal it, and
     /// its due samples are counted in `signal_blocked_samples` until it
@@ -338,6 +346,10 @@ pub(super) struct SamplerLoop {
     /// Threads that exited at the last listing, with what they still
     /// stand for, until [`Self::settle_exits`] counts it.
     exits: Vec<Exit>,
+    /// POSIX clock: threads that exited, with their last timer samples
+    /// and the periods they are owed, and the chance for a part of one.
+    posix_exits: Vec<PosixExit>,
+    tail_rng: SplitMix64,
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
@@ -426,6 +438,8 @@ impl SamplerLoop {
             unseen: wakeups.is_some().then(|| UnseenCpu::new(period_ns)),
             tails: wakeups.is_some().then(|| ExitTails::new(monotonic_ns())),
             exits: Vec::new(),
+            posix_exits: Vec::new(),
+            tail_rng: SplitMix64::new(monotonic_ns() ^ 0x5eed),
             wakeups,
             wall_requests,
             cfi,
@@ -535,6 +549,12 @@ impl SamplerLoop {
             state.timer = None;
         }
         self.drain();
+        // Every timer sample is in: what the POSIX timers ran out but
+        // never signalled.
+        for state in self.threads.values_mut() {
+            self.posix_exits.extend(PosixExit::of(state));
+        }
+        self.count_posix_tails();
         self.finish_born();
         result?;
         let stats = self.live_stats();

@@ -19,6 +19,7 @@ use super::super::exit_tails::{share_out, ExitTail};
 use super::super::threads;
 use super::collect::OwnedWalk;
 use super::ring_clock::RingWalks;
+use super::signal_timers::PosixExit;
 use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS};
 
 /// The longest a thread on the rings with no ring sample goes without its
@@ -47,6 +48,8 @@ impl ThreadState {
             timer_failed: false,
             timer_samples: 0,
             timer_checked_ns: 0,
+            timer_periods: 0,
+            timer_last: None,
             blocked: None,
             suspect_since_ns: None,
             last_walk: None,
@@ -289,11 +292,12 @@ impl SamplerLoop {
         let born_accounted = &mut self.born_accounted;
         let (reckon, period, now) = (self.tails.is_some(), self.period_ns, monotonic_ns());
         let (exits, stats) = (&mut self.exits, &mut self.stats);
+        let posix_exits = &mut self.posix_exits;
         let mut ring_exits = Vec::new();
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing
                 || s.pending
-                || (s.on_rings() && s.seen_listing + 1 == listing);
+                || ((s.on_rings() || s.timer.is_some()) && s.seen_listing + 1 == listing);
             if !keep {
                 departed.insert(tid, s.key);
                 if reckon {
@@ -325,12 +329,14 @@ impl SamplerLoop {
                 if s.on_ring {
                     ring_exits.push((tid, s.accounted_ns.unwrap_or(0)));
                 }
+                posix_exits.extend(PosixExit::of(s));
             }
             keep
         });
         for (tid, cpu_ns) in ring_exits {
             self.count_parent_tail(tid, cpu_ns);
         }
+        self.count_posix_tails();
     }
 
     /// Sampler-thread path, cpu mode: counts on each thread that exited at
