@@ -223,17 +223,10 @@ impl SamplerLoop {
         self.stats.count_weight(walk.end, weight);
     }
 
+    /// Adds `walk` as one distinct sample standing for `weight` periods.
     pub(super) fn intern(&mut self, key: u32, walk: &Collected<'_>, weight: u64) {
-        self.table.add(
-            StackKey {
-                thread: key,
-                frames: walk.frames,
-                lr: walk.lr,
-                end: walk.end,
-            },
-            weight,
-        );
-        self.stats.count_sample(walk.end, weight);
+        self.intern_weight(key, walk, weight);
+        self.stats.recorded += 1;
     }
 
     /// On stop: collects what finished, cancels what never started and
