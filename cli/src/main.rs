@@ -583,7 +583,7 @@ fn print_summary(profile: &Profile) {
          end in the C start code is not counted), callers from CFI: {} of {} ({:.1}%), \
          failed samples: {}, skipped samples: {}, lost to a blocked signal: {}, late signals \
          retried: {}, taken by the kernel into ring buffers: {} ({} of threads born while \
-         sampling; {} lost to a full ring), counted at a thread's exit for its last moments: {}, \
+         sampling; {} lost to a full ring), counted for threads' last moments (at exit or stop): {}, \
          sampler CPU: {:.1} ms",
         profile.truncated_samples(),
         s.samples,

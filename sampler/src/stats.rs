@@ -37,9 +37,9 @@ pub struct SamplerStats {
     pub duration: Duration,
     /// Ticks of the sampler thread that ran: with [`SampleClock::ThreadTimers`]
     /// the sampler thread only wakes to collect, and this counts those
-    /// wake-ups. On the Linux fallback in [`Mode::Cpu`] it wakes when
-    /// threads fall due and at random moments, not on a fixed period: with
-    /// two busy threads at 1000 Hz, about 1,500-2,500 wakeups a second.
+    /// wake-ups. On the Linux fallback in [`Mode::Cpu`] it wakes at random
+    /// moments, not on a fixed period, and at least once a period: with
+    /// two busy threads at 1000 Hz, about 1,350 wakeups a second.
     pub ticks: u64,
     /// Deadlines skipped because the sampler woke too late (on the Linux
     /// fallback in [`Mode::Cpu`], whole periods overslept).
@@ -107,10 +107,11 @@ pub struct SamplerStats {
     /// kernel's call chains, or every thread on the POSIX clock).
     pub timer_threads: u64,
     /// Linux sampler-thread path, cpu mode: samples for the CPU time
-    /// threads used after their last sample, counted on that last stack
-    /// when they exited (see `exit_tails`; a thread that lives 2 ms would
-    /// otherwise lose a quarter to a half of its time). Included in
-    /// [`Self::samples`].
+    /// threads used after their last sample, counted on their last stacks
+    /// when they exited or the profiler stopped (see `exit_tails`; a thread
+    /// that lives 2 ms would otherwise lose a quarter to a half of its
+    /// time). On the POSIX clock, the periods a thread's timer ran out but
+    /// never signalled, likewise. Included in [`Self::samples`].
     pub exit_samples: u64,
     /// Samples not taken because the thread had exited after it was
     /// listed (the list is re-read every few milliseconds).
@@ -193,7 +194,8 @@ impl SamplerStats {
     /// Sampler-thread ticks per wall-clock second. With
     /// [`SampleClock::ThreadTimers`] the sampler thread does not pace
     /// samples and this is its collection rate; on the Linux fallback in
-    /// [`Mode::Cpu`] it counts wakeups at due points and random ones (see
+    /// [`Mode::Cpu`] it counts random wakeups and those that look for new
+    /// threads (see
     /// [`Self::ticks`]), so it is not the sample rate either.
     pub fn ticks_per_second(&self) -> f64 {
         let secs = self.duration.as_secs_f64();

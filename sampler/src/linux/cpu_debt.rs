@@ -4,10 +4,10 @@
 //!
 //! In cpu mode a thread is owed one sample per period of CPU time it uses:
 //! a sample is due when the CPU time used since the last one reaches a
-//! period ([`CpuDebt::until_next_period`] says how much more it needs; the Linux
-//! fallback wakes for that moment). On a busy machine the sampler often
-//! cannot take the sample when it is due: the thread is waiting for a CPU,
-//! or the sampler itself ran late. The owed time is carried, and the next
+//! period, and the Linux fallback takes it at the next random tick that
+//! finds the thread running. On a busy machine that is often more than a
+//! period later: the thread is waiting for a CPU, or the sampler itself ran
+//! late. The owed time is carried, and the next
 //! sample that succeeds stands for more than one period, so samples per
 //! CPU-second stay at the requested rate.
 //!
@@ -27,7 +27,7 @@
 //! that would make the thread due again at once, and it would be sampled
 //! right where it resumes, which is that same biased place. Its periods
 //! are [lost](CpuDebt::refund) instead, and ride as extra weight on the
-//! next samples, which come at the thread's ordinary due points.
+//! next samples, which come at the thread's ordinary random ticks.
 
 /// A debt is paid off over about this many samples: large enough that one
 /// sample's weight barely depends on any one wait, small enough that
@@ -77,14 +77,6 @@ impl CpuDebt {
         let settled = self.settled_ns / period_ns;
         let weight = settled.div_ceil(SPREAD).max(1);
         Some(weight.min(self.owed_ns / period_ns) + self.lost_share())
-    }
-
-    /// CPU time the thread must still use before its owed time next
-    /// reaches a whole number of periods: before its next sample is due,
-    /// or, with periods owed already, before the next point of its
-    /// CPU-time grid (where a sample is as unbiased as at any other).
-    pub fn until_next_period(&self, period_ns: u64) -> u64 {
-        period_ns - self.owed_ns % period_ns
     }
 
     /// A sample of `weight` periods (as [`Self::due`] gave it) was taken.
@@ -207,16 +199,11 @@ mod tests {
         debt.accrue(P + P / 4, P);
         let weight = debt.due(P).unwrap();
         debt.pay(weight, P);
-        let until = debt.until_next_period(P);
-        assert_eq!(until, P - P / 4);
         assert_eq!(debt.refund(weight), 0);
-        assert_eq!(
-            debt.until_next_period(P),
-            until,
-            "due sooner after a refund"
-        );
-        assert_eq!(debt.due(P), None);
-        debt.accrue(until, P);
+        assert_eq!(debt.due(P), None, "due sooner after a refund");
+        debt.accrue(P / 2, P);
+        assert_eq!(debt.due(P), None, "due sooner after a refund");
+        debt.accrue(P / 4, P);
         assert_eq!(
             debt.due(P),
             Some(2),

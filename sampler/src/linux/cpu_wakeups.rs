@@ -1,46 +1,46 @@
-//! When the sampler thread wakes in cpu mode on the Linux fallback: at the
-//! moment each thread's next sample falls due, and at random moments.
+//! When the sampler thread wakes in cpu mode on the Linux fallback: at
+//! random moments, and at least once a period.
 //!
-//! A sampler thread that wakes on a fixed wall-clock period samples a busy
-//! machine wrongly. Its own wakeup preempts a thread on its CPU, and when
-//! it sleeps again the scheduler often resumes a thread that was waiting,
-//! right then: resumptions line up with the ticks. A thread preempted at a
-//! system call's exit (reading a clock can end its time slice) resumes
-//! there, at the start of whatever its code does next, and a fixed period
-//! later it is sampled: the first stretch after each such point is never
-//! sampled. With two CPU-burning processes beside the self-check this took
-//! 4-15 points of share from the function after the clock reads.
+//! A sampler thread that samples at moments tied to when threads resumed
+//! samples a busy machine wrongly. Its own wakeup preempts a thread on its
+//! CPU, and when it sleeps again the scheduler often resumes a waiting
+//! thread right then. A thread preempted at a system call's exit (reading
+//! a clock can end its time slice) resumes there, at the start of whatever
+//! its code does next, and a sample taken a fixed time later lands a fixed
+//! distance into that code: the first stretch after each such point is
+//! rarely sampled. A fixed wall-clock period did that (4-15 points of share
+//! taken from the function after the workload's clock reads, beside two
+//! CPU-burning processes), and so did waking at the moment each thread was
+//! predicted to fall due, if it ran on from the last wakeup: a prediction
+//! is a fixed distance from where the thread resumed. At 100 Hz, where a
+//! period spans several time slices, that took 10 points from the same
+//! function.
 //!
-//! Perf's `cpu-clock` has no such blind spot: it interrupts a thread when
-//! its CPU clock crosses the next multiple of the period, wherever the
-//! thread was last resumed. This schedule does the same from outside:
+//! So samples are taken only at **random ticks**, exponentially distributed
+//! with a mean of [`RANDOM_TICK_MEAN_PERIODS`] periods. An exponential wait
+//! has no memory: wherever a thread resumed, the next tick is as likely at
+//! any later moment, so a thread running then is found at an unbiased
+//! point of its code. A thread is signalled at the first random tick that
+//! finds it due ([`CpuDebt`]) and running; the sample's weight stands for
+//! the periods it owes, so samples per CPU-second stay at the rate.
 //!
-//! - **Due points.** At every wakeup the sampler reads each thread's CPU
-//!   clock and asks its debt how much CPU time the thread needs before its
-//!   next sample is due ([`CpuDebt::until_next_period`]);
-//!   the thread will be due that much later if it runs from now, and the
-//!   sampler wakes then ([`CpuWakeups::due_at`]). A thread waiting for a
-//!   CPU is predicted the same way, because if it resumes it most likely
-//!   resumes right after this wakeup.
-//! - **Random ticks** ([`RANDOM_TICK_MEAN_PERIODS`] periods apart on
-//!   average, exponentially distributed) find a thread that fell due
-//!   without a prediction (it woke from a blocking call, or a prediction
-//!   was missed). An exponential wait has no memory: wherever a thread
-//!   resumed, the next random tick is as likely at any later moment, so
-//!   the sample it takes is at an unbiased point.
+//! The sampler also wakes at most [`MAX_GAP_PERIODS`] after its last wakeup,
+//! to find new threads; such a wakeup samples nothing, as its moment is a
+//! fixed time after the last one.
 //!
-//! On a quiet machine each thread is then sampled every period of its CPU
-//! time, as with a fixed period. The sampler wakes about twice as often as
-//! it would on a fixed period with two busy threads (measured: 1,500-2,500
-//! wakeups per second and 5-6% of a core at 1000 Hz, against about 1,000
-//! and 5% on a fixed period).
+//! On a quiet machine a thread is then sampled at the first random tick
+//! after each period of its CPU time (measured at 1000 Hz with two busy
+//! threads: about 850 distinct samples per CPU-second, the rest carried
+//! as weight).
 //!
-//! [`CpuDebt::until_next_period`]: super::cpu_debt::CpuDebt::until_next_period
+//! [`CpuDebt`]: super::cpu_debt::CpuDebt
 
 use super::split_mix::SplitMix64;
 
-/// Random ticks come this many periods apart on average.
-pub const RANDOM_TICK_MEAN_PERIODS: u64 = 2;
+/// Random ticks come this many periods apart on average: a due thread
+/// waits about that long for the tick that samples it, so the thread's
+/// distinct samples stay close to one per period of its CPU time.
+pub const RANDOM_TICK_MEAN_PERIODS: u64 = 1;
 
 /// No two wakeups are further apart than this many periods: each wakeup
 /// compares the process's CPU clock with the threads the sampler knows
@@ -49,20 +49,12 @@ pub const RANDOM_TICK_MEAN_PERIODS: u64 = 2;
 /// 2 ms came and went unseen.
 pub const MAX_GAP_PERIODS: u64 = 1;
 
-/// No wakeup comes sooner than this fraction of a period after the last:
-/// it bounds the sampler's wakeups when many threads fall due at different
-/// moments (at 1000 Hz, 50 µs: at most 20,000 wakeups per second).
-pub const MIN_GAP_FRACTION: u64 = 20;
-
 /// The sampler thread's wakeup times in cpu mode on the fallback.
 #[derive(Clone, Debug)]
 pub struct CpuWakeups {
     period_ns: u64,
-    min_gap_ns: u64,
     rng: SplitMix64,
-    /// The earliest due point predicted since the last wakeup.
-    earliest_due: u64,
-    /// The deadline slept to was a random tick, not a due point.
+    /// The deadline slept to was a random tick, not the longest gap.
     random: bool,
     ticks: u64,
     missed: u64,
@@ -77,34 +69,22 @@ impl CpuWakeups {
         assert!(period_ns > 0, "period must be positive");
         CpuWakeups {
             period_ns,
-            min_gap_ns: (period_ns / MIN_GAP_FRACTION).max(1),
             rng: SplitMix64::new(seed),
-            earliest_due: u64::MAX,
             random: false,
             ticks: 0,
             missed: 0,
         }
     }
 
-    /// A thread's next sample will be due at `at_ns` if it runs from now.
-    pub fn due_at(&mut self, at_ns: u64) {
-        self.earliest_due = self.earliest_due.min(at_ns);
-    }
-
     /// The deadline to sleep until, decided at `now_ns` after a wakeup's
-    /// work: the earliest due point predicted since the last wakeup (at
-    /// least the minimum gap away) or a random tick, whichever is first,
-    /// and no later than [`MAX_GAP_PERIODS`] from now.
+    /// work: a random tick, or [`MAX_GAP_PERIODS`] from now if that is
+    /// sooner.
     pub fn next(&mut self, now_ns: u64) -> u64 {
         let random_at =
             now_ns.saturating_add(self.exponential(RANDOM_TICK_MEAN_PERIODS * self.period_ns));
-        let due_at = self
-            .earliest_due
-            .max(now_ns + self.min_gap_ns)
-            .min(now_ns + MAX_GAP_PERIODS * self.period_ns);
-        self.earliest_due = u64::MAX;
-        self.random = random_at <= due_at;
-        random_at.min(due_at)
+        let gap_at = now_ns + MAX_GAP_PERIODS * self.period_ns;
+        self.random = random_at <= gap_at;
+        random_at.min(gap_at)
     }
 
     /// The sampler woke at `now_ns` for `deadline_ns`: counts the wakeup,
@@ -114,8 +94,8 @@ impl CpuWakeups {
         self.missed += now_ns.saturating_sub(deadline_ns) / self.period_ns;
     }
 
-    /// Whether the current wakeup is a random tick: any thread found due
-    /// then is sampled, not only those whose due point it is.
+    /// Whether the current wakeup is a random tick, the only kind at
+    /// which threads are sampled.
     pub fn random_tick(&self) -> bool {
         self.random
     }
@@ -180,27 +160,23 @@ mod tests {
     }
 
     #[test]
-    fn the_earliest_due_point_wins_and_is_forgotten_after_one_wakeup() {
+    fn wakeups_are_random_ticks_or_the_longest_gap() {
         let mut w = CpuWakeups::new(P, 1);
         let now = 10 * P;
-        w.due_at(now + P / 2);
-        w.due_at(now + P / 3);
-        w.due_at(now + 3 * P);
-        let deadline = w.next(now);
-        if w.random_tick() {
-            assert!(deadline <= now + P / 3);
-        } else {
-            assert_eq!(deadline, now + P / 3);
-        }
-        // Nothing predicted now: a random tick, or a wakeup to look for
-        // new threads at most `MAX_GAP_PERIODS` away. Random ticks come as
-        // often as ever: a wait of more than that is cut short at it, and
-        // with no memory, the next wait starts afresh.
+        // A random tick whenever it comes first; otherwise a wakeup to look
+        // for new threads exactly `MAX_GAP_PERIODS` away, which samples
+        // nothing. Random ticks come as often as ever: a wait of more than
+        // that is cut short at it, and with no memory, the next wait starts
+        // afresh.
         let mut random = 0;
         for _ in 0..10_000 {
             let deadline = w.next(now);
             assert!(deadline <= now + MAX_GAP_PERIODS * P, "{deadline}");
-            random += u32::from(w.random_tick());
+            if w.random_tick() {
+                random += 1;
+            } else {
+                assert_eq!(deadline, now + MAX_GAP_PERIODS * P);
+            }
         }
         let expected = 1.0 - (-(MAX_GAP_PERIODS as f64) / RANDOM_TICK_MEAN_PERIODS as f64).exp();
         let share = f64::from(random) / 10_000.0;
@@ -208,19 +184,6 @@ mod tests {
             (share - expected).abs() < 0.03,
             "{share} random, not {expected}"
         );
-    }
-
-    #[test]
-    fn due_points_never_come_sooner_than_the_minimum_gap() {
-        let mut w = CpuWakeups::new(P, 3);
-        let now = 5 * P;
-        for _ in 0..1000 {
-            w.due_at(now - 7);
-            let deadline = w.next(now);
-            let gap = P / MIN_GAP_FRACTION;
-            assert!(deadline >= now + gap || w.random_tick(), "{deadline}");
-            assert!(deadline <= now + gap);
-        }
     }
 
     #[test]

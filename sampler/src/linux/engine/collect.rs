@@ -106,7 +106,7 @@ impl SamplerLoop {
                 Poll::Collected => true,
                 Poll::Late => {
                     // Its periods ride on the thread's next samples, taken
-                    // at its next due points (`CpuDebt::refund`).
+                    // at its next random ticks (`CpuDebt::refund`).
                     self.stats.late_samples += 1;
                     if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                         if self.config.mode == Mode::Cpu {
@@ -177,17 +177,16 @@ impl SamplerLoop {
                         state.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
                         state.last_walk = Some(walk);
                     } else if self.tails.is_some() {
-                        // Kept while the thread is young: a short-lived
-                        // thread's tail is a large part of its life.
+                        // The last few kept while the thread is young: a
+                        // short-lived thread's tail is a large part of its
+                        // life. Later, the last one, for the period or two
+                        // owed at its exit or at stop.
                         let walks = &mut state.recent_walks;
-                        if state.born_during_run && state.first_seen.elapsed() < YOUNG {
-                            if walks.len() == RECENT_WALKS {
-                                walks.remove(0);
-                            }
-                            walks.push(walk);
-                        } else {
-                            walks.clear();
+                        let young = state.born_during_run && state.first_seen.elapsed() < YOUNG;
+                        if walks.len() == RECENT_WALKS || (!young && !walks.is_empty()) {
+                            walks.remove(0);
                         }
+                        walks.push(walk);
                     }
                 }
             }

@@ -122,15 +122,6 @@ struct ThreadState {
     /// Cpu mode, sampler-thread path: CPU time used and not yet stood for
     /// by a sample.
     debt: CpuDebt,
-    /// Cpu mode, sampler-thread path: when its next sample was predicted to
-    /// fall due (monotonic ns), if it ran on from the last look. A due
-    /// thread is signalled at that wakeup, or at a random one.
-    due_at: Option<u64>,
-    /// Cpu mode, sampler-thread path: its CPU clock stood still at the last
-    /// look(s), and whether it was runnable then (waiting for a CPU, so
-    /// still predicted: it may resume right after any wakeup) rather than
-    /// blocked. Looked up once per stop, not at every wakeup.
-    stalled: Option<bool>,
     /// The last reading of the thread's CPU time (its timer's count, or its
     /// CPU clock) added to [`SamplerStats::thread_cpu`].
     accounted_ns: Option<u64>,
@@ -204,8 +195,9 @@ struct ThreadState {
     read_at_ns: u64,
     gone_at_ns: Option<u64>,
     /// Sampler-thread path, cpu mode: the last [`RECENT_WALKS`] stacks of
-    /// a young thread born while sampling, on which the CPU time it used
-    /// after its last sample is counted when it exits ([`ExitTails`]).
+    /// a young thread born while sampling (of any other, the last one), on
+    /// which the CPU time it used after its last sample is counted when it
+    /// exits ([`ExitTails`]) or the profiler stops.
     recent_walks: Vec<OwnedWalk>,
     /// Timer path: born while sampling under the inherited events
     /// ([`BornThreads`]), which sample it instead of a timer of its own
@@ -329,8 +321,8 @@ pub(super) struct SamplerLoop {
     /// so that when there are more threads due than slots, every thread
     /// gets its turn rather than the first ones every tick.
     rotation: usize,
-    /// Sampler-thread path, cpu mode: when to wake (due points and random
-    /// ticks) instead of a fixed period.
+    /// Sampler-thread path, cpu mode: when to wake (random ticks) instead
+    /// of a fixed period.
     wakeups: Option<CpuWakeups>,
     /// Sampler-thread path, wall mode: a running thread's sample is asked
     /// for with a one-shot CPU timer ([`PosixTimer::open_request`]), not
@@ -555,6 +547,7 @@ impl SamplerLoop {
             self.posix_exits.extend(PosixExit::of(state));
         }
         self.count_posix_tails();
+        self.settle_at_stop();
         self.finish_born();
         result?;
         let stats = self.live_stats();
