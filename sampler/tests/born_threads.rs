@@ -79,6 +79,7 @@ struct Capture {
     complete: u64,
     born_samples: u64,
     exit_samples: u64,
+    timer_threads: u64,
 }
 
 fn run() -> Capture {
@@ -129,6 +130,7 @@ fn tally(raw: &RawProfile, threads: &[(u64, Duration)]) -> Capture {
         complete,
         born_samples: raw.stats.born_samples,
         exit_samples: raw.stats.exit_samples,
+        timer_threads: raw.stats.timer_threads,
     }
 }
 
@@ -138,7 +140,7 @@ fn report(path: &str, c: &Capture) {
         "measured ({path}, {:?}): {THREADS} threads of {} ms CPU, {:.1} ms in all: \
          {} samples = {:.1} ms ({:.1}%), {:.1} ms of their time in the stats ({:.1}%); \
          {} samples in the spin function, {} of them reaching the thread's entry; \
-         born samples {}, counted at exit {}",
+         born samples {}, counted at exit {}, threads on a timer of their own {}",
         c.clock,
         WORK.as_millis(),
         ms(c.cpu),
@@ -151,6 +153,7 @@ fn report(path: &str, c: &Capture) {
         c.complete,
         c.born_samples,
         c.exit_samples,
+        c.timer_threads,
     );
 }
 
@@ -187,6 +190,15 @@ fn check(path: &str, want: SampleClock, in_spin_percent: u64) {
         c.complete,
         c.in_spin
     );
+    // Every thread here is born under the inherited events, including one
+    // a listing finds before its birth is read from the rings: none may be
+    // handed to a signal timer of its own.
+    if want == SampleClock::ThreadTimers {
+        assert_eq!(
+            c.timer_threads, 0,
+            "{path}: threads born under the events were put on signal timers"
+        );
+    }
 }
 
 #[test]

@@ -204,6 +204,14 @@ struct ThreadState {
     /// (no signal, so its mask, `sigwait` and blocking calls never see
     /// them) unless `born_deep`.
     born: bool,
+    /// Timer path: found by a listing before its birth was read from the
+    /// rings, if it was born under the inherited events at all: decided
+    /// at the next listing, when the rings' records from before this one
+    /// are in (they are held back a moment, and more come in while a
+    /// listing runs). Until then it gets no timer and its clock is not
+    /// read. Deciding at once handed such a thread to a signal timer,
+    /// under the name the listing read, which its renames never reached.
+    birth_unread: bool,
     /// A thread on the rings whose stacks go deeper than its ring samples
     /// reach, while `max_depth` asks for more: deeper than the kernel's
     /// call chains (`perf_event_max_stack`) or the stack it copies for CFI

@@ -51,6 +51,7 @@ impl SamplerLoop {
         wanted.clear();
         for (&tid, state) in &self.threads {
             if state.timer.is_some()
+                || state.birth_unread
                 || state.blocked.is_some()
                 || !state.regions_ready
                 || state.seen_listing != self.listing

@@ -62,6 +62,7 @@ impl ThreadState {
             recent_walks: Vec::new(),
             born_during_run: false,
             born: false,
+            birth_unread: false,
             born_deep: false,
             ring_walks: RingWalks::default(),
             on_ring: false,
@@ -141,6 +142,21 @@ impl SamplerLoop {
             let state = match self.threads.get_mut(&tid) {
                 Some(s) => {
                     s.seen_listing = listing;
+                    if std::mem::take(&mut s.birth_unread) {
+                        if let Some(born) = self.born.as_mut() {
+                            if born.is_young(tid) {
+                                // Its clock counts from its birth.
+                                s.born = true;
+                                s.accounted_ns = Some(0);
+                                s.named_on_rings = true;
+                            } else {
+                                // Not born under the events: counted as
+                                // listed from now, on a timer of its own.
+                                let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                                born.hand_off(tid, monotonic_ns(), cpu);
+                            }
+                        }
+                    }
                     if s.name_check_listing > listing || (s.named_on_rings && s.on_rings()) {
                         continue;
                     }
@@ -156,10 +172,9 @@ impl SamplerLoop {
                             // sampled by the inherited events.
                             state.accounted_ns = Some(0);
                         } else {
-                            // Not known to be born here yet (its start may
-                            // still be in a ring): counted as listed from now.
-                            let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
-                            born.hand_off(tid, monotonic_ns(), cpu);
+                            // Not known to be born here yet: its start may
+                            // still be in a ring.
+                            state.birth_unread = true;
                         }
                     }
                     if listing > 1 && self.clock == SampleClock::SamplerThread {
@@ -222,6 +237,9 @@ impl SamplerLoop {
         let born = self.born.as_ref();
         let listing = self.listing;
         for (&tid, state) in self.threads.iter_mut() {
+            if state.birth_unread {
+                continue;
+            }
             let on_rings = state.on_rings();
             if on_rings
                 && !every
