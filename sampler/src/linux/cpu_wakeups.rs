@@ -1,5 +1,5 @@
 //! When the sampler thread wakes in cpu mode on the Linux fallback: at
-//! random moments, and at least once a period.
+//! random moments, and at least once a period or every 2 ms.
 //!
 //! A sampler thread that samples at moments tied to when threads resumed
 //! samples a busy machine wrongly. Its own wakeup preempts a thread on its
