@@ -74,6 +74,16 @@ impl ThreadState {
         }
     }
 
+    /// A thread whose birth was unread at its first listing was born under
+    /// the inherited events after all: sampled by them from its birth, its
+    /// clock counted from zero, its renames read from the rings' records.
+    pub(super) fn judge_born(&mut self) {
+        self.birth_unread = false;
+        self.born = true;
+        self.accounted_ns = Some(0);
+        self.named_on_rings = true;
+    }
+
     /// Whether the kernel samples it into the rings: born under the
     /// inherited events or one they were opened on, and not handed to a
     /// timer.
@@ -145,10 +155,7 @@ impl SamplerLoop {
                     if std::mem::take(&mut s.birth_unread) {
                         if let Some(born) = self.born.as_mut() {
                             if born.is_young(tid) {
-                                // Its clock counts from its birth.
-                                s.born = true;
-                                s.accounted_ns = Some(0);
-                                s.named_on_rings = true;
+                                s.judge_born();
                             } else {
                                 // Not born under the events: counted as
                                 // listed from now, on a timer of its own.
@@ -238,7 +245,12 @@ impl SamplerLoop {
         let listing = self.listing;
         for (&tid, state) in self.threads.iter_mut() {
             if state.birth_unread {
-                continue;
+                // Judged at the next listing; at stop or for a dump, now if
+                // its birth is in already, so that its time is counted.
+                if !(every && born.is_some_and(|b| b.is_young(tid))) {
+                    continue;
+                }
+                state.judge_born();
             }
             let on_rings = state.on_rings();
             if on_rings
@@ -359,7 +371,33 @@ impl SamplerLoop {
     ///
     /// [`ExitTails`]: super::super::exit_tails::ExitTails
     pub(super) fn settle_exits(&mut self, unread_ns: u64) {
-        self.settle(unread_ns);
+        let Some(mut tails) = self.tails.take() else {
+            return;
+        };
+        share_out(unread_ns, &mut self.exits);
+        let mut exits = std::mem::take(&mut self.exits);
+        for exit in exits.drain(..) {
+            let tail = exit.tail;
+            let unread = Duration::from_nanos(tail.unread_ns);
+            self.stats.add_thread_cpu(exit.tid as u64, unread);
+            let samples = tails
+                .samples_for(tail.owed_ns + tail.unread_ns, self.period_ns)
+                .min(MAX_OWED_PERIODS);
+            // Each on one of its last stacks, picked at random: the thread's
+            // recent samples scaled up to all of its time.
+            let mut counts = [0u64; RECENT_WALKS];
+            for _ in 0..samples {
+                counts[tails.pick(exit.walks.len())] += 1;
+            }
+            for (walk, &count) in exit.walks.iter().zip(&counts) {
+                if count > 0 {
+                    self.intern(exit.key, &walk.as_collected(), count);
+                }
+            }
+            self.stats.exit_samples += samples;
+        }
+        self.exits = exits;
+        self.tails = Some(tails);
     }
 
     /// Sampler-thread path, cpu mode, at stop: counts what every thread
@@ -388,37 +426,6 @@ impl SamplerLoop {
                 },
             });
         }
-        self.settle(0);
-    }
-
-    /// Counts `self.exits`, sharing `unread_ns` among them.
-    fn settle(&mut self, unread_ns: u64) {
-        let Some(mut tails) = self.tails.take() else {
-            return;
-        };
-        share_out(unread_ns, &mut self.exits);
-        let mut exits = std::mem::take(&mut self.exits);
-        for exit in exits.drain(..) {
-            let tail = exit.tail;
-            let unread = Duration::from_nanos(tail.unread_ns);
-            self.stats.add_thread_cpu(exit.tid as u64, unread);
-            let samples = tails
-                .samples_for(tail.owed_ns + tail.unread_ns, self.period_ns)
-                .min(MAX_OWED_PERIODS);
-            // Each on one of its last stacks, picked at random: the thread's
-            // recent samples scaled up to all of its time.
-            let mut counts = [0u64; RECENT_WALKS];
-            for _ in 0..samples {
-                counts[tails.pick(exit.walks.len())] += 1;
-            }
-            for (walk, &count) in exit.walks.iter().zip(&counts) {
-                if count > 0 {
-                    self.intern(exit.key, &walk.as_collected(), count);
-                }
-            }
-            self.stats.exit_samples += samples;
-        }
-        self.exits = exits;
-        self.tails = Some(tails);
+        self.settle_exits(0);
     }
 }
