@@ -181,8 +181,8 @@ impl SamplerLoop {
                         // short-lived thread's tail is a large part of its
                         // life. Later, the last one, for the period or two
                         // owed at its exit or at stop.
+                        let young = state.young_born();
                         let walks = &mut state.recent_walks;
-                        let young = state.born_during_run && state.first_seen.elapsed() < YOUNG;
                         if walks.len() == RECENT_WALKS || (!young && !walks.is_empty()) {
                             walks.remove(0);
                         }

@@ -24,7 +24,7 @@ use super::super::posix_timers::PosixTimer;
 use super::super::threads;
 use super::collect::OwnedWalk;
 use super::signal_blocked::blocks_signal_now;
-use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse, YOUNG};
+use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse};
 
 /// Wall mode: CPU time a thread may gain since its last sample and still
 /// count as not having run: taking a sample costs the thread a few
@@ -141,8 +141,7 @@ impl SamplerLoop {
                 // due: it may live a period or two, and be gone before the
                 // next random tick (with random ticks alone, 300 threads
                 // of 2 ms had samples for 74% of their CPU time).
-                let young = state.born_during_run && state.first_seen.elapsed() < YOUNG;
-                if !random_tick && !young {
+                if !random_tick && !state.young_born() {
                     continue;
                 }
                 weight = due;
@@ -253,10 +252,7 @@ impl SamplerLoop {
             // its first sample even if it comes late (see `slots`): given
             // up, the thread may be gone before the next, and every period
             // it used with it ([`ExitTails`] counts them on its last stack).
-            let first = self.tails.is_some()
-                && state.born_during_run
-                && state.recent_walks.is_empty()
-                && state.first_seen.elapsed() < YOUNG;
+            let first = self.tails.is_some() && state.recent_walks.is_empty() && state.young_born();
             let read_at = if first { (0, 0) } else { read_at };
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             let by_request = self.wall_requests;

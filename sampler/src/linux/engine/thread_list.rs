@@ -20,7 +20,7 @@ use super::super::threads;
 use super::collect::OwnedWalk;
 use super::ring_clock::RingWalks;
 use super::signal_timers::PosixExit;
-use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS};
+use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS, YOUNG};
 
 /// The longest a thread on the rings with no ring sample goes without its
 /// clock read ([`SamplerLoop::account_cpu`]).
@@ -72,6 +72,13 @@ impl ThreadState {
             mask_checked: false,
             stat_file: None,
         }
+    }
+
+    /// Born while sampling (sampler-thread path) less than [`YOUNG`] ago:
+    /// it may live only a period or two, so it is sampled at any wakeup
+    /// and its last few stacks are kept for its exit.
+    pub(super) fn young_born(&self) -> bool {
+        self.born_during_run && self.first_seen.elapsed() < YOUNG
     }
 
     /// A thread whose birth was unread at its first listing was born under
