@@ -36,7 +36,23 @@ fn record_maps(scratch: &Scratch, btprof: &Path, cache: &Path, preload: Option<&
     if let Some(preload) = preload {
         cmd.env("BTPROF_PRELOAD", preload);
     }
-    wait_limited(cmd.spawn().unwrap(), Duration::from_secs(60))
+    wait_limited(spawn_copied(&mut cmd), Duration::from_secs(60))
+}
+
+/// Spawns `cmd`, whose program may be a copy this test binary just wrote.
+/// Another test's child forked while the copy was open for writing holds
+/// it open until that child execs, and exec then fails with "Text file
+/// busy" (`ETXTBSY`) for that moment: retried, up to a second.
+fn spawn_copied(cmd: &mut Command) -> std::process::Child {
+    for _ in 0..100 {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            spawned => return spawned.unwrap(),
+        }
+    }
+    cmd.spawn().unwrap()
 }
 
 /// The preload libraries the profiled shell had mapped (file paths of
