@@ -188,3 +188,35 @@ fn timers_go_with_their_threads_and_with_stop() {
     assert!(raw.stats.samples > 0, "no samples: {:?}", raw.stats);
     assert_eq!(our_timers(), 0, "a timer outlived stop");
 }
+
+/// At a low rate the sampler thread wakes only as often as it lists the
+/// threads (every two periods, 20 ms at 100 Hz): the kernel paces the
+/// samples, and the slots hold many periods' worth of them. Waking every
+/// 5 ms whatever the rate cost the sampler thread more than the samples.
+/// A busy machine can only make it wake less often than asked, never more.
+#[test]
+fn at_a_low_rate_the_sampler_thread_wakes_once_per_listing() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let worker = spinner(stop.clone(), tid.clone());
+    let sampler = Sampler::start(posix(100)).expect("start on POSIX timers");
+    wait_for_cpu(&tid, Duration::from_millis(600));
+    let raw = sampler.stop().expect("stop");
+    stop.store(true, Ordering::Relaxed);
+    worker.join().expect("spinner");
+    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    let wakeups = raw.stats.ticks as f64 / raw.stats.duration.as_secs_f64();
+    eprintln!(
+        "POSIX timers at 100 Hz: {} wakeups in {:?} ({wakeups:.0}/s), {} samples",
+        raw.stats.ticks, raw.stats.duration, raw.stats.samples
+    );
+    assert!(
+        wakeups <= 60.0,
+        "{wakeups:.0} wakeups a second at 100 Hz ({:?})",
+        raw.stats
+    );
+    assert!(raw.stats.samples > 0, "no samples: {:?}", raw.stats);
+}

@@ -119,6 +119,14 @@ pub(crate) fn thread_cpu_ns(tid: i32) -> Option<u64> {
     clock_ns((!tid << 3) | 4 | 2)
 }
 
+/// The CPUs the kernel is configured for: at most this many of the
+/// process's threads run at once, whatever their affinity.
+pub(crate) fn configured_cpus() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    u64::try_from(cpus).unwrap_or(1).max(1)
+}
+
 /// The calling thread's CPU time in nanoseconds.
 pub(crate) fn own_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)

@@ -70,6 +70,15 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 /// at most this much later; an exited one fails its send with `ESRCH`.
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 
+/// With per-thread timers, the thread list is read at most every this many
+/// periods (and every [`RELIST_INTERVAL`] at rates above 200 Hz). A
+/// listing, with the clock reads and signal-mask checks that follow it, is
+/// most of what the sampler thread does on these clocks; at 100 Hz a
+/// listing every 10 ms cost 0.5% of a core for 200 samples a second. A
+/// thread born while sampling gets its timer at most this many periods
+/// late, and that CPU is counted as not covered.
+const RELIST_PERIODS: u64 = 2;
+
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
 
@@ -79,8 +88,9 @@ const LISTING_SHARE: u32 = 20;
 const YOUNG: Duration = Duration::from_millis(100);
 
 /// With per-thread timers, the longest the sampler thread sleeps between
-/// two collections of finished samples.
-const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(5);
+/// two collections of finished samples: a slot that was never taken is
+/// given up after [`SAMPLE_TIMEOUT`], which needs a look well within it.
+const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// With every thread sampled into the rings, the sampler thread sleeps
 /// [`RING_COLLECT_PERIODS`] periods, within these bounds (and reads the
@@ -319,9 +329,16 @@ pub(super) struct SamplerLoop {
     /// Timer samples copied out of their slots with the periods each
     /// stands for, reused between passes.
     timer_walks: Vec<(i32, u64, OwnedWalk)>,
-    /// How often the thread list is read: [`RELIST_INTERVAL`], or longer
-    /// when a listing is costly.
+    /// How often the thread list is read: `relist_floor`, or longer when a
+    /// listing is costly.
     relist_every: Duration,
+    /// The least time between two listings: [`RELIST_INTERVAL`], and with
+    /// per-thread timers at least [`RELIST_PERIODS`] periods.
+    relist_floor: Duration,
+    /// The CPUs that can run the process's threads at once: with timers
+    /// paced by CPU time, signals claim slots at most this many times per
+    /// period.
+    cpus: u64,
     /// Sampler-thread path: the threads the ticks look at, chosen at each
     /// listing ([`Self::choose_active`]).
     active: Vec<i32>,
@@ -400,6 +417,11 @@ impl SamplerLoop {
             });
         stats.clock = clock;
         let period_ns = TickSchedule::period_for_hz(config.hz);
+        let relist_floor = if clock.is_kernel_paced() {
+            RELIST_INTERVAL.max(Duration::from_nanos(RELIST_PERIODS * period_ns))
+        } else {
+            RELIST_INTERVAL
+        };
         progress.set_clock(clock);
         Ok(SamplerLoop {
             window: Window::new(&stats),
@@ -445,7 +467,9 @@ impl SamplerLoop {
             cfi,
             blocked_reads: BlockedReads::default(),
             active: Vec::new(),
-            relist_every: RELIST_INTERVAL,
+            relist_every: relist_floor,
+            relist_floor,
+            cpus: threads::configured_cpus(),
             born: None,
             born_tried: false,
             born_samples: Vec::new(),
@@ -464,27 +488,36 @@ impl SamplerLoop {
         self.clock.is_kernel_paced()
     }
 
-    /// How long the sampler thread sleeps between two collections. With
-    /// timers, often enough that the slots never fill (a quarter of them
-    /// per busy thread at most); once every thread is sampled into the
-    /// rings (no timer open), [`RING_COLLECT_INTERVAL`], or a quarter
-    /// of the time a ring takes to fill at one sample per period per CPU
-    /// if that is sooner (rates far above 1000 Hz).
+    /// How long the sampler thread sleeps between two collections.
+    ///
+    /// With timers, often enough that the slots never fill: timers paced by
+    /// CPU time signal at most once per period per CPU, so a quarter of the
+    /// slots lasts `SLOTS / 4 / cpus` periods. Within that, as often as the
+    /// thread list is read, so that a born thread gets its timer on time.
+    /// Once every thread is sampled into the rings (no timer open),
+    /// [`RING_COLLECT_INTERVAL`], or a quarter of the time a ring takes to
+    /// fill at one sample per period per CPU if that is sooner (rates far
+    /// above 1000 Hz).
     fn collect_interval(&self) -> u64 {
         if !self.timers() {
             return self.period_ns;
         }
-        let slots = (self.period_ns * (SLOTS as u64 / 4))
+        let slots = (self.period_ns * (SLOTS as u64 / 4) / self.cpus)
             .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64);
         let rings_only = !self.threads.values().any(|s| s.timer.is_some());
+        let ring_fill = |born: &BornThreads| born.samples_per_ring() / 4 * self.period_ns;
         match self.born.as_ref() {
             Some(born) if rings_only => {
                 let (least, most) = RING_COLLECT_INTERVAL;
                 let longest = (RING_COLLECT_PERIODS * self.period_ns)
                     .clamp(least.as_nanos() as u64, most.as_nanos() as u64);
-                (born.samples_per_ring() / 4 * self.period_ns).clamp(slots, longest)
+                ring_fill(born).clamp(1_000_000, longest)
             }
-            _ => slots,
+            born => {
+                let listing = self.relist_floor.as_nanos() as u64;
+                let rings = born.map_or(u64::MAX, ring_fill);
+                slots.min(listing).min(rings).max(1_000_000)
+            }
         }
     }
 
@@ -631,7 +664,7 @@ impl SamplerLoop {
             // its wall time says more about the load than the listing.)
             let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu))
                 .saturating_sub(regions_cost);
-            self.relist_every = RELIST_INTERVAL.max(cost * LISTING_SHARE);
+            self.relist_every = self.relist_floor.max(cost * LISTING_SHARE);
             if let Some(unseen) = self.unseen.as_mut() {
                 unseen.listed(monotonic_ns(), cost.as_nanos() as u64);
             }
