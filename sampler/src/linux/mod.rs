@@ -105,7 +105,7 @@ pub use handler::slots::MAX_DEPTH;
 
 use engine::SamplerLoop;
 use handler::signal::{self, InstalledHandler};
-use handler::{checked_memory, slots, stack_regions};
+use handler::{checked_memory, own_stack, slots, stack_regions};
 
 /// The longest `start` waits for the sampler thread's first listing.
 const FIRST_LISTING_WAIT: Duration = Duration::from_millis(500);
@@ -211,6 +211,9 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     // Without a fault-safe read, walks keep only the pc (counted as
     // unreadable) rather than trust a snapshot of the mappings.
     checked_memory::probe();
+    // Where the thread pointer cannot be read cheaply, every read stays
+    // checked.
+    own_stack::probe();
     unwind::stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
     slots::TIMER_MAX_DEPTH.store(
         config.max_depth.clamp(1, MAX_DEPTH) as u32,

@@ -51,7 +51,7 @@ use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
 use super::unwind::CfiWalker;
 // The dump slot runs the same generation-tagged states as the samples'.
 use super::handler::slots::{state, ARMED, DONE, IDLE, WRITING};
-use super::handler::{slots, stack_regions};
+use super::handler::{own_stack, slots, stack_regions};
 use super::MAX_DEPTH;
 
 /// The bit of `si_value` that marks a one-shot capture's request; the
@@ -227,9 +227,11 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     SLOT.tid.store(unsafe { libc::gettid() }, Relaxed);
     // SAFETY: the caller's promise.
     let regs = registers(unsafe { &*(context as *const libc::ucontext_t) });
-    let high = stack_regions::region_containing(regs.sp)
+    let region = stack_regions::region_containing(regs.sp);
+    let high = region
         .map(|(_, high)| high)
         .unwrap_or(regs.sp.saturating_add(slots::UNKNOWN_STACK_SPAN));
+    let own_top = region.and_then(|region| own_stack::readable_top(regs.sp, region));
     for (to, from) in SLOT.regs.iter().zip([regs.pc, regs.sp, regs.fp, regs.lr]) {
         to.store(from, Relaxed);
     }
@@ -242,14 +244,13 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
             &mut *SLOT.frames.get(),
         )
     };
-    let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
-    let len = checked_memory::copy_words(base, &mut words[..room]);
+    let len = checked_memory::copy_stack_top(base, high, own_top, &mut words[..]);
     SLOT.base.store(base, Relaxed);
     SLOT.len.store(len as u32, Relaxed);
     let mut memory = CopyThenChecked::new(
         base,
         &words[..len],
-        CheckedMemory::new(window, regs.sp, high),
+        CheckedMemory::new(window, regs.sp, high).with_own_stack(own_top),
     );
     let bounds = Some(StackBounds { low: regs.sp, high });
     let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
@@ -385,6 +386,7 @@ impl Session {
         // SAFETY: getpid has no preconditions.
         slots::OWN_PID.store(unsafe { libc::getpid() }, Relaxed);
         checked_memory::probe();
+        own_stack::probe();
         let cfi = shared.cfi.get_or_insert_with(CfiWalker::new);
         cfi.refresh_modules();
         // The capture has a signal of its own, so its requests never merge

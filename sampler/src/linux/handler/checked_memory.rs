@@ -67,6 +67,31 @@ pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
     bytes / 8
 }
 
+/// Copies the top of the interrupted stack into `out`: from `base` (the
+/// stack pointer rounded down to a word) up to `high`, at most
+/// `out.len()` words. Within the thread's own stack (`own_top`, from
+/// [`own_stack::readable_top`]) it reads directly and stops at its top,
+/// which holds no frames; otherwise it copies with the checked read.
+/// Returns the words copied. Async-signal-safe; only for the thread the
+/// handler runs on.
+///
+/// [`own_stack::readable_top`]: super::own_stack::readable_top
+pub(crate) fn copy_stack_top(base: u64, high: u64, own_top: Option<u64>, out: &mut [u64]) -> usize {
+    let high = own_top.map_or(high, |top| top.min(high));
+    let room = (high.saturating_sub(base) / 8).min(out.len() as u64) as usize;
+    if own_top.is_none() {
+        return copy_words(base, &mut out[..room]);
+    }
+    for (i, word) in out[..room].iter_mut().enumerate() {
+        // SAFETY: `[base, base + 8 * room)` lies in the calling thread's own
+        // stack block, below its thread pointer: mapped while the thread
+        // runs, and the thread is running this code. Volatile, as the
+        // memory is not ours and another thread may write to it.
+        *word = unsafe { (base as *const u64).add(i).read_volatile() };
+    }
+    room
+}
+
 /// Copies up to `bytes` bytes at `addr` of this process into `out`, with
 /// `process_vm_readv`. Returns how many bytes were copied: a prefix up to
 /// the first unreadable page, 0 if none (or on any error).
@@ -133,6 +158,9 @@ pub struct CheckedMemory<'a> {
     /// stay inside it.
     low: u64,
     high: u64,
+    /// Records in `[low, own_top)` are read directly: the interrupted
+    /// thread's own stack ([`super::own_stack`]); `low` when none is.
+    own_top: u64,
     /// Copies made, for tests and measurement.
     copies: Cell<u32>,
 }
@@ -147,8 +175,18 @@ impl<'a> CheckedMemory<'a> {
             len: Cell::new(0),
             low,
             high,
+            own_top: low,
             copies: Cell::new(0),
         }
+    }
+
+    /// Reads records below `top` directly, without a copy: `top` from
+    /// [`own_stack::readable_top`] for the thread the handler runs on.
+    ///
+    /// [`own_stack::readable_top`]: super::own_stack::readable_top
+    pub(crate) fn with_own_stack(mut self, top: Option<u64>) -> Self {
+        self.own_top = top.map_or(self.low, |top| top.min(self.high));
+        self
     }
 
     /// The copies this reader made.
@@ -197,6 +235,13 @@ impl StackMemory for CheckedMemory<'_> {
             || addr.checked_add(16).is_none_or(|end| end > self.high)
         {
             return None;
+        }
+        if addr + 16 <= self.own_top {
+            let record = addr as *const u64;
+            // SAFETY: `[low, own_top)` is the calling thread's own stack,
+            // mapped while it runs (`with_own_stack`); `addr` is aligned
+            // and the record ends inside it. Volatile: not our memory.
+            return Some(unsafe { [record.read_volatile(), record.add(1).read_volatile()] });
         }
         if !self.holds(addr) && !self.refill(addr) {
             return None;

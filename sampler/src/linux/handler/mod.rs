@@ -23,10 +23,11 @@
 //!   unwind tables, no `pthread_getattr_np` (stack bounds come from a
 //!   snapshot the sampler thread publishes, [`stack_regions`]).
 //! - **Fault-safe reads**: every read of the interrupted stack goes
-//!   through the kernel's checked copy ([`checked_memory`]); a snapshot of
-//!   the mappings bounds a walk but proves nothing about the moment of the
-//!   read. Walks are bounded: inside the stack, aligned, strictly
-//!   ascending, capped in depth.
+//!   through the kernel's checked copy ([`checked_memory`]), except within
+//!   the interrupted thread's own stack block, which is mapped while the
+//!   thread runs ([`own_stack`]); a snapshot of the mappings bounds a walk
+//!   but proves nothing about the moment of the read. Walks are bounded:
+//!   inside the stack, aligned, strictly ascending, capped in depth.
 //! - **Small stack**: at most 512 bytes of the interrupted thread's stack
 //!   (a thread without an alternate signal stack takes the signal on its
 //!   own); buffers are static, never locals.
@@ -40,9 +41,11 @@
 //! - [`slots`]: the handler itself and the slots it leaves its walk in.
 //! - [`registers`]: the interrupted registers, from the `ucontext_t`.
 //! - [`checked_memory`]: fault-safe reads of the stack.
+//! - [`own_stack`]: the part of the stack the handler reads directly.
 //! - [`stack_regions`]: the snapshot of mappings that bounds a walk.
 
 pub(crate) mod checked_memory;
+pub(crate) mod own_stack;
 pub(crate) mod registers;
 pub(crate) mod signal;
 pub(crate) mod slots;

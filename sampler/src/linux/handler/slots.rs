@@ -30,7 +30,7 @@ use crate::walker::{self, Arch, StackBounds, WalkEnd};
 
 use super::checked_memory::WINDOW_WORDS;
 use super::registers::registers;
-use super::stack_regions;
+use super::{own_stack, stack_regions};
 use crate::linux::unwind::stack_copy::{CopiedStack, StackCopy};
 use crate::linux::{one_shot, posix_timers, thread_timers};
 
@@ -688,24 +688,27 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     // instead of being cut to the leaf: every read is fault-safe
     // ([`CheckedMemory`](super::checked_memory::CheckedMemory)), so the bound only limits how far a corrupt chain
     // can wander, and the sampler is told to refresh the snapshot.
-    let high = match stack_regions::region_containing(regs.sp) {
+    let region = stack_regions::region_containing(regs.sp);
+    let high = match region {
         Some((_, high)) => high,
         None => {
             MISSING_REGIONS.fetch_add(1, Relaxed);
             regs.sp.saturating_add(UNKNOWN_STACK_SPAN)
         }
     };
+    let own_top = region.and_then(|region| own_stack::readable_top(regs.sp, region));
     let bounds = Some(StackBounds { low: regs.sp, high });
     // SAFETY: we won `-> Writing`, so we are the slot's only writer and the
     // sampler does not read it until we store `Done`.
     let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
     // SAFETY: as above, the window is ours until we store `Done`.
     let window = unsafe { &mut *slot.window.0.get() };
-    // Bounds come from a snapshot, which proves nothing about now; every
-    // read goes through the kernel's fault-safe copy. The copy of the stack
-    // top it starts with is kept for CFI unwinding in the sampler thread.
+    // Bounds come from a snapshot, which proves nothing about now: every
+    // read outside the thread's own stack goes through the kernel's
+    // fault-safe copy. The copy of the stack top it starts with is kept
+    // for CFI unwinding in the sampler thread.
     // SAFETY: we won `-> Writing`: the slot's copy is ours too.
-    let mut memory = unsafe { slot.copy.capture(&regs, high, window) };
+    let mut memory = unsafe { slot.copy.capture(&regs, high, own_top, window) };
     let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);

@@ -1,9 +1,10 @@
 //! The handler's half of CFI unwinding: a copy of the interrupted
 //! registers and of the top of the stack, left in the sample's slot.
 //!
-//! The handler copies `[sp, sp + 16 KiB)` (cut at the stack's end) with the
-//! fault-safe read of [`super::super::checked_memory`] into the slot's
-//! static buffer, and walks its frame-pointer chain through that copy
+//! The handler copies `[sp, sp + 16 KiB)` (cut at the stack's end) into
+//! the slot's static buffer, directly within the thread's own stack
+//! ([`super::super::handler::own_stack`]) and with the fault-safe read of
+//! [`super::super::checked_memory`] elsewhere, and walks its frame-pointer chain through that copy
 //! first ([`CopyThenChecked`]), so the copy costs no second read. The
 //! sampler thread later unwinds the copy with the modules' CFI
 //! ([`super::CfiWalker`]) and joins the handler's frame-pointer walk for
@@ -100,7 +101,8 @@ impl StackCopy {
 
     /// Handler side: records `regs` and copies the stack from `regs.sp` up
     /// to `high` (at most [`COPY_WORDS`]) when capturing is on; returns
-    /// the walker's memory, which reads the copy first. Async-signal-safe.
+    /// the walker's memory, which reads the copy first. Below `own_top`
+    /// (the thread's own stack) reads are direct. Async-signal-safe.
     ///
     /// # Safety
     /// The caller owns the slot this copy belongs to (it won `Writing`),
@@ -109,6 +111,7 @@ impl StackCopy {
         &'a self,
         regs: &Registers,
         high: u64,
+        own_top: Option<u64>,
         window: &'a mut [u64],
     ) -> CopyThenChecked<'a> {
         self.pc.store(regs.pc, Relaxed);
@@ -118,9 +121,8 @@ impl StackCopy {
         let base = regs.sp & !7;
         // SAFETY: the caller owns the slot, so nobody else touches `words`.
         let words = unsafe { &mut *self.words.get() };
-        let room = (high.saturating_sub(base) / 8).min(COPY_WORDS as u64) as usize;
-        let len = if CAPTURE.load(Relaxed) && room > 0 {
-            checked_memory::copy_words(base, &mut words[..room])
+        let len = if CAPTURE.load(Relaxed) {
+            checked_memory::copy_stack_top(base, high, own_top, words)
         } else {
             0
         };
@@ -129,7 +131,7 @@ impl StackCopy {
         CopyThenChecked::new(
             base,
             &words[..len],
-            CheckedMemory::new(window, regs.sp, high),
+            CheckedMemory::new(window, regs.sp, high).with_own_stack(own_top),
         )
     }
 
