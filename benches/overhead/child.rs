@@ -67,6 +67,12 @@ pub(crate) struct ChildOut {
     pub(crate) clock: f64,
     /// The child process's own CPU time, all threads (s).
     pub(crate) self_cpu: f64,
+    /// The sampler thread's CPU while the job ran, start-up and stop left
+    /// out (s), the samples taken meanwhile and how long it was (s): what
+    /// a profiler that stays on pays. Zero for perf and the baseline.
+    pub(crate) steady_cpu: f64,
+    pub(crate) steady_samples: f64,
+    pub(crate) steady_duration: f64,
 }
 
 impl ChildOut {
@@ -93,6 +99,9 @@ impl ChildOut {
                 "duration" => out.duration = value,
                 "clock" => out.clock = value,
                 "self_cpu" => out.self_cpu = value,
+                "steady_cpu" => out.steady_cpu = value,
+                "steady_samples" => out.steady_samples = value,
+                "steady_duration" => out.steady_duration = value,
                 _ => {}
             }
         }
@@ -144,11 +153,16 @@ pub(crate) fn run_if_child() -> bool {
         run_job(spec.iters / 20, chain);
         drop(sampler.stop());
         let sampler = Sampler::start(config).expect("start sampler");
+        // The counters once started and just before stop (the job's wall
+        // time is taken inside it, so the wait for an answer is not in it).
+        let before = sampler.collect(false).expect("collect at start").stats;
         let job = run_job(spec.iters, chain);
+        let after = sampler.collect(false).expect("collect before stop").stats;
         let raw = sampler.stop().expect("stop sampler");
         let s = &raw.stats;
         format!(
-            "wall={} worker_cpu={} samples={} distinct={} sampler_cpu={} duration={} clock={}",
+            "wall={} worker_cpu={} samples={} distinct={} sampler_cpu={} duration={} clock={} \
+             steady_cpu={} steady_samples={} steady_duration={}",
             job.wall.as_secs_f64(),
             job.worker_cpu().as_secs_f64(),
             s.samples,
@@ -158,7 +172,13 @@ pub(crate) fn run_if_child() -> bool {
             SampleClock::ALL
                 .iter()
                 .position(|&c| c == s.clock)
-                .expect("a known clock")
+                .expect("a known clock"),
+            after
+                .sampler_cpu
+                .saturating_sub(before.sampler_cpu)
+                .as_secs_f64(),
+            after.samples.saturating_sub(before.samples),
+            after.duration.saturating_sub(before.duration).as_secs_f64(),
         )
     };
     println!("{line} self_cpu={}", own_cpu());

@@ -64,8 +64,10 @@ impl Sampler {
     /// and later calls (and [`Sampler::stop`]) return only what came
     /// after. The counters in the result cover the window alone.
     ///
-    /// The sampler answers between two ticks, so this waits up to a
-    /// period; [`Error::Timeout`] if it does not answer within a few.
+    /// The sampler answers at its next wakeup, so this waits up to a
+    /// period, or up to 100 ms where the kernel paces the samples and the
+    /// sampler thread sleeps longer; [`Error::Timeout`] if it does not
+    /// answer within four periods or 2 s, whichever is longer.
     pub fn collect(&self, reset: bool) -> Result<RawProfile, Error> {
         self.thread.collect(reset)
     }
