@@ -142,9 +142,10 @@ impl SamplerLoop {
                             self.stats.exited_threads += 1;
                             // Its periods are counted with the rest of its
                             // last moments ([`ExitTails`]).
-                            if let (Some(state), true) =
-                                (self.threads.get_mut(&slot_use.tid), self.tails.is_some())
-                            {
+                            if let (Some(state), true) = (
+                                self.threads.get_mut(&slot_use.tid),
+                                self.cpu_pacing.is_some(),
+                            ) {
                                 self.stats.skipped_samples += state.debt.refund(slot_use.weight);
                             }
                         } else if !cancel_all && self.cannot_take_signal(slot_use.tid) {
@@ -176,7 +177,7 @@ impl SamplerLoop {
                         // Its clock now includes what taking the sample cost.
                         state.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
                         state.last_walk = Some(walk);
-                    } else if self.tails.is_some() {
+                    } else if self.cpu_pacing.is_some() {
                         // The last few kept while the thread is young: a
                         // short-lived thread's tail is a large part of its
                         // life. Later, the last one, for the period or two

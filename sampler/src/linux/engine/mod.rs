@@ -37,26 +37,21 @@ use crate::walker::Arch;
 use crate::window::{self, Window};
 use crate::{profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats};
 
-use super::born_threads::{BornThreads, Settled};
+use super::born_threads::BornThreads;
 use super::cpu_debt::CpuDebt;
 use super::cpu_timer::CpuTimer;
-use super::cpu_wakeups::CpuWakeups;
-use super::exit_tails::ExitTails;
 use super::handler::signal::SignalSender;
 use super::handler::slots::{self, SlotOwner, SLOTS};
 use super::handler::stack_regions;
 use super::monotonic_ns;
 use super::posix_timers::{self, PosixTimer};
-use super::ring_samples::{BornSample, HeldRecords};
 use super::split_mix::SplitMix64;
 use super::threads;
-use super::unseen_cpu::UnseenCpu;
 use super::unwind::CfiWalker;
-use ring_clock::RingWalks;
+use ring_clock::{RingState, RingWalks};
 
 use collect::OwnedWalk;
-use pacing::BlockedReads;
-use ring_clock::BornKey;
+use pacing::{BlockedReads, CpuPacing};
 use signal_timers::PosixExit;
 use thread_list::Exit;
 
@@ -201,6 +196,8 @@ struct ThreadState {
     /// Sampler-thread path, cpu mode: the latest reading of its CPU clock
     /// ([`ExitTails::saw`]), when it was taken (monotonic ns; on the ring
     /// path too), and when a reading first failed because it had exited.
+    ///
+    /// [`ExitTails::saw`]: super::exit_tails::ExitTails::saw
     read_ns: Option<u64>,
     read_at_ns: u64,
     gone_at_ns: Option<u64>,
@@ -208,6 +205,8 @@ struct ThreadState {
     /// a young thread born while sampling (of any other, the last one), on
     /// which the CPU time it used after its last sample is counted when it
     /// exits ([`ExitTails`]) or the profiler stops.
+    ///
+    /// [`ExitTails`]: super::exit_tails::ExitTails
     recent_walks: Vec<OwnedWalk>,
     /// Timer path: born while sampling under the inherited events
     /// ([`BornThreads`]), which sample it instead of a timer of its own
@@ -346,20 +345,14 @@ pub(super) struct SamplerLoop {
     /// so that when there are more threads due than slots, every thread
     /// gets its turn rather than the first ones every tick.
     rotation: usize,
-    /// Sampler-thread path, cpu mode: when to wake (random ticks) instead
-    /// of a fixed period.
-    wakeups: Option<CpuWakeups>,
+    /// Sampler-thread path, cpu mode: when to wake, CPU time nobody looked
+    /// at, and threads' last moments ([`CpuPacing`]).
+    cpu_pacing: Option<CpuPacing>,
     /// Sampler-thread path, wall mode: a running thread's sample is asked
     /// for with a one-shot CPU timer ([`PosixTimer::open_request`]), not
     /// a signal sent straight to it, so that no thread is ever signalled
     /// inside a blocking call; `false` where the kernel refuses the timers.
     wall_requests: bool,
-    /// Sampler-thread path, cpu mode: CPU time of threads it did not look
-    /// at, to list the threads early when a new one runs.
-    unseen: Option<UnseenCpu>,
-    /// Sampler-thread path, cpu mode: the CPU time threads used after
-    /// their last sample, counted when they exit.
-    tails: Option<ExitTails>,
     /// Threads that exited at the last listing, with what they still
     /// stand for, until [`Self::settle_exits`] counts it.
     exits: Vec<Exit>,
@@ -373,27 +366,8 @@ pub(super) struct SamplerLoop {
     /// Wall mode: reads the stacks of threads found blocked after they ran,
     /// within a share of the sampler's time.
     blocked_reads: BlockedReads,
-    /// Timer path: the inherited events that sample threads born while
-    /// sampling; `None` where the kernel refused them (then `born_tried`).
-    born: Option<BornThreads>,
-    born_tried: bool,
-    born_samples: Vec<BornSample<OwnedWalk>>,
-    /// Ring records a drain left for the next one.
-    born_held: HeldRecords<OwnedWalk>,
-    born_settled: Vec<Settled>,
-    /// Born threads no listing has found yet: their keys and names.
-    born_keys: HashMap<i32, BornKey>,
-    /// Born threads' last walks (and their keys), under which the part of
-    /// a period after their last sample is counted when they are settled.
-    born_walks: HashMap<i32, (u32, OwnedWalk)>,
-    /// A thread on the rings turned out to need a timer
-    /// ([`ThreadState::born_deep`]): opened right after the collection
-    /// that found it, not at the next listing, so that few of its samples
-    /// are cut short.
-    deep_found: bool,
-    /// Born threads gone from the listings before they were settled: the
-    /// CPU time their clocks had when last read.
-    born_accounted: HashMap<i32, u64>,
+    /// The ring clock's inherited events and their records.
+    ring: RingState,
 }
 
 impl SamplerLoop {
@@ -409,14 +383,14 @@ impl SamplerLoop {
         let wall_requests = config.mode == Mode::Wall
             && clock == SampleClock::SamplerThread
             && posix_timers::available().is_ok();
-        let wakeups =
+        stats.clock = clock;
+        let period_ns = TickSchedule::period_for_hz(config.hz);
+        let cpu_pacing =
             (clock == SampleClock::SamplerThread && config.mode == Mode::Cpu).then(|| {
                 let seed =
                     monotonic_ns() ^ u64::from(threads::gettid().unsigned_abs()).rotate_left(32);
-                CpuWakeups::new(TickSchedule::period_for_hz(config.hz), seed)
+                CpuPacing::new(period_ns, seed)
             });
-        stats.clock = clock;
-        let period_ns = TickSchedule::period_for_hz(config.hz);
         let relist_floor = if clock.is_kernel_paced() {
             RELIST_INTERVAL.max(Duration::from_nanos(RELIST_PERIODS * period_ns))
         } else {
@@ -457,12 +431,10 @@ impl SamplerLoop {
             listed_at: None,
             timer_walks: Vec::new(),
             rotation: 0,
-            unseen: wakeups.is_some().then(|| UnseenCpu::new(period_ns)),
-            tails: wakeups.is_some().then(|| ExitTails::new(monotonic_ns())),
             exits: Vec::new(),
             posix_exits: Vec::new(),
             tail_rng: SplitMix64::new(monotonic_ns() ^ 0x5eed),
-            wakeups,
+            cpu_pacing,
             wall_requests,
             cfi,
             blocked_reads: BlockedReads::default(),
@@ -470,15 +442,7 @@ impl SamplerLoop {
             relist_every: relist_floor,
             relist_floor,
             cpus: threads::configured_cpus(),
-            born: None,
-            born_tried: false,
-            born_samples: Vec::new(),
-            born_held: HeldRecords::default(),
-            born_settled: Vec::new(),
-            born_keys: HashMap::new(),
-            born_walks: HashMap::new(),
-            deep_found: false,
-            born_accounted: HashMap::new(),
+            ring: RingState::default(),
         })
     }
 
@@ -506,7 +470,7 @@ impl SamplerLoop {
             .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64);
         let rings_only = !self.threads.values().any(|s| s.timer.is_some());
         let ring_fill = |born: &BornThreads| born.samples_per_ring() / 4 * self.period_ns;
-        match self.born.as_ref() {
+        match self.ring.events.as_ref() {
             Some(born) if rings_only => {
                 let (least, most) = RING_COLLECT_INTERVAL;
                 let longest = (RING_COLLECT_PERIODS * self.period_ns)
@@ -533,7 +497,7 @@ impl SamplerLoop {
             if first.is_err() {
                 break first;
             }
-            let deadline = match self.wakeups.as_mut() {
+            let deadline = match self.cpu_pacing.as_mut().map(|p| &mut p.wakeups) {
                 Some(wakeups) => wakeups.next(monotonic_ns()),
                 None => schedule.deadline(),
             };
@@ -541,18 +505,18 @@ impl SamplerLoop {
             if stop.load(Ordering::Acquire) {
                 break Ok(());
             }
-            if let Some(wakeups) = self.wakeups.as_mut() {
+            if let Some(CpuPacing { wakeups, .. }) = self.cpu_pacing.as_mut() {
                 wakeups.woke(deadline, monotonic_ns());
             }
             if let Err(e) = self.tick() {
                 break Err(e);
             }
             let interval = self.collect_interval();
-            if self.wakeups.is_none() && interval != schedule.period() {
+            if self.cpu_pacing.is_none() && interval != schedule.period() {
                 schedule.set_period(monotonic_ns(), interval);
             }
-            (self.stats.ticks, self.stats.missed_ticks) = match &self.wakeups {
-                Some(wakeups) => (wakeups.ticks(), wakeups.missed()),
+            (self.stats.ticks, self.stats.missed_ticks) = match &self.cpu_pacing {
+                Some(CpuPacing { wakeups, .. }) => (wakeups.ticks(), wakeups.missed()),
                 None => {
                     schedule.complete_tick(monotonic_ns());
                     (schedule.ticks(), schedule.missed())
@@ -575,7 +539,7 @@ impl SamplerLoop {
             self.watch_blocked_threads();
         }
         self.account_cpu(true);
-        if let Some(born) = self.born.as_mut() {
+        if let Some(born) = self.ring.events.as_mut() {
             born.stop_sampling();
         }
         for state in self.threads.values_mut() {
@@ -616,7 +580,7 @@ impl SamplerLoop {
     fn tick(&mut self) -> Result<(), Error> {
         self.tick += 1;
         self.collect(false);
-        if std::mem::take(&mut self.deep_found) && self.timers() {
+        if std::mem::take(&mut self.ring.deep_found) && self.timers() {
             self.open_timers();
         }
         if self
@@ -637,7 +601,7 @@ impl SamplerLoop {
             // on the rings): the process's now, against them (`UnseenCpu`,
             // `ExitTails`).
             let mut unread = 0;
-            if let (Some(unseen), Some(tails)) = (self.unseen.as_mut(), self.tails.as_mut()) {
+            if let Some(CpuPacing { unseen, tails, .. }) = self.cpu_pacing.as_mut() {
                 let process = profile::process_cpu_time().as_nanos() as u64;
                 let own = threads::own_cpu_ns();
                 unseen.reset(monotonic_ns(), process, own);
@@ -665,7 +629,7 @@ impl SamplerLoop {
             let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu))
                 .saturating_sub(regions_cost);
             self.relist_every = self.relist_floor.max(cost * LISTING_SHARE);
-            if let Some(unseen) = self.unseen.as_mut() {
+            if let Some(CpuPacing { unseen, .. }) = self.cpu_pacing.as_mut() {
                 unseen.listed(monotonic_ns(), cost.as_nanos() as u64);
             }
         } else {

@@ -20,8 +20,10 @@ use crate::{profile, Mode};
 
 use super::super::blocked_stack::{self, BlockedRead, BlockedStackReader, Syscall};
 use super::super::cpu_wakeups::CpuWakeups;
+use super::super::exit_tails::ExitTails;
 use super::super::posix_timers::PosixTimer;
 use super::super::threads;
+use super::super::unseen_cpu::UnseenCpu;
 use super::collect::OwnedWalk;
 use super::signal_blocked::blocks_signal_now;
 use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse};
@@ -40,6 +42,32 @@ const BLOCKED_READ_SHARE: f64 = 0.02;
 
 /// The most of that budget saved up while no thread blocks.
 const BLOCKED_READ_BURST_NS: u64 = 2_000_000;
+
+/// The sampler-thread clock's own state in cpu mode; `None` on the
+/// kernel-paced clocks and in wall mode, which wakes on a fixed period.
+pub(super) struct CpuPacing {
+    /// When to wake: random ticks, and a look at the threads at least
+    /// every `min(period, 2 ms)`.
+    pub(super) wakeups: CpuWakeups,
+    /// CPU time of threads it did not look at, to list the threads early
+    /// when a new one runs.
+    pub(super) unseen: UnseenCpu,
+    /// The CPU time threads used after their last sample, counted when
+    /// they exit or the profiler stops.
+    pub(super) tails: ExitTails,
+}
+
+impl CpuPacing {
+    /// The state for sampling every `period_ns` of each thread's CPU time,
+    /// its random ticks seeded with `seed`.
+    pub(super) fn new(period_ns: u64, seed: u64) -> CpuPacing {
+        CpuPacing {
+            wakeups: CpuWakeups::new(period_ns, seed),
+            unseen: UnseenCpu::new(period_ns),
+            tails: ExitTails::new(monotonic_ns()),
+        }
+    }
+}
 
 /// Wall mode: the reader of the stacks of threads found blocked after
 /// they ran, and the sampler time it may still spend on them
@@ -62,7 +90,7 @@ impl SamplerLoop {
     ///
     /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
     pub(super) fn unseen_thread_runs(&mut self) -> bool {
-        let Some(unseen) = self.unseen.as_mut() else {
+        let Some(CpuPacing { unseen, .. }) = self.cpu_pacing.as_mut() else {
             return false;
         };
         let now = monotonic_ns();
@@ -93,7 +121,10 @@ impl SamplerLoop {
     /// ([`Self::choose_active`]): with thousands of idle threads, reading
     /// every thread's clock every tick would cost more than the period.
     pub(super) fn signal_due_threads(&mut self) {
-        let random_tick = self.wakeups.as_ref().is_some_and(CpuWakeups::random_tick);
+        let random_tick = self
+            .cpu_pacing
+            .as_ref()
+            .is_some_and(|p| p.wakeups.random_tick());
         let count = self.active.len();
         let start = if count == 0 { 0 } else { self.rotation % count };
         let mut ran_out_at = None;
@@ -109,7 +140,7 @@ impl SamplerLoop {
                 state.gone_at_ns.get_or_insert_with(monotonic_ns);
                 continue;
             };
-            if let (Some(tails), Some(unseen)) = (self.tails.as_mut(), self.unseen.as_mut()) {
+            if let Some(CpuPacing { tails, unseen, .. }) = self.cpu_pacing.as_mut() {
                 unseen.saw(tails.saw(&mut state.read_ns, cpu));
             }
             let mut weight = 1;
@@ -252,7 +283,8 @@ impl SamplerLoop {
             // its first sample even if it comes late (see `slots`): given
             // up, the thread may be gone before the next, and every period
             // it used with it ([`ExitTails`] counts them on its last stack).
-            let first = self.tails.is_some() && state.recent_walks.is_empty() && state.young_born();
+            let first =
+                self.cpu_pacing.is_some() && state.recent_walks.is_empty() && state.young_born();
             let read_at = if first { (0, 0) } else { read_at };
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             let by_request = self.wall_requests;

@@ -8,11 +8,14 @@
 
 use std::time::{Duration, Instant};
 
+use hashbrown::HashMap;
+
 use crate::walker::WalkEnd;
 use crate::{exclusions, SampleClock};
 
 use super::super::born_threads::{BornThreads, Settled};
 use super::super::handler::slots::Collected;
+use super::super::ring_samples::{BornSample, HeldRecords};
 use super::super::threads;
 use super::super::unwind::stack_copy::{self, CopiedStack};
 use super::super::MAX_DEPTH;
@@ -22,6 +25,36 @@ use super::{monotonic_ns, SamplerLoop};
 /// The longest `stop` waits for the exit records of born threads that are
 /// gone.
 const EXIT_RECORDS_WAIT: Duration = Duration::from_millis(200);
+
+/// The ring clock's state in the engine: the inherited events and what
+/// their records leave to do between collections. Empty on the other
+/// clocks.
+#[derive(Default)]
+pub(super) struct RingState {
+    /// The inherited events that sample threads born while sampling (and
+    /// the threads they were opened on); `None` where the kernel refused
+    /// them (then `tried`), or before the first listing.
+    pub(super) events: Option<BornThreads>,
+    pub(super) tried: bool,
+    /// Ring samples taken in, reused between drains.
+    pub(super) samples: Vec<BornSample<OwnedWalk>>,
+    /// Ring records a drain left for the next one.
+    pub(super) held: HeldRecords<OwnedWalk>,
+    pub(super) settled: Vec<Settled>,
+    /// Born threads no listing has found yet: their keys and names.
+    pub(super) keys: HashMap<i32, BornKey>,
+    /// Born threads' last walks (and their keys), under which the part of
+    /// a period after their last sample is counted when they are settled.
+    pub(super) walks: HashMap<i32, (u32, OwnedWalk)>,
+    /// A thread on the rings turned out to need a timer
+    /// ([`super::ThreadState::born_deep`]): opened right after the
+    /// collection that found it, not at the next listing, so that few of
+    /// its samples are cut short.
+    pub(super) deep_found: bool,
+    /// Born threads gone from the listings before they were settled: the
+    /// CPU time their clocks had when last read.
+    pub(super) accounted: HashMap<i32, u64>,
+}
 
 /// The key of a born thread no listing found yet, and the collection pass
 /// that last read its name (read again at most once per pass).
@@ -66,10 +99,10 @@ impl SamplerLoop {
     /// listed, so that threads they create are sampled from birth.
     pub(super) fn open_born_events(&mut self) {
         // POSIX timers run where perf events are refused (or forced off).
-        if self.born_tried || self.clock != SampleClock::ThreadTimers {
+        if self.ring.tried || self.clock != SampleClock::ThreadTimers {
             return;
         }
-        self.born_tried = true;
+        self.ring.tried = true;
         let seed = monotonic_ns().rotate_left(17) ^ u64::from(self.own_tid.unsigned_abs());
         let tids: Vec<i32> = self
             .tids
@@ -92,11 +125,11 @@ impl SamplerLoop {
                         state.on_ring = true;
                     }
                 }
-                self.born = Some(born);
+                self.ring.events = Some(born);
             }
             // Every thread then gets a timer, and born threads wait for a
             // listing.
-            Err(_) => self.born = None,
+            Err(_) => self.ring.events = None,
         }
     }
 
@@ -105,16 +138,16 @@ impl SamplerLoop {
     /// `everything`, the records a drain would hold back as too recent too
     /// (the last collection).
     pub(super) fn collect_born_samples(&mut self, everything: bool) {
-        let Some(born) = self.born.as_mut() else {
+        let Some(born) = self.ring.events.as_mut() else {
             return;
         };
-        let mut samples = std::mem::take(&mut self.born_samples);
-        let mut settled = std::mem::take(&mut self.born_settled);
+        let mut samples = std::mem::take(&mut self.ring.samples);
+        let mut settled = std::mem::take(&mut self.ring.settled);
         let max_depth = self.config.max_depth;
         let (cfi, stats) = (&mut self.cfi, &mut self.stats);
         let lost = born.drain(
             &mut samples,
-            &mut self.born_held,
+            &mut self.ring.held,
             &mut settled,
             everything,
             |tid| exclusions::is_excluded(tid as u64),
@@ -161,7 +194,7 @@ impl SamplerLoop {
                 state.ring_sampled = true;
                 if state.ring_walks.cut_short() && !state.born_deep {
                     state.born_deep = true;
-                    self.deep_found = true;
+                    self.ring.deep_found = true;
                 }
             }
             self.intern(key, &walk.as_collected(), 1);
@@ -169,11 +202,11 @@ impl SamplerLoop {
             if !self.threads.get(&sample.tid).is_some_and(|s| s.on_ring) {
                 self.stats.born_samples += 1;
             }
-            self.born_walks.insert(sample.tid, (key, walk));
+            self.ring.walks.insert(sample.tid, (key, walk));
         }
-        self.born_samples = samples;
+        self.ring.samples = samples;
         self.settle_born(&mut settled);
-        self.born_settled = settled;
+        self.ring.settled = settled;
     }
 
     /// The key a ring sample of thread `tid` is counted under: its name
@@ -182,7 +215,7 @@ impl SamplerLoop {
     /// that of the thread that created it, whose name it inherited), read
     /// once per collection pass.
     pub(super) fn key_for_born(&mut self, tid: i32, name: Option<&str>) -> Option<u32> {
-        let creator = self.born.as_ref()?.creator(tid);
+        let creator = self.ring.events.as_ref()?.creator(tid);
         if let Some(state) = self.threads.get_mut(&tid) {
             // A listing may have read its name before it named itself, and
             // it may be gone before its name is read again.
@@ -198,7 +231,7 @@ impl SamplerLoop {
                 None => self.key_for_sample(tid, None),
             };
         }
-        let known = self.born_keys.get(&tid).copied();
+        let known = self.ring.keys.get(&tid).copied();
         let key = match name {
             Some(name) => self
                 .thread_keys
@@ -222,7 +255,7 @@ impl SamplerLoop {
                 self.thread_keys.key(tid as u64, name, known.map(|k| k.key))
             }
         };
-        self.born_keys.insert(
+        self.ring.keys.insert(
             tid,
             BornKey {
                 key,
@@ -248,7 +281,7 @@ impl SamplerLoop {
                         Some(before)
                     }
                     Some(_) => None,
-                    None => self.born_accounted.remove(&s.tid),
+                    None => self.ring.accounted.remove(&s.tid),
                 };
                 let add = match accounted {
                     Some(before) => s.cpu_ns.saturating_sub(before),
@@ -260,8 +293,8 @@ impl SamplerLoop {
                         .add_thread_cpu(s.tid as u64, Duration::from_nanos(add));
                 }
             }
-            self.born_keys.remove(&s.tid);
-            if let Some((key, walk)) = self.born_walks.remove(&s.tid) {
+            self.ring.keys.remove(&s.tid);
+            if let Some((key, walk)) = self.ring.walks.remove(&s.tid) {
                 if s.extra_sample {
                     self.intern(key, &walk.as_collected(), 1);
                     self.stats.born_samples += 1;
@@ -276,22 +309,22 @@ impl SamplerLoop {
     /// fraction ([`BornThreads::parent_tail`]), as it exits or sampling
     /// stops with its CPU clock at `cpu_ns`.
     pub(super) fn count_parent_tail(&mut self, tid: i32, cpu_ns: u64) {
-        let Some(born) = self.born.as_mut() else {
+        let Some(born) = self.ring.events.as_mut() else {
             return;
         };
         if born.parent_tail(tid, cpu_ns) {
-            if let Some((key, walk)) = self.born_walks.remove(&tid) {
+            if let Some((key, walk)) = self.ring.walks.remove(&tid) {
                 self.intern(key, &walk.as_collected(), 1);
                 self.stats.ring_samples += 1;
             }
         }
-        self.born_walks.remove(&tid);
+        self.ring.walks.remove(&tid);
     }
 
     /// On stop, once no timer fires: the last ring samples, and every born
     /// thread settled (the living with their CPU clocks now).
     pub(super) fn finish_born(&mut self) {
-        if self.born.is_none() {
+        if self.ring.events.is_none() {
             return;
         }
         self.collect_born_samples(false);
@@ -302,7 +335,7 @@ impl SamplerLoop {
         // way out is settled with its clock below.) Every record from
         // before the stop is in after a moment.
         let deadline = Instant::now() + EXIT_RECORDS_WAIT;
-        while self.born.as_ref().is_some_and(|b| {
+        while self.ring.events.as_ref().is_some_and(|b| {
             let now = monotonic_ns();
             b.awaiting_exit(now, threads::thread_cpu_ns) || b.stop_settling(now)
         }) && Instant::now() < deadline
@@ -320,11 +353,11 @@ impl SamplerLoop {
         for (tid, cpu_ns) in parents {
             self.count_parent_tail(tid, cpu_ns);
         }
-        let mut settled = std::mem::take(&mut self.born_settled);
-        if let Some(born) = self.born.as_mut() {
+        let mut settled = std::mem::take(&mut self.ring.settled);
+        if let Some(born) = self.ring.events.as_mut() {
             born.finish(&mut settled, threads::thread_cpu_ns);
         }
         self.settle_born(&mut settled);
-        self.born = None;
+        self.ring.events = None;
     }
 }

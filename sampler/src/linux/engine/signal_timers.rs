@@ -101,7 +101,7 @@ impl SamplerLoop {
                     let born = std::mem::take(&mut state.born);
                     if born | std::mem::take(&mut state.on_ring) {
                         let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
-                        if let Some(born) = self.born.as_mut() {
+                        if let Some(born) = self.ring.events.as_mut() {
                             born.hand_off(tid, monotonic_ns(), cpu);
                         }
                     }

@@ -18,6 +18,7 @@ use super::super::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
 use super::super::exit_tails::{share_out, ExitTail};
 use super::super::threads;
 use super::collect::OwnedWalk;
+use super::pacing::CpuPacing;
 use super::ring_clock::RingWalks;
 use super::signal_timers::PosixExit;
 use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS, YOUNG};
@@ -148,7 +149,9 @@ impl SamplerLoop {
                 // time or its blocked signals are counted.
                 self.threads.remove(&tid);
                 // The process's clock counts btprof's threads too.
-                if let (Some(tails), true) = (self.tails.as_mut(), tid != self.own_tid) {
+                if let (Some(CpuPacing { tails, .. }), true) =
+                    (self.cpu_pacing.as_mut(), tid != self.own_tid)
+                {
                     if let Some(cpu) = threads::thread_cpu_ns(tid) {
                         tails.saw_excluded(tid, cpu, self.listing > 1);
                     }
@@ -160,7 +163,7 @@ impl SamplerLoop {
                 Some(s) => {
                     s.seen_listing = listing;
                     if std::mem::take(&mut s.birth_unread) {
-                        if let Some(born) = self.born.as_mut() {
+                        if let Some(born) = self.ring.events.as_mut() {
                             if born.is_young(tid) {
                                 s.judge_born();
                             } else {
@@ -179,7 +182,7 @@ impl SamplerLoop {
                 None => {
                     self.regions_stale = true;
                     let mut state = ThreadState::new(now, listing);
-                    if let Some(born) = self.born.as_mut() {
+                    if let Some(born) = self.ring.events.as_mut() {
                         state.born = born.is_young(tid);
                         if state.born {
                             // Its clock counts from its birth, all of it
@@ -248,7 +251,7 @@ impl SamplerLoop {
     pub(super) fn account_cpu(&mut self, every: bool) {
         let mut total = Duration::ZERO;
         let read_at = monotonic_ns();
-        let born = self.born.as_ref();
+        let born = self.ring.events.as_ref();
         let listing = self.listing;
         for (&tid, state) in self.threads.iter_mut() {
             if state.birth_unread {
@@ -292,11 +295,11 @@ impl SamplerLoop {
                     self.stats.add_thread_cpu(tid as u64, used);
                 }
                 state.accounted_ns = Some(now);
-                if let Some(tails) = self.tails.as_mut() {
+                if let Some(CpuPacing { tails, .. }) = self.cpu_pacing.as_mut() {
                     tails.saw(&mut state.read_ns, now);
                     state.read_at_ns = read_at;
                 }
-            } else if self.tails.is_some() {
+            } else if self.cpu_pacing.is_some() {
                 state.gone_at_ns.get_or_insert(read_at);
             }
         }
@@ -320,9 +323,9 @@ impl SamplerLoop {
         let listing = self.listing;
         self.departed.clear();
         let departed = &mut self.departed;
-        let mut born = self.born.as_mut();
-        let born_accounted = &mut self.born_accounted;
-        let (reckon, period, now) = (self.tails.is_some(), self.period_ns, monotonic_ns());
+        let mut born = self.ring.events.as_mut();
+        let born_accounted = &mut self.ring.accounted;
+        let (reckon, period, now) = (self.cpu_pacing.is_some(), self.period_ns, monotonic_ns());
         let (exits, stats) = (&mut self.exits, &mut self.stats);
         let posix_exits = &mut self.posix_exits;
         let mut ring_exits = Vec::new();
@@ -378,9 +381,10 @@ impl SamplerLoop {
     ///
     /// [`ExitTails`]: super::super::exit_tails::ExitTails
     pub(super) fn settle_exits(&mut self, unread_ns: u64) {
-        let Some(mut tails) = self.tails.take() else {
+        let Some(mut pacing) = self.cpu_pacing.take() else {
             return;
         };
+        let tails = &mut pacing.tails;
         share_out(unread_ns, &mut self.exits);
         let mut exits = std::mem::take(&mut self.exits);
         for exit in exits.drain(..) {
@@ -404,7 +408,7 @@ impl SamplerLoop {
             self.stats.exit_samples += samples;
         }
         self.exits = exits;
-        self.tails = Some(tails);
+        self.cpu_pacing = Some(pacing);
     }
 
     /// Sampler-thread path, cpu mode, at stop: counts what every thread
@@ -414,7 +418,7 @@ impl SamplerLoop {
     /// dropping that at stop lowered a 4-second run at 100 Hz to 96-97
     /// samples per CPU-second.
     pub(super) fn settle_at_stop(&mut self) {
-        if self.tails.is_none() {
+        if self.cpu_pacing.is_none() {
             return;
         }
         let period = self.period_ns;
