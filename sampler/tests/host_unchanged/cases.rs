@@ -38,6 +38,11 @@ pub const ALL: &[Case] = &[
         body: stale_mapping_under_a_coroutine_stack_never_faults,
     },
     Case {
+        name: "a_coroutine_stack_beside_a_new_threads_own_never_faults",
+        limit: Duration::from_secs(60),
+        body: crate::side_stack::run,
+    },
+    Case {
         name: "blocking_calls_never_fail_with_eintr",
         limit: Duration::from_secs(60),
         body: blocking_calls_never_fail_with_eintr,

@@ -1,6 +1,7 @@
 //! The profiled program cannot tell it is profiled (`docs/architecture.md`, rule 8):
 //! `exec` while profiling, `fork`, a handler installed after ours, stale
-//! memory maps under a coroutine stack, threads with little stack left.
+//! memory maps under a coroutine stack (and beside a new thread's own),
+//! threads with little stack left.
 //!
 //! Every case runs in a child process of its own under a watchdog: the
 //! runner starts this binary again with `--case NAME`, kills the child if
@@ -12,6 +13,8 @@
 
 #[cfg(target_os = "linux")]
 mod cases;
+#[cfg(target_os = "linux")]
+mod side_stack;
 #[cfg(target_os = "linux")]
 mod small_stack;
 #[cfg(target_os = "linux")]

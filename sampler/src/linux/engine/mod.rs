@@ -422,6 +422,10 @@ impl SamplerLoop {
             progress,
             regions_scratch: Vec::new(),
             regions_stale: false,
+            // Read at spawn. The first listing finds every thread new, so
+            // handlers read stacks checked (`own_stack`) until the next
+            // read, a refresh interval later: reading the maps before the
+            // first timers open would delay them.
             regions_read_at: Some(Instant::now()),
             regions_every: REGIONS_REFRESH_INTERVAL,
             missing_regions_seen: slots::MISSING_REGIONS.load(Ordering::Relaxed),
@@ -533,6 +537,9 @@ impl SamplerLoop {
                     .serve(request, table, threads, &stats, Arch::host());
             }
         };
+        // The snapshot stays published after stop: a handler that runs late,
+        // or a one-shot capture, reads checked from now on.
+        stack_regions::set_covers_listed(false);
         // Every CPU reading first, then no timer fires again. Periods
         // lost to a blocked signal since the last listing are counted too.
         if self.timers() {
@@ -677,6 +684,7 @@ impl SamplerLoop {
         self.regions_every = REGIONS_REFRESH_INTERVAL.max(cost * LISTING_SHARE);
         if refreshed {
             self.regions_stale = false;
+            stack_regions::set_covers_listed(true);
             for state in self.threads.values_mut() {
                 state.regions_ready = true;
             }

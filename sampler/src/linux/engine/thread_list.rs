@@ -16,6 +16,7 @@ use crate::{exclusions, SampleClock};
 
 use super::super::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
 use super::super::exit_tails::{share_out, ExitTail};
+use super::super::handler::stack_regions;
 use super::super::threads;
 use super::collect::OwnedWalk;
 use super::pacing::CpuPacing;
@@ -180,7 +181,10 @@ impl SamplerLoop {
                     s
                 }
                 None => {
+                    // Until the snapshot is read again, handlers read this
+                    // thread's stack checked (`own_stack`).
                     self.regions_stale = true;
+                    stack_regions::set_covers_listed(false);
                     let mut state = ThreadState::new(now, listing);
                     if let Some(born) = self.ring.events.as_mut() {
                         state.born = born.is_young(tid);

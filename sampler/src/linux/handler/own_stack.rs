@@ -13,7 +13,10 @@
 //! exits, and the handler runs on the interrupted thread itself. So when
 //! the snapshot's mapping that holds the interrupted sp also holds the
 //! thread pointer, above sp, `[sp, thread pointer)` is that thread's own
-//! stack and is read directly. A thread id reused by a new thread brings
+//! stack and is read directly: if the snapshot was read after the sampler
+//! listed the thread, so that the block was mapped then (otherwise the
+//! snapshot's mapping may be an older one that spanned addresses now
+//! mapped apart). A thread id reused by a new thread brings
 //! a new block and a new thread pointer, so nothing is kept per thread.
 //!
 //! Everything else stays checked:
@@ -24,11 +27,15 @@
 //! - the main thread, whose control block is not on its stack;
 //! - a frame pointer that leaves the range.
 //!
-//! What this does not prove: a thread created without a guard page whose
-//! neighbour below, a stack it switched to, was merged with its block in
-//! the snapshot and has since been replaced by a smaller mapping.
+//! What this does not prove: a thread created without a guard page
+//! whose neighbour below, a stack it switched to, was merged with its
+//! block in the snapshot and has since been replaced by a smaller
+//! mapping with a hole above it. A stack mapped above the block is
+//! never read directly (sp would lie above the thread pointer).
 
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use super::stack_regions;
 
 /// Whether user code may read the thread pointer here (decided once at
 /// sampler start, [`probe`]).
@@ -91,19 +98,28 @@ unsafe fn read_fs_base() -> u64 {
 
 /// Where the directly readable part of the interrupted stack ends: the
 /// thread pointer, when `region` (the snapshot's mapping holding `sp`)
-/// holds it above `sp`; `None` when the stack must be read checked.
+/// holds it above `sp` and the snapshot is newer than the threads the
+/// sampler listed; `None` when the stack must be read checked.
 /// Called only in the handler, on the interrupted thread.
 /// Async-signal-safe.
 #[inline]
 pub(crate) fn readable_top(sp: u64, region: (u64, u64)) -> Option<u64> {
-    let tp = thread_pointer()?;
+    if !stack_regions::covers_listed() {
+        return None;
+    }
+    top_within(sp, region, thread_pointer()?)
+}
+
+/// The rule: `[sp, tp)` is the thread's own stack when one mapping holds
+/// both, `sp` below `tp`.
+#[inline]
+fn top_within(sp: u64, region: (u64, u64), tp: u64) -> Option<u64> {
     let (start, end) = region;
     (start <= sp && sp < tp && tp <= end).then_some(tp & !7)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::stack_regions;
     use super::*;
 
     /// A spawned thread's own stack is readable up to its thread pointer;
@@ -122,7 +138,8 @@ mod tests {
             let mut scratch = Vec::new();
             assert!(stack_regions::refresh(&mut scratch), "maps read");
             let region = stack_regions::region_containing(sp).expect("own stack is mapped rw");
-            let top = readable_top(sp, region).expect("a spawned thread's stack is its own");
+            let tp = thread_pointer().expect("a thread pointer");
+            let top = top_within(sp, region, tp).expect("a spawned thread's stack is its own");
             assert!(
                 sp < top && top <= region.1,
                 "{sp:#x} < {top:#x} <= {:#x}",
@@ -144,7 +161,11 @@ mod tests {
             let inside = other as u64 + (1 << 15);
             assert!(stack_regions::refresh(&mut scratch), "maps read");
             let region = stack_regions::region_containing(inside).expect("mapped rw");
-            assert_eq!(readable_top(inside, region), None, "not the thread's stack");
+            assert_eq!(
+                top_within(inside, region, tp),
+                None,
+                "not the thread's stack"
+            );
             // SAFETY: our own mapping.
             unsafe { libc::munmap(other, 1 << 16) };
         })

@@ -18,7 +18,7 @@
 //! the buffer no handler is reading. Everything is static, so a handler that
 //! runs late, after the profiler stopped, still reads valid memory.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 
 /// Mappings kept per snapshot; a process with more `rw` mappings loses the
 /// highest ones (their stacks then sample as `NoBounds`, which is counted).
@@ -41,6 +41,12 @@ impl RegionBuf {
 }
 
 static BUFS: [RegionBuf; 2] = [RegionBuf::new(), RegionBuf::new()];
+/// Whether the published snapshot was read after the running sampler last
+/// listed a thread it had not seen: then every thread it signals, or
+/// gives a timer, had its stack block mapped when the snapshot was read.
+/// [`super::own_stack`] reads a thread's stack directly only then. False
+/// with no sampler running (one-shot captures read an old snapshot).
+static COVERS_LISTED: AtomicBool = AtomicBool::new(false);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
@@ -74,6 +80,19 @@ pub(crate) fn region_containing(addr: u64) -> Option<(u64, u64)> {
     });
     READERS[index].fetch_sub(1, SeqCst);
     found
+}
+
+/// Whether the published snapshot is newer than every thread the running
+/// sampler has listed. Async-signal-safe.
+pub(crate) fn covers_listed() -> bool {
+    COVERS_LISTED.load(SeqCst)
+}
+
+/// Sampler thread only: `true` right after a snapshot read once every
+/// listed thread was listed; `false` when a listing finds a thread the
+/// snapshot may predate, and when the sampler stops.
+pub(crate) fn set_covers_listed(covers: bool) {
+    COVERS_LISTED.store(covers, SeqCst);
 }
 
 /// In a forked child: forgets the readers. A parent thread that was inside
