@@ -97,11 +97,13 @@ pub(crate) fn set_covers_listed(covers: bool) {
 
 /// In a forked child: forgets the readers. A parent thread that was inside
 /// [`region_containing`] does not exist in the child and would hold its
-/// buffer forever. Async-signal-safe.
+/// buffer forever. No sampler runs in the child, so no thread's stack is
+/// read directly until one starts and lists them. Async-signal-safe.
 pub(crate) fn reset_after_fork() {
     for readers in &READERS {
         readers.store(0, SeqCst);
     }
+    COVERS_LISTED.store(false, SeqCst);
 }
 
 /// Publishes `regions` (sorted, non-overlapping). Returns `false`, changing
