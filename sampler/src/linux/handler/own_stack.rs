@@ -13,11 +13,12 @@
 //! exits, and the handler runs on the interrupted thread itself. So when
 //! the snapshot's mapping that holds the interrupted sp also holds the
 //! thread pointer, above sp, `[sp, thread pointer)` is that thread's own
-//! stack and is read directly: if the snapshot was read after the sampler
-//! listed the thread, so that the block was mapped then (otherwise the
-//! snapshot's mapping may be an older one that spanned addresses now
-//! mapped apart). A thread id reused by a new thread brings
-//! a new block and a new thread pointer, so nothing is kept per thread.
+//! stack and is read directly, provided the snapshot was read after the
+//! sampler listed the thread: the block was mapped then. An older
+//! snapshot may show one mapping where the block and a coroutine stack
+//! now lie apart, with a hole between them. A thread id reused by a new
+//! thread brings a new block and a new thread pointer, so nothing is kept
+//! per thread.
 //!
 //! Everything else stays checked:
 //! - a thread on a stack of its own making (a coroutine or fiber stack,
