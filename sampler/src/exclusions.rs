@@ -45,9 +45,9 @@ fn exclude(tid: u64) -> Option<Excluded> {
     })
 }
 
-/// Whether a thread is kept out of sampling: excluded, one of btprof's
-/// own, or one of btprof's own that finished its work less than
-/// [`ENDED_GRACE`] ago.
+/// Whether a thread is kept out of sampling and thread dumps: excluded,
+/// one of btprof's own, or one of btprof's own that finished its work less
+/// than [`ENDED_GRACE`] ago.
 ///
 /// The last: a thread of btprof's own still runs after its body returns
 /// and its guards drop (the C library's and Rust's teardown, unmapping its
@@ -79,11 +79,14 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// Reads the clock only for an id in [`ENDED`]: this runs for every ring
+/// sample the sampler thread takes in.
 fn ended_lately(tid: u64) -> bool {
-    let now = epoch().elapsed().as_nanos() as u64;
     ENDED.iter().any(|(id, at)| {
-        id.load(Ordering::Acquire) == tid
-            && now.saturating_sub(at.load(Ordering::Acquire)) < ENDED_GRACE.as_nanos() as u64
+        id.load(Ordering::Acquire) == tid && {
+            let now = epoch().elapsed().as_nanos() as u64;
+            now.saturating_sub(at.load(Ordering::Acquire)) < ENDED_GRACE.as_nanos() as u64
+        }
     })
 }
 
@@ -122,11 +125,6 @@ impl Drop for OwnThread {
             OWN[index].store(0, Ordering::Release);
         }
     }
-}
-
-/// Whether a thread is one of btprof's own or excluded from sampling.
-pub(crate) fn is_own_or_excluded(tid: u64) -> bool {
-    is_excluded(tid) || (tid != 0 && OWN.iter().any(|e| e.load(Ordering::Acquire) == tid))
 }
 
 #[cfg(test)]

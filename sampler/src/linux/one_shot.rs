@@ -356,7 +356,7 @@ pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
         .map_err(Error::Io)?;
     let mut out = Vec::with_capacity(tids.len());
     for tid in tids {
-        if crate::exclusions::is_own_or_excluded(tid as u64) {
+        if crate::exclusions::is_excluded(tid as u64) {
             continue;
         }
         out.push(session.capture(tid));

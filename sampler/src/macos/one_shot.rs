@@ -52,7 +52,7 @@ pub fn captures_allowed() -> Result<(), Error> {
 /// Every thread of this process but btprof's own and the calling one.
 /// [`Error::Rosetta`] under Rosetta 2 without the opt-in.
 pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
-    capture(crate::exclusions::is_own_or_excluded)
+    capture(crate::exclusions::is_excluded)
 }
 
 /// Thread `tid` alone (no other thread is stopped); the calling thread, or
