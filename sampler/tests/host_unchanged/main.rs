@@ -12,6 +12,8 @@
 //! `cargo test` filters do.
 
 #[cfg(target_os = "linux")]
+mod c_thread;
+#[cfg(target_os = "linux")]
 mod cases;
 #[cfg(target_os = "linux")]
 mod side_stack;

@@ -121,24 +121,13 @@ pub fn run() {
     // SAFETY: a thread on our own stack mapping, joined before the job and
     // the mappings go away.
     unsafe {
-        let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::zeroed();
-        assert_eq!(libc::pthread_attr_init(attr.as_mut_ptr()), 0);
-        assert_eq!(
-            libc::pthread_attr_setstack(attr.as_mut_ptr(), stack_low as *mut _, THREAD_STACK),
-            0
+        super::c_thread::run_on_stack(
+            stack_low,
+            THREAD_STACK,
+            side_thread,
+            &job as *const Job as *mut libc::c_void,
+            |_| {},
         );
-        let mut thread: libc::pthread_t = 0;
-        assert_eq!(
-            libc::pthread_create(
-                &mut thread,
-                attr.as_ptr(),
-                side_thread,
-                &job as *const Job as *mut libc::c_void
-            ),
-            0
-        );
-        assert_eq!(libc::pthread_join(thread, std::ptr::null_mut()), 0);
-        libc::pthread_attr_destroy(attr.as_mut_ptr());
     }
     assert_eq!(job.done.load(Ordering::Acquire), 1);
     let raw = sampler.stop().expect("stop");

@@ -151,30 +151,20 @@ fn run_sampled(stack: &GuardedStack, sp: u64, interrupt: Interrupt) -> u64 {
     // SAFETY: a thread on our own stack mapping, joined before the job
     // and the mapping go away.
     unsafe {
-        let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::zeroed();
-        assert_eq!(libc::pthread_attr_init(attr.as_mut_ptr()), 0);
-        assert_eq!(
-            libc::pthread_attr_setstack(attr.as_mut_ptr(), stack.low() as *mut _, STACK),
-            0
+        super::c_thread::run_on_stack(
+            stack.low(),
+            STACK,
+            c_thread,
+            &job as *const Job as *mut libc::c_void,
+            |thread| {
+                if interrupt == Interrupt::Noop {
+                    while job.done.load(Ordering::Acquire) == 0 {
+                        libc::pthread_kill(thread, noop_signal);
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                }
+            },
         );
-        let mut thread: libc::pthread_t = 0;
-        assert_eq!(
-            libc::pthread_create(
-                &mut thread,
-                attr.as_ptr(),
-                c_thread,
-                &job as *const Job as *mut libc::c_void
-            ),
-            0
-        );
-        if interrupt == Interrupt::Noop {
-            while job.done.load(Ordering::Acquire) == 0 {
-                libc::pthread_kill(thread, noop_signal);
-                std::thread::sleep(Duration::from_micros(500));
-            }
-        }
-        assert_eq!(libc::pthread_join(thread, std::ptr::null_mut()), 0);
-        libc::pthread_attr_destroy(attr.as_mut_ptr());
     }
     assert_eq!(job.done.load(Ordering::Acquire), 1);
     let Some(sampler) = sampler else {
