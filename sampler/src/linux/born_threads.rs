@@ -187,6 +187,9 @@ pub(crate) struct BornThreads {
     /// Bytes of stack each sample copies ([`stack_bytes`]).
     stack_bytes: u32,
     pass: u64,
+    /// Thread births and exits in this process read from the rings so far
+    /// ([`Self::task_records`]).
+    task_records: u64,
     rng: SplitMix64,
     /// When sampling stopped (monotonic ns): samples taken later, while
     /// [`Self::finish`] waits for exit records, are not counted (the
@@ -243,6 +246,7 @@ impl BornThreads {
             max_stack,
             stack_bytes: ring_size::STACK_BYTES,
             pass: 0,
+            task_records: 0,
             rng: SplitMix64::new(seed),
             stopped_at_ns: None,
         };
@@ -398,6 +402,14 @@ impl BornThreads {
         self.rings.first().map_or(0, |r| r.data_size() / record)
     }
 
+    /// How many thread births and exits the rings have shown so far: every
+    /// thread the events cover writes one at birth (its creator's copy of
+    /// the events) and one at exit. The same count at two moments means no
+    /// covered thread came or went between them.
+    pub(crate) fn task_records(&self) -> u64 {
+        self.task_records
+    }
+
     /// Whether the part of a period that thread `tid`, one the events were
     /// opened on, ran after its last ring sample counts as one more sample
     /// of its last stack: with the probability of its fraction of a
@@ -531,6 +543,7 @@ impl BornThreads {
         for (time, record) in records.drain(..) {
             match record {
                 Owned::Fork { tid, parent } => {
+                    self.task_records += 1;
                     self.young.entry(tid).or_default().parent = parent;
                 }
                 Owned::Comm(tid, name) => {
@@ -553,6 +566,7 @@ impl BornThreads {
                     }
                 }
                 Owned::Exit(tid) => {
+                    self.task_records += 1;
                     if let Some(y) = self.young.get_mut(&tid) {
                         y.exited_pass = Some(self.pass);
                         y.exit_record_ns = time;

@@ -472,7 +472,7 @@ impl SamplerLoop {
         }
         let slots = (self.period_ns * (SLOTS as u64 / 4) / self.cpus)
             .clamp(1_000_000, MAX_COLLECT_INTERVAL.as_nanos() as u64);
-        let rings_only = !self.threads.values().any(|s| s.timer.is_some());
+        let rings_only = self.rings_only();
         let ring_fill = |born: &BornThreads| born.samples_per_ring() / 4 * self.period_ns;
         match self.ring.events.as_ref() {
             Some(born) if rings_only => {
@@ -487,6 +487,12 @@ impl SamplerLoop {
                 slots.min(listing).min(rings).max(1_000_000)
             }
         }
+    }
+
+    /// Whether every known thread is sampled into the rings: none has a
+    /// timer of its own.
+    fn rings_only(&self) -> bool {
+        !self.threads.values().any(|s| s.timer.is_some())
     }
 
     pub(super) fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
@@ -590,11 +596,11 @@ impl SamplerLoop {
         if std::mem::take(&mut self.ring.deep_found) && self.timers() {
             self.open_timers();
         }
-        if self
+        let due = self
             .listed_at
             .is_none_or(|at| at.elapsed() >= self.relist_every)
-            || self.unseen_thread_runs()
-        {
+            || self.unseen_thread_runs();
+        if due && !self.listing_can_wait() {
             let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
@@ -641,6 +647,9 @@ impl SamplerLoop {
             }
         } else {
             self.refresh_regions_if_stale();
+            if due {
+                self.account_cpu(false);
+            }
         }
         if !self.timers() {
             self.signal_due_threads();
