@@ -12,6 +12,8 @@ use btprof_sampler::{default_signal, Mode, SampleClock, Sampler, SamplerConfig};
 
 use btprof_testkit::thread_cpu;
 
+mod support;
+
 /// One sampler per process at a time.
 static SAMPLER: Mutex<()> = Mutex::new(());
 
@@ -189,13 +191,13 @@ fn timers_go_with_their_threads_and_with_stop() {
     assert_eq!(our_timers(), 0, "a timer outlived stop");
 }
 
-/// At a low rate the sampler thread wakes only as often as it lists the
-/// threads (every two periods, 20 ms at 100 Hz): the kernel paces the
+/// At a low rate the sampler thread wakes only as often as it may list
+/// the threads (every two periods, 20 ms at 100 Hz): the kernel paces the
 /// samples, and the slots hold many periods' worth of them. Waking every
 /// 5 ms whatever the rate cost the sampler thread more than the samples.
 /// A busy machine can only make it wake less often than asked, never more.
 #[test]
-fn at_a_low_rate_the_sampler_thread_wakes_once_per_listing() {
+fn at_a_low_rate_the_sampler_thread_wakes_once_per_listing_interval() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let (stop, tid) = (
         Arc::new(AtomicBool::new(false)),
@@ -219,4 +221,30 @@ fn at_a_low_rate_the_sampler_thread_wakes_once_per_listing() {
         raw.stats
     );
     assert!(raw.stats.samples > 0, "no samples: {:?}", raw.stats);
+}
+
+/// While the thread count holds still, a listing that falls due is put off
+/// for up to 100 ms (at 100 Hz one falls due at each wakeup, every 20 ms);
+/// a thread born meanwhile changes the count and is listed, and given its
+/// timer, at the next wakeup or the one after. Counted in the sampler's own wakeups and the
+/// time they took, so a busy machine that delays them changes nothing.
+#[test]
+fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let seen = support::count_listings(posix(100), 25);
+    assert_eq!(seen.raw.stats.clock, SampleClock::PosixTimers);
+    println!("measured: {seen}");
+    let most = seen.window.as_millis() as u64 / 100 + 2;
+    assert!(
+        seen.listings <= most,
+        "{} listings in {:?}, at most {most} expected",
+        seen.listings,
+        seen.window
+    );
+    let found = seen
+        .born_found_after
+        .expect("the born thread was never listed");
+    // The wakeup under way at the birth may have decided already.
+    assert!(found <= 3, "listed {found} wakeups after its birth");
 }

@@ -407,17 +407,6 @@ fn a_renamed_thread_is_counted_under_each_name_for_its_time() {
     });
 }
 
-/// Waits until the sampler thread woke `n` more times than `from`.
-fn wait_ticks(sampler: &Sampler, from: u64, n: u64) -> u64 {
-    loop {
-        let now = sampler.progress().ticks.load(Ordering::Acquire);
-        if now >= from + n {
-            return now;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// With every thread on the rings and none coming or going, the sampler
 /// thread reads the rings without listing the threads each time (at
 /// 100 Hz it wakes every 100 ms, and lists them at most about once a
@@ -429,57 +418,25 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     with_watchdog("listing only on change", Duration::from_secs(120), || {
         let _hogs = Hogs::start(2);
-        let stop = Arc::new(AtomicBool::new(false));
-        let spinner = |stop: Arc<AtomicBool>| {
-            move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::black_box(spin_cpu(Duration::from_millis(5), 200_000));
-                }
-            }
-        };
-        let workers: Vec<_> = (0..2)
-            .map(|_| thread::spawn(spinner(stop.clone())))
-            .collect();
-        let sampler = Sampler::start(SamplerConfig {
+        let config = SamplerConfig {
             hz: 100,
             mode: Mode::Cpu,
             ..SamplerConfig::default()
-        })
-        .expect("start");
-        let progress = sampler.progress();
-        let ticks = wait_ticks(&sampler, 0, 3);
-        let (listed, since) = (progress.listings.load(Ordering::Acquire), Instant::now());
-        let ticks = wait_ticks(&sampler, ticks, 15);
-        let listings = progress.listings.load(Ordering::Acquire) - listed;
-        let window = since.elapsed();
-        // A thread born now, alive until the end.
-        let known = progress.threads.load(Ordering::Acquire);
-        let born = thread::spawn(spinner(stop.clone()));
-        let mut found_after = None;
-        let mut last = ticks;
-        while found_after.is_none() && last < ticks + 30 {
-            last = wait_ticks(&sampler, last, 1);
-            if progress.threads.load(Ordering::Acquire) > known {
-                found_after = Some(last - ticks);
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        for w in workers.into_iter().chain([born]) {
-            w.join().unwrap();
-        }
-        let raw = sampler.stop().expect("stop");
-        if !on_rings(&raw) {
+        };
+        let seen = support::count_listings(config, 15);
+        if !on_rings(&seen.raw) {
             return;
         }
-        println!(
-            "measured: {listings} listings in 15 wakeups over {window:?}; the born thread \
-             listed {found_after:?} wakeups after its birth"
-        );
+        println!("measured: {seen}");
         assert!(
-            listings <= window.as_secs() + 2,
-            "{listings} listings in {window:?}"
+            seen.listings <= seen.window.as_secs() + 2,
+            "{} listings in {:?}",
+            seen.listings,
+            seen.window
         );
-        let found = found_after.expect("the born thread was never listed");
+        let found = seen
+            .born_found_after
+            .expect("the born thread was never listed");
         assert!(found <= 4, "listed {found} wakeups after its birth");
     });
 }

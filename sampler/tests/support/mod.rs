@@ -67,6 +67,91 @@ pub fn wait_until_listed(sampler: &btprof_sampler::Sampler, threads: usize) {
     }
 }
 
+/// What [`count_listings`] saw.
+pub struct Listings {
+    /// Listings of the threads in `wakeups` wakeups of the sampler thread,
+    /// which took `window`.
+    pub listings: u64,
+    pub wakeups: u64,
+    pub window: std::time::Duration,
+    /// Wakeups from a thread's birth to the one whose listing found it.
+    pub born_found_after: Option<u64>,
+    pub raw: btprof_sampler::RawProfile,
+}
+
+impl std::fmt::Display for Listings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} listings in {} wakeups over {:?}; a thread born next listed {:?} wakeups \
+             after its birth",
+            self.listings, self.wakeups, self.window, self.born_found_after
+        )
+    }
+}
+
+/// Waits until the sampler thread woke `n` more times than `from`;
+/// returns its wakeups then.
+pub fn wait_ticks(sampler: &btprof_sampler::Sampler, from: u64, n: u64) -> u64 {
+    use std::sync::atomic::Ordering;
+    loop {
+        let now = sampler.progress().ticks.load(Ordering::Acquire);
+        if now >= from + n {
+            return now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Samples two threads that spin throughout with `config`; once the
+/// start settled, counts the listings of the threads in `wakeups` of the
+/// sampler thread's wakeups, then starts a third spinning thread and
+/// counts the wakeups until a listing finds it (30 at most).
+pub fn count_listings(config: btprof_sampler::SamplerConfig, wakeups: u64) -> Listings {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = |stop: Arc<AtomicBool>| {
+        move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::black_box(btprof_testkit::spin_cpu(Duration::from_millis(5), 200_000));
+            }
+        }
+    };
+    let mut workers: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(spinner(stop.clone())))
+        .collect();
+    let sampler = btprof_sampler::Sampler::start(config).expect("start");
+    let progress = sampler.progress();
+    let ticks = wait_ticks(&sampler, 0, 3);
+    let (listed, since) = (progress.listings.load(Ordering::Acquire), Instant::now());
+    let ticks = wait_ticks(&sampler, ticks, wakeups);
+    let listings = progress.listings.load(Ordering::Acquire) - listed;
+    let window = since.elapsed();
+    let known = progress.threads.load(Ordering::Acquire);
+    workers.push(std::thread::spawn(spinner(stop.clone())));
+    let (mut born_found_after, mut last) = (None, ticks);
+    while born_found_after.is_none() && last < ticks + 30 {
+        last = wait_ticks(&sampler, last, 1);
+        if progress.threads.load(Ordering::Acquire) > known {
+            born_found_after = Some(last - ticks);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let raw = sampler.stop().expect("stop");
+    Listings {
+        listings,
+        wakeups,
+        window,
+        born_found_after,
+        raw,
+    }
+}
+
 /// Threads named `{prefix}{i}` that wait until [`HeldThreads::release`],
 /// then run `work`: started before a sampler, so it finds them at start,
 /// and released once it lists them.

@@ -325,6 +325,9 @@ pub(super) struct SamplerLoop {
     pass: u64,
     /// When the thread list was last read.
     listed_at: Option<Instant>,
+    /// The process's thread count, and the births and exits read from the
+    /// rings, as the last listing began ([`Self::listing_can_wait`]).
+    listed_as: Option<(u64, Option<u64>)>,
     /// Timer samples copied out of their slots with the periods each
     /// stands for, reused between passes.
     timer_walks: Vec<(i32, u64, OwnedWalk)>,
@@ -433,6 +436,7 @@ impl SamplerLoop {
             listing: 0,
             pass: 0,
             listed_at: None,
+            listed_as: None,
             timer_walks: Vec::new(),
             rotation: 0,
             exits: Vec::new(),

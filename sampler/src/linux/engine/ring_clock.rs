@@ -26,11 +26,6 @@ use super::{monotonic_ns, SamplerLoop};
 /// gone.
 const EXIT_RECORDS_WAIT: Duration = Duration::from_millis(200);
 
-/// With every thread on the rings, the longest a listing of the threads is
-/// put off while nothing says a thread came or went
-/// ([`SamplerLoop::listing_can_wait`]).
-const RING_RELIST_INTERVAL: Duration = Duration::from_secs(1);
-
 /// The ring clock's state in the engine: the inherited events and what
 /// their records leave to do between collections. Empty on the other
 /// clocks.
@@ -59,9 +54,6 @@ pub(super) struct RingState {
     /// Born threads gone from the listings before they were settled: the
     /// CPU time their clocks had when last read.
     pub(super) accounted: HashMap<i32, u64>,
-    /// The process's thread count and the rings' births and exits
-    /// ([`BornThreads::task_records`]) as the last listing began.
-    pub(super) listed_as: Option<(u64, u64)>,
 }
 
 /// The key of a born thread no listing found yet, and the collection pass
@@ -103,37 +95,6 @@ impl RingWalks {
 }
 
 impl SamplerLoop {
-    /// Whether a listing of the threads that fell due can be put off: every
-    /// known thread is on the rings, the last listing was less than
-    /// [`RING_RELIST_INTERVAL`] ago, and since it began the process's
-    /// thread count is the same and the rings show no birth or exit.
-    ///
-    /// A thread the events cover writes its birth into the rings, and is
-    /// sampled from its first instruction whether a listing found it or
-    /// not; so with nothing born and nothing gone a listing finds nothing
-    /// to do. Reading `/proc/self/task` and every busy thread's clock was
-    /// about a third of the sampler thread's time at 100 Hz with a steady
-    /// set of threads. The clocks of the threads sampled since are read
-    /// anyway ([`SamplerLoop::account_cpu`]), as after a listing.
-    pub(super) fn listing_can_wait(&mut self) -> bool {
-        let rings_only = self.rings_only();
-        let (Some(born), Ok(count)) = (self.ring.events.as_ref(), self.tasks.count()) else {
-            self.ring.listed_as = None;
-            return false;
-        };
-        let now = (count, born.task_records());
-        let recent = self
-            .listed_at
-            .is_some_and(|at| at.elapsed() < RING_RELIST_INTERVAL);
-        if rings_only && recent && self.ring.listed_as == Some(now) {
-            return true;
-        }
-        // Read before the listing: a thread that comes or goes while it
-        // runs shows at the next check.
-        self.ring.listed_as = Some(now);
-        false
-    }
-
     /// Timer path, first listing: opens the inherited events on the threads
     /// listed, so that threads they create are sampled from birth.
     pub(super) fn open_born_events(&mut self) {

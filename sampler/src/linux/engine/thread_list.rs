@@ -28,6 +28,16 @@ use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS, YOUNG};
 /// clock read ([`SamplerLoop::account_cpu`]).
 const IDLE_RING_READ_NS: u64 = 250_000_000;
 
+/// With every thread on the rings, the longest a due listing is put off
+/// while nothing says a thread came or went
+/// ([`SamplerLoop::listing_can_wait`]).
+const RING_RELIST_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The same on the POSIX clock, where only the thread count tells: a
+/// thread born while another exited, the count unchanged, gets its timer
+/// at most this late.
+const POSIX_RELIST_INTERVAL: Duration = Duration::from_millis(100);
+
 impl ThreadState {
     pub(super) fn new(now: Instant, listing: u64) -> Self {
         ThreadState {
@@ -138,6 +148,46 @@ impl AsMut<ExitTail> for Exit {
 }
 
 impl SamplerLoop {
+    /// Whether a listing of the threads that fell due can be put off, on
+    /// the clocks the kernel paces: the last listing is recent, and since
+    /// it began the process's thread count is the same and, on the rings,
+    /// no thread's birth or exit was read.
+    ///
+    /// A thread the inherited events cover writes its birth into the rings
+    /// and is sampled from its first instruction whether a listing found it
+    /// or not, so with every thread on the rings and nothing born or gone a
+    /// listing finds nothing to do ([`RING_RELIST_INTERVAL`]). A POSIX
+    /// timer needs a listing to find a new thread, but a birth changes the
+    /// count, unless another thread exited since ([`POSIX_RELIST_INTERVAL`]).
+    /// Reading `/proc/self/task` and the listed threads' clocks was a
+    /// quarter of the sampler thread's time on the ring clock at 100 Hz
+    /// with a steady set of threads, and more on the POSIX clock, which
+    /// lists every two periods. The clocks of threads sampled since are
+    /// read anyway ([`SamplerLoop::account_cpu`]), as after a listing.
+    pub(super) fn listing_can_wait(&mut self) -> bool {
+        let births = self.ring.events.as_ref().map(|b| b.task_records());
+        let put_off = match self.clock {
+            SampleClock::ThreadTimers if births.is_some() && self.rings_only() => {
+                RING_RELIST_INTERVAL
+            }
+            SampleClock::PosixTimers => POSIX_RELIST_INTERVAL,
+            _ => Duration::ZERO,
+        };
+        let Ok(count) = self.tasks.count() else {
+            self.listed_as = None;
+            return false;
+        };
+        let now = (count, births);
+        let recent = self.listed_at.is_some_and(|at| at.elapsed() < put_off);
+        if recent && self.listed_as == Some(now) {
+            return true;
+        }
+        // Read before the listing: a thread that comes or goes while it
+        // runs shows at the next check.
+        self.listed_as = Some(now);
+        false
+    }
+
     /// Registers threads seen for the first time and re-reads names that
     /// are due; a new thread may run on a stack not yet in the snapshot.
     pub(super) fn discover_threads(&mut self) {
