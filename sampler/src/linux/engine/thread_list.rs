@@ -173,6 +173,11 @@ impl SamplerLoop {
             SampleClock::PosixTimers => POSIX_RELIST_INTERVAL,
             _ => Duration::ZERO,
         };
+        if put_off.is_zero() {
+            // Compared again only after a listing that read them.
+            self.listed_as = None;
+            return false;
+        }
         let Ok(count) = self.tasks.count() else {
             self.listed_as = None;
             return false;
