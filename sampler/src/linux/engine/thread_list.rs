@@ -31,12 +31,12 @@ const IDLE_RING_READ_NS: u64 = 250_000_000;
 /// With every thread on the rings, the longest a due listing is put off
 /// while nothing says a thread came or went
 /// ([`SamplerLoop::listing_can_wait`]).
-const RING_RELIST_INTERVAL: Duration = Duration::from_secs(1);
+const RINGS_RELIST_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The same on the POSIX clock, where only the thread count tells: a
-/// thread born while another exited, the count unchanged, gets its timer
-/// at most this late.
-const POSIX_RELIST_INTERVAL: Duration = Duration::from_millis(100);
+/// The same where some thread has a timer of its own, and where only the
+/// thread count tells of a birth: a thread born while another exited, the
+/// count unchanged, gets its timer at most this late.
+const COUNT_RELIST_INTERVAL: Duration = Duration::from_millis(100);
 
 impl ThreadState {
     pub(super) fn new(now: Instant, listing: u64) -> Self {
@@ -149,16 +149,21 @@ impl AsMut<ExitTail> for Exit {
 
 impl SamplerLoop {
     /// Whether a listing of the threads that fell due can be put off, on
-    /// the clocks the kernel paces: the last listing is recent, and since
-    /// it began the process's thread count is the same and, on the rings,
-    /// no thread's birth or exit was read.
+    /// the clocks the kernel paces: every known thread is sampled (on the
+    /// rings, or by a timer of its own, or counted as blocking the signal),
+    /// the last listing is recent, and since it began the process's thread
+    /// count is the same and, on the rings, no thread's birth or exit was
+    /// read.
     ///
     /// A thread the inherited events cover writes its birth into the rings
     /// and is sampled from its first instruction whether a listing found it
     /// or not, so with every thread on the rings and nothing born or gone a
-    /// listing finds nothing to do ([`RING_RELIST_INTERVAL`]). A POSIX
-    /// timer needs a listing to find a new thread, but a birth changes the
-    /// count, unless another thread exited since ([`POSIX_RELIST_INTERVAL`]).
+    /// listing finds nothing to do ([`RINGS_RELIST_INTERVAL`]). A timer
+    /// needs a listing to find a new thread, but a birth changes the count,
+    /// unless another thread exited since ([`COUNT_RELIST_INTERVAL`]). A
+    /// thread still waiting for its timer (one a listing opens), or whose
+    /// birth record is not read yet, keeps the listings coming.
+    ///
     /// Reading `/proc/self/task` and the listed threads' clocks was a
     /// quarter of the sampler thread's time on the ring clock at 100 Hz
     /// with a steady set of threads, and more on the POSIX clock, which
@@ -166,12 +171,20 @@ impl SamplerLoop {
     /// read anyway ([`SamplerLoop::account_cpu`]), as after a listing.
     pub(super) fn listing_can_wait(&mut self) -> bool {
         let births = self.ring.events.as_ref().map(|b| b.task_records());
-        let put_off = match self.clock {
-            SampleClock::ThreadTimers if births.is_some() && self.rings_only() => {
-                RING_RELIST_INTERVAL
+        let put_off = if !self.clock.is_kernel_paced() {
+            Duration::ZERO
+        } else {
+            let (mut on_rings, mut sampled) = (true, true);
+            for s in self.threads.values() {
+                let rings = (s.born || s.on_ring) && !s.born_deep && !s.birth_unread;
+                on_rings &= rings;
+                sampled &= rings || s.timer.is_some() || s.blocked.is_some();
             }
-            SampleClock::PosixTimers => POSIX_RELIST_INTERVAL,
-            _ => Duration::ZERO,
+            match (sampled, on_rings && births.is_some()) {
+                (false, _) => Duration::ZERO,
+                (true, true) => RINGS_RELIST_INTERVAL,
+                (true, false) => COUNT_RELIST_INTERVAL,
+            }
         };
         if put_off.is_zero() {
             // Compared again only after a listing that read them.
