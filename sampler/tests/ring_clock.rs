@@ -428,9 +428,17 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
             return;
         }
         println!("measured: {seen}");
+        // Once a thread has a timer of its own (one the rings cut short
+        // is handed to one), a timer needs a listing to find a new thread,
+        // and the put-off is 100 ms. Seen once in many runs here, with the
+        // sampler waking every 20 ms, as it does with any timer open.
+        let most = match seen.raw.stats.timer_threads {
+            0 => seen.window.as_secs() + 2,
+            _ => seen.window.as_millis() as u64 / 100 + 2,
+        };
         assert!(
-            seen.listings <= seen.window.as_secs() + 2,
-            "{} listings in {:?}",
+            seen.listings <= most,
+            "{} listings in {:?}, at most {most} expected",
             seen.listings,
             seen.window
         );

@@ -84,8 +84,13 @@ impl std::fmt::Display for Listings {
         write!(
             f,
             "{} listings in {} wakeups over {:?}; a thread born next listed {:?} wakeups \
-             after its birth",
-            self.listings, self.wakeups, self.window, self.born_found_after
+             after its birth; threads on the rings {}, on timers {}",
+            self.listings,
+            self.wakeups,
+            self.window,
+            self.born_found_after,
+            self.raw.stats.ring_threads,
+            self.raw.stats.timer_threads
         )
     }
 }
