@@ -226,8 +226,9 @@ fn at_a_low_rate_the_sampler_thread_wakes_once_per_listing_interval() {
 /// While the thread count holds still, a listing that falls due is put off
 /// for up to 100 ms (at 100 Hz one falls due at each wakeup, every 20 ms);
 /// a thread born meanwhile changes the count and is listed, and given its
-/// timer, at the next wakeup or the one after. Counted in the sampler's own wakeups and the
-/// time they took, so a busy machine that delays them changes nothing.
+/// timer, at the next wakeup or the one after. Counted in the sampler's
+/// own wakeups and the time they took, so a busy machine that delays them
+/// changes nothing.
 #[test]
 fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
