@@ -95,6 +95,27 @@ impl std::fmt::Display for Listings {
     }
 }
 
+impl Listings {
+    /// Prints what was seen, then asserts at most `most` listings in the
+    /// window and the born thread listed within `found_within` wakeups.
+    pub fn check(&self, most: u64, found_within: u64) {
+        println!("measured: {self}");
+        assert!(
+            self.listings <= most,
+            "{} listings in {:?}, at most {most} expected",
+            self.listings,
+            self.window
+        );
+        let found = self
+            .born_found_after
+            .expect("the born thread was never listed");
+        assert!(
+            found <= found_within,
+            "listed {found} wakeups after its birth"
+        );
+    }
+}
+
 /// Waits until the sampler thread woke `n` more times than `from`;
 /// returns its wakeups then.
 pub fn wait_ticks(sampler: &btprof_sampler::Sampler, from: u64, n: u64) -> u64 {
