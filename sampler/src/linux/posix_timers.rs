@@ -19,6 +19,12 @@
 //! the engine counts them then on its last sample's stack, as an overrun
 //! is counted.
 //!
+//! A timer can also stay silent while its thread runs and takes signals:
+//! on some kernels (seen on 6.18) the CPU timers of a process forked from
+//! one whose threads had CPU timers fire up to half a second of CPU time
+//! late, though armed and overdue. The engine samples such a thread
+//! itself and restarts its timer ([`PosixTimer::restart`]).
+//!
 //! Wall mode uses the same timers once per sample, as requests that only
 //! a running thread can take ([`PosixTimer::open_request`]).
 //!
@@ -124,6 +130,15 @@ impl PosixTimer {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Starts the timer's period again from the thread's CPU time now.
+    /// An expiry the kernel has not signalled yet is dropped with it, so
+    /// the periods a sample taken another way stood for are not counted
+    /// again as that signal's overrun when it finally comes.
+    pub(crate) fn restart(&self, period_ns: u64) -> io::Result<()> {
+        let period = timespec(period_ns);
+        self.arm(period, period)
     }
 
     /// The CPU time the thread used since the timer was created, in

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::stack_table::StackKey;
 use crate::walker::WalkEnd;
-use crate::{Mode, SamplerStats};
+use crate::{Mode, SampleClock, SamplerStats};
 
 use super::super::handler::slots::{Collected, Poll, SLOTS};
 use super::super::threads;
@@ -188,6 +188,12 @@ impl SamplerLoop {
                             walks.remove(0);
                         }
                         walks.push(walk);
+                    } else if self.clock == SampleClock::PosixTimers {
+                        // A held-back timer's sample (`sample_silent_timers`)
+                        // counts as one of its timer's.
+                        state.timer_samples += 1;
+                        state.timer_periods += weight;
+                        state.timer_last = Some((key, walk));
                     }
                 }
             }

@@ -553,7 +553,7 @@ impl SamplerLoop {
         // Every CPU reading first, then no timer fires again. Periods
         // lost to a blocked signal since the last listing are counted too.
         if self.timers() {
-            self.watch_blocked_threads();
+            self.watch_blocked_threads(false);
         }
         self.account_cpu(true);
         if let Some(born) = self.ring.events.as_mut() {
@@ -627,7 +627,7 @@ impl SamplerLoop {
             self.forget_exited();
             self.settle_exits(unread);
             if self.timers() {
-                self.watch_blocked_threads();
+                self.watch_blocked_threads(true);
                 self.open_born_events();
                 self.open_timers();
             } else {

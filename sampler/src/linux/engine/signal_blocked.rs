@@ -10,12 +10,12 @@
 //! ([`SamplerLoop::cannot_take_signal`]) or the mask looked at before a
 //! thread's first signal.
 
-use crate::Mode;
+use crate::{Mode, SampleClock};
 
 use super::super::cpu_timer::CpuTimer;
 use super::super::handler::slots;
 use super::super::threads;
-use super::{BlockedSince, SamplerLoop};
+use super::{BlockedSince, SamplerLoop, ThreadState};
 
 impl BlockedSince {
     /// Seen blocking once: to be looked at again at the next listing.
@@ -49,14 +49,39 @@ pub(super) fn blocks_signal_now(tid: i32, signal: libc::c_int) -> bool {
         && !slots::in_handler(tid)
 }
 
+impl ThreadState {
+    /// Whether the thread's timer ran [`SILENT_PERIODS`] periods, by the
+    /// last reading of its count, without a sample since it was last
+    /// looked at: it blocks the signal, or the kernel holds the timer's
+    /// expiry back.
+    pub(super) fn timer_silent(&self, period_ns: u64) -> bool {
+        self.timer.is_some()
+            && self.timer_samples == 0
+            && self
+                .accounted_ns
+                .unwrap_or(0)
+                .saturating_sub(self.timer_checked_ns)
+                >= SILENT_PERIODS * period_ns
+    }
+}
+
 impl SamplerLoop {
     /// Finds threads that block the profiling signal (their timer ran
     /// many periods, yet no sample came) and closes their timers, so
     /// signals do not queue up on them; counts their CPU periods as failed
     /// samples while they block; and lets them have a timer again once
     /// they unblock.
-    pub(super) fn watch_blocked_threads(&mut self) {
+    ///
+    /// With `sample_silent` (a listing, not the stop), on the POSIX clock
+    /// in cpu mode, a silent timer on a thread that takes the signal is
+    /// one the kernel holds back: its thread is sampled by the sampler
+    /// thread instead ([`Self::sample_silent_timers`]).
+    pub(super) fn watch_blocked_threads(&mut self, sample_silent: bool) {
         let (period, signal, listing) = (self.period_ns, self.sender.signal(), self.listing);
+        let sample_silent = sample_silent
+            && self.clock == SampleClock::PosixTimers
+            && self.config.mode == Mode::Cpu;
+        let mut held_back = Vec::new();
         for (&tid, state) in self.threads.iter_mut() {
             if let Some(blocked) = &mut state.blocked {
                 let Some(cpu) = threads::thread_cpu_ns(tid) else {
@@ -106,6 +131,23 @@ impl SamplerLoop {
             // blocked at both looks: a thread that takes its signals
             // leaves a sample in between.
             let suspect = silent && blocks_signal_now(tid, signal);
+            if silent && !suspect && sample_silent {
+                // Its periods stay owed until a listing finds it running
+                // (a signal sent into a blocking call could end it with
+                // `EINTR`), free to take the signal now, and with no sample
+                // of ours in flight. A thread inside btprof's handler has
+                // the signal blocked: a slow handler is silence too, and a
+                // signal sent then would wait, and time out as blocked.
+                let free = threads::signal_status(tid, signal)
+                    .is_some_and(|status| !status.blocked && !status.pending);
+                if state.pending
+                    || !free
+                    || state.run_state(tid) != Some(threads::RunState::Running)
+                {
+                    continue;
+                }
+                held_back.push((tid, count.saturating_sub(state.timer_checked_ns) / period));
+            }
             if !suspect {
                 state.suspect_since_ns = None;
             } else if state.suspect_since_ns.is_none() {
@@ -135,6 +177,7 @@ impl SamplerLoop {
                 state.timer_samples = 0;
             }
         }
+        self.sample_silent_timers(&held_back);
     }
 
     /// Sampler-thread path: a signal sent to `tid` was not taken in time.

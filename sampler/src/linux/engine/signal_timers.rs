@@ -3,13 +3,15 @@
 //! that signals its thread, or a POSIX CPU timer), opened busiest thread
 //! first, and the samples their handlers left in free slots interned.
 
+use std::time::Instant;
+
 use crate::{Mode, SampleClock};
 
 use super::super::cpu_timer::CpuTimer;
 use super::super::threads;
 use super::collect::OwnedWalk;
 use super::signal_blocked::blocks_signal_now;
-use super::{monotonic_ns, BlockedSince, SamplerLoop, ThreadState};
+use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse, ThreadState};
 
 /// Sampler CPU time one listing may spend opening timers for threads that
 /// did not run since it read their clocks (see `open_timers`).
@@ -125,6 +127,56 @@ impl SamplerLoop {
             }
         }
         self.timer_queue = wanted;
+    }
+
+    /// POSIX clock, cpu mode: samples each thread in `held_back`, whose
+    /// timer ran the given number of periods of its CPU time without a
+    /// signal though the thread takes it (the kernel held the expiry back;
+    /// see [`super::super::posix_timers`]), with a signal of the sampler
+    /// thread's own standing for those periods, and restarts its timer
+    /// so that they are not counted again when the held-back signal comes.
+    /// The sample lands where the thread is when the signal arrives, at a
+    /// listing: a moment unrelated to its code.
+    pub(super) fn sample_silent_timers(&mut self, held_back: &[(i32, u64)]) {
+        for &(tid, periods) in held_back {
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let Some(armed) = self.slots.arm(self.config.max_depth) else {
+                self.stats.slots_full += 1;
+                self.stats.skipped_samples += periods;
+                continue;
+            };
+            // No lateness check: a sample that waits for its thread to get
+            // a CPU again still lands in the thread's own code.
+            self.slots.mark_sent(armed.slot, 0, 0);
+            match self.sender.send(tid, armed.signal_value()) {
+                Ok(()) => {
+                    state.pending = true;
+                    self.slot_uses[armed.slot] = Some(SlotUse {
+                        tid,
+                        key: state.key,
+                        weight: periods,
+                        armed_at: Instant::now(),
+                        by_request: false,
+                    });
+                    if let Some(CpuTimer::Posix(timer)) = &state.timer {
+                        // Failing, the held-back signal may stand for these
+                        // periods again: at worst as if it came on time.
+                        let _ = timer.restart(self.period_ns);
+                    }
+                }
+                Err(e) => {
+                    // Nobody was signalled, so nobody can claim the slot.
+                    self.slots.cancel(armed.slot);
+                    if e.raw_os_error() == Some(libc::ESRCH) {
+                        self.stats.exited_threads += 1;
+                    } else {
+                        self.stats.failed_samples += periods;
+                    }
+                }
+            }
+        }
     }
 
     /// Interns every sample a timer handler left; returns how many slots

@@ -162,7 +162,9 @@ impl SamplerLoop {
     /// needs a listing to find a new thread, but a birth changes the count,
     /// unless another thread exited since ([`COUNT_RELIST_INTERVAL`]). A
     /// thread still waiting for its timer (one a listing opens), or whose
-    /// birth record is not read yet, keeps the listings coming.
+    /// birth record is not read yet, keeps the listings coming; so does one
+    /// whose timer fell silent, for the listing that finds out why
+    /// ([`SamplerLoop::watch_blocked_threads`]).
     ///
     /// Reading `/proc/self/task` and the listed threads' clocks was a
     /// quarter of the sampler thread's time on the ring clock at 100 Hz
@@ -179,6 +181,7 @@ impl SamplerLoop {
                 let rings = (s.born || s.on_ring) && !s.born_deep && !s.birth_unread;
                 on_rings &= rings;
                 sampled &= rings || s.timer.is_some() || s.blocked.is_some();
+                sampled &= !s.timer_silent(self.period_ns);
             }
             match (sampled, on_rings && births.is_some()) {
                 (false, _) => Duration::ZERO,
