@@ -8,7 +8,9 @@
 //! suspicion ([`SamplerLoop::watch_blocked_threads`]); on the
 //! sampler-thread path a signal not taken in time
 //! ([`SamplerLoop::cannot_take_signal`]) or the mask looked at before a
-//! thread's first signal.
+//! thread's first signal. A silent POSIX timer on a thread that does not
+//! block the signal is one the kernel holds back: that thread is sampled
+//! by the sampler thread ([`SamplerLoop::sample_silent_timers`]).
 
 use crate::{Mode, SampleClock};
 
@@ -131,23 +133,6 @@ impl SamplerLoop {
             // blocked at both looks: a thread that takes its signals
             // leaves a sample in between.
             let suspect = silent && blocks_signal_now(tid, signal);
-            if silent && !suspect && sample_silent {
-                // Its periods stay owed until a listing finds it running
-                // (a signal sent into a blocking call could end it with
-                // `EINTR`), free to take the signal now, and with no sample
-                // of ours in flight. A thread inside btprof's handler has
-                // the signal blocked: a slow handler is silence too, and a
-                // signal sent then would wait, and time out as blocked.
-                let free = threads::signal_status(tid, signal)
-                    .is_some_and(|status| !status.blocked && !status.pending);
-                if state.pending
-                    || !free
-                    || state.run_state(tid) != Some(threads::RunState::Running)
-                {
-                    continue;
-                }
-                held_back.push((tid, count.saturating_sub(state.timer_checked_ns) / period));
-            }
             if !suspect {
                 state.suspect_since_ns = None;
             } else if state.suspect_since_ns.is_none() {
@@ -171,6 +156,23 @@ impl SamplerLoop {
                     confirmed: true,
                 });
                 continue;
+            }
+            if silent && !suspect && sample_silent {
+                // Its periods stay owed until a listing finds it running
+                // (a signal sent into a blocking call could end it with
+                // `EINTR`), free to take the signal now, and with no sample
+                // of ours in flight. A thread inside btprof's handler has
+                // the signal blocked: a slow handler is silence too, and a
+                // signal sent then would wait, and time out as blocked.
+                let free = threads::signal_status(tid, signal)
+                    .is_some_and(|status| !status.blocked && !status.pending);
+                if state.pending
+                    || !free
+                    || state.run_state(tid) != Some(threads::RunState::Running)
+                {
+                    continue;
+                }
+                held_back.push((tid, count.saturating_sub(state.timer_checked_ns) / period));
             }
             if silent || state.timer_samples > 0 {
                 state.timer_checked_ns = count;
