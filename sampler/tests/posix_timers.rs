@@ -239,3 +239,74 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     // within 3.
     seen.check(seen.window.as_millis() as u64 / 100 + 2, 3);
 }
+
+/// A thread whose CPU timer the kernel holds back (on the project's 6.18
+/// kernel, new timers in a process forked from one with CPU timers went
+/// up to half a second of CPU time without firing) is sampled by the
+/// sampler thread instead, each sample standing for the periods its timer
+/// ran silent: the weighted rate still follows its CPU time. Held back
+/// here by a test hook that arms every timer an hour of CPU time out.
+#[test]
+fn a_thread_whose_timer_is_held_back_is_still_sampled() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let worker = spinner(stop.clone(), tid.clone());
+    while tid.load(Ordering::Relaxed) == 0 {
+        thread::yield_now();
+    }
+    btprof_sampler::test_hooks::hold_back_posix_timers(true);
+    let sampler = Sampler::start(posix(1000)).expect("start on POSIX timers");
+    let t = tid.load(Ordering::Relaxed);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if let Ok(raw) = sampler.collect(false) {
+            if raw
+                .stats
+                .cpu_of(t)
+                .is_some_and(|c| c >= Duration::from_millis(1500))
+            {
+                break;
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let raw = sampler.stop().expect("stop");
+    btprof_sampler::test_hooks::hold_back_posix_timers(false);
+    stop.store(true, Ordering::Relaxed);
+    worker.join().expect("spinner");
+    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    let key: Vec<u32> = (0..raw.threads.len() as u32)
+        .filter(|&i| raw.threads[i as usize].tid == t)
+        .collect();
+    let weighted: u64 = raw
+        .table
+        .iter()
+        .filter(|(k, _)| key.contains(&k.thread))
+        .map(|(_, c)| c)
+        .sum();
+    let cpu = raw.stats.cpu_of(t).expect("the spinner's CPU time");
+    let rate = weighted as f64 / cpu.as_secs_f64();
+    let distinct = raw.stats.recorded;
+    eprintln!(
+        "held-back timer: {weighted} weighted samples for {cpu:?}: {rate:.0}/CPU-s, \
+         {distinct} distinct samples in the run"
+    );
+    assert!(cpu >= Duration::from_millis(500), "too little CPU: {cpu:?}");
+    // Not one signal of the timers themselves: every sample stands for
+    // the 20 or more periods a timer must run silent first.
+    assert!(
+        distinct * 20 <= raw.stats.samples,
+        "{distinct} distinct samples for {} weighted: the timers fired",
+        raw.stats.samples
+    );
+    assert!(distinct >= 10, "only {distinct} distinct samples");
+    assert!(
+        (950.0..=1050.0).contains(&rate),
+        "{rate:.0} weighted samples per CPU-second ({:?})",
+        raw.stats
+    );
+    assert_eq!(our_timers(), 0, "a timer outlived stop");
+}

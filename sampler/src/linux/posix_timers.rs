@@ -38,6 +38,16 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::threads;
 
+/// For btprof's own tests: timers armed while this is set fire only after
+/// [`HELD_BACK_NS`] of CPU time, as if the kernel held their expiries
+/// back (see the module docs).
+#[cfg(feature = "test-hooks")]
+pub(crate) static HOLD_BACK: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+/// An hour: longer than any test runs.
+#[cfg(feature = "test-hooks")]
+const HELD_BACK_NS: u64 = 3_600_000_000_000;
+
 /// The cookie of the running sampler's timers (0: none runs).
 static RUN_COOKIE: AtomicU64 = AtomicU64::new(0);
 /// Tells one sampler run's cookie from the next.
@@ -103,8 +113,7 @@ impl PosixTimer {
         let mut timer = PosixTimer::open_unarmed(tid, signal, RUN_COOKIE.load(Relaxed))?;
         timer.start_ns =
             threads::thread_cpu_ns(tid).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
-        let period = timespec(period_ns);
-        timer.arm(period, period)?;
+        timer.restart(period_ns)?;
         Ok(timer)
     }
 
@@ -137,6 +146,12 @@ impl PosixTimer {
     /// the periods a sample taken another way stood for are not counted
     /// again as that signal's overrun when it finally comes.
     pub(crate) fn restart(&self, period_ns: u64) -> io::Result<()> {
+        #[cfg(feature = "test-hooks")]
+        let period_ns = if HOLD_BACK.load(Relaxed) {
+            HELD_BACK_NS
+        } else {
+            period_ns
+        };
         let period = timespec(period_ns);
         self.arm(period, period)
     }

@@ -12,3 +12,10 @@ pub fn set_handler_delay(tid: u64, cpu: Duration) {
     super::handler::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
     super::handler::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
 }
+
+/// Makes the POSIX CPU timers armed from now on (while `on`) fire only
+/// after an hour of CPU time, as timers a kernel holds back do: the
+/// sampler must sample their threads another way.
+pub fn hold_back_posix_timers(on: bool) {
+    super::posix_timers::HOLD_BACK.store(on, Relaxed);
+}

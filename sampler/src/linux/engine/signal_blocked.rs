@@ -172,7 +172,12 @@ impl SamplerLoop {
                 {
                     continue;
                 }
-                held_back.push((tid, count.saturating_sub(state.timer_checked_ns) / period));
+                // The part of a period left over is owed to the next one.
+                let silent_ns = count.saturating_sub(state.timer_checked_ns);
+                held_back.push((tid, silent_ns / period));
+                state.timer_checked_ns = count - silent_ns % period;
+                state.timer_samples = 0;
+                continue;
             }
             if silent || state.timer_samples > 0 {
                 state.timer_checked_ns = count;
