@@ -17,6 +17,12 @@ use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse, ThreadState};
 /// did not run since it read their clocks (see `open_timers`).
 const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
 
+/// The same for the run's first listing, which `start` waits for: the
+/// threads found at start are often a pool about to burst (a server's
+/// workers), which would run before later listings reached them. 20 ms
+/// opens the timers of a thousand threads or more.
+const FIRST_TIMER_BUDGET_NS: u64 = 20_000_000;
+
 /// A thread on the POSIX clock that exited: its last timer sample (key and
 /// walk), the periods its samples stood for, and its CPU time since its
 /// timer opened at its last reading.
@@ -42,7 +48,8 @@ impl SamplerLoop {
     /// Opens a timer for threads that have none yet and whose stack is in
     /// the region snapshot: every one that ran since this listing read its
     /// clock, busiest first, then idle ones for at most
-    /// [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time. The rest wait
+    /// [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time
+    /// ([`FIRST_TIMER_BUDGET_NS`] at the first listing). The rest wait
     /// for later listings, so that a process with thousands of idle
     /// threads has its busy ones sampled at once instead of after seconds
     /// of opening timers no one needs yet (when the sampler thread drains
@@ -70,8 +77,13 @@ impl SamplerLoop {
         }
         wanted.sort_unstable_by(|a, b| b.cmp(a));
         let started = threads::own_cpu_ns();
+        let budget = if self.listing <= 1 {
+            FIRST_TIMER_BUDGET_NS
+        } else {
+            IDLE_TIMER_BUDGET_NS
+        };
         for &(ran, tid) in &wanted {
-            if ran == 0 && threads::own_cpu_ns().saturating_sub(started) > IDLE_TIMER_BUDGET_NS {
+            if ran == 0 && threads::own_cpu_ns().saturating_sub(started) > budget {
                 break;
             }
             let Some(state) = self.threads.get_mut(&tid) else {
