@@ -240,6 +240,23 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     seen.check(seen.window.as_millis() as u64 / 100 + 2, 3);
 }
 
+/// Holds every POSIX timer back while it lives, so that a failing test
+/// leaves the other tests of this binary their timers.
+struct HeldBack;
+
+impl HeldBack {
+    fn on() -> HeldBack {
+        btprof_sampler::test_hooks::hold_back_posix_timers(true);
+        HeldBack
+    }
+}
+
+impl Drop for HeldBack {
+    fn drop(&mut self) {
+        btprof_sampler::test_hooks::hold_back_posix_timers(false);
+    }
+}
+
 /// A thread whose CPU timer the kernel holds back (on the project's 6.18
 /// kernel, new timers in a process forked from one with CPU timers went
 /// up to half a second of CPU time without firing) is sampled by the
@@ -257,7 +274,7 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
     while tid.load(Ordering::Relaxed) == 0 {
         thread::yield_now();
     }
-    btprof_sampler::test_hooks::hold_back_posix_timers(true);
+    let _held = HeldBack::on();
     let sampler = Sampler::start(posix(1000)).expect("start on POSIX timers");
     let t = tid.load(Ordering::Relaxed);
     let start = Instant::now();
@@ -274,7 +291,6 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
         thread::sleep(Duration::from_millis(50));
     }
     let raw = sampler.stop().expect("stop");
-    btprof_sampler::test_hooks::hold_back_posix_timers(false);
     stop.store(true, Ordering::Relaxed);
     worker.join().expect("spinner");
     assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
