@@ -88,12 +88,25 @@ fn wait_for_cpu(tid: &AtomicU64, cpu: Duration) {
     panic!("the spinner did not get {cpu:?} of CPU in 60 s");
 }
 
-/// A spinning thread gets at least 950 weighted samples per second of its
-/// own CPU time at 1000 Hz, fewer distinct ones where the kernel's tick is
-/// slower than the rate, and the stats keep the two apart.
-#[test]
-fn a_spinning_thread_gets_its_rate_in_weighted_samples() {
-    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+/// What [`spin_under_posix_timers`] measured of its spinning thread.
+struct SpinRun {
+    raw: btprof_sampler::RawProfile,
+    /// The thread's samples, weighted, and its distinct stacks.
+    weighted: u64,
+    stacks: u64,
+    /// Its CPU time, as the profile's stats say.
+    cpu: Duration,
+}
+
+impl SpinRun {
+    fn rate(&self) -> f64 {
+        self.weighted as f64 / self.cpu.as_secs_f64()
+    }
+}
+
+/// Spins a thread under a 1000 Hz sampler on the POSIX clock until the
+/// sampler saw it use 1.5 s of CPU (or 60 s passed), then stops.
+fn spin_under_posix_timers() -> SpinRun {
     let (stop, tid) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
@@ -102,10 +115,10 @@ fn a_spinning_thread_gets_its_rate_in_weighted_samples() {
     while tid.load(Ordering::Relaxed) == 0 {
         thread::yield_now();
     }
+    let t = tid.load(Ordering::Relaxed);
     let sampler = Sampler::start(posix(1000)).expect("start on POSIX timers");
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
-        let t = tid.load(Ordering::Relaxed);
         if let Ok(raw) = sampler.collect(false) {
             if raw
                 .stats
@@ -121,17 +134,32 @@ fn a_spinning_thread_gets_its_rate_in_weighted_samples() {
     stop.store(true, Ordering::Relaxed);
     worker.join().expect("spinner");
     assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
-    let t = tid.load(Ordering::Relaxed);
     let key: Vec<u32> = (0..raw.threads.len() as u32)
         .filter(|&i| raw.threads[i as usize].tid == t)
         .collect();
-    let (weighted, distinct) = raw
+    let (weighted, stacks) = raw
         .table
         .iter()
         .filter(|(k, _)| key.contains(&k.thread))
         .fold((0u64, 0u64), |(w, d), (_, c)| (w + c, d + 1));
     let cpu = raw.stats.cpu_of(t).expect("the spinner's CPU time");
-    let rate = weighted as f64 / cpu.as_secs_f64();
+    SpinRun {
+        raw,
+        weighted,
+        stacks,
+        cpu,
+    }
+}
+
+/// A spinning thread gets at least 950 weighted samples per second of its
+/// own CPU time at 1000 Hz, fewer distinct ones where the kernel's tick is
+/// slower than the rate, and the stats keep the two apart.
+#[test]
+fn a_spinning_thread_gets_its_rate_in_weighted_samples() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let run = spin_under_posix_timers();
+    let (raw, weighted, distinct, cpu, rate) =
+        (&run.raw, run.weighted, run.stacks, run.cpu, run.rate());
     eprintln!(
         "POSIX timers: {weighted} weighted samples ({distinct}+ distinct stacks) for {cpu:?}: \
          {rate:.0}/CPU-s; whole run {:.0} weighted, {:.0} distinct per CPU-s",
@@ -266,45 +294,10 @@ impl Drop for HeldBack {
 #[test]
 fn a_thread_whose_timer_is_held_back_is_still_sampled() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
-    let (stop, tid) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU64::new(0)),
-    );
-    let worker = spinner(stop.clone(), tid.clone());
-    while tid.load(Ordering::Relaxed) == 0 {
-        thread::yield_now();
-    }
-    let _held = HeldBack::on();
-    let sampler = Sampler::start(posix(1000)).expect("start on POSIX timers");
-    let t = tid.load(Ordering::Relaxed);
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(60) {
-        if let Ok(raw) = sampler.collect(false) {
-            if raw
-                .stats
-                .cpu_of(t)
-                .is_some_and(|c| c >= Duration::from_millis(1500))
-            {
-                break;
-            }
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    let raw = sampler.stop().expect("stop");
-    stop.store(true, Ordering::Relaxed);
-    worker.join().expect("spinner");
-    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
-    let key: Vec<u32> = (0..raw.threads.len() as u32)
-        .filter(|&i| raw.threads[i as usize].tid == t)
-        .collect();
-    let weighted: u64 = raw
-        .table
-        .iter()
-        .filter(|(k, _)| key.contains(&k.thread))
-        .map(|(_, c)| c)
-        .sum();
-    let cpu = raw.stats.cpu_of(t).expect("the spinner's CPU time");
-    let rate = weighted as f64 / cpu.as_secs_f64();
+    let held = HeldBack::on();
+    let run = spin_under_posix_timers();
+    drop(held);
+    let (raw, weighted, cpu, rate) = (&run.raw, run.weighted, run.cpu, run.rate());
     let distinct = raw.stats.recorded;
     eprintln!(
         "held-back timer: {weighted} weighted samples for {cpu:?}: {rate:.0}/CPU-s, \
