@@ -57,13 +57,14 @@ impl ThreadState {
     /// looked at: it blocks the signal, or the kernel holds the timer's
     /// expiry back.
     pub(super) fn timer_silent(&self, period_ns: u64) -> bool {
-        self.timer.is_some()
-            && self.timer_samples == 0
-            && self
-                .accounted_ns
-                .unwrap_or(0)
-                .saturating_sub(self.timer_checked_ns)
-                >= SILENT_PERIODS * period_ns
+        self.timer.is_some() && self.silent_at(self.accounted_ns.unwrap_or(0), period_ns)
+    }
+
+    /// Whether its timer, at `count`, ran [`SILENT_PERIODS`] periods
+    /// without a sample since it was last looked at.
+    fn silent_at(&self, count: u64, period_ns: u64) -> bool {
+        self.timer_samples == 0
+            && count.saturating_sub(self.timer_checked_ns) >= SILENT_PERIODS * period_ns
     }
 }
 
@@ -121,8 +122,7 @@ impl SamplerLoop {
             let Some(count) = state.timer.as_ref().and_then(CpuTimer::cpu_ns) else {
                 continue;
             };
-            let silent = state.timer_samples == 0
-                && count.saturating_sub(state.timer_checked_ns) >= SILENT_PERIODS * period;
+            let silent = state.silent_at(count, period);
             // `SigBlk` also holds the signal while the thread runs btprof's
             // own handler: a silent spell (kernel time, or the sampler
             // thread starved on a busy machine) looked at in that moment
