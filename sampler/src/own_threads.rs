@@ -16,6 +16,12 @@
 //! keeps the two signals it uses internally (cancellation and `setxid`)
 //! unblocked.
 //!
+//! The new thread waits for that before it runs its body: the sampler
+//! reads other threads' masks to find those that block its signal, and a
+//! creator caught with everything blocked was taken for one (in a forked
+//! child, a few starts in a hundred), and the thread that started the
+//! profile went unsampled.
+//!
 //! The synchronous fault signals ([`FAULT_SIGNALS`]: `SIGSEGV`, `SIGBUS`,
 //! `SIGILL`, `SIGFPE`, `SIGTRAP`) stay unblocked. They are raised by the
 //! thread's own faulting instruction, never sent by the host, so leaving
@@ -25,6 +31,7 @@
 //! thread would spin at 100% CPU and the process would never exit or
 //! report a crash. Unblocked, a fault is a crash the user can see.
 use std::io;
+use std::sync::mpsc;
 use std::thread::{Builder, JoinHandle};
 
 /// The signals a faulting instruction raises in the thread that ran it,
@@ -41,18 +48,27 @@ pub const FAULT_SIGNALS: [libc::c_int; 5] = [
 /// Spawns the thread `name` running `body`, with every maskable signal but
 /// the synchronous fault signals (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`,
 /// `SIGTRAP`) blocked from its first instruction, so a fault in it crashes
-/// visibly. The calling thread's mask is unchanged when this returns.
+/// visibly. The calling thread's mask is unchanged when this returns, and
+/// `body` starts only once it is back.
 pub fn spawn_with_signals_blocked<T, F>(name: &str, body: F) -> io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let _restore = BlockAll::in_this_thread();
-    Builder::new().name(name.to_owned()).spawn(move || {
-        // Left out of thread dumps while it runs.
-        let _own = crate::exclusions::OwnThread::register();
-        body()
-    })
+    let (restored, wait_for_restore) = mpsc::channel::<()>();
+    let handle = {
+        let _restore = BlockAll::in_this_thread();
+        Builder::new().name(name.to_owned()).spawn(move || {
+            // Left out of thread dumps while it runs.
+            let _own = crate::exclusions::OwnThread::register();
+            // The creator only drops its end, so this returns also if it
+            // unwinds before.
+            let _ = wait_for_restore.recv();
+            body()
+        })?
+    };
+    drop(restored);
+    Ok(handle)
 }
 
 /// The calling thread's mask before everything was blocked, restored on
@@ -104,7 +120,11 @@ mod tests {
     /// The calling thread's blocked signals as `/proc` reports them.
     fn sigblk_of_this_thread() -> u64 {
         // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
+        sigblk_of(unsafe { libc::gettid() })
+    }
+
+    /// Thread `tid`'s blocked signals as `/proc` reports them.
+    fn sigblk_of(tid: i32) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
         let line = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap();
         u64::from_str_radix(line["SigBlk:".len()..].trim(), 16).unwrap()
@@ -133,5 +153,48 @@ mod tests {
                 assert!(blocked, "signal {sig} not blocked: {inside:#x}");
             }
         }
+    }
+
+    /// The sampler reads other threads' masks from its first instruction:
+    /// by then its creator has its own mask back.
+    #[test]
+    fn the_new_thread_starts_once_its_creator_has_its_mask_back() {
+        // Without the wait, two or three starts in 2000 lost the race here.
+        const ROUNDS: u32 = 2000;
+        let before = sigblk_of_this_thread();
+        let mut early = 0;
+        for _ in 0..ROUNDS {
+            // In a child held to one CPU, where the new thread, once
+            // runnable, may preempt its creator before `spawn` returns.
+            // SAFETY: the child spawns one thread, joins it and ends with
+            // `_exit`, without unwinding into the test runner.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET adds
+                // CPU 0 to it, and the child is put on that set alone.
+                unsafe {
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(0, &mut one);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+                }
+                // SAFETY: gettid has no preconditions.
+                let creator = unsafe { libc::gettid() };
+                let seen = spawn_with_signals_blocked("btprof-t-gate", move || sigblk_of(creator))
+                    .ok()
+                    .and_then(|t| t.join().ok());
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(i32::from(seen != Some(before))) };
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
+            early += u32::from(libc::WEXITSTATUS(status) != 0);
+        }
+        assert_eq!(
+            early, 0,
+            "in {early} of {ROUNDS} starts the new thread saw its creator's mask changed"
+        );
     }
 }
