@@ -319,3 +319,65 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
     );
     assert_eq!(our_timers(), 0, "a timer outlived stop");
 }
+
+/// A thread seen blocking the signal once, at the listing `start` waits
+/// for, is looked at again at the next listing, and gets its timer then if
+/// it unblocked (a thread starting up, or the one that started the profile
+/// caught mid-`spawn`, shows every signal blocked for a moment). The
+/// steady set of threads must not put that listing off: it did, for
+/// 100 ms, and a forked child that profiled itself for 100 ms of CPU got
+/// no sample. Counted in the sampler's wakeups (every 10 ms here), so a
+/// busy machine that delays them changes nothing.
+#[test]
+fn a_thread_seen_blocking_the_signal_once_gets_its_timer_at_the_next_listing() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
+    let thread = {
+        let (stop, tid) = (stop.clone(), tid.clone());
+        thread::spawn(move || {
+            support::block_every_signal();
+            tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
+            wait_for_go.recv().expect("go");
+            support::unblock_every_signal();
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::black_box(btprof_testkit::spin_cpu(Duration::from_millis(5), 200_000));
+            }
+        })
+    };
+    while tid.load(Ordering::Acquire) == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let tid = tid.load(Ordering::Acquire);
+    let sampler = Sampler::start(posix(1000)).expect("start");
+    assert!(
+        !timer_threads().contains(&tid),
+        "the thread got a timer while it blocked the signal"
+    );
+    let from = sampler.progress().ticks.load(Ordering::Acquire);
+    go.send(()).expect("the thread waits");
+    let mut last = from;
+    while !timer_threads().contains(&tid) && last < from + 30 {
+        last = support::wait_ticks(&sampler, last, 1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap();
+    let raw = sampler.stop().expect("stop");
+    let (samples, cpu) = support::samples_and_cpu_of(&raw, tid);
+    println!(
+        "measured: timer opened {} wakeups after the thread unblocked; {samples} samples \
+         for {cpu:?} of its CPU",
+        last - from
+    );
+    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    // The wakeup under way as it unblocked may have looked already.
+    assert!(
+        last - from <= 3,
+        "its timer opened {} wakeups after it unblocked",
+        last - from
+    );
+}

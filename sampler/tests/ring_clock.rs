@@ -23,36 +23,12 @@ use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu, thread_cpu, with_watchdog};
 
 mod support;
-use support::samples_and_cpu_of;
+use support::{block_every_signal, samples_and_cpu_of, unblock_every_signal};
 
 /// CPU time each signal-blocking thread spins while sampled.
 const SPIN: Duration = Duration::from_secs(2);
 /// The least samples per CPU-second of a thread's own clock at 1000 Hz.
 const MIN_RATE: f64 = 950.0;
-
-/// Blocks every signal in the calling thread (threads it creates inherit
-/// the mask).
-fn block_every_signal() {
-    // SAFETY: a full set, applied to the calling thread only.
-    unsafe {
-        let mut all = MaybeUninit::<libc::sigset_t>::zeroed();
-        libc::sigfillset(all.as_mut_ptr());
-        assert_eq!(
-            libc::pthread_sigmask(libc::SIG_BLOCK, all.as_ptr(), std::ptr::null_mut()),
-            0
-        );
-    }
-}
-
-/// Undoes [`block_every_signal`].
-fn unblock_every_signal() {
-    // SAFETY: as above.
-    unsafe {
-        let mut all = MaybeUninit::<libc::sigset_t>::zeroed();
-        libc::sigfillset(all.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, all.as_ptr(), std::ptr::null_mut());
-    }
-}
 
 /// A spin in a function of its own, so samples can be told by their leaf.
 #[inline(never)]

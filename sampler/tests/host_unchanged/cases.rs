@@ -301,7 +301,18 @@ fn fork_child(signal: libc::c_int, before: usize, parents: Sampler) {
     check_clock(&raw);
     // Any sample proves it runs (100 ms of a loop that keeps reading its
     // CPU clock gets few on the timers, which skip kernel time).
-    assert!(samples(&raw) > 0, "the child's profiler sampled it");
+    let stats = &raw.stats;
+    assert!(
+        samples(&raw) > 0,
+        "the child's profiler sampled it: 0 samples in {:?} ({:?} of the process's CPU, \
+         {} timer threads, {} failed, {} signal-blocked, {} ticks)",
+        stats.duration,
+        stats.process_cpu,
+        stats.timer_threads,
+        stats.failed_samples,
+        stats.signal_blocked_samples,
+        stats.ticks,
+    );
     assert_eq!(disposition(signal), before, "stop restored the child's");
     let started = Instant::now();
     match parents.stop() {

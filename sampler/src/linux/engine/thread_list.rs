@@ -161,7 +161,8 @@ impl SamplerLoop {
     /// listing finds nothing to do ([`RINGS_RELIST_INTERVAL`]). A timer
     /// needs a listing to find a new thread, but a birth changes the count,
     /// unless another thread exited since ([`COUNT_RELIST_INTERVAL`]). A
-    /// thread still waiting for its timer (one a listing opens), or whose
+    /// thread still waiting for its timer (one a listing opens, or the
+    /// second look at a mask seen blocking the signal once), or whose
     /// birth record is not read yet, keeps the listings coming; so does one
     /// whose timer fell silent, for the listing that finds out why
     /// ([`SamplerLoop::watch_blocked_threads`]).
@@ -180,7 +181,10 @@ impl SamplerLoop {
             for s in self.threads.values() {
                 let rings = (s.born || s.on_ring) && !s.born_deep && !s.birth_unread;
                 on_rings &= rings;
-                sampled &= rings || s.timer.is_some() || s.blocked.is_some();
+                // Seen blocking once is no verdict: the next listing looks
+                // again, and gives a thread that was starting its timer.
+                let blocks = s.blocked.as_ref().is_some_and(|b| b.confirmed);
+                sampled &= rings || s.timer.is_some() || blocks;
                 sampled &= !s.timer_silent(self.period_ns);
             }
             match (sampled, on_rings && births.is_some()) {
