@@ -414,3 +414,72 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
         seen.check(most, 4);
     });
 }
+
+/// A pool that winds down, one thread after another, with every thread on
+/// the rings: each exit shows in the rings as the thread count falls, so
+/// the threads are not listed again at each exit (each listing reads every
+/// thread's clock: at 512 threads they were most of the sampler thread's
+/// time). Counted in the sampler's own wakeups (every 100 ms at 100 Hz),
+/// so a busy machine that delays them changes nothing.
+#[test]
+fn threads_that_exit_one_by_one_are_not_listed_again_each_time() {
+    const THREADS: usize = 12;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    with_watchdog("exits without listings", Duration::from_secs(120), || {
+        let _hogs = Hogs::start(2);
+        let pool: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let spinner = {
+                    let stop = stop.clone();
+                    thread::spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            std::hint::black_box(spin_cpu(Duration::from_millis(2), 200_000));
+                        }
+                    })
+                };
+                (stop, spinner)
+            })
+            .collect();
+        let sampler = Sampler::start(SamplerConfig {
+            hz: 100,
+            mode: Mode::Cpu,
+            ..SamplerConfig::default()
+        })
+        .expect("start");
+        let progress = sampler.progress();
+        let mut ticks = support::wait_ticks(&sampler, 0, 3);
+        let listed = progress.listings.load(Ordering::Acquire);
+        let since = Instant::now();
+        for (stop, spinner) in pool {
+            stop.store(true, Ordering::Relaxed);
+            spinner.join().unwrap();
+            ticks = support::wait_ticks(&sampler, ticks, 1);
+        }
+        // One more, for the last exit's record.
+        support::wait_ticks(&sampler, ticks, 1);
+        let listings = progress.listings.load(Ordering::Acquire) - listed;
+        let window = since.elapsed();
+        let raw = sampler.stop().expect("stop");
+        println!(
+            "measured: {listings} listings over {window:?} as {THREADS} threads exited one \
+             per wakeup; threads on the rings {}, on timers {}",
+            raw.stats.ring_threads, raw.stats.timer_threads
+        );
+        if !on_rings(&raw) {
+            return;
+        }
+        assert_eq!(
+            raw.stats.timer_threads, 0,
+            "a thread was handed to a timer, which needs listings"
+        );
+        // Listings still come at least once a second, and one may find a
+        // thread gone whose exit record was not read yet.
+        let most = window.as_secs() + 3;
+        assert!(
+            listings <= most,
+            "{listings} listings as {THREADS} threads exited over {window:?}, at most {most} \
+             expected"
+        );
+    });
+}

@@ -110,6 +110,14 @@ pub(crate) struct Settled {
     pub extra_sample: bool,
 }
 
+/// The thread births and exits the rings showed up to a moment
+/// ([`BornThreads::task_records`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TaskRecords {
+    pub births: u64,
+    pub exits: u64,
+}
+
 #[derive(Default)]
 struct Young {
     samples: u64,
@@ -189,7 +197,8 @@ pub(crate) struct BornThreads {
     pass: u64,
     /// Thread births and exits in this process read from the rings so far
     /// ([`Self::task_records`]).
-    task_records: u64,
+    births: u64,
+    exits: u64,
     rng: SplitMix64,
     /// When sampling stopped (monotonic ns): samples taken later, while
     /// [`Self::finish`] waits for exit records, are not counted (the
@@ -246,7 +255,8 @@ impl BornThreads {
             max_stack,
             stack_bytes: ring_size::STACK_BYTES,
             pass: 0,
-            task_records: 0,
+            births: 0,
+            exits: 0,
             rng: SplitMix64::new(seed),
             stopped_at_ns: None,
         };
@@ -402,12 +412,15 @@ impl BornThreads {
         self.rings.first().map_or(0, |r| r.data_size() / record)
     }
 
-    /// How many thread births and exits the rings have shown so far: every
-    /// thread the events cover writes one at birth (its creator's copy of
-    /// the events) and one at exit. The same count at two moments means no
-    /// covered thread came or went between them.
-    pub(crate) fn task_records(&self) -> u64 {
-        self.task_records
+    /// How many thread births and exits the rings have shown so far, in
+    /// that order: every thread the events cover writes one at birth (its
+    /// creator's copy of the events) and one at exit. The same births at
+    /// two moments means no covered thread came between them.
+    pub(crate) fn task_records(&self) -> TaskRecords {
+        TaskRecords {
+            births: self.births,
+            exits: self.exits,
+        }
     }
 
     /// Whether the part of a period that thread `tid`, one the events were
@@ -543,7 +556,7 @@ impl BornThreads {
         for (time, record) in records.drain(..) {
             match record {
                 Owned::Fork { tid, parent } => {
-                    self.task_records += 1;
+                    self.births += 1;
                     self.young.entry(tid).or_default().parent = parent;
                 }
                 Owned::Comm(tid, name) => {
@@ -566,7 +579,7 @@ impl BornThreads {
                     }
                 }
                 Owned::Exit(tid) => {
-                    self.task_records += 1;
+                    self.exits += 1;
                     if let Some(y) = self.young.get_mut(&tid) {
                         y.exited_pass = Some(self.pass);
                         y.exit_record_ns = time;

@@ -37,7 +37,7 @@ use crate::walker::Arch;
 use crate::window::{self, Window};
 use crate::{profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats};
 
-use super::born_threads::BornThreads;
+use super::born_threads::{BornThreads, TaskRecords};
 use super::cpu_debt::CpuDebt;
 use super::cpu_timer::CpuTimer;
 use super::handler::signal::SignalSender;
@@ -327,7 +327,7 @@ pub(super) struct SamplerLoop {
     listed_at: Option<Instant>,
     /// The process's thread count, and the births and exits read from the
     /// rings, as the last listing began ([`Self::listing_can_wait`]).
-    listed_as: Option<(u64, Option<u64>)>,
+    listed_as: Option<(u64, Option<TaskRecords>)>,
     /// Timer samples copied out of their slots with the periods each
     /// stands for, reused between passes.
     timer_walks: Vec<(i32, u64, OwnedWalk)>,

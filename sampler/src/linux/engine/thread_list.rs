@@ -153,7 +153,8 @@ impl SamplerLoop {
     /// rings, or by a timer of its own, or counted as blocking the signal),
     /// the last listing is recent, and since it began the process's thread
     /// count is the same and, on the rings, no thread's birth or exit was
-    /// read.
+    /// read; with every thread on the rings, the count may have fallen by
+    /// the exits read.
     ///
     /// A thread the inherited events cover writes its birth into the rings
     /// and is sampled from its first instruction whether a listing found it
@@ -173,7 +174,7 @@ impl SamplerLoop {
     /// lists every two periods. The clocks of threads sampled since are
     /// read anyway ([`SamplerLoop::account_cpu`]), as after a listing.
     pub(super) fn listing_can_wait(&mut self) -> bool {
-        let births = self.ring.events.as_ref().map(|b| b.task_records());
+        let records = self.ring.events.as_ref().map(|b| b.task_records());
         let put_off = if !self.clock.is_kernel_paced() {
             Duration::ZERO
         } else {
@@ -187,12 +188,13 @@ impl SamplerLoop {
                 sampled &= rings || s.timer.is_some() || blocks;
                 sampled &= !s.timer_silent(self.period_ns);
             }
-            match (sampled, on_rings && births.is_some()) {
+            match (sampled, on_rings && records.is_some()) {
                 (false, _) => Duration::ZERO,
                 (true, true) => RINGS_RELIST_INTERVAL,
                 (true, false) => COUNT_RELIST_INTERVAL,
             }
         };
+        let rings_only = put_off == RINGS_RELIST_INTERVAL;
         if put_off.is_zero() {
             // Compared again only after a listing that read them.
             self.listed_as = None;
@@ -202,9 +204,22 @@ impl SamplerLoop {
             self.listed_as = None;
             return false;
         };
-        let now = (count, births);
+        let now = (count, records);
         let recent = self.listed_at.is_some_and(|at| at.elapsed() < put_off);
-        if recent && self.listed_as == Some(now) {
+        let same = match (self.listed_as, records) {
+            // On the rings alone, threads that exited since are the ones
+            // whose exit records came: a pool that winds down is not
+            // listed again at each exit. What a listing does for them
+            // (their last CPU time, the rest of their last period) waits
+            // for the next one, or the stop.
+            (Some((listed, Some(then))), Some(now)) if rings_only => {
+                now.births == then.births
+                    && now.exits >= then.exits
+                    && count + (now.exits - then.exits) == listed
+            }
+            (listed, _) => listed == Some(now),
+        };
+        if recent && same {
             return true;
         }
         // Read before the listing: a thread that comes or goes while it
