@@ -56,6 +56,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
+use super::context_anchor::ContextAnchor;
 use super::split_mix::SplitMix64;
 
 use super::perf_attr::{
@@ -69,9 +70,9 @@ use super::ring_samples::{own, BornSample, HeldRecords, Owned, RingSample};
 use super::ring_size::{self, record_bytes};
 
 /// Descriptors the inherited events may take in all (one per CPU per
-/// thread they are opened on: 512 threads on 8 CPUs), and at most an
-/// eighth of the process's descriptor limit ([`fd_budget`]), so the
-/// application keeps its own.
+/// thread they are opened on, and its [`ContextAnchor`]: 455 threads on 8
+/// CPUs), and at most an eighth of the process's descriptor limit
+/// ([`fd_budget`]), so the application keeps its own.
 const FD_BUDGET: usize = 4096;
 /// How long after a born thread's exit record its final counts may still
 /// come (it was preempted on its way out) before it is settled without.
@@ -199,6 +200,9 @@ pub(crate) struct BornThreads {
     /// ([`Self::task_records`]).
     births: u64,
     exits: u64,
+    /// One per thread the events were opened on, where the kernel allowed
+    /// it: the threads they create keep their own events.
+    anchors: Vec<ContextAnchor>,
     rng: SplitMix64,
     /// When sampling stopped (monotonic ns): samples taken later, while
     /// [`Self::finish`] waits for exit records, are not counted (the
@@ -257,6 +261,7 @@ impl BornThreads {
             pass: 0,
             births: 0,
             exits: 0,
+            anchors: Vec::new(),
             rng: SplitMix64::new(seed),
             stopped_at_ns: None,
         };
@@ -326,10 +331,12 @@ impl BornThreads {
         let mut parent = Parent::opened(first);
         parent.fds = born.rings.iter().map(PerfRing::fd).collect();
         born.parents.insert(first, parent);
+        born.anchor(first);
         let per_thread = born.rings.len();
         let budget = fd_budget();
         for tid in tids {
-            if born.redirected.len() + born.rings.len() + per_thread > budget {
+            let taken = born.redirected.len() + born.rings.len() + born.anchors.len();
+            if taken + per_thread + 1 > budget {
                 break;
             }
             let mut opened = Vec::with_capacity(per_thread);
@@ -349,6 +356,7 @@ impl BornThreads {
                 parent.fds = opened.clone();
                 born.parents.insert(tid, parent);
                 born.redirected.extend(opened);
+                born.anchor(tid);
             } else {
                 // Exited meanwhile, or refused: none of its events stay.
                 for fd in opened {
@@ -358,6 +366,15 @@ impl BornThreads {
             }
         }
         Ok(born)
+    }
+
+    /// Gives thread `tid`, whose events just opened, its anchor. Without
+    /// one (refused, or the thread gone) the threads it creates may swap
+    /// events, as before anchors.
+    fn anchor(&mut self, tid: i32) {
+        if let Ok(anchor) = ContextAnchor::open(tid) {
+            self.anchors.push(anchor);
+        }
     }
 
     /// Whether thread `tid` was born under the events and has not been

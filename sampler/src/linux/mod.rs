@@ -72,6 +72,7 @@
 pub mod bench_support;
 mod blocked_stack;
 mod born_threads;
+mod context_anchor;
 mod cpu_debt;
 mod cpu_timer;
 mod cpu_wakeups;

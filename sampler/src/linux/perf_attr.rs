@@ -43,6 +43,18 @@ impl PerfEventAttr {
         }
     }
 
+    /// A software event that counts nothing and samples nothing, user
+    /// space only (as unprivileged use requires), not inherited.
+    pub(super) fn dummy() -> Self {
+        PerfEventAttr {
+            kind: PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: PERF_COUNT_SW_DUMMY,
+            flags: FLAGS_EXCLUDE_KERNEL_HV,
+            ..PerfEventAttr::default()
+        }
+    }
+
     /// `perf_event_open(self, tid, cpu, group -1, flags)`: the new
     /// descriptor (close-on-exec).
     pub(super) fn open(&self, tid: i32, cpu: i32) -> std::io::Result<libc::c_int> {
@@ -70,6 +82,7 @@ impl PerfEventAttr {
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const PERF_COUNT_SW_DUMMY: u64 = 9;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
 /// `disabled`.
