@@ -159,8 +159,9 @@ mod tests {
     /// by then its creator has its own mask back.
     #[test]
     fn the_new_thread_starts_once_its_creator_has_its_mask_back() {
-        // Without the wait, two or three starts in 2000 lost the race here.
-        const ROUNDS: u32 = 2000;
+        // Without the wait, one or two starts in a thousand lost the race
+        // here: enough rounds that a broken build fails nearly every run.
+        const ROUNDS: u32 = 5000;
         let before = sigblk_of_this_thread();
         let mut early = 0;
         for _ in 0..ROUNDS {
@@ -171,12 +172,9 @@ mod tests {
             let pid = unsafe { libc::fork() };
             assert!(pid >= 0, "fork failed");
             if pid == 0 {
-                // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET adds
-                // CPU 0 to it, and the child is put on that set alone.
-                unsafe {
-                    let mut one: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(0, &mut one);
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+                if btprof_testkit::pin_to_one_cpu().is_err() {
+                    // SAFETY: ends the child at once.
+                    unsafe { libc::_exit(2) };
                 }
                 // SAFETY: gettid has no preconditions.
                 let creator = unsafe { libc::gettid() };
@@ -190,6 +188,11 @@ mod tests {
             // SAFETY: waiting for our own child.
             assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
             assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
+            assert_ne!(
+                libc::WEXITSTATUS(status),
+                2,
+                "the child could not be held to one CPU"
+            );
             early += u32::from(libc::WEXITSTATUS(status) != 0);
         }
         assert_eq!(

@@ -484,20 +484,6 @@ fn threads_that_exit_one_by_one_are_not_listed_again_each_time() {
     });
 }
 
-/// Pins the calling thread to CPU 0.
-fn pin_to_cpu_zero() {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET adds CPU 0, and
-    // the calling thread (0) is put on that set alone.
-    unsafe {
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut one);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
-            0
-        );
-    }
-}
-
 /// Two threads born while sampling, taking turns on one CPU, each get
 /// samples for their own CPU time. The kernel marks the event copies of
 /// threads born to the same creator as clones, and two such threads that
@@ -521,7 +507,7 @@ fn threads_born_together_keep_their_own_periods() {
             .expect("start");
             let take_turns = |work: Duration| {
                 thread::spawn(move || {
-                    pin_to_cpu_zero();
+                    btprof_testkit::pin_to_one_cpu().expect("held to one CPU");
                     let tid = btprof_sampler::current_thread_id();
                     while thread_cpu() < work {
                         std::hint::black_box(spin_cpu(Duration::from_millis(1), 20_000));

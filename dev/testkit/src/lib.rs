@@ -5,7 +5,8 @@
 //! that must hold on a busy machine, a child process with
 //! `perf_event_open` refused by a real seccomp filter, the measuring
 //! helpers of benchmarks that run variants in child processes, seeded
-//! synthetic profiles, and named worker threads to profile.
+//! synthetic profiles, named worker threads to profile, and holding a
+//! thread to one CPU.
 //!
 //! Not published and not part of btprof's API.
 
@@ -100,5 +101,36 @@ pub fn wait_for_cpu(cpu_ns: &AtomicU64, more: Duration, limit: Duration) {
     let give_up = Instant::now() + limit;
     while cpu_ns.load(Ordering::Relaxed) < target && Instant::now() < give_up {
         thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// Holds the calling thread to one CPU alone, the first it may run on
+/// (a container's CPU set may leave out CPU 0), so that threads held so
+/// take turns on it. Returns the error rather than panicking: forked
+/// children call it too.
+#[cfg(target_os = "linux")]
+pub fn pin_to_one_cpu() -> std::io::Result<()> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: zeroed cpu_set_t values are empty sets; sched_getaffinity
+    // fills `allowed` for the calling thread (0), CPU_ISSET and CPU_SET
+    // stay within the set's bits, and sched_setaffinity puts the calling
+    // thread on `one` alone.
+    let rc = unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let Some(cpu) = (0..libc::CPU_SETSIZE as usize).find(|&c| libc::CPU_ISSET(c, &allowed))
+        else {
+            return Err(std::io::Error::other("no CPU allowed"));
+        };
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        libc::sched_setaffinity(0, size, &one)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

@@ -175,8 +175,8 @@ impl SamplerLoop {
     /// read anyway ([`SamplerLoop::account_cpu`]), as after a listing.
     pub(super) fn listing_can_wait(&mut self) -> bool {
         let records = self.ring.events.as_ref().map(|b| b.task_records());
-        let put_off = if !self.clock.is_kernel_paced() {
-            Duration::ZERO
+        let (put_off, rings_only) = if !self.clock.is_kernel_paced() {
+            (Duration::ZERO, false)
         } else {
             let (mut on_rings, mut sampled) = (true, true);
             for s in self.threads.values() {
@@ -188,13 +188,13 @@ impl SamplerLoop {
                 sampled &= rings || s.timer.is_some() || blocks;
                 sampled &= !s.timer_silent(self.period_ns);
             }
-            match (sampled, on_rings && records.is_some()) {
-                (false, _) => Duration::ZERO,
-                (true, true) => RINGS_RELIST_INTERVAL,
-                (true, false) => COUNT_RELIST_INTERVAL,
+            let rings_only = on_rings && records.is_some();
+            match (sampled, rings_only) {
+                (false, _) => (Duration::ZERO, false),
+                (true, true) => (RINGS_RELIST_INTERVAL, true),
+                (true, false) => (COUNT_RELIST_INTERVAL, false),
             }
         };
-        let rings_only = put_off == RINGS_RELIST_INTERVAL;
         if put_off.is_zero() {
             // Compared again only after a listing that read them.
             self.listed_as = None;
