@@ -193,7 +193,7 @@ pub(crate) struct BornThreads {
     own_tid: i32,
     period_ns: u64,
     max_stack: usize,
-    /// Bytes of stack each sample copies ([`stack_bytes`]).
+    /// Bytes of stack each sample copies ([`ring_size::stack_bytes`]).
     stack_bytes: u32,
     pass: u64,
     /// Thread births and exits in this process read from the rings so far

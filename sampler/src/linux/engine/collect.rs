@@ -110,7 +110,7 @@ impl SamplerLoop {
                     self.stats.late_samples += 1;
                     if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                         if self.config.mode == Mode::Cpu {
-                            self.stats.skipped_samples += state.debt.refund(slot_use.weight);
+                            self.stats.skipped_samples += state.paced.debt.refund(slot_use.weight);
                         }
                     }
                     true
@@ -124,7 +124,7 @@ impl SamplerLoop {
                     if slot_use.by_request && (exited || expired) {
                         // Deleted first: its signal, if queued, goes too.
                         if let Some(state) = self.threads.get_mut(&slot_use.tid) {
-                            state.request = None;
+                            state.paced.request = None;
                         }
                     }
                     if (exited || expired) && self.slots.cancel(slot) {
@@ -146,7 +146,8 @@ impl SamplerLoop {
                                 self.threads.get_mut(&slot_use.tid),
                                 self.cpu_pacing.is_some(),
                             ) {
-                                self.stats.skipped_samples += state.debt.refund(slot_use.weight);
+                                self.stats.skipped_samples +=
+                                    state.paced.debt.refund(slot_use.weight);
                             }
                         } else if !cancel_all && self.cannot_take_signal(slot_use.tid) {
                             self.stats.signal_blocked_samples += slot_use.weight;
@@ -168,22 +169,22 @@ impl SamplerLoop {
                 let mut weight = slot_use.weight;
                 if slot_use.by_request {
                     if let Some(state) = self.threads.get_mut(&slot_use.tid) {
-                        weight = std::mem::take(&mut state.running_ticks).max(1);
+                        weight = std::mem::take(&mut state.paced.running_ticks).max(1);
                     }
                 }
                 self.intern(key, &walk.as_collected(), weight);
                 if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                     if self.config.mode == Mode::Wall {
                         // Its clock now includes what taking the sample cost.
-                        state.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
-                        state.last_walk = Some(walk);
+                        state.paced.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
+                        state.paced.last_walk = Some(walk);
                     } else if self.cpu_pacing.is_some() {
                         // The last few kept while the thread is young: a
                         // short-lived thread's tail is a large part of its
                         // life. Later, the last one, for the period or two
                         // owed at its exit or at stop.
                         let young = state.young_born();
-                        let walks = &mut state.recent_walks;
+                        let walks = &mut state.paced.recent_walks;
                         if walks.len() == RECENT_WALKS || (!young && !walks.is_empty()) {
                             walks.remove(0);
                         }
@@ -191,9 +192,9 @@ impl SamplerLoop {
                     } else if self.clock == SampleClock::PosixTimers {
                         // A held-back timer's sample (`sample_silent_timers`)
                         // counts as one of its timer's.
-                        state.timer_samples += 1;
-                        state.timer_periods += weight;
-                        state.timer_last = Some((key, walk));
+                        state.timer.samples += 1;
+                        state.timer.periods += weight;
+                        state.timer.last = Some((key, walk));
                     }
                 }
             }
@@ -201,7 +202,7 @@ impl SamplerLoop {
                 self.slot_uses[slot] = None;
                 if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                     state.pending = false;
-                    state.request = None;
+                    state.paced.request = None;
                 }
             }
         }

@@ -38,21 +38,19 @@ use crate::window::{self, Window};
 use crate::{profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats};
 
 use super::born_threads::{BornThreads, TaskRecords};
-use super::cpu_debt::CpuDebt;
-use super::cpu_timer::CpuTimer;
 use super::handler::signal::SignalSender;
 use super::handler::slots::{self, SlotOwner, SLOTS};
 use super::handler::stack_regions;
 use super::monotonic_ns;
-use super::posix_timers::{self, PosixTimer};
+use super::posix_timers;
 use super::split_mix::SplitMix64;
 use super::threads;
 use super::unwind::CfiWalker;
-use ring_clock::{RingState, RingWalks};
+use ring_clock::{RingState, RingThread};
 
 use collect::OwnedWalk;
-use pacing::{BlockedReads, CpuPacing};
-use signal_timers::PosixExit;
+use pacing::{BlockedReads, CpuPacing, PacedThread};
+use signal_timers::{PosixExit, TimerThread};
 use thread_list::Exit;
 
 /// A slot not taken by its thread within this time is cancelled and the
@@ -117,16 +115,13 @@ const RECENT_WALKS: usize = 4;
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// What the sampler knows about one thread between ticks.
+/// What the sampler knows about one thread between ticks: what every
+/// clock uses here, and what only one clock's code reads in that clock's
+/// part ([`PacedThread`], [`TimerThread`], [`RingThread`]), left at its
+/// default on the other clocks.
 struct ThreadState {
     /// Index into `RawProfile::threads` for the thread's current name.
     key: u32,
-    /// Sampler-thread path, cpu mode: the thread's CPU clock on the
-    /// previous tick.
-    last_cpu_ns: Option<u64>,
-    /// Cpu mode, sampler-thread path: CPU time used and not yet stood for
-    /// by a sample.
-    debt: CpuDebt,
     /// The last reading of the thread's CPU time (its timer's count, or its
     /// CPU clock) added to [`SamplerStats::thread_cpu`].
     accounted_ns: Option<u64>,
@@ -146,112 +141,33 @@ struct ThreadState {
     /// names, names are re-read at growing intervals (renames later in life).
     name_check_listing: u64,
     name_check_interval: u64,
-    /// With a kernel-paced clock: the thread's timer, once opened.
-    timer: Option<CpuTimer>,
-    /// Opening the timer failed once (counted once, retried each listing).
-    timer_failed: bool,
-    /// Timer samples interned since the last listing, and the timer's
-    /// count then: a thread whose timer ran many periods without a single
-    /// sample has the signal blocked.
-    timer_samples: u64,
-    timer_checked_ns: u64,
-    /// POSIX clock, cpu mode: the periods its timer's samples stood for
-    /// since the timer opened, and the last of them (its key and walk), on
-    /// which the periods its timer ran out but never signalled are counted
-    /// when it exits ([`SamplerLoop::count_posix_tails`]).
-    timer_periods: u64,
-    timer_last: Option<(u32, OwnedWalk)>,
     /// The thread blocks the profiling signal: its timer is closed (so no
     /// signals queue up on it), the sampler thread does not signal it, and
     /// its due samples are counted in `signal_blocked_samples` until it
     /// unblocks.
     blocked: Option<BlockedSince>,
-    /// Timer path: the timer count at the start of a silent spell in which
-    /// the thread was seen with the signal blocked. It is taken for one
-    /// that blocks the signal only if the next look, a listing later,
-    /// finds it silent and blocked again
-    /// ([`signal_blocked::blocks_signal_now`]).
-    suspect_since_ns: Option<u64>,
-    /// Sampler-thread path, wall mode: the thread's last stack, counted
-    /// again, off CPU, while its CPU clock does not move, and its CPU
-    /// clock when that stack was taken.
-    last_walk: Option<OwnedWalk>,
-    walk_cpu_ns: u64,
-    /// Sampler-thread path, wall mode: the one-shot timer asking for the
-    /// sample in flight ([`SamplerLoop::wall_requests`]); deleted, and with
-    /// it any signal it still had queued, once that sample is done.
-    request: Option<PosixTimer>,
-    /// The same: ticks that found the thread running and that no sample
-    /// has stood for yet. Its request fires on a scheduler tick of its
-    /// running, which a thread working in short bursts between blocking
-    /// calls reaches only now and then; the sample that lands stands for
-    /// all of them, so its CPU ticks are not counted as off CPU.
-    running_ticks: u64,
-    /// Sampler-thread path, wall mode: the tick up to which the thread's
-    /// samples are counted.
-    counted_tick: u64,
-    /// Sampler-thread path: its CPU clock at the last listing, to tell
-    /// idle threads from active ones.
-    listing_cpu_ns: Option<u64>,
-    /// Sampler-thread path, cpu mode: the latest reading of its CPU clock
-    /// ([`ExitTails::saw`]), when it was taken (monotonic ns; on the ring
-    /// path too), and when a reading first failed because it had exited.
+    /// Its signal mask was looked at before its first signal or its timer
+    /// (a thread that blocks the signal from the start, as daemons and
+    /// `sigwait` loops do, is never signalled and gets no timer: the signal
+    /// would stay queued, or be taken by its `sigwait` as if it were its
+    /// own).
+    mask_checked: bool,
+    /// Cpu mode, on the sampler-thread clock and the rings: the latest
+    /// reading of its CPU clock ([`ExitTails::saw`]), when it was taken
+    /// (monotonic ns), and when a reading first failed because it had
+    /// exited.
     ///
     /// [`ExitTails::saw`]: super::exit_tails::ExitTails::saw
     read_ns: Option<u64>,
     read_at_ns: u64,
     gone_at_ns: Option<u64>,
-    /// Sampler-thread path, cpu mode: the last [`RECENT_WALKS`] stacks of
-    /// a young thread born while sampling (of any other, the last one), on
-    /// which the CPU time it used after its last sample is counted when it
-    /// exits ([`ExitTails`]) or the profiler stops.
-    ///
-    /// [`ExitTails`]: super::exit_tails::ExitTails
-    recent_walks: Vec<OwnedWalk>,
-    /// Timer path: born while sampling under the inherited events
-    /// ([`BornThreads`]), which sample it instead of a timer of its own
-    /// (no signal, so its mask, `sigwait` and blocking calls never see
-    /// them) unless `born_deep`.
-    born: bool,
-    /// Timer path: found by a listing before its birth was read from the
-    /// rings, if it was born under the inherited events at all: decided
-    /// at the next listing, when the rings' records from before this one
-    /// are in (they are held back a moment, and more come in while a
-    /// listing runs). Until then it gets no timer and its clock is not
-    /// read. Deciding at once handed such a thread to a signal timer,
-    /// under the name the listing read, which its renames never reached.
-    birth_unread: bool,
-    /// A thread on the rings whose stacks go deeper than its ring samples
-    /// reach, while `max_depth` asks for more: deeper than the kernel's
-    /// call chains (`perf_event_max_stack`) or the stack it copies for CFI
-    /// ([`RingWalks::cut_short`]). It gets a timer, whose handler walks as
-    /// deep as asked.
-    born_deep: bool,
-    /// Its ring samples' walks so far.
-    ring_walks: RingWalks,
-    /// Timer path: one of the threads the inherited events were opened on,
-    /// which sample it too: like a born thread, it gets no timer of its
-    /// own unless `born_deep`.
-    on_ring: bool,
-    /// Ring path: its name was read while the rings sampled it, so its
-    /// renames from then on come as name-change records with its samples,
-    /// and its name is not read again while it stays on them.
-    named_on_rings: bool,
-    /// Ring path: a ring sample of it was counted since its clock was last
-    /// read ([`SamplerLoop::account_cpu`]).
-    ring_sampled: bool,
-    /// Counted in [`SamplerStats::timer_threads`].
-    timer_counted: bool,
-    /// Sampler-thread path: started while sampling (seen at a later
-    /// listing than the first): owed its CPU time from zero.
-    born_during_run: bool,
-    /// Sampler-thread path: its signal mask was looked at before its first
-    /// signal (a thread that blocks the signal from the start, as daemons
-    /// and `sigwait` loops do, is never signalled: the signal would stay
-    /// queued, or be taken by its `sigwait` as if it were its own).
-    mask_checked: bool,
-    /// Sampler-thread path: its `/proc` stat file, read before each signal.
-    stat_file: Option<threads::StatFile>,
+    /// Sampler-thread clock: its pacing ([`pacing`]).
+    paced: PacedThread,
+    /// Kernel-paced clocks: its signal timer ([`signal_timers`]).
+    timer: TimerThread,
+    /// Ring clock: whether the rings sample it, and how their walks went
+    /// ([`ring_clock`]).
+    ring: RingThread,
 }
 
 /// A thread found blocking the profiling signal.
@@ -280,7 +196,8 @@ struct SlotUse {
     weight: u64,
     armed_at: Instant,
     /// Asked for with a one-shot CPU timer: it stands for the ticks that
-    /// found the thread running until it lands (`running_ticks`).
+    /// found the thread running until it lands
+    /// ([`PacedThread::running_ticks`]).
     by_request: bool,
 }
 
@@ -352,9 +269,11 @@ pub(super) struct SamplerLoop {
     /// at, and threads' last moments ([`CpuPacing`]).
     cpu_pacing: Option<CpuPacing>,
     /// Sampler-thread path, wall mode: a running thread's sample is asked
-    /// for with a one-shot CPU timer ([`PosixTimer::open_request`]), not
-    /// a signal sent straight to it, so that no thread is ever signalled
-    /// inside a blocking call; `false` where the kernel refuses the timers.
+    /// for with a one-shot CPU timer
+    /// ([`PosixTimer::open_request`](posix_timers::PosixTimer::open_request)),
+    /// not a signal sent straight to it, so that no thread is ever
+    /// signalled inside a blocking call; `false` where the kernel refuses
+    /// the timers.
     wall_requests: bool,
     /// Threads that exited at the last listing, with what they still
     /// stand for, until [`Self::settle_exits`] counts it.
@@ -496,7 +415,7 @@ impl SamplerLoop {
     /// Whether every known thread is sampled into the rings: none has a
     /// timer of its own.
     fn rings_only(&self) -> bool {
-        !self.threads.values().any(|s| s.timer.is_some())
+        !self.threads.values().any(|s| s.timer.open.is_some())
     }
 
     pub(super) fn run(mut self, stop: &AtomicBool) -> Result<RawProfile, Error> {
@@ -560,7 +479,7 @@ impl SamplerLoop {
             born.stop_sampling();
         }
         for state in self.threads.values_mut() {
-            state.timer = None;
+            state.timer.open = None;
         }
         self.drain();
         // Every timer sample is in: what the POSIX timers ran out but

@@ -2,16 +2,15 @@
 //! and always in wall mode, the sampler thread paces the samples itself.
 //!
 //! In cpu mode a thread is due when its CPU time since its last sample
-//! reaches a period ([`CpuDebt`](super::super::cpu_debt::CpuDebt)); the
-//! sampler wakes at random moments ([`CpuWakeups`]) and signals the due
-//! threads that run user code. In wall
-//! mode every thread is due at each tick: a running one is asked for its
+//! reaches a period ([`CpuDebt`]); the sampler wakes at random moments
+//! ([`CpuWakeups`]) and signals the due threads that run user code. In
+//! wall mode every thread is due at each tick: a running one is asked for its
 //! sample with a one-shot CPU timer, one off CPU is counted without being
 //! interrupted, on the stack it is blocked on, read from outside
 //! ([`SamplerLoop::read_blocked_stack`]). Only the threads active at the
 //! last listing are looked at ([`SamplerLoop::choose_active`]), and CPU
 //! time on threads not looked at brings the next listing forward
-//! ([`UnseenCpu`](super::super::unseen_cpu::UnseenCpu)).
+//! ([`UnseenCpu`]).
 
 use std::time::Instant;
 
@@ -19,6 +18,7 @@ use crate::walker::WalkEnd;
 use crate::{profile, Mode};
 
 use super::super::blocked_stack::{self, BlockedRead, BlockedStackReader, Syscall};
+use super::super::cpu_debt::CpuDebt;
 use super::super::cpu_wakeups::CpuWakeups;
 use super::super::exit_tails::ExitTails;
 use super::super::posix_timers::PosixTimer;
@@ -42,6 +42,46 @@ const BLOCKED_READ_SHARE: f64 = 0.02;
 
 /// The most of that budget saved up while no thread blocks.
 const BLOCKED_READ_BURST_NS: u64 = 2_000_000;
+
+/// One thread's part of the sampler-thread clock's state; left at its
+/// default on the kernel-paced clocks.
+#[derive(Default)]
+pub(super) struct PacedThread {
+    /// Cpu mode: the thread's CPU clock on the previous tick.
+    pub(super) last_cpu_ns: Option<u64>,
+    /// Cpu mode: CPU time used and not yet stood for by a sample.
+    pub(super) debt: CpuDebt,
+    /// Wall mode: the thread's last stack, counted again, off CPU, while
+    /// its CPU clock does not move, and its CPU clock when that stack was
+    /// taken.
+    pub(super) last_walk: Option<OwnedWalk>,
+    pub(super) walk_cpu_ns: u64,
+    /// Wall mode: the one-shot timer asking for the sample in flight
+    /// ([`SamplerLoop::wall_requests`]); deleted, and with it any signal it
+    /// still had queued, once that sample is done.
+    pub(super) request: Option<PosixTimer>,
+    /// Wall mode: ticks that found the thread running and that no sample
+    /// has stood for yet. Its request fires on a scheduler tick of its
+    /// running, which a thread working in short bursts between blocking
+    /// calls reaches only now and then; the sample that lands stands for
+    /// all of them, so its CPU ticks are not counted as off CPU.
+    pub(super) running_ticks: u64,
+    /// Wall mode: the tick up to which the thread's samples are counted.
+    pub(super) counted_tick: u64,
+    /// Its CPU clock at the last listing, to tell idle threads from
+    /// active ones.
+    pub(super) listing_cpu_ns: Option<u64>,
+    /// Cpu mode: the last [`RECENT_WALKS`](super::RECENT_WALKS) stacks of
+    /// a young thread born while sampling (of any other, the last one), on
+    /// which the CPU time it used after its last sample is counted when it
+    /// exits ([`ExitTails`]) or the profiler stops.
+    pub(super) recent_walks: Vec<OwnedWalk>,
+    /// Started while sampling (seen at a later listing than the first):
+    /// owed its CPU time from zero.
+    pub(super) born_during_run: bool,
+    /// Its `/proc` stat file, read before each signal.
+    pub(super) stat_file: Option<threads::StatFile>,
+}
 
 /// The sampler-thread clock's own state in cpu mode; `None` on the
 /// kernel-paced clocks and in wall mode, which wakes on a fixed period.
@@ -148,9 +188,9 @@ impl SamplerLoop {
             // to tell whether the thread waited for a CPU meanwhile.
             let mut read_at = (0, 0);
             // Whether its CPU clock moved since the last tick: see below.
-            let progressed = state.last_cpu_ns.is_none_or(|last| cpu > last);
+            let progressed = state.paced.last_cpu_ns.is_none_or(|last| cpu > last);
             if self.config.mode == Mode::Wall {
-                state.last_cpu_ns = Some(cpu);
+                state.paced.last_cpu_ns = Some(cpu);
             }
             if self.config.mode == Mode::Cpu {
                 let now = monotonic_ns();
@@ -158,12 +198,12 @@ impl SamplerLoop {
                 state.read_at_ns = now;
                 // The CPU time used since the last look is owed to the next
                 // sample; a sample is due once a full period is owed.
-                if let Some(last) = state.last_cpu_ns {
+                if let Some(last) = state.paced.last_cpu_ns {
                     let used = cpu.saturating_sub(last);
-                    self.stats.skipped_samples += state.debt.accrue(used, self.period_ns);
+                    self.stats.skipped_samples += state.paced.debt.accrue(used, self.period_ns);
                 }
-                state.last_cpu_ns = Some(cpu);
-                let Some(due) = state.debt.due(self.period_ns) else {
+                state.paced.last_cpu_ns = Some(cpu);
+                let Some(due) = state.paced.debt.due(self.period_ns) else {
                     continue;
                 };
                 // Only a random tick finds a due thread at an unbiased
@@ -181,7 +221,7 @@ impl SamplerLoop {
                 // It blocks the signal: not signalled, its samples counted
                 // (held until a second look confirms it).
                 if self.config.mode == Mode::Cpu {
-                    state.debt.pay(weight, self.period_ns);
+                    state.paced.debt.pay(weight, self.period_ns);
                 }
                 if blocked.confirmed {
                     self.stats.signal_blocked_samples += weight;
@@ -194,10 +234,10 @@ impl SamplerLoop {
             if self.config.mode == Mode::Wall {
                 // Being sampled costs a thread some CPU (the handler): less
                 // than IDLE_SLACK_NS of progress is not running.
-                let ran = cpu >= state.walk_cpu_ns + IDLE_SLACK_NS;
-                if let (false, Some(walk)) = (ran, &state.last_walk) {
-                    let weight = self.tick.saturating_sub(state.counted_tick).max(1);
-                    state.counted_tick = self.tick;
+                let ran = cpu >= state.paced.walk_cpu_ns + IDLE_SLACK_NS;
+                if let (false, Some(walk)) = (ran, &state.paced.last_walk) {
+                    let weight = self.tick.saturating_sub(state.paced.counted_tick).max(1);
+                    state.paced.counted_tick = self.tick;
                     let (key, walk) = (state.key, walk.off_cpu());
                     self.stats.reused_samples += weight;
                     self.intern(key, &walk.as_collected(), weight);
@@ -211,8 +251,8 @@ impl SamplerLoop {
                 let running =
                     progressed && state.run_state(tid) == Some(threads::RunState::Running);
                 if running {
-                    state.running_ticks += 1;
-                    state.counted_tick = self.tick;
+                    state.paced.running_ticks += 1;
+                    state.paced.counted_tick = self.tick;
                 } else {
                     self.count_blocked(tid, cpu);
                 }
@@ -283,8 +323,9 @@ impl SamplerLoop {
             // its first sample even if it comes late (see `slots`): given
             // up, the thread may be gone before the next, and every period
             // it used with it ([`ExitTails`] counts them on its last stack).
-            let first =
-                self.cpu_pacing.is_some() && state.recent_walks.is_empty() && state.young_born();
+            let first = self.cpu_pacing.is_some()
+                && state.paced.recent_walks.is_empty()
+                && state.young_born();
             let read_at = if first { (0, 0) } else { read_at };
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             let by_request = self.wall_requests;
@@ -293,19 +334,19 @@ impl SamplerLoop {
                 // wall mode): the timer fires on a tick of the thread's
                 // own running, an unbiased moment, however late.
                 PosixTimer::open_request(tid, self.sender.signal(), armed.signal_value())
-                    .map(|timer| state.request = Some(timer))
+                    .map(|timer| state.paced.request = Some(timer))
             } else {
                 self.sender.send(tid, armed.signal_value())
             };
             match sent {
                 Ok(()) => {
                     state.pending = true;
-                    state.counted_tick = self.tick;
+                    state.paced.counted_tick = self.tick;
                     if by_request {
-                        state.running_ticks += 1;
+                        state.paced.running_ticks += 1;
                     }
                     if self.config.mode == Mode::Cpu {
-                        state.debt.pay(weight, self.period_ns);
+                        state.paced.debt.pay(weight, self.period_ns);
                     }
                     self.slot_uses[armed.slot] = Some(SlotUse {
                         tid,
@@ -340,8 +381,8 @@ impl SamplerLoop {
         let Some(state) = self.threads.get_mut(&tid) else {
             return;
         };
-        let ticks = std::mem::take(&mut state.running_ticks);
-        match &state.last_walk {
+        let ticks = std::mem::take(&mut state.paced.running_ticks);
+        match &state.paced.last_walk {
             Some(walk) if ticks > 0 => {
                 let (key, walk) = (state.key, walk.clone());
                 self.stats.reused_samples += ticks;
@@ -361,7 +402,7 @@ impl SamplerLoop {
         let Some(state) = self.threads.get_mut(&tid) else {
             return;
         };
-        let walk = match read.or_else(|| state.last_walk.as_ref().map(OwnedWalk::off_cpu)) {
+        let walk = match read.or_else(|| state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu)) {
             Some(walk) => walk,
             None => match threads::blocked_syscall_pc(tid) {
                 Some(pc) => OwnedWalk {
@@ -375,10 +416,10 @@ impl SamplerLoop {
                 }
             },
         };
-        state.walk_cpu_ns = cpu;
-        state.last_walk = Some(walk.clone());
-        let weight = self.tick.saturating_sub(state.counted_tick).max(1);
-        state.counted_tick = self.tick;
+        state.paced.walk_cpu_ns = cpu;
+        state.paced.last_walk = Some(walk.clone());
+        let weight = self.tick.saturating_sub(state.paced.counted_tick).max(1);
+        state.paced.counted_tick = self.tick;
         let key = state.key;
         self.intern(key, &walk.as_collected(), weight);
     }
@@ -444,19 +485,19 @@ impl SamplerLoop {
             // thread with less is owed no cpu-mode sample yet.
             // One born while sampling, found early ([`UnseenCpu`]), is
             // looked at once it used a quarter period: it may live 2 ms.
-            let moved = match state.listing_cpu_ns {
+            let moved = match state.paced.listing_cpu_ns {
                 Some(before) => now >= before + IDLE_SLACK_NS,
-                None if state.born_during_run => now >= self.period_ns / 4,
+                None if state.paced.born_during_run => now >= self.period_ns / 4,
                 None => now >= self.period_ns,
             };
-            state.listing_cpu_ns = Some(now);
-            let busy = moved || state.pending || state.debt.due(self.period_ns).is_some();
+            state.paced.listing_cpu_ns = Some(now);
+            let busy = moved || state.pending || state.paced.debt.due(self.period_ns).is_some();
             if busy || state.blocked.is_some() {
                 active.push(tid);
-            } else if self.config.mode == Mode::Wall && self.tick > state.counted_tick {
-                if let Some(walk) = state.last_walk.as_ref().map(OwnedWalk::off_cpu) {
-                    let weight = self.tick - state.counted_tick;
-                    state.counted_tick = self.tick;
+            } else if self.config.mode == Mode::Wall && self.tick > state.paced.counted_tick {
+                if let Some(walk) = state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu) {
+                    let weight = self.tick - state.paced.counted_tick;
+                    state.paced.counted_tick = self.tick;
                     let key = state.key;
                     self.stats.reused_samples += weight;
                     self.intern(key, &walk.as_collected(), weight);

@@ -47,13 +47,51 @@ pub(super) struct RingState {
     /// a period after their last sample is counted when they are settled.
     pub(super) walks: HashMap<i32, (u32, OwnedWalk)>,
     /// A thread on the rings turned out to need a timer
-    /// ([`super::ThreadState::born_deep`]): opened right after the
+    /// ([`RingThread::deep`]): opened right after the
     /// collection that found it, not at the next listing, so that few of
     /// its samples are cut short.
     pub(super) deep_found: bool,
     /// Born threads gone from the listings before they were settled: the
     /// CPU time their clocks had when last read.
     pub(super) accounted: HashMap<i32, u64>,
+}
+
+/// One thread's part of the ring clock's state: whether the inherited
+/// events sample it, and how their walks of it went; left at its default
+/// on the other clocks.
+#[derive(Default)]
+pub(super) struct RingThread {
+    /// Born while sampling under the inherited events ([`BornThreads`]),
+    /// which sample it instead of a timer of its own (no signal, so its
+    /// mask, `sigwait` and blocking calls never see them) unless `deep`.
+    pub(super) born: bool,
+    /// One of the threads the inherited events were opened on, which
+    /// sample it too: like a born thread, it gets no timer of its own
+    /// unless `deep`.
+    pub(super) opened_on: bool,
+    /// Found by a listing before its birth was read from the rings, if it
+    /// was born under the inherited events at all: decided at the next
+    /// listing, when the rings' records from before this one are in (they
+    /// are held back a moment, and more come in while a listing runs).
+    /// Until then it gets no timer and its clock is not read. Deciding at
+    /// once handed such a thread to a signal timer, under the name the
+    /// listing read, which its renames never reached.
+    pub(super) birth_unread: bool,
+    /// Its stacks go deeper than its ring samples reach, while `max_depth`
+    /// asks for more: deeper than the kernel's call chains
+    /// (`perf_event_max_stack`) or the stack it copies for CFI
+    /// ([`RingWalks::cut_short`]). It gets a timer, whose handler walks as
+    /// deep as asked.
+    pub(super) deep: bool,
+    /// Its ring samples' walks so far.
+    pub(super) walks: RingWalks,
+    /// Its name was read while the rings sampled it, so its renames from
+    /// then on come as name-change records with its samples, and its name
+    /// is not read again while it stays on them.
+    pub(super) named: bool,
+    /// A ring sample of it was counted since its clock was last read
+    /// ([`SamplerLoop::account_cpu`]).
+    pub(super) sampled: bool,
 }
 
 /// The key of a born thread no listing found yet, and the collection pass
@@ -122,7 +160,7 @@ impl SamplerLoop {
                 // those need no timer of their own, and take no signal.
                 for tid in born.parents() {
                     if let Some(state) = self.threads.get_mut(&tid) {
-                        state.on_ring = true;
+                        state.ring.opened_on = true;
                     }
                 }
                 self.ring.events = Some(born);
@@ -190,16 +228,20 @@ impl SamplerLoop {
                     && walk.end.is_truncated()
                     && (sample.end == WalkEnd::DepthCap
                         || (walk.end == WalkEnd::OutOfBounds && copy_is_smaller));
-                state.ring_walks.count(cut);
-                state.ring_sampled = true;
-                if state.ring_walks.cut_short() && !state.born_deep {
-                    state.born_deep = true;
+                state.ring.walks.count(cut);
+                state.ring.sampled = true;
+                if state.ring.walks.cut_short() && !state.ring.deep {
+                    state.ring.deep = true;
                     self.ring.deep_found = true;
                 }
             }
             self.intern(key, &walk.as_collected(), 1);
             self.stats.ring_samples += 1;
-            if !self.threads.get(&sample.tid).is_some_and(|s| s.on_ring) {
+            if !self
+                .threads
+                .get(&sample.tid)
+                .is_some_and(|s| s.ring.opened_on)
+            {
                 self.stats.born_samples += 1;
             }
             self.ring.walks.insert(sample.tid, (key, walk));
@@ -227,7 +269,7 @@ impl SamplerLoop {
                     Some(state.key)
                 }
                 // Not renamed since a listing read its name on the rings.
-                None if state.named_on_rings => Some(state.key),
+                None if state.ring.named => Some(state.key),
                 None => self.key_for_sample(tid, None),
             };
         }
@@ -275,7 +317,7 @@ impl SamplerLoop {
                 // listing found is counted only if it was sampled (else its
                 // time is left to the unsampled estimate).
                 let accounted = match self.threads.get_mut(&s.tid) {
-                    Some(state) if state.born => {
+                    Some(state) if state.ring.born => {
                         let before = state.accounted_ns.unwrap_or(0);
                         state.accounted_ns = Some(before.max(s.cpu_ns));
                         Some(before)
@@ -347,7 +389,7 @@ impl SamplerLoop {
         let parents: Vec<(i32, u64)> = self
             .threads
             .iter()
-            .filter(|(_, s)| s.on_ring)
+            .filter(|(_, s)| s.ring.opened_on)
             .map(|(&tid, s)| (tid, s.accounted_ns.unwrap_or(0)))
             .collect();
         for (tid, cpu_ns) in parents {

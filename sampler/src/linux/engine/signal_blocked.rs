@@ -57,14 +57,14 @@ impl ThreadState {
     /// looked at: it blocks the signal, or the kernel holds the timer's
     /// expiry back.
     pub(super) fn timer_silent(&self, period_ns: u64) -> bool {
-        self.timer.is_some() && self.silent_at(self.accounted_ns.unwrap_or(0), period_ns)
+        self.timer.open.is_some() && self.silent_at(self.accounted_ns.unwrap_or(0), period_ns)
     }
 
     /// Whether its timer, at `count`, ran [`SILENT_PERIODS`] periods
     /// without a sample since it was last looked at.
     fn silent_at(&self, count: u64, period_ns: u64) -> bool {
-        self.timer_samples == 0
-            && count.saturating_sub(self.timer_checked_ns) >= SILENT_PERIODS * period_ns
+        self.timer.samples == 0
+            && count.saturating_sub(self.timer.checked_ns) >= SILENT_PERIODS * period_ns
     }
 }
 
@@ -119,7 +119,7 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            let Some(count) = state.timer.as_ref().and_then(CpuTimer::cpu_ns) else {
+            let Some(count) = state.timer.open.as_ref().and_then(CpuTimer::cpu_ns) else {
                 continue;
             };
             let silent = state.silent_at(count, period);
@@ -134,18 +134,19 @@ impl SamplerLoop {
             // leaves a sample in between.
             let suspect = silent && blocks_signal_now(tid, signal);
             if !suspect {
-                state.suspect_since_ns = None;
-            } else if state.suspect_since_ns.is_none() {
-                state.suspect_since_ns = Some(state.timer_checked_ns);
+                state.timer.suspect_since_ns = None;
+            } else if state.timer.suspect_since_ns.is_none() {
+                state.timer.suspect_since_ns = Some(state.timer.checked_ns);
             } else {
                 let since = state
+                    .timer
                     .suspect_since_ns
                     .take()
-                    .unwrap_or(state.timer_checked_ns);
+                    .unwrap_or(state.timer.checked_ns);
                 let lost = count.saturating_sub(since) / period;
                 self.stats.signal_blocked_samples += lost;
                 self.stats.add_signal_blocked(tid as u64, lost);
-                state.timer = None;
+                state.timer.open = None;
                 // CPU time is accounted from its clock from now on.
                 state.accounted_ns = threads::thread_cpu_ns(tid);
                 // Two looks agreed already.
@@ -173,15 +174,15 @@ impl SamplerLoop {
                     continue;
                 }
                 // The part of a period left over is owed to the next one.
-                let silent_ns = count.saturating_sub(state.timer_checked_ns);
+                let silent_ns = count.saturating_sub(state.timer.checked_ns);
                 held_back.push((tid, silent_ns / period));
-                state.timer_checked_ns = count - silent_ns % period;
-                state.timer_samples = 0;
+                state.timer.checked_ns = count - silent_ns % period;
+                state.timer.samples = 0;
                 continue;
             }
-            if silent || state.timer_samples > 0 {
-                state.timer_checked_ns = count;
-                state.timer_samples = 0;
+            if silent || state.timer.samples > 0 {
+                state.timer.checked_ns = count;
+                state.timer.samples = 0;
             }
         }
         self.sample_silent_timers(&held_back);
@@ -242,7 +243,7 @@ impl SamplerLoop {
                     self.stats.add_signal_blocked(tid as u64, periods);
                 } else {
                     if self.config.mode == Mode::Cpu {
-                        self.stats.skipped_samples += state.debt.refund(periods);
+                        self.stats.skipped_samples += state.paced.debt.refund(periods);
                     }
                     state.blocked = None;
                 }

@@ -23,6 +23,35 @@ const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
 /// opens the timers of a thousand threads or more.
 const FIRST_TIMER_BUDGET_NS: u64 = 20_000_000;
 
+/// One thread's signal timer on the kernel-paced clocks (perf or POSIX),
+/// and what its samples say about it; left at its default on the
+/// sampler-thread clock.
+#[derive(Default)]
+pub(super) struct TimerThread {
+    /// The thread's timer, once opened.
+    pub(super) open: Option<CpuTimer>,
+    /// Opening the timer failed once (counted once, retried each listing).
+    pub(super) failed: bool,
+    /// Counted in [`SamplerStats::timer_threads`](crate::SamplerStats::timer_threads).
+    pub(super) counted: bool,
+    /// Timer samples interned since the last listing, and the timer's
+    /// count then: a thread whose timer ran many periods without a single
+    /// sample has the signal blocked.
+    pub(super) samples: u64,
+    pub(super) checked_ns: u64,
+    /// The timer count at the start of a silent spell in which the thread
+    /// was seen with the signal blocked. It is taken for one that blocks
+    /// the signal only if the next look, a listing later, finds it silent
+    /// and blocked again ([`blocks_signal_now`]).
+    pub(super) suspect_since_ns: Option<u64>,
+    /// POSIX clock, cpu mode: the periods its timer's samples stood for
+    /// since the timer opened, and the last of them (its key and walk), on
+    /// which the periods its timer ran out but never signalled are counted
+    /// when it exits ([`SamplerLoop::count_posix_tails`]).
+    pub(super) periods: u64,
+    pub(super) last: Option<(u32, OwnedWalk)>,
+}
+
 /// A thread on the POSIX clock that exited: its last timer sample (key and
 /// walk), the periods its samples stood for, and its CPU time since its
 /// timer opened at its last reading.
@@ -37,8 +66,8 @@ impl PosixExit {
     /// its last POSIX timer sample, if it had one.
     pub(super) fn of(state: &mut ThreadState) -> Option<PosixExit> {
         Some(PosixExit {
-            last: state.timer_last.take()?,
-            periods: state.timer_periods,
+            last: state.timer.last.take()?,
+            periods: state.timer.periods,
             cpu_ns: state.accounted_ns.unwrap_or(0),
         })
     }
@@ -59,12 +88,12 @@ impl SamplerLoop {
         let mut wanted = std::mem::take(&mut self.timer_queue);
         wanted.clear();
         for (&tid, state) in &self.threads {
-            if state.timer.is_some()
-                || state.birth_unread
+            if state.timer.open.is_some()
+                || state.ring.birth_unread
                 || state.blocked.is_some()
                 || !state.regions_ready
                 || state.seen_listing != self.listing
-                || ((state.born || state.on_ring) && !state.born_deep)
+                || ((state.ring.born || state.ring.opened_on) && !state.ring.deep)
             {
                 continue;
             }
@@ -95,10 +124,10 @@ impl SamplerLoop {
                 // by its `sigwait`. Counted by `watch_blocked_threads`.
                 state.mask_checked = true;
                 if blocks_signal_now(tid, signal) {
-                    if state.born || state.on_ring {
+                    if state.ring.born || state.ring.opened_on {
                         // A deep born thread that blocks the signal keeps
                         // its ring samples (cut at the kernel's depth).
-                        state.born_deep = false;
+                        state.ring.deep = false;
                         state.mask_checked = false;
                         continue;
                     }
@@ -112,28 +141,28 @@ impl SamplerLoop {
                     // The timer counts from zero: CPU time is accounted from
                     // here, where samples can start. A (deep) born thread's
                     // ring samples stop here.
-                    let born = std::mem::take(&mut state.born);
-                    if born | std::mem::take(&mut state.on_ring) {
+                    let born = std::mem::take(&mut state.ring.born);
+                    if born | std::mem::take(&mut state.ring.opened_on) {
                         let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
                         if let Some(born) = self.ring.events.as_mut() {
                             born.hand_off(tid, monotonic_ns(), cpu);
                         }
                     }
                     state.accounted_ns = Some(0);
-                    state.timer = Some(timer);
-                    self.stats.timer_threads += u64::from(!state.timer_counted);
-                    state.timer_counted = true;
-                    state.timer_samples = 0;
-                    state.timer_checked_ns = 0;
-                    state.timer_periods = 0;
-                    state.timer_last = None;
+                    state.timer.open = Some(timer);
+                    self.stats.timer_threads += u64::from(!state.timer.counted);
+                    state.timer.counted = true;
+                    state.timer.samples = 0;
+                    state.timer.checked_ns = 0;
+                    state.timer.periods = 0;
+                    state.timer.last = None;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
                     self.stats.exited_threads += 1;
                 }
-                Err(_) if state.timer_failed => {}
+                Err(_) if state.timer.failed => {}
                 Err(_) => {
-                    state.timer_failed = true;
+                    state.timer.failed = true;
                     self.stats.failed_samples += 1;
                 }
             }
@@ -172,7 +201,7 @@ impl SamplerLoop {
                         armed_at: Instant::now(),
                         by_request: false,
                     });
-                    if let Some(CpuTimer::Posix(timer)) = &state.timer {
+                    if let Some(CpuTimer::Posix(timer)) = &state.timer.open {
                         // Failing, the held-back signal may stand for these
                         // periods again: at worst as if it came on time.
                         let _ = timer.restart(self.period_ns);
@@ -205,14 +234,14 @@ impl SamplerLoop {
         let keep_last = self.clock == SampleClock::PosixTimers && self.config.mode == Mode::Cpu;
         for (tid, weight, walk) in walks.drain(..) {
             if let Some(state) = self.threads.get_mut(&tid) {
-                state.timer_samples += 1;
+                state.timer.samples += 1;
             }
             match self.key_for_sample(tid, None) {
                 Some(key) => {
                     self.intern(key, &walk.as_collected(), weight);
                     if let Some(state) = self.threads.get_mut(&tid).filter(|_| keep_last) {
-                        state.timer_periods += weight;
-                        state.timer_last = Some((key, walk));
+                        state.timer.periods += weight;
+                        state.timer.last = Some((key, walk));
                     }
                 }
                 // A thread this sampler never listed (it exited before):

@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 
 use crate::{exclusions, SampleClock};
 
-use super::super::cpu_debt::{CpuDebt, MAX_OWED_PERIODS};
+use super::super::cpu_debt::MAX_OWED_PERIODS;
 use super::super::exit_tails::{share_out, ExitTail};
 use super::super::handler::stack_regions;
 use super::super::threads;
 use super::collect::OwnedWalk;
 use super::pacing::CpuPacing;
-use super::ring_clock::RingWalks;
 use super::signal_timers::PosixExit;
 use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS, YOUNG};
+use super::{PacedThread, RingThread, TimerThread};
 
 /// The longest a thread on the rings with no ring sample goes without its
 /// clock read ([`SamplerLoop::account_cpu`]).
@@ -42,8 +42,6 @@ impl ThreadState {
     pub(super) fn new(now: Instant, listing: u64) -> Self {
         ThreadState {
             key: u32::MAX,
-            last_cpu_ns: None,
-            debt: CpuDebt::default(),
             accounted_ns: None,
             pending: false,
             // Walks are fault-safe and bounded without the snapshot too
@@ -54,35 +52,14 @@ impl ThreadState {
             name_pass: 0,
             name_check_listing: listing,
             name_check_interval: 1,
-            timer: None,
-            timer_failed: false,
-            timer_samples: 0,
-            timer_checked_ns: 0,
-            timer_periods: 0,
-            timer_last: None,
             blocked: None,
-            suspect_since_ns: None,
-            last_walk: None,
-            walk_cpu_ns: 0,
-            request: None,
-            running_ticks: 0,
-            counted_tick: 0,
-            listing_cpu_ns: None,
+            mask_checked: false,
             read_ns: None,
             read_at_ns: 0,
             gone_at_ns: None,
-            recent_walks: Vec::new(),
-            born_during_run: false,
-            born: false,
-            birth_unread: false,
-            born_deep: false,
-            ring_walks: RingWalks::default(),
-            on_ring: false,
-            named_on_rings: false,
-            ring_sampled: false,
-            timer_counted: false,
-            mask_checked: false,
-            stat_file: None,
+            paced: PacedThread::default(),
+            timer: TimerThread::default(),
+            ring: RingThread::default(),
         }
     }
 
@@ -90,33 +67,33 @@ impl ThreadState {
     /// it may live only a period or two, so it is sampled at any wakeup
     /// and its last few stacks are kept for its exit.
     pub(super) fn young_born(&self) -> bool {
-        self.born_during_run && self.first_seen.elapsed() < YOUNG
+        self.paced.born_during_run && self.first_seen.elapsed() < YOUNG
     }
 
     /// A thread whose birth was unread at its first listing was born under
     /// the inherited events after all: sampled by them from its birth, its
     /// clock counted from zero, its renames read from the rings' records.
     pub(super) fn judge_born(&mut self) {
-        self.birth_unread = false;
-        self.born = true;
+        self.ring.birth_unread = false;
+        self.ring.born = true;
         self.accounted_ns = Some(0);
-        self.named_on_rings = true;
+        self.ring.named = true;
     }
 
     /// Whether the kernel samples it into the rings: born under the
     /// inherited events or one they were opened on, and not handed to a
     /// timer.
     pub(super) fn on_rings(&self) -> bool {
-        (self.on_ring || self.born) && self.timer.is_none()
+        (self.ring.opened_on || self.ring.born) && self.timer.open.is_none()
     }
 
     /// Whether the thread is running or blocked now ([`threads::run_state`]),
     /// through its stat file kept open.
     pub(super) fn run_state(&mut self, tid: i32) -> Option<threads::RunState> {
-        if self.stat_file.is_none() {
-            self.stat_file = threads::StatFile::open(tid);
+        if self.paced.stat_file.is_none() {
+            self.paced.stat_file = threads::StatFile::open(tid);
         }
-        match &self.stat_file {
+        match &self.paced.stat_file {
             Some(file) => file.run_state(),
             None => threads::run_state(tid),
         }
@@ -125,7 +102,7 @@ impl ThreadState {
     /// The thread's CPU time as the sampler accounts it: its timer's count
     /// if it has one (a timer starts at zero when opened), else its clock.
     pub(super) fn cpu_reading(&self, tid: i32) -> Option<u64> {
-        match &self.timer {
+        match &self.timer.open {
             Some(timer) => timer.cpu_ns(),
             None => threads::thread_cpu_ns(tid),
         }
@@ -180,12 +157,13 @@ impl SamplerLoop {
         } else {
             let (mut on_rings, mut sampled) = (true, true);
             for s in self.threads.values() {
-                let rings = (s.born || s.on_ring) && !s.born_deep && !s.birth_unread;
+                let rings =
+                    (s.ring.born || s.ring.opened_on) && !s.ring.deep && !s.ring.birth_unread;
                 on_rings &= rings;
                 // Seen blocking once is no verdict: the next listing looks
                 // again, and gives a thread that was starting its timer.
                 let blocks = s.blocked.as_ref().is_some_and(|b| b.confirmed);
-                sampled &= rings || s.timer.is_some() || blocks;
+                sampled &= rings || s.timer.open.is_some() || blocks;
                 sampled &= !s.timer_silent(self.period_ns);
             }
             let rings_only = on_rings && records.is_some();
@@ -253,7 +231,7 @@ impl SamplerLoop {
             let state = match self.threads.get_mut(&tid) {
                 Some(s) => {
                     s.seen_listing = listing;
-                    if std::mem::take(&mut s.birth_unread) {
+                    if std::mem::take(&mut s.ring.birth_unread) {
                         if let Some(born) = self.ring.events.as_mut() {
                             if born.is_young(tid) {
                                 s.judge_born();
@@ -265,7 +243,7 @@ impl SamplerLoop {
                             }
                         }
                     }
-                    if s.name_check_listing > listing || (s.named_on_rings && s.on_rings()) {
+                    if s.name_check_listing > listing || (s.ring.named && s.on_rings()) {
                         continue;
                     }
                     s
@@ -277,15 +255,15 @@ impl SamplerLoop {
                     stack_regions::set_covers_listed(false);
                     let mut state = ThreadState::new(now, listing);
                     if let Some(born) = self.ring.events.as_mut() {
-                        state.born = born.is_young(tid);
-                        if state.born {
+                        state.ring.born = born.is_young(tid);
+                        if state.ring.born {
                             // Its clock counts from its birth, all of it
                             // sampled by the inherited events.
                             state.accounted_ns = Some(0);
                         } else {
                             // Not known to be born here yet: its start may
                             // still be in a ring.
-                            state.birth_unread = true;
+                            state.ring.birth_unread = true;
                         }
                     }
                     if listing > 1 && self.clock == SampleClock::SamplerThread {
@@ -294,10 +272,10 @@ impl SamplerLoop {
                         // from zero, and a short-lived thread is sampled as
                         // soon as it used a period (at its first look, if
                         // it used one already).
-                        state.last_cpu_ns = Some(0);
+                        state.paced.last_cpu_ns = Some(0);
                         state.accounted_ns = Some(0);
                         state.read_ns = Some(0);
-                        state.born_during_run = true;
+                        state.paced.born_during_run = true;
                     }
                     self.threads.entry(tid).or_insert(state)
                 }
@@ -306,7 +284,7 @@ impl SamplerLoop {
             state.name_check_interval = (state.name_check_interval * 2).min(1024);
             // Read before its events open (a thread found at start), a
             // rename may fall between the two: read once more.
-            state.named_on_rings = state.on_rings();
+            state.ring.named = state.on_rings();
             self.read_name(tid);
         }
         // A thread whose name could not be read even once (it exited at
@@ -348,7 +326,7 @@ impl SamplerLoop {
         let born = self.ring.events.as_ref();
         let listing = self.listing;
         for (&tid, state) in self.threads.iter_mut() {
-            if state.birth_unread {
+            if state.ring.birth_unread {
                 // Judged at the next listing; at stop or for a dump, now if
                 // its birth is in already, so that its time is counted.
                 if !(every && born.is_some_and(|b| b.is_young(tid))) {
@@ -360,13 +338,13 @@ impl SamplerLoop {
             if on_rings
                 && !every
                 && state.seen_listing == listing
-                && !state.ring_sampled
+                && !state.ring.sampled
                 && state.accounted_ns.is_some()
                 && read_at.saturating_sub(state.read_at_ns) < IDLE_RING_READ_NS
             {
                 continue;
             }
-            state.ring_sampled = false;
+            state.ring.sampled = false;
             // A thread sampled into the rings that exited: its events'
             // counts, which no more than the wall time since the last
             // reading can have added to.
@@ -376,10 +354,13 @@ impl SamplerLoop {
                 let wall = read_at.saturating_sub(state.read_at_ns);
                 Some(count.clamp(before, before + wall))
             };
-            let reading =
-                state
-                    .cpu_reading(tid)
-                    .or_else(|| if state.on_ring { from_ring() } else { None });
+            let reading = state.cpu_reading(tid).or_else(|| {
+                if state.ring.opened_on {
+                    from_ring()
+                } else {
+                    None
+                }
+            });
             if on_rings {
                 state.read_at_ns = read_at;
             }
@@ -426,7 +407,7 @@ impl SamplerLoop {
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing
                 || s.pending
-                || ((s.on_rings() || s.timer.is_some()) && s.seen_listing + 1 == listing);
+                || ((s.on_rings() || s.timer.open.is_some()) && s.seen_listing + 1 == listing);
             if !keep {
                 departed.insert(tid, s.key);
                 if reckon {
@@ -436,13 +417,13 @@ impl SamplerLoop {
                         let since = Duration::from_nanos(read.saturating_sub(accounted));
                         stats.add_thread_cpu(tid as u64, since);
                     }
-                    if !s.recent_walks.is_empty() {
+                    if !s.paced.recent_walks.is_empty() {
                         exits.push(Exit {
                             tid,
                             key: s.key,
-                            walks: std::mem::take(&mut s.recent_walks),
+                            walks: std::mem::take(&mut s.paced.recent_walks),
                             tail: ExitTail {
-                                owed_ns: s.debt.take_all(period),
+                                owed_ns: s.paced.debt.take_all(period),
                                 cap_ns: s.gone_at_ns.unwrap_or(now).saturating_sub(s.read_at_ns),
                                 unread_ns: 0,
                             },
@@ -451,11 +432,11 @@ impl SamplerLoop {
                 }
                 if let Some(born) = born.as_mut() {
                     born.forget(tid);
-                    if s.born {
+                    if s.ring.born {
                         born_accounted.insert(tid, s.accounted_ns.unwrap_or(0));
                     }
                 }
-                if s.on_ring {
+                if s.ring.opened_on {
                     ring_exits.push((tid, s.accounted_ns.unwrap_or(0)));
                 }
                 posix_exits.extend(PosixExit::of(s));
@@ -517,15 +498,15 @@ impl SamplerLoop {
         }
         let period = self.period_ns;
         for (&tid, s) in self.threads.iter_mut() {
-            if s.recent_walks.is_empty() {
+            if s.paced.recent_walks.is_empty() {
                 continue;
             }
             self.exits.push(Exit {
                 tid,
                 key: s.key,
-                walks: std::mem::take(&mut s.recent_walks),
+                walks: std::mem::take(&mut s.paced.recent_walks),
                 tail: ExitTail {
-                    owed_ns: s.debt.take_all(period),
+                    owed_ns: s.paced.debt.take_all(period),
                     cap_ns: 0,
                     unread_ns: 0,
                 },
