@@ -178,12 +178,18 @@ struct BlockedSince {
     owed_ns: u64,
     /// The listing at which to look at its signal mask again.
     recheck_listing: u64,
+    /// Sampler-thread path: the earliest moment (monotonic ns) a tick
+    /// that finds the thread due looks at its mask again, whatever the
+    /// listings ([`ThreadState::look_again`]).
+    look_at_ns: u64,
     /// Whether a second look agreed. A single look at `SigBlk` cannot tell
     /// a thread that blocks the signal from one that is starting (glibc's
     /// `pthread_create` runs a new thread's first instructions with every
-    /// signal blocked) or entering btprof's handler: until the recheck at
-    /// the next listing agrees, its failed periods are held in `owed_ns`,
-    /// not counted, and dropped if the thread turns out to take signals.
+    /// signal blocked) or entering btprof's handler: until a second look
+    /// agrees (at the next listing, or on the sampler-thread clock at the
+    /// next tick that finds the thread due, if sooner), its failed periods
+    /// are held in `owed_ns`, not counted, and owed again if the thread
+    /// turns out to take signals.
     confirmed: bool,
 }
 

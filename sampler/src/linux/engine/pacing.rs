@@ -217,6 +217,23 @@ impl SamplerLoop {
                 }
                 weight = due;
             }
+            // Only a thread that ran since (in cpu mode, one found due)
+            // can have changed its mask: in wall mode every blocked thread
+            // is visited at every tick, and most of them sleep.
+            let look = (progressed || self.config.mode == Mode::Cpu)
+                && state
+                    .blocked
+                    .as_ref()
+                    .is_some_and(|b| monotonic_ns() >= b.look_at_ns);
+            if look {
+                let signal = self.sender.signal();
+                let (period, mode) = (self.period_ns, self.config.mode);
+                if !state.look_again(tid, signal, period, mode, &mut self.stats) {
+                    // It takes the signal (after all, or again): sampled
+                    // now, for the periods held meanwhile too.
+                    weight = state.paced.debt.due(period).unwrap_or(weight);
+                }
+            }
             if let Some(blocked) = &mut state.blocked {
                 // It blocks the signal: not signalled, its samples counted
                 // (held until a second look confirms it).

@@ -12,21 +12,36 @@
 //! block the signal is one the kernel holds back: that thread is sampled
 //! by the sampler thread ([`SamplerLoop::sample_silent_timers`]).
 
-use crate::{Mode, SampleClock};
+use crate::{Mode, SampleClock, SamplerStats};
 
 use super::super::cpu_timer::CpuTimer;
 use super::super::handler::slots;
 use super::super::threads;
-use super::{BlockedSince, SamplerLoop, ThreadState};
+use super::{monotonic_ns, BlockedSince, SamplerLoop, ThreadState};
 
 impl BlockedSince {
-    /// Seen blocking once: to be looked at again at the next listing.
+    /// Seen blocking once: to be looked at again at the next listing, or
+    /// on the sampler-thread path at the next tick that finds it due.
     pub(super) fn provisional(cpu_ns: u64, listing: u64) -> Self {
         BlockedSince {
             cpu_ns,
             owed_ns: 0,
             recheck_listing: listing + 1,
+            look_at_ns: 0,
             confirmed: false,
+        }
+    }
+
+    /// Seen blocking twice (or its signal went untaken): its mask is
+    /// looked at again at listing `recheck_listing`, and on the
+    /// sampler-thread path also once [`BLOCKED_LOOK_INTERVAL_NS`] passed.
+    fn confirmed(cpu_ns: u64, recheck_listing: u64) -> Self {
+        BlockedSince {
+            cpu_ns,
+            owed_ns: 0,
+            recheck_listing,
+            look_at_ns: monotonic_ns() + BLOCKED_LOOK_INTERVAL_NS,
+            confirmed: true,
         }
     }
 }
@@ -37,6 +52,15 @@ const SILENT_PERIODS: u64 = 20;
 
 /// Listings between two looks at a blocking thread's signal mask.
 const BLOCKED_RECHECK_LISTINGS: u64 = 20;
+
+/// Sampler-thread path: the longest a thread confirmed to block the signal
+/// goes without a look at its mask while it runs. Listings alone are too
+/// far apart for that in a process with thousands of threads (each
+/// listing reads every thread's clock, so they are spaced by their cost):
+/// a thread that unblocked stayed unsampled for seconds. A look reads
+/// its `/proc` status file, about 10 µs, and only a thread found due (it
+/// ran a period since its last sample) is looked at.
+const BLOCKED_LOOK_INTERVAL_NS: u64 = 100_000_000;
 
 /// Whether thread `tid` blocks `signal` itself: `SigBlk` has it, and the
 /// thread is not inside (or just leaving) btprof's own handler, whose
@@ -65,6 +89,49 @@ impl ThreadState {
     fn silent_at(&self, count: u64, period_ns: u64) -> bool {
         self.timer.samples == 0
             && count.saturating_sub(self.timer.checked_ns) >= SILENT_PERIODS * period_ns
+    }
+
+    /// Sampler-thread path: looks at the mask of a thread found blocking
+    /// `signal`, at a listing or at a tick that finds it due, once
+    /// [`BlockedSince::look_at_ns`] passed. The second look
+    /// ([`BlockedSince::confirmed`]) confirms the verdict and counts the
+    /// periods held meanwhile as blocked, or drops it and owes them to
+    /// the thread's next samples; a later look lets the thread have
+    /// samples again once it unblocked and nothing of ours is queued on
+    /// it. Returns whether it still counts as blocking the signal.
+    pub(super) fn look_again(
+        &mut self,
+        tid: i32,
+        signal: libc::c_int,
+        period_ns: u64,
+        mode: Mode,
+        stats: &mut SamplerStats,
+    ) -> bool {
+        let Some(blocked) = &mut self.blocked else {
+            return false;
+        };
+        if blocked.confirmed {
+            let taken = threads::signal_status(tid, signal)
+                .is_some_and(|status| !status.blocked && !status.pending);
+            if taken {
+                self.blocked = None;
+                return false;
+            }
+        } else {
+            let periods = blocked.owed_ns / period_ns;
+            if !blocks_signal_now(tid, signal) {
+                if mode == Mode::Cpu {
+                    stats.skipped_samples += self.paced.debt.refund(periods);
+                }
+                self.blocked = None;
+                return false;
+            }
+            blocked.confirmed = true;
+            stats.signal_blocked_samples += periods;
+            stats.add_signal_blocked(tid as u64, periods);
+        }
+        blocked.look_at_ns = monotonic_ns() + BLOCKED_LOOK_INTERVAL_NS;
+        true
     }
 }
 
@@ -150,12 +217,10 @@ impl SamplerLoop {
                 // CPU time is accounted from its clock from now on.
                 state.accounted_ns = threads::thread_cpu_ns(tid);
                 // Two looks agreed already.
-                state.blocked = Some(BlockedSince {
-                    cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
-                    owed_ns: 0,
-                    recheck_listing: listing + BLOCKED_RECHECK_LISTINGS,
-                    confirmed: true,
-                });
+                state.blocked = Some(BlockedSince::confirmed(
+                    threads::thread_cpu_ns(tid).unwrap_or(0),
+                    listing + BLOCKED_RECHECK_LISTINGS,
+                ));
                 continue;
             }
             if silent && !suspect && sample_silent {
@@ -206,16 +271,13 @@ impl SamplerLoop {
         }
         let listing = self.listing;
         if let Some(state) = self.threads.get_mut(&tid) {
-            state.blocked = Some(BlockedSince {
-                cpu_ns: threads::thread_cpu_ns(tid).unwrap_or(0),
-                owed_ns: 0,
-                // Looked at again at the next listing, so a thread that
-                // was only slow to take its signal is soon sampled again.
-                recheck_listing: listing + 1,
-                // Its signal went untaken for SAMPLE_TIMEOUT: evidence
-                // enough.
-                confirmed: true,
-            });
+            // Its signal went untaken for SAMPLE_TIMEOUT: evidence enough.
+            // Looked at again at the next listing, so a thread that was
+            // only slow to take its signal is soon sampled again.
+            state.blocked = Some(BlockedSince::confirmed(
+                threads::thread_cpu_ns(tid).unwrap_or(0),
+                listing + 1,
+            ));
         }
         true
     }
@@ -225,6 +287,7 @@ impl SamplerLoop {
     /// on them any more.
     pub(super) fn recheck_blocked_threads(&mut self) {
         let (signal, listing) = (self.sender.signal(), self.listing);
+        let (period, mode) = (self.period_ns, self.config.mode);
         for (&tid, state) in self.threads.iter_mut() {
             let Some(blocked) = &mut state.blocked else {
                 continue;
@@ -233,27 +296,7 @@ impl SamplerLoop {
                 continue;
             }
             blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
-            if !blocked.confirmed {
-                // The second look (see `BlockedSince::confirmed`): the
-                // periods held meanwhile are counted, or owed again.
-                let periods = blocked.owed_ns / self.period_ns;
-                if blocks_signal_now(tid, signal) {
-                    blocked.confirmed = true;
-                    self.stats.signal_blocked_samples += periods;
-                    self.stats.add_signal_blocked(tid as u64, periods);
-                } else {
-                    if self.config.mode == Mode::Cpu {
-                        self.stats.skipped_samples += state.paced.debt.refund(periods);
-                    }
-                    state.blocked = None;
-                }
-                continue;
-            }
-            if let Some(status) = threads::signal_status(tid, signal) {
-                if !status.blocked && !status.pending {
-                    state.blocked = None;
-                }
-            }
+            state.look_again(tid, signal, period, mode, &mut self.stats);
         }
     }
 }
