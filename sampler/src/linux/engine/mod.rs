@@ -127,10 +127,6 @@ struct ThreadState {
     accounted_ns: Option<u64>,
     /// A signal is in flight: don't send another.
     pending: bool,
-    /// The published stack regions include this thread's stack. A thread
-    /// is not signalled, and gets no timer, before that: a stale snapshot
-    /// could bound its walk by a mapping that no longer exists.
-    regions_ready: bool,
     /// The listing the thread was last seen in, to forget exited threads.
     seen_listing: u64,
     /// When the sampler first saw the thread.
@@ -623,9 +619,6 @@ impl SamplerLoop {
         if refreshed {
             self.regions_stale = false;
             stack_regions::set_covers_listed(true);
-            for state in self.threads.values_mut() {
-                state.regions_ready = true;
-            }
         }
         cost
     }

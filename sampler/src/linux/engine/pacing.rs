@@ -275,7 +275,7 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            if state.pending || !state.regions_ready {
+            if state.pending {
                 self.stats.skipped_samples += 1;
                 continue;
             }

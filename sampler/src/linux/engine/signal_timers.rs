@@ -74,9 +74,8 @@ impl PosixExit {
 }
 
 impl SamplerLoop {
-    /// Opens a timer for threads that have none yet and whose stack is in
-    /// the region snapshot: every one that ran since this listing read its
-    /// clock, busiest first, then idle ones for at most
+    /// Opens a timer for threads that have none yet: every one that ran
+    /// since this listing read its clock, busiest first, then idle ones for at most
     /// [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time
     /// ([`FIRST_TIMER_BUDGET_NS`] at the first listing). The rest wait
     /// for later listings, so that a process with thousands of idle
@@ -91,7 +90,6 @@ impl SamplerLoop {
             if state.timer.open.is_some()
                 || state.ring.birth_unread
                 || state.blocked.is_some()
-                || !state.regions_ready
                 || state.seen_listing != self.listing
                 || ((state.ring.born || state.ring.opened_on) && !state.ring.deep)
             {

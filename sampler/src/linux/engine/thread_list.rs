@@ -44,9 +44,6 @@ impl ThreadState {
             key: u32::MAX,
             accounted_ns: None,
             pending: false,
-            // Walks are fault-safe and bounded without the snapshot too
-            // (see `slots`), so a new thread is sampled at once.
-            regions_ready: true,
             seen_listing: listing,
             first_seen: now,
             name_pass: 0,
