@@ -71,6 +71,12 @@ pub(super) struct PacedThread {
     /// Its CPU clock at the last listing, to tell idle threads from
     /// active ones.
     pub(super) listing_cpu_ns: Option<u64>,
+    /// Its CPU clock as this listing's accounting read it
+    /// ([`SamplerLoop::account_cpu`]); `None` where the read failed (it
+    /// exited). Taken by [`SamplerLoop::choose_active`], which would
+    /// otherwise read every thread's clock a second time in a row: with
+    /// thousands of threads, a large part of a listing's cost.
+    pub(super) listed_cpu_ns: Option<u64>,
     /// Cpu mode: the last [`RECENT_WALKS`](super::RECENT_WALKS) stacks of
     /// a young thread born while sampling (of any other, the last one), on
     /// which the CPU time it used after its last sample is counted when it
@@ -491,7 +497,7 @@ impl SamplerLoop {
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
             };
-            let Some(now) = threads::thread_cpu_ns(tid) else {
+            let Some(now) = state.paced.listed_cpu_ns.take() else {
                 continue;
             };
             // A thread seen for the first time counts as moving only if it

@@ -361,6 +361,7 @@ impl SamplerLoop {
             if on_rings {
                 state.read_at_ns = read_at;
             }
+            state.paced.listed_cpu_ns = reading;
             if let Some(now) = reading {
                 if let Some(before) = state.accounted_ns {
                     let used = Duration::from_nanos(now.saturating_sub(before));
