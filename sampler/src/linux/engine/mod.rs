@@ -157,6 +157,10 @@ struct ThreadState {
     read_ns: Option<u64>,
     read_at_ns: u64,
     gone_at_ns: Option<u64>,
+    /// Its `/proc` stat file, kept open: read before each signal the
+    /// sampler thread sends it (on the sampler-thread clock, and for a
+    /// POSIX timer the kernel holds back).
+    stat_file: Option<threads::StatFile>,
     /// Sampler-thread clock: its pacing ([`pacing`]).
     paced: PacedThread,
     /// Kernel-paced clocks: its signal timer ([`signal_timers`]).

@@ -4,13 +4,13 @@
 //! In cpu mode a thread is due when its CPU time since its last sample
 //! reaches a period ([`CpuDebt`]); the sampler wakes at random moments
 //! ([`CpuWakeups`]) and signals the due threads that run user code. In
-//! wall mode every thread is due at each tick: a running one is asked for its
-//! sample with a one-shot CPU timer, one off CPU is counted without being
-//! interrupted, on the stack it is blocked on, read from outside
+//! wall mode every thread is due at each tick: a running one is asked for
+//! its sample with a one-shot CPU timer, one off CPU is counted without
+//! being interrupted, on the stack it is blocked on, read from outside
 //! ([`SamplerLoop::read_blocked_stack`]). Only the threads active at the
 //! last listing are looked at ([`SamplerLoop::choose_active`]), and CPU
 //! time on threads not looked at brings the next listing forward
-//! ([`UnseenCpu`]).
+//! ([`UnseenCpu`]). What it keeps per thread is a [`PacedThread`].
 
 use std::time::Instant;
 
@@ -85,8 +85,6 @@ pub(super) struct PacedThread {
     /// Started while sampling (seen at a later listing than the first):
     /// owed its CPU time from zero.
     pub(super) born_during_run: bool,
-    /// Its `/proc` stat file, read before each signal.
-    pub(super) stat_file: Option<threads::StatFile>,
 }
 
 /// The sampler-thread clock's own state in cpu mode; `None` on the

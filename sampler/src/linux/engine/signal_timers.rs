@@ -75,13 +75,13 @@ impl PosixExit {
 
 impl SamplerLoop {
     /// Opens a timer for threads that have none yet: every one that ran
-    /// since this listing read its clock, busiest first, then idle ones for at most
-    /// [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time
-    /// ([`FIRST_TIMER_BUDGET_NS`] at the first listing). The rest wait
-    /// for later listings, so that a process with thousands of idle
-    /// threads has its busy ones sampled at once instead of after seconds
-    /// of opening timers no one needs yet (when the sampler thread drains
-    /// no slots either).
+    /// since this listing read its clock, busiest first, then idle ones
+    /// for at most [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time
+    /// ([`FIRST_TIMER_BUDGET_NS`] at the first listing). The rest wait for
+    /// later listings, so that a process with thousands of idle threads
+    /// has its busy ones sampled at once instead of after seconds of
+    /// opening timers no one needs yet (when the sampler thread drains no
+    /// slots either).
     pub(super) fn open_timers(&mut self) {
         let (period, signal) = (self.period_ns, self.sender.signal());
         let mut wanted = std::mem::take(&mut self.timer_queue);

@@ -54,6 +54,7 @@ impl ThreadState {
             read_ns: None,
             read_at_ns: 0,
             gone_at_ns: None,
+            stat_file: None,
             paced: PacedThread::default(),
             timer: TimerThread::default(),
             ring: RingThread::default(),
@@ -87,10 +88,10 @@ impl ThreadState {
     /// Whether the thread is running or blocked now ([`threads::run_state`]),
     /// through its stat file kept open.
     pub(super) fn run_state(&mut self, tid: i32) -> Option<threads::RunState> {
-        if self.paced.stat_file.is_none() {
-            self.paced.stat_file = threads::StatFile::open(tid);
+        if self.stat_file.is_none() {
+            self.stat_file = threads::StatFile::open(tid);
         }
-        match &self.paced.stat_file {
+        match &self.stat_file {
             Some(file) => file.run_state(),
             None => threads::run_state(tid),
         }
