@@ -1004,10 +1004,16 @@ fn many_threads_and_mappings_keep_stacks_and_rate() {
         .collect();
     // The sampler's first listing of 5,000 threads is a one-time cost;
     // what must stay under 10% of a core is the steady state: a new window
-    // starts once it has listed them all.
+    // starts once it has listed them all, the busy ones and this one too.
+    // (A listing that began before the busy threads existed does not have
+    // them, and with 5,000 threads the next one comes about a second
+    // later on the sampler-thread clock: the window measured then held a
+    // second of their CPU time from before they were found, unsampled,
+    // and it ended as that listing counted it: 11 samples in 1,183 ms.)
     let waited = Instant::now();
     let patience = Duration::from_secs(60);
-    while sampler.progress().threads.load(Ordering::Relaxed) < idle_threads as u64
+    let every_thread = (idle_threads + busy.len() + 1) as u64;
+    while sampler.progress().threads.load(Ordering::Relaxed) < every_thread
         && waited.elapsed() < patience
     {
         thread::sleep(Duration::from_millis(50));
