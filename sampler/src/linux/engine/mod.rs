@@ -137,6 +137,10 @@ struct ThreadState {
     /// names, names are re-read at growing intervals (renames later in life).
     name_check_listing: u64,
     name_check_interval: u64,
+    /// `accounted_ns` when the name was last read: a thread whose CPU time
+    /// has not moved since cannot have renamed itself, and another thread
+    /// rarely renames it, so its due re-read waits until it runs.
+    name_read_cpu_ns: Option<u64>,
     /// The thread blocks the profiling signal: its timer is closed (so no
     /// signals queue up on it), the sampler thread does not signal it, and
     /// its due samples are counted in `signal_blocked_samples` until it
@@ -534,7 +538,7 @@ impl SamplerLoop {
             self.listed_at = Some(Instant::now());
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
             self.listing += 1;
-            self.discover_threads();
+            let registering = self.discover_threads();
             // Not part of the listing's cost: reads of the maps are spaced
             // by their own.
             let regions_cost = self.refresh_regions_if_stale();
@@ -568,9 +572,17 @@ impl SamplerLoop {
             // thread is then found later in such a process).
             // (Measured in the sampler's own CPU time: on a busy machine
             // its wall time says more about the load than the listing.)
+            // Registering new threads is left out of the spacing: it is
+            // paid once per thread, and the listing that registered a pool
+            // of thousands (5,000 names: 50-70 ms) put the next one over a
+            // second away, while threads started after the pool ran
+            // unseen. Early listings for threads that churn still spend it
+            // (`UnseenCpu`).
             let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu))
                 .saturating_sub(regions_cost);
-            self.relist_every = self.relist_floor.max(cost * LISTING_SHARE);
+            self.relist_every = self
+                .relist_floor
+                .max(cost.saturating_sub(registering) * LISTING_SHARE);
             if let Some(CpuPacing { unseen, .. }) = self.cpu_pacing.as_mut() {
                 unseen.listed(monotonic_ns(), cost.as_nanos() as u64);
             }

@@ -49,6 +49,7 @@ impl ThreadState {
             name_pass: 0,
             name_check_listing: listing,
             name_check_interval: 1,
+            name_read_cpu_ns: None,
             blocked: None,
             mask_checked: false,
             read_ns: None,
@@ -83,6 +84,22 @@ impl ThreadState {
     /// timer.
     pub(super) fn on_rings(&self) -> bool {
         (self.ring.opened_on || self.ring.born) && self.timer.open.is_none()
+    }
+
+    /// Its name is read now, at `listing`: the next read is scheduled at a
+    /// growing interval (renames later in life), spread over the listings
+    /// of that interval by its id, so that a pool of threads found together
+    /// has its names re-read over several listings rather than all at one
+    /// (5,000 names cost a listing about 16 ms).
+    fn name_read_now(&mut self, tid: i32, listing: u64) {
+        let interval = self.name_check_interval;
+        let spread = (tid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        self.name_check_listing = listing + interval + ((spread * (interval + 1)) >> 32);
+        self.name_check_interval = (interval * 2).min(1024);
+        self.name_read_cpu_ns = self.accounted_ns;
+        // Read before its events open (a thread found at start), a rename
+        // may fall between the two: read once more.
+        self.ring.named = self.on_rings();
     }
 
     /// Whether the thread is running or blocked now ([`threads::run_state`]),
@@ -206,8 +223,14 @@ impl SamplerLoop {
 
     /// Registers threads seen for the first time and re-reads names that
     /// are due; a new thread may run on a stack not yet in the snapshot.
-    pub(super) fn discover_threads(&mut self) {
-        let now = Instant::now();
+    ///
+    /// Returns the sampler CPU time spent registering new threads (reading
+    /// each one's name), which a listing's spacing leaves out
+    /// ([`SamplerLoop::tick`]): it is paid once per thread, not at every
+    /// listing.
+    pub(super) fn discover_threads(&mut self) -> Duration {
+        let listing = self.listing;
+        let mut new = Vec::new();
         for i in 0..self.tids.len() {
             let tid = self.tids[i];
             if tid == self.own_tid || exclusions::is_excluded(tid as u64) {
@@ -225,69 +248,71 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            let listing = self.listing;
-            let state = match self.threads.get_mut(&tid) {
-                Some(s) => {
-                    s.seen_listing = listing;
-                    if std::mem::take(&mut s.ring.birth_unread) {
-                        if let Some(born) = self.ring.events.as_mut() {
-                            if born.is_young(tid) {
-                                s.judge_born();
-                            } else {
-                                // Not born under the events: counted as
-                                // listed from now, on a timer of its own.
-                                let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
-                                born.hand_off(tid, monotonic_ns(), cpu);
-                            }
-                        }
-                    }
-                    if s.name_check_listing > listing || (s.ring.named && s.on_rings()) {
-                        continue;
-                    }
-                    s
-                }
-                None => {
-                    // Until the snapshot is read again, handlers read this
-                    // thread's stack checked (`own_stack`).
-                    self.regions_stale = true;
-                    stack_regions::set_covers_listed(false);
-                    let mut state = ThreadState::new(now, listing);
-                    if let Some(born) = self.ring.events.as_mut() {
-                        state.ring.born = born.is_young(tid);
-                        if state.ring.born {
-                            // Its clock counts from its birth, all of it
-                            // sampled by the inherited events.
-                            state.accounted_ns = Some(0);
-                        } else {
-                            // Not known to be born here yet: its start may
-                            // still be in a ring.
-                            state.ring.birth_unread = true;
-                        }
-                    }
-                    if listing > 1 && self.clock == SampleClock::SamplerThread {
-                        // Born while sampling: all its CPU time so far was
-                        // used during the run, so it is owed (and counted)
-                        // from zero, and a short-lived thread is sampled as
-                        // soon as it used a period (at its first look, if
-                        // it used one already).
-                        state.paced.last_cpu_ns = Some(0);
-                        state.accounted_ns = Some(0);
-                        state.read_ns = Some(0);
-                        state.paced.born_during_run = true;
-                    }
-                    self.threads.entry(tid).or_insert(state)
-                }
+            let Some(s) = self.threads.get_mut(&tid) else {
+                new.push(tid);
+                continue;
             };
-            state.name_check_listing = listing + state.name_check_interval;
-            state.name_check_interval = (state.name_check_interval * 2).min(1024);
-            // Read before its events open (a thread found at start), a
-            // rename may fall between the two: read once more.
-            state.ring.named = state.on_rings();
+            s.seen_listing = listing;
+            if std::mem::take(&mut s.ring.birth_unread) {
+                if let Some(born) = self.ring.events.as_mut() {
+                    if born.is_young(tid) {
+                        s.judge_born();
+                    } else {
+                        // Not born under the events: counted as listed
+                        // from now, on a timer of its own.
+                        let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
+                        born.hand_off(tid, monotonic_ns(), cpu);
+                    }
+                }
+            }
+            if s.name_check_listing > listing
+                || (s.ring.named && s.on_rings())
+                || (s.accounted_ns.is_some() && s.accounted_ns == s.name_read_cpu_ns)
+            {
+                continue;
+            }
+            s.name_read_now(tid, listing);
             self.read_name(tid);
         }
+        let registering = threads::own_cpu_ns();
+        let now = Instant::now();
+        for &tid in &new {
+            // Until the snapshot is read again, handlers read this thread's
+            // stack checked (`own_stack`).
+            self.regions_stale = true;
+            stack_regions::set_covers_listed(false);
+            let mut state = ThreadState::new(now, listing);
+            if let Some(born) = self.ring.events.as_mut() {
+                state.ring.born = born.is_young(tid);
+                if state.ring.born {
+                    // Its clock counts from its birth, all of it sampled by
+                    // the inherited events.
+                    state.accounted_ns = Some(0);
+                } else {
+                    // Not known to be born here yet: its start may still
+                    // be in a ring.
+                    state.ring.birth_unread = true;
+                }
+            }
+            if listing > 1 && self.clock == SampleClock::SamplerThread {
+                // Born while sampling: all its CPU time so far was used
+                // during the run, so it is owed (and counted) from zero,
+                // and a short-lived thread is sampled as soon as it used a
+                // period (at its first look, if it used one already).
+                state.paced.last_cpu_ns = Some(0);
+                state.accounted_ns = Some(0);
+                state.read_ns = Some(0);
+                state.paced.born_during_run = true;
+            }
+            state.name_read_now(tid, listing);
+            self.threads.insert(tid, state);
+            self.read_name(tid);
+        }
+        let registering = threads::own_cpu_ns().saturating_sub(registering);
         // A thread whose name could not be read even once (it exited at
         // once) is dropped now rather than sampled under no name.
         self.threads.retain(|_, s| s.key != u32::MAX);
+        Duration::from_nanos(registering)
     }
 
     /// Reads thread `tid`'s name and points its state at that name's key.
@@ -368,6 +393,8 @@ impl SamplerLoop {
                     let used = Duration::from_nanos(now.saturating_sub(before));
                     self.stats.add_thread_cpu(tid as u64, used);
                 }
+                // Its name was read at this listing, just before.
+                state.name_read_cpu_ns.get_or_insert(now);
                 state.accounted_ns = Some(now);
                 if let Some(CpuPacing { tails, .. }) = self.cpu_pacing.as_mut() {
                     tails.saw(&mut state.read_ns, now);

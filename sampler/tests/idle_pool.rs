@@ -1,0 +1,282 @@
+//! Thousands of idle threads on the sampler-thread clock (where perf
+//! events are refused). Each listing of the threads reads every thread's
+//! clock, so listings are spaced by their cost and come hundreds of
+//! milliseconds apart; what must still come soon:
+//!
+//! - the listing after the one that registered the pool comes as soon as
+//!   any later one, not a second later, so a thread started then is found
+//!   soon: registering thousands of new threads (reading each one's name)
+//!   is paid once and does not space the listings, and names are re-read
+//!   only for threads that ran, so no listing costs several times another;
+//! - a thread found blocking the profiling signal is looked at again while
+//!   it runs, not only at listings: its mask used to be looked at again
+//!   every 20 of them, seconds later, and a thread that blocked signals
+//!   for a while and then unblocked went unsampled all that time.
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
+
+/// Idle threads: enough that listings come hundreds of milliseconds apart.
+const IDLE_THREADS: usize = 5000;
+
+/// One sampler at a time: each test runs its own pool and sampler.
+static SAMPLER: Mutex<()> = Mutex::new(());
+
+/// The gap after the listing that registered the pool, at most this many
+/// times the shortest of the next gaps (both in wakeups of the sampler
+/// thread). With registering counted in a listing's cost, 5,000 names
+/// (50-70 ms of the sampler's CPU time) put the next listing 6-8 gaps
+/// away, and a thread started then ran unseen all that time; now about 1.
+const FIRST_GAP_WITHIN: f64 = 3.0;
+
+/// Gaps measured after the first: names re-read for every thread came in
+/// bursts that made every few gaps 3.5-4.5 times the shortest; now at
+/// most 1.7 times.
+const LATER_GAPS: usize = 4;
+
+/// The most any of those gaps may exceed the shortest of them by.
+const LATER_GAPS_WITHIN: f64 = 2.5;
+
+/// Threads that wait, blocked, until the pool is dropped.
+struct IdlePool {
+    release: mpsc::Sender<()>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl IdlePool {
+    fn start(n: usize) -> IdlePool {
+        let (release, wait) = mpsc::channel::<()>();
+        let wait = Arc::new(Mutex::new(wait));
+        let threads = (0..n)
+            .map(|_| {
+                let wait = wait.clone();
+                thread::Builder::new()
+                    .stack_size(64 << 10)
+                    .spawn(move || {
+                        let _ = wait.lock().map(|w| w.recv());
+                    })
+                    .expect("spawn an idle thread")
+            })
+            .collect();
+        IdlePool { release, threads }
+    }
+
+    fn finish(self) {
+        drop(self.release);
+        for t in self.threads {
+            t.join().expect("an idle thread");
+        }
+    }
+}
+
+/// The sampler-thread clock at 1000 Hz, cpu mode.
+fn start_sampler() -> Sampler {
+    Sampler::start(SamplerConfig {
+        hz: 1000,
+        mode: Mode::Cpu,
+        clock: Some(SampleClock::SamplerThread),
+        ..SamplerConfig::default()
+    })
+    .expect("start")
+}
+
+/// Registering a pool of idle threads does not space the listings that
+/// follow, and names are not re-read for threads that never ran: the gap
+/// after the listing that registered the pool is within
+/// [`FIRST_GAP_WITHIN`] times the shortest of the next [`LATER_GAPS`], and
+/// none of those exceeds the shortest by more than [`LATER_GAPS_WITHIN`].
+/// Counted in wakeups of the same run, so a busy machine changes little.
+#[test]
+fn registering_a_pool_does_not_space_the_listings() {
+    let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let pool = IdlePool::start(IDLE_THREADS);
+    let sampler = start_sampler();
+    let progress = sampler.progress();
+    let listings = || progress.listings.load(Ordering::Acquire);
+    // The wakeup at which each listing was first seen, from the first.
+    let mut at: Vec<u64> = Vec::new();
+    let mut now = progress.ticks.load(Ordering::Acquire);
+    let mut seen = 0;
+    let since = Instant::now();
+    while at.len() < LATER_GAPS + 2 {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "only {} listings in a minute",
+            at.len()
+        );
+        now = support::wait_ticks(&sampler, now, 1);
+        let listed = listings();
+        if listed != seen {
+            assert!(
+                seen > 0 || listed == 1,
+                "listing {listed} came before the first was seen"
+            );
+            at.push(now);
+            seen = listed;
+        }
+    }
+    let raw = sampler.stop().expect("stop");
+    pool.finish();
+    let gaps: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    let (first, later) = (gaps[0], &gaps[1..]);
+    let shortest = *later.iter().min().expect("later gaps");
+    let longest = *later.iter().max().expect("later gaps");
+    println!("measured: wakeups between listings: {first} after the pool's, then {later:?}");
+    assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    assert!(
+        first as f64 <= FIRST_GAP_WITHIN * shortest as f64,
+        "{first} wakeups after the listing that registered the pool, against {later:?} later"
+    );
+    assert!(
+        longest as f64 <= LATER_GAPS_WITHIN * shortest as f64,
+        "later listings {later:?} wakeups apart"
+    );
+}
+
+/// The most sampler wakeups from its unblocking to its first sample: the
+/// sampler looks at such a thread at least every 100 ms while it runs,
+/// and wakes at most 2 ms apart.
+const SAMPLED_WITHIN: u64 = 150;
+
+/// Wakeups after which the test gives up waiting for that sample.
+const GIVE_UP: u64 = 600;
+
+/// One thread that spins with every signal blocked until told to unblock,
+/// then spins on until stopped.
+struct Blocker {
+    tid: u64,
+    unblock: Arc<AtomicBool>,
+    unblocked: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Blocker {
+    fn start() -> Blocker {
+        let (unblock, unblocked, stop) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let tid = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (unblock, unblocked, stop, tid) = (
+                unblock.clone(),
+                unblocked.clone(),
+                stop.clone(),
+                tid.clone(),
+            );
+            thread::Builder::new()
+                .name("btp-blocks-once".into())
+                .spawn(move || {
+                    support::block_every_signal();
+                    tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
+                    while !unblock.load(Ordering::Relaxed) {
+                        std::hint::black_box(btprof_testkit::spin_cpu(
+                            Duration::from_millis(1),
+                            100_000,
+                        ));
+                    }
+                    support::unblock_every_signal();
+                    unblocked.store(true, Ordering::Release);
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::black_box(btprof_testkit::spin_cpu(
+                            Duration::from_millis(1),
+                            100_000,
+                        ));
+                    }
+                })
+                .expect("spawn")
+        };
+        while tid.load(Ordering::Acquire) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        Blocker {
+            tid: tid.load(Ordering::Acquire),
+            unblock,
+            unblocked,
+            stop,
+            thread,
+        }
+    }
+
+    fn finish(self) {
+        self.unblock.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the blocking thread");
+    }
+}
+
+/// The periods counted as lost to a blocked signal on thread `tid`.
+fn signal_blocked_of(raw: &RawProfile, tid: u64) -> u64 {
+    raw.stats
+        .thread_cpu
+        .iter()
+        .find(|t| t.tid == tid)
+        .map_or(0, |t| t.signal_blocked)
+}
+
+/// A busy thread blocks every signal until the sampler confirmed that it
+/// does, then unblocks: its first sample comes within [`SAMPLED_WITHIN`]
+/// wakeups. Counted in wakeups, so a busy machine that delays them
+/// changes nothing.
+#[test]
+fn a_thread_that_unblocks_the_signal_is_sampled_again_between_listings() {
+    let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let pool = IdlePool::start(IDLE_THREADS);
+    let sampler = start_sampler();
+    let progress = sampler.progress();
+    let listings = || progress.listings.load(Ordering::Acquire);
+    let ticks = || progress.ticks.load(Ordering::Acquire);
+    let blocker = Blocker::start();
+    let since = Instant::now();
+    loop {
+        let raw = sampler.collect(false).expect("a live profile");
+        if signal_blocked_of(&raw, blocker.tid) > 0 {
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the thread that blocks every signal was never counted as blocking it: {:?}",
+            raw.stats.clock
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    blocker.unblock.store(true, Ordering::Relaxed);
+    while !blocker.unblocked.load(Ordering::Acquire) {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let (unblocked_at, from) = (listings(), ticks());
+    let mut now = from;
+    let sampled = loop {
+        let raw = sampler.collect(false).expect("a live profile");
+        if support::samples_and_cpu_of(&raw, blocker.tid).0 > 0 {
+            break true;
+        }
+        if now >= from + GIVE_UP {
+            break false;
+        }
+        now = support::wait_ticks(&sampler, now, 1);
+    };
+    let (wakeups, listed) = (ticks() - from, listings() - unblocked_at);
+    blocker.finish();
+    let raw = sampler.stop().expect("stop");
+    pool.finish();
+    println!(
+        "measured: first sample {wakeups} wakeups after it unblocked ({listed} listings between)"
+    );
+    assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    assert!(
+        sampled && wakeups <= SAMPLED_WITHIN,
+        "no sample within {wakeups} wakeups after it unblocked ({listed} listings between)"
+    );
+}
