@@ -8,6 +8,9 @@
 //!   soon: registering thousands of new threads (reading each one's name)
 //!   is paid once and does not space the listings, and names are re-read
 //!   only for threads that ran, so no listing costs several times another;
+//! - an idle thread that starts to run is sampled before the next listing:
+//!   its wake timer tells the sampler within a scheduler tick of its
+//!   running;
 //! - a thread found blocking the profiling signal is looked at again while
 //!   it runs, not only at listings: its mask used to be looked at again
 //!   every 20 of them, seconds later, and a thread that blocked signals
@@ -43,6 +46,10 @@ const LATER_GAPS: usize = 4;
 
 /// The most any of those gaps may exceed the shortest of them by.
 const LATER_GAPS_WITHIN: f64 = 2.5;
+
+/// Wakeups after which the test gives up waiting for the woken thread's
+/// first sample.
+const WOKEN_GIVE_UP: u64 = 10_000;
 
 /// Threads that wait, blocked, until the pool is dropped.
 struct IdlePool {
@@ -138,6 +145,83 @@ fn registering_a_pool_does_not_space_the_listings() {
     assert!(
         longest as f64 <= LATER_GAPS_WITHIN * shortest as f64,
         "later listings {later:?} wakeups apart"
+    );
+}
+
+/// A thread of the pool, idle at every listing so far, starts to spin
+/// right after a listing: it is sampled before the next listing comes.
+/// Found only by a listing, it waited for one (an early one, asked for by
+/// the CPU time of threads the sampler does not look at, or the next);
+/// with a wake timer, for the first tick of its running once it used a
+/// period.
+#[test]
+fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
+    let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let pool = IdlePool::start(IDLE_THREADS);
+    let (go, wait) = mpsc::channel::<()>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let sleeper = {
+        let stop = stop.clone();
+        thread::Builder::new()
+            .name("btp-wakes-late".into())
+            .spawn(move || {
+                tid_tx
+                    .send(btprof_sampler::current_thread_id())
+                    .expect("send the tid");
+                if wait.recv().is_err() {
+                    return;
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::black_box(btprof_testkit::spin_cpu(
+                        Duration::from_millis(1),
+                        100_000,
+                    ));
+                }
+            })
+            .expect("spawn the sleeper")
+    };
+    let tid = tid_rx.recv().expect("the sleeper's id");
+    let sampler = start_sampler();
+    support::wait_until_listed(&sampler, IDLE_THREADS + 1);
+    let progress = sampler.progress();
+    let listings = || progress.listings.load(Ordering::Acquire);
+    // Right after a listing that saw the sleeper idle.
+    let seen = listings();
+    let mut now = progress.ticks.load(Ordering::Acquire);
+    while listings() == seen {
+        now = support::wait_ticks(&sampler, now, 1);
+    }
+    let (listed, from) = (listings(), now);
+    go.send(()).expect("wake the sleeper");
+    let (mut found_after, mut gap) = (None, None);
+    while found_after.is_none() && now < from + WOKEN_GIVE_UP {
+        // The listing is looked for first: one that finds the thread comes
+        // before its sample does.
+        if gap.is_none() && listings() > listed {
+            gap = Some(now - from);
+        }
+        let raw = sampler.collect(false).expect("a live profile");
+        if support::samples_and_cpu_of(&raw, tid).0 > 0 {
+            found_after = Some(now - from);
+        }
+        now = support::wait_ticks(&sampler, now, 1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    sleeper.join().expect("the sleeper");
+    let raw = sampler.stop().expect("stop");
+    pool.finish();
+    println!(
+        "measured: the woken thread's first sample {found_after:?} wakeups after it started, \
+         the next listing {gap:?} after (None: not before that sample)"
+    );
+    assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    let found_after = found_after.expect("the woken thread was never sampled");
+    assert!(
+        gap.is_none(),
+        "first sample {found_after} wakeups after the thread started, only after a listing \
+         {gap:?} wakeups after"
     );
 }
 

@@ -226,6 +226,22 @@ impl PosixTimer {
         PosixTimer::open_once(tid, signal, DUMP_REQUEST_TAG | (generation & VALUE_MASK))
     }
 
+    /// A wake notice for idle thread `tid`: a timer on its CPU clock that,
+    /// armed with [`Self::arm_once`], raises `signal` in that thread once it
+    /// used that much more CPU time, carrying `index` ([`wake_index`]). Like
+    /// a request's, its signal is taken on the way back to user space after
+    /// a scheduler tick of the thread's running, never inside a blocking
+    /// call. See `handler::wake_notices`.
+    pub(crate) fn open_wake(tid: i32, signal: libc::c_int, index: usize) -> io::Result<PosixTimer> {
+        PosixTimer::open_unarmed(tid, signal, WAKE_TAG | (index as u64 & VALUE_MASK))
+    }
+
+    /// Arms the timer to expire once, after `after_ns` (at least 1) more of
+    /// the thread's CPU time.
+    pub(crate) fn arm_once(&self, after_ns: u64) -> io::Result<()> {
+        self.arm(timespec(0), timespec(after_ns.max(1)))
+    }
+
     /// A timer on thread `tid`'s CPU clock that expires once, after the
     /// first nanosecond of CPU time it uses from now.
     fn open_once(tid: i32, signal: libc::c_int, value: u64) -> io::Result<PosixTimer> {
@@ -278,6 +294,9 @@ const REQUEST_TAG: u64 = 0xb7b6 << 48;
 /// The high bits of a one-shot capture's request ([`PosixTimer::
 /// open_dump_request`]), apart from a sample request's.
 const DUMP_REQUEST_TAG: u64 = 0xb7b5 << 48;
+/// The high bits of a wake notice's timer value ([`PosixTimer::
+/// open_wake`]).
+const WAKE_TAG: u64 = 0xb7b4 << 48;
 /// The bits below a tag.
 const VALUE_MASK: u64 = (1 << 48) - 1;
 
@@ -294,6 +313,16 @@ pub(crate) fn requested_slot(info: &libc::siginfo_t) -> Option<usize> {
     }
     let value = timer_value(info);
     (value & !VALUE_MASK == REQUEST_TAG).then_some((value & VALUE_MASK) as usize)
+}
+
+/// The notice index a wake timer's signal carries, if `info` is one
+/// (`SI_TIMER` with the wake tag). Async-signal-safe.
+pub(crate) fn wake_index(info: &libc::siginfo_t) -> Option<usize> {
+    if info.si_code != libc::SI_TIMER {
+        return None;
+    }
+    let value = timer_value(info);
+    (value & !VALUE_MASK == WAKE_TAG).then_some((value & VALUE_MASK) as usize)
 }
 
 /// The generation a one-shot capture's request timer carries, if `info`

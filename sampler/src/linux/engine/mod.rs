@@ -23,6 +23,7 @@ mod ring_clock;
 mod signal_blocked;
 mod signal_timers;
 mod thread_list;
+mod wake_timers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -269,7 +270,8 @@ pub(super) struct SamplerLoop {
     /// period.
     cpus: u64,
     /// Sampler-thread path: the threads the ticks look at, chosen at each
-    /// listing ([`Self::choose_active`]).
+    /// listing ([`Self::choose_active`]), and idle ones that ran since
+    /// ([`Self::take_wake_notices`]).
     active: Vec<i32>,
     /// Sampler-thread path: where in the thread list the next tick starts,
     /// so that when there are more threads due than slots, every thread
@@ -539,6 +541,7 @@ impl SamplerLoop {
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
             self.listing += 1;
             let registering = self.discover_threads();
+            let mut arming = Duration::ZERO;
             // Not part of the listing's cost: reads of the maps are spaced
             // by their own.
             let regions_cost = self.refresh_regions_if_stale();
@@ -561,7 +564,7 @@ impl SamplerLoop {
                 self.open_timers();
             } else {
                 self.recheck_blocked_threads();
-                self.choose_active();
+                arming = self.choose_active();
             }
             self.progress
                 .listings
@@ -572,8 +575,9 @@ impl SamplerLoop {
             // thread is then found later in such a process).
             // (Measured in the sampler's own CPU time: on a busy machine
             // its wall time says more about the load than the listing.)
-            // Registering new threads is left out of the spacing: it is
-            // paid once per thread, and the listing that registered a pool
+            // Registering new threads, and arming idle threads' wake
+            // timers, are left out of the spacing: they are paid once per
+            // thread (or per wake), and the listing that registered a pool
             // of thousands (5,000 names: 50-70 ms) put the next one over a
             // second away, while threads started after the pool ran
             // unseen. Early listings for threads that churn still spend it
@@ -582,7 +586,7 @@ impl SamplerLoop {
                 .saturating_sub(regions_cost);
             self.relist_every = self
                 .relist_floor
-                .max(cost.saturating_sub(registering) * LISTING_SHARE);
+                .max(cost.saturating_sub(registering + arming) * LISTING_SHARE);
             if let Some(CpuPacing { unseen, .. }) = self.cpu_pacing.as_mut() {
                 unseen.listed(monotonic_ns(), cost.as_nanos() as u64);
             }
@@ -593,6 +597,7 @@ impl SamplerLoop {
             }
         }
         if !self.timers() {
+            self.take_wake_notices();
             self.signal_due_threads();
         }
         // After the threads are signalled or their timers opened, so that

@@ -8,11 +8,12 @@
 //! its sample with a one-shot CPU timer, one off CPU is counted without
 //! being interrupted, on the stack it is blocked on, read from outside
 //! ([`SamplerLoop::read_blocked_stack`]). Only the threads active at the
-//! last listing are looked at ([`SamplerLoop::choose_active`]), and CPU
-//! time on threads not looked at brings the next listing forward
+//! last listing are looked at ([`SamplerLoop::choose_active`]), with the
+//! idle ones whose wake timers fired since (cpu mode, [`super::wake_timers`]);
+//! CPU time on threads not looked at brings the next listing forward
 //! ([`UnseenCpu`]). What it keeps per thread is a [`PacedThread`].
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::walker::WalkEnd;
 use crate::{profile, Mode};
@@ -26,6 +27,7 @@ use super::super::threads;
 use super::super::unseen_cpu::UnseenCpu;
 use super::collect::OwnedWalk;
 use super::signal_blocked::blocks_signal_now;
+use super::wake_timers::{WakeTimer, WakeTimers};
 use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse};
 
 /// Wall mode: CPU time a thread may gain since its last sample and still
@@ -85,6 +87,9 @@ pub(super) struct PacedThread {
     /// Started while sampling (seen at a later listing than the first):
     /// owed its CPU time from zero.
     pub(super) born_during_run: bool,
+    /// Cpu mode: the timer that tells the sampler when this idle thread
+    /// runs again; deleted with the thread's state.
+    pub(super) wake: Option<WakeTimer>,
 }
 
 /// The sampler-thread clock's own state in cpu mode; `None` on the
@@ -99,6 +104,8 @@ pub(super) struct CpuPacing {
     /// The CPU time threads used after their last sample, counted when
     /// they exit or the profiler stops.
     pub(super) tails: ExitTails,
+    /// Timers that tell when an idle thread runs again.
+    pub(super) wakes: WakeTimers,
 }
 
 impl CpuPacing {
@@ -109,6 +116,7 @@ impl CpuPacing {
             wakeups: CpuWakeups::new(period_ns, seed),
             unseen: UnseenCpu::new(period_ns),
             tails: ExitTails::new(monotonic_ns()),
+            wakes: WakeTimers::new(),
         }
     }
 }
@@ -161,9 +169,10 @@ impl SamplerLoop {
     /// a one-shot CPU timer where the kernel allows them
     /// ([`Self::wall_requests`]), else signalled.
     ///
-    /// Only threads found active at the last listing are looked at
-    /// ([`Self::choose_active`]): with thousands of idle threads, reading
-    /// every thread's clock every tick would cost more than the period.
+    /// Only threads found active at the last listing, or woken since, are
+    /// looked at ([`Self::choose_active`]): with thousands of idle threads,
+    /// reading every thread's clock every tick would cost more than the
+    /// period.
     pub(super) fn signal_due_threads(&mut self) {
         let random_tick = self
             .cpu_pacing
@@ -487,9 +496,14 @@ impl SamplerLoop {
     /// idle thread's CPU time is not lost (it is owed from its last reading
     /// when it runs again); in wall mode the ticks it sat idle are counted
     /// here, in one weighted sample of its last stack.
-    pub(super) fn choose_active(&mut self) {
+    ///
+    /// In cpu mode the idle ones get a wake timer, so that one that runs
+    /// again is looked at before the next listing
+    /// ([`Self::arm_wake_timers`]); returns the time that took.
+    pub(super) fn choose_active(&mut self) -> Duration {
         let mut active = std::mem::take(&mut self.active);
         active.clear();
+        let mut idle = Vec::new();
         for i in 0..self.tids.len() {
             let tid = self.tids[i];
             let Some(state) = self.threads.get_mut(&tid) else {
@@ -515,6 +529,8 @@ impl SamplerLoop {
             let busy = moved || state.pending || state.paced.debt.due(self.period_ns).is_some();
             if busy || state.blocked.is_some() {
                 active.push(tid);
+            } else if self.cpu_pacing.is_some() {
+                idle.push(tid);
             } else if self.config.mode == Mode::Wall && self.tick > state.paced.counted_tick {
                 if let Some(walk) = state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu) {
                     let weight = self.tick - state.paced.counted_tick;
@@ -528,5 +544,6 @@ impl SamplerLoop {
             }
         }
         self.active = active;
+        self.arm_wake_timers(&idle)
     }
 }

@@ -43,6 +43,7 @@
 //! - [`checked_memory`]: fault-safe reads of the stack.
 //! - [`own_stack`]: the part of the stack the handler reads directly.
 //! - [`stack_regions`]: the snapshot of mappings that bounds a walk.
+//! - [`wake_notices`]: which idle threads' wake timers fired.
 
 pub(crate) mod checked_memory;
 pub(crate) mod own_stack;
@@ -50,3 +51,4 @@ pub(crate) mod registers;
 pub(crate) mod signal;
 pub(crate) mod slots;
 pub(crate) mod stack_regions;
+pub(crate) mod wake_notices;

@@ -18,7 +18,9 @@
 //! `Done`; the sampler collects such slots with
 //! [`SlotOwner::collect_claimed`]. POSIX CPU timers
 //! ([`posix_timers`]) take the same path; their expiry may stand
-//! for several periods, and the slot carries that weight.
+//! for several periods, and the slot carries that weight. An idle
+//! thread's wake timer takes no slot: its handler only notes the wake
+//! ([`wake_notices`]).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
@@ -30,7 +32,7 @@ use crate::walker::{self, Arch, StackBounds, WalkEnd};
 
 use super::checked_memory::WINDOW_WORDS;
 use super::registers::registers;
-use super::{own_stack, stack_regions};
+use super::{own_stack, stack_regions, wake_notices};
 use crate::linux::unwind::stack_copy::{CopiedStack, StackCopy};
 use crate::linux::{one_shot, posix_timers, thread_timers};
 
@@ -495,6 +497,11 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         // (checked non-null above).
         let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
         claim_armed(value, pc)
+    } else if let Some(index) = posix_timers::wake_index(info) {
+        // An idle thread ran again: the sampler looks at it from its next
+        // wakeup (see `wake_notices`).
+        wake_notices::note(index);
+        return;
     } else if info.si_code == libc::SI_TIMER {
         // A POSIX CPU timer's expiry: ours only with the run's cookie.
         match posix_timers::sample_weight(info) {

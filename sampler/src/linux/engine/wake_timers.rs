@@ -1,0 +1,201 @@
+//! Wake timers, on the sampler-thread clock in cpu mode: an idle thread
+//! that starts to run between two listings of the threads is looked at
+//! within a scheduler tick of its running, not at the next listing.
+//!
+//! Ticks look only at the threads active at the last listing
+//! ([`SamplerLoop::choose_active`]): reading every thread's clock at every
+//! tick would cost more than the period. Listings are spaced by their cost,
+//! so with thousands of threads they come about 0.2 s apart, and a pool
+//! thread that woke for a burst went unsampled until the next one: its CPU
+//! time was owed, and paid later on whatever stack it ran then.
+//!
+//! So each thread a listing finds idle gets a one-shot CPU timer
+//! ([`PosixTimer::open_wake`]) that expires once it used a period of CPU
+//! time and raises the profiling signal in that thread; the handler only
+//! notes it ([`wake_notices`]), and the sampler's next wakeup adds the
+//! thread to the active ones. A thread keeps its timer while it lives; the
+//! listing that finds it idle again re-arms it.
+//!
+//! Costs: a timer per idle thread, a kernel object that also holds a
+//! queued-signal entry counted against the user's `RLIMIT_SIGPENDING`, so
+//! at most a quarter of that limit, and [`WAKE_NOTICES`], are opened (past
+//! them, idle threads wait for a listing as before); a `timer_create` when a
+//! thread is first found idle, a `timer_settime` when it is found idle
+//! again after it ran; a signal and a few instructions of handler per
+//! wake.
+
+use std::time::Duration;
+
+use super::super::handler::wake_notices::{self, WAKE_NOTICES};
+use super::super::posix_timers::PosixTimer;
+use super::super::threads;
+use super::pacing::CpuPacing;
+use super::SamplerLoop;
+
+/// A thread's wake timer and the notice index it carries.
+#[derive(Debug)]
+pub(super) struct WakeTimer {
+    timer: PosixTimer,
+    index: usize,
+    /// Armed and not yet noticed.
+    armed: bool,
+}
+
+/// The run's wake timers: which thread holds each notice index.
+#[derive(Debug)]
+pub(super) struct WakeTimers {
+    /// The thread each index was given to (0: free).
+    owners: Vec<i32>,
+    free: Vec<usize>,
+    /// The most timers open at once.
+    cap: usize,
+    /// The kernel refused a timer for want of resources: no more are
+    /// opened this run.
+    refused: bool,
+    notices: Vec<usize>,
+}
+
+impl WakeTimers {
+    /// No timers yet; notices left from an earlier run are forgotten.
+    pub(super) fn new() -> WakeTimers {
+        wake_notices::clear();
+        WakeTimers {
+            owners: Vec::new(),
+            free: Vec::new(),
+            cap: WAKE_NOTICES.min(sigpending_limit() / 4),
+            refused: false,
+            notices: Vec::new(),
+        }
+    }
+
+    fn allocate(&mut self, tid: i32) -> Option<usize> {
+        if let Some(i) = self.free.pop() {
+            self.owners[i] = tid;
+            return Some(i);
+        }
+        (self.owners.len() < self.cap).then(|| {
+            self.owners.push(tid);
+            self.owners.len() - 1
+        })
+    }
+
+    fn release(&mut self, index: usize) {
+        self.owners[index] = 0;
+        self.free.push(index);
+    }
+}
+
+/// The user's `RLIMIT_SIGPENDING` (its soft limit; unlimited as
+/// `usize::MAX`).
+fn sigpending_limit() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid resource and a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_SIGPENDING, &mut limit) } != 0 {
+        return 0;
+    }
+    if limit.rlim_cur == libc::RLIM_INFINITY {
+        usize::MAX
+    } else {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    }
+}
+
+impl SamplerLoop {
+    /// At a listing: arms the wake timer of each of the threads in `idle`
+    /// (found idle, cpu mode), opening it for a thread that has none.
+    /// Returns the sampler CPU time it took, which the listings' spacing
+    /// leaves out as it does registering new threads: a timer is opened
+    /// once per thread (about 1 µs each), and re-armed once per wake.
+    pub(super) fn arm_wake_timers(&mut self, idle: &[i32]) -> Duration {
+        if self.cpu_pacing.is_none() || idle.is_empty() {
+            return Duration::ZERO;
+        }
+        let started = threads::own_cpu_ns();
+        self.arm_each(idle);
+        Duration::from_nanos(threads::own_cpu_ns().saturating_sub(started))
+    }
+
+    fn arm_each(&mut self, idle: &[i32]) {
+        let (signal, period) = (self.sender.signal(), self.period_ns);
+        let Some(CpuPacing { wakes, .. }) = self.cpu_pacing.as_mut() else {
+            return;
+        };
+        if wakes.free.len() + wakes.cap.saturating_sub(wakes.owners.len()) < idle.len() {
+            // Give back the indices of threads forgotten since (their timers
+            // were deleted with them).
+            for i in 0..wakes.owners.len() {
+                let tid = wakes.owners[i];
+                let held = self
+                    .threads
+                    .get(&tid)
+                    .and_then(|s| s.paced.wake.as_ref())
+                    .is_some_and(|w| w.index == i);
+                if tid != 0 && !held {
+                    wakes.release(i);
+                }
+            }
+        }
+        for &tid in idle {
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            if let Some(wake) = state.paced.wake.as_mut() {
+                if !wake.armed {
+                    wake.armed = wake.timer.arm_once(period).is_ok();
+                }
+                continue;
+            }
+            if wakes.refused {
+                return;
+            }
+            let Some(index) = wakes.allocate(tid) else {
+                return;
+            };
+            match PosixTimer::open_wake(tid, signal, index) {
+                Ok(timer) => {
+                    let armed = timer.arm_once(period).is_ok();
+                    state.paced.wake = Some(WakeTimer {
+                        timer,
+                        index,
+                        armed,
+                    });
+                }
+                Err(e) => {
+                    wakes.release(index);
+                    // Gone since the listing, or out of resources.
+                    wakes.refused |= e.raw_os_error() != Some(libc::ESRCH);
+                }
+            }
+        }
+    }
+
+    /// At each wakeup, cpu mode: the threads whose wake timers fired since
+    /// the last one are looked at from now on.
+    pub(super) fn take_wake_notices(&mut self) {
+        let Some(CpuPacing { wakes, .. }) = self.cpu_pacing.as_mut() else {
+            return;
+        };
+        wakes.notices.clear();
+        wake_notices::take(&mut wakes.notices);
+        for &index in &wakes.notices {
+            let Some(&tid) = wakes.owners.get(index).filter(|&&t| t != 0) else {
+                continue;
+            };
+            let Some(wake) = self
+                .threads
+                .get_mut(&tid)
+                .and_then(|s| s.paced.wake.as_mut())
+                .filter(|w| w.index == index)
+            else {
+                continue;
+            };
+            wake.armed = false;
+            if !self.active.contains(&tid) {
+                self.active.push(tid);
+            }
+        }
+    }
+}
