@@ -19,3 +19,9 @@ pub fn set_handler_delay(tid: u64, cpu: Duration) {
 pub fn hold_back_posix_timers(on: bool) {
     super::posix_timers::HOLD_BACK.store(on, Relaxed);
 }
+
+/// While `on`, no listing of the threads falls due: what the sampler
+/// finds then, it finds without one.
+pub fn hold_back_listings(on: bool) {
+    super::engine::HOLD_LISTINGS.store(on, Relaxed);
+}

@@ -76,6 +76,19 @@ const RELIST_PERIODS: u64 = 2;
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
 
+/// For btprof's own tests: while set, no listing of the threads falls due,
+/// so a test can tell what the sampler finds without one.
+#[cfg(feature = "test-hooks")]
+pub(crate) static HOLD_LISTINGS: AtomicBool = AtomicBool::new(false);
+
+/// Whether a test holds the listings back ([`HOLD_LISTINGS`]).
+fn listings_held() -> bool {
+    #[cfg(feature = "test-hooks")]
+    return HOLD_LISTINGS.load(Ordering::Relaxed);
+    #[cfg(not(feature = "test-hooks"))]
+    false
+}
+
 /// How long a thread counts as young: its name is re-read whenever one of
 /// its samples is interned, because threads often name themselves right
 /// after they start.
@@ -531,10 +544,11 @@ impl SamplerLoop {
         if std::mem::take(&mut self.ring.deep_found) && self.timers() {
             self.open_timers();
         }
-        let due = self
+        let due = (self
             .listed_at
             .is_none_or(|at| at.elapsed() >= self.relist_every)
-            || self.unseen_thread_runs();
+            || self.unseen_thread_runs())
+            && !listings_held();
         if due && !self.listing_can_wait() {
             let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
