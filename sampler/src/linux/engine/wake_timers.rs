@@ -119,25 +119,23 @@ impl SamplerLoop {
     }
 
     fn arm_each(&mut self, idle: &[i32]) {
+        if self.arm_or_open(idle) {
+            // Out of indices: give back those of threads forgotten since
+            // (their timers were deleted with them), and go on.
+            self.reclaim_wake_indices();
+            self.arm_or_open(idle);
+        }
+    }
+
+    /// Re-arms the timers of the threads in `idle` that have one and opens
+    /// one for each that has none, while indices last. Returns whether
+    /// they ran out.
+    fn arm_or_open(&mut self, idle: &[i32]) -> bool {
         let (signal, period) = (self.sender.signal(), self.period_ns);
         let Some(CpuPacing { wakes, .. }) = self.cpu_pacing.as_mut() else {
-            return;
+            return false;
         };
-        if wakes.free.len() + wakes.cap.saturating_sub(wakes.owners.len()) < idle.len() {
-            // Give back the indices of threads forgotten since (their timers
-            // were deleted with them).
-            for i in 0..wakes.owners.len() {
-                let tid = wakes.owners[i];
-                let held = self
-                    .threads
-                    .get(&tid)
-                    .and_then(|s| s.paced.wake.as_ref())
-                    .is_some_and(|w| w.index == i);
-                if tid != 0 && !held {
-                    wakes.release(i);
-                }
-            }
-        }
+        let mut ran_out = false;
         for &tid in idle {
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
@@ -148,11 +146,12 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            if wakes.refused {
-                return;
+            if wakes.refused || ran_out {
+                continue;
             }
             let Some(index) = wakes.allocate(tid) else {
-                return;
+                ran_out = true;
+                continue;
             };
             match PosixTimer::open_wake(tid, signal, index) {
                 Ok(timer) => {
@@ -168,6 +167,25 @@ impl SamplerLoop {
                     // Gone since the listing, or out of resources.
                     wakes.refused |= e.raw_os_error() != Some(libc::ESRCH);
                 }
+            }
+        }
+        ran_out
+    }
+
+    /// Frees the indices whose threads no longer hold them.
+    fn reclaim_wake_indices(&mut self) {
+        let Some(CpuPacing { wakes, .. }) = self.cpu_pacing.as_mut() else {
+            return;
+        };
+        for i in 0..wakes.owners.len() {
+            let tid = wakes.owners[i];
+            let held = self
+                .threads
+                .get(&tid)
+                .and_then(|s| s.paced.wake.as_ref())
+                .is_some_and(|w| w.index == i);
+            if tid != 0 && !held {
+                wakes.release(i);
             }
         }
     }
@@ -197,5 +215,27 @@ impl SamplerLoop {
                 self.active.push(tid);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_are_given_up_to_the_cap_and_reused_once_released() {
+        let mut wakes = WakeTimers {
+            owners: Vec::new(),
+            free: Vec::new(),
+            cap: 2,
+            refused: false,
+            notices: Vec::new(),
+        };
+        assert_eq!(wakes.allocate(10), Some(0));
+        assert_eq!(wakes.allocate(11), Some(1));
+        assert_eq!(wakes.allocate(12), None);
+        wakes.release(0);
+        assert_eq!(wakes.allocate(12), Some(0));
+        assert_eq!(wakes.owners, vec![12, 11]);
     }
 }
