@@ -54,23 +54,6 @@ const WOKEN_POOL: usize = 500;
 /// first sample (quiet, it came 3-11 wakeups after it started).
 const WOKEN_GIVE_UP: u64 = 3000;
 
-/// Listings held back until dropped (also when a test panics, so that the
-/// next test of this binary lists its threads).
-struct HeldListings;
-
-impl HeldListings {
-    fn hold() -> HeldListings {
-        btprof_sampler::test_hooks::hold_back_listings(true);
-        HeldListings
-    }
-}
-
-impl Drop for HeldListings {
-    fn drop(&mut self) {
-        btprof_sampler::test_hooks::hold_back_listings(false);
-    }
-}
-
 /// Threads that wait, blocked, until the pool is dropped.
 struct IdlePool {
     release: mpsc::Sender<()>,
@@ -213,7 +196,7 @@ fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
     while listings() == seen {
         now = support::wait_ticks(&sampler, now, 1);
     }
-    let held = HeldListings::hold();
+    let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
     let (held_at, from) = (listings(), now);
     go.send(()).expect("wake the sleeper");
     let mut found_after = None;

@@ -268,23 +268,6 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     seen.check(seen.window.as_millis() as u64 / 100 + 2, 3);
 }
 
-/// Holds every POSIX timer back while it lives, so that a failing test
-/// leaves the other tests of this binary their timers.
-struct HeldBack;
-
-impl HeldBack {
-    fn on() -> HeldBack {
-        btprof_sampler::test_hooks::hold_back_posix_timers(true);
-        HeldBack
-    }
-}
-
-impl Drop for HeldBack {
-    fn drop(&mut self) {
-        btprof_sampler::test_hooks::hold_back_posix_timers(false);
-    }
-}
-
 /// A thread whose CPU timer the kernel holds back (on the project's 6.18
 /// kernel, new timers in a process forked from one with CPU timers went
 /// up to half a second of CPU time without firing) is sampled by the
@@ -294,7 +277,7 @@ impl Drop for HeldBack {
 #[test]
 fn a_thread_whose_timer_is_held_back_is_still_sampled() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
-    let held = HeldBack::on();
+    let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_posix_timers);
     let run = spin_under_posix_timers();
     drop(held);
     let (raw, weighted, cpu, rate) = (&run.raw, run.weighted, run.cpu, run.rate());

@@ -240,3 +240,21 @@ pub fn unblock_every_signal() {
         libc::pthread_sigmask(libc::SIG_UNBLOCK, all.as_ptr(), std::ptr::null_mut());
     }
 }
+
+/// A test hook turned on until dropped, also when the test panics, so
+/// that the other tests of its binary run without it. `set` is the hook's
+/// switch (`btprof_sampler::test_hooks::hold_back_listings`, say).
+pub struct HookOn(fn(bool));
+
+impl HookOn {
+    pub fn new(set: fn(bool)) -> HookOn {
+        set(true);
+        HookOn(set)
+    }
+}
+
+impl Drop for HookOn {
+    fn drop(&mut self) {
+        (self.0)(false);
+    }
+}
