@@ -608,6 +608,14 @@ fn print_summary(profile: &Profile) {
             s.ring_threads, s.timer_threads
         );
     }
+    if s.wake_timers + s.idle_without_wake_timer > 0 {
+        println!(
+            "idle threads given a wake timer (looked at as soon as they run, not at the next \
+             listing): {}, wakes told: {}; idle threads past the wake timers' limit (looked \
+             at only at listings): {}",
+            s.wake_timers, s.wakes, s.idle_without_wake_timer
+        );
+    }
     if !s.process_cpu.is_zero() {
         println!(
             "process CPU: {:.1} ms, of which sampled threads {:.1} ms ({:.1} ms of it not \

@@ -106,6 +106,17 @@ pub struct SamplerStats {
     /// (a thread beyond the rings' descriptor budget, one deeper than the
     /// kernel's call chains, or every thread on the POSIX clock).
     pub timer_threads: u64,
+    /// Linux sampler-thread clock, cpu mode: idle threads given a wake
+    /// timer, a one-shot CPU timer that tells the sampler when the thread
+    /// runs again, so it is looked at before the next listing of threads.
+    pub wake_timers: u64,
+    /// Times a wake timer told the sampler that its idle thread ran.
+    pub wakes: u64,
+    /// The most idle threads one listing found that could have no wake
+    /// timer (more idle threads than the timers btprof opens: a quarter of
+    /// `RLIMIT_SIGPENDING`, at most 8,192), so far in the run. Such a
+    /// thread is looked at again only at the next listing.
+    pub idle_without_wake_timer: u64,
     /// Linux sampler-thread path, cpu mode: samples for the CPU time
     /// threads used after their last sample, counted on their last stacks
     /// when they exited or the profiler stopped (see `exit_tails`; a thread
@@ -166,6 +177,9 @@ impl SamplerStats {
             lost_samples: 0,
             ring_threads: 0,
             timer_threads: 0,
+            wake_timers: 0,
+            wakes: 0,
+            idle_without_wake_timer: 0,
             exit_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
@@ -365,6 +379,9 @@ impl SamplerStats {
             lost_samples: self.lost_samples.saturating_sub(earlier.lost_samples),
             ring_threads: self.ring_threads,
             timer_threads: self.timer_threads,
+            wake_timers: self.wake_timers.saturating_sub(earlier.wake_timers),
+            wakes: self.wakes.saturating_sub(earlier.wakes),
+            idle_without_wake_timer: self.idle_without_wake_timer,
             exit_samples: self.exit_samples.saturating_sub(earlier.exit_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
@@ -401,6 +418,11 @@ impl SamplerStats {
         self.lost_samples += later.lost_samples;
         self.ring_threads = self.ring_threads.max(later.ring_threads);
         self.timer_threads = self.timer_threads.max(later.timer_threads);
+        self.wake_timers += later.wake_timers;
+        self.wakes += later.wakes;
+        self.idle_without_wake_timer = self
+            .idle_without_wake_timer
+            .max(later.idle_without_wake_timer);
         self.exit_samples += later.exit_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);

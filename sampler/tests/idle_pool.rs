@@ -9,7 +9,9 @@
 //!   is paid once and does not space the listings, and names are re-read
 //!   only for threads that ran, so no listing costs several times another;
 //! - an idle thread that starts to run is sampled without a listing: its
-//!   wake timer tells the sampler within a scheduler tick of its running;
+//!   wake timer tells the sampler within a scheduler tick of its running,
+//!   and past the wake timers' limit the stats count the idle threads left
+//!   without one;
 //! - a thread found blocking the profiling signal is looked at again while
 //!   it runs, not only at listings: its mask used to be looked at again
 //!   every 20 of them, seconds later, and a thread that blocked signals
@@ -226,6 +228,92 @@ fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
     assert!(
         found_after.is_some(),
         "the woken thread had no sample in {WOKEN_GIVE_UP} wakeups without a listing"
+    );
+    // The stats say so: every idle thread was given a timer, and one told.
+    assert!(
+        raw.stats.wake_timers > WOKEN_POOL as u64 && raw.stats.wakes >= 1,
+        "{} wake timers, {} wakes for a pool of {WOKEN_POOL} and the woken thread",
+        raw.stats.wake_timers,
+        raw.stats.wakes
+    );
+    assert_eq!(raw.stats.idle_without_wake_timer, 0);
+}
+
+/// A soft `RLIMIT_SIGPENDING` under which the sampler opens at most this
+/// many wake timers (a quarter of the limit).
+const LOW_SIGPENDING: u64 = 400;
+
+/// Sets the soft `RLIMIT_SIGPENDING` while it lives, and puts it back.
+struct SigpendingLimit(libc::rlimit);
+
+impl SigpendingLimit {
+    fn lower_to(soft: u64) -> SigpendingLimit {
+        let mut was = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a valid resource and out-pointer.
+        let read = unsafe { libc::getrlimit(libc::RLIMIT_SIGPENDING, &mut was) };
+        assert_eq!(read, 0, "getrlimit");
+        let low = libc::rlimit {
+            rlim_cur: soft.min(was.rlim_cur),
+            rlim_max: was.rlim_max,
+        };
+        // SAFETY: as above; lowering a soft limit needs no privilege.
+        let set = unsafe { libc::setrlimit(libc::RLIMIT_SIGPENDING, &low) };
+        assert_eq!(set, 0, "setrlimit");
+        SigpendingLimit(was)
+    }
+}
+
+impl Drop for SigpendingLimit {
+    fn drop(&mut self) {
+        // SAFETY: the limits read before, with the hard limit unchanged.
+        unsafe { libc::setrlimit(libc::RLIMIT_SIGPENDING, &self.0) };
+    }
+}
+
+/// With more idle threads than wake timers may be opened (a quarter of
+/// `RLIMIT_SIGPENDING`: each timer holds a queued-signal entry against
+/// it), no more are opened, and the stats count the idle threads left
+/// without one, so a profile says why they were looked at only at
+/// listings.
+#[test]
+fn idle_threads_past_the_wake_timers_limit_are_counted() {
+    let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let pool = IdlePool::start(WOKEN_POOL);
+    let limit = SigpendingLimit::lower_to(LOW_SIGPENDING);
+    let cap = LOW_SIGPENDING / 4;
+    let sampler = start_sampler();
+    support::wait_until_listed(&sampler, WOKEN_POOL);
+    // Two more listings: the pool is idle at both.
+    let progress = sampler.progress();
+    let listings = || progress.listings.load(Ordering::Acquire);
+    let (seen, mut now) = (listings(), progress.ticks.load(Ordering::Acquire));
+    while listings() < seen + 2 {
+        now = support::wait_ticks(&sampler, now, 1);
+    }
+    let raw = sampler.stop().expect("stop");
+    drop(limit);
+    pool.finish();
+    let s = &raw.stats;
+    println!(
+        "measured: {} wake timers, {} idle threads without one, limit {cap}",
+        s.wake_timers, s.idle_without_wake_timer
+    );
+    assert_eq!(s.clock, SampleClock::SamplerThread);
+    assert!(
+        s.wake_timers <= cap,
+        "{} wake timers opened past the limit of {cap}",
+        s.wake_timers
+    );
+    assert!(
+        s.idle_without_wake_timer >= WOKEN_POOL as u64 - cap,
+        "{} idle threads counted without a wake timer; {} of the pool of {WOKEN_POOL} \
+         could have none",
+        s.idle_without_wake_timer,
+        WOKEN_POOL as u64 - cap
     );
 }
 

@@ -85,6 +85,15 @@ impl WakeTimers {
     }
 }
 
+/// What one pass of [`SamplerLoop::arm_or_open`] left undone.
+#[derive(Debug, Default)]
+struct Unarmed {
+    /// It ran out of notice indices.
+    ran_out: bool,
+    /// Idle threads it could give no timer.
+    without: u64,
+}
+
 /// The user's `RLIMIT_SIGPENDING` (its soft limit; unlimited as
 /// `usize::MAX`).
 fn sigpending_limit() -> usize {
@@ -119,23 +128,25 @@ impl SamplerLoop {
     }
 
     fn arm_each(&mut self, idle: &[i32]) {
-        if self.arm_or_open(idle) {
+        let mut left = self.arm_or_open(idle);
+        if left.ran_out {
             // Out of indices: give back those of threads forgotten since
             // (their timers were deleted with them), and go on.
             self.reclaim_wake_indices();
-            self.arm_or_open(idle);
+            left = self.arm_or_open(idle);
         }
+        let most = &mut self.stats.idle_without_wake_timer;
+        *most = (*most).max(left.without);
     }
 
     /// Re-arms the timers of the threads in `idle` that have one and opens
-    /// one for each that has none, while indices last. Returns whether
-    /// they ran out.
-    fn arm_or_open(&mut self, idle: &[i32]) -> bool {
+    /// one for each that has none, while indices last.
+    fn arm_or_open(&mut self, idle: &[i32]) -> Unarmed {
         let (signal, period) = (self.sender.signal(), self.period_ns);
+        let mut left = Unarmed::default();
         let Some(CpuPacing { wakes, .. }) = self.cpu_pacing.as_mut() else {
-            return false;
+            return left;
         };
-        let mut ran_out = false;
         for &tid in idle {
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
@@ -146,11 +157,13 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            if wakes.refused || ran_out {
+            if wakes.refused || left.ran_out {
+                left.without += 1;
                 continue;
             }
             let Some(index) = wakes.allocate(tid) else {
-                ran_out = true;
+                left.ran_out = true;
+                left.without += 1;
                 continue;
             };
             match PosixTimer::open_wake(tid, signal, index) {
@@ -161,15 +174,18 @@ impl SamplerLoop {
                         index,
                         armed,
                     });
+                    self.stats.wake_timers += 1;
                 }
                 Err(e) => {
                     wakes.release(index);
                     // Gone since the listing, or out of resources.
-                    wakes.refused |= e.raw_os_error() != Some(libc::ESRCH);
+                    let gone = e.raw_os_error() == Some(libc::ESRCH);
+                    wakes.refused |= !gone;
+                    left.without += u64::from(!gone);
                 }
             }
         }
-        ran_out
+        left
     }
 
     /// Frees the indices whose threads no longer hold them.
@@ -211,6 +227,7 @@ impl SamplerLoop {
                 continue;
             };
             wake.armed = false;
+            self.stats.wakes += 1;
             if !self.active.contains(&tid) {
                 self.active.push(tid);
             }
