@@ -91,6 +91,17 @@ pub struct RunInfo {
     /// Threads sampled through a timer of their own that signals them.
     #[serde(default)]
     pub timer_threads: u64,
+    /// Idle threads given a wake timer, which tells the sampler thread
+    /// when they run again (its clock, cpu mode).
+    #[serde(default)]
+    pub wake_timers: u64,
+    /// Times a wake timer told the sampler thread that its thread ran.
+    #[serde(default)]
+    pub wakes: u64,
+    /// The most idle threads one listing found that could have no wake
+    /// timer: they are looked at again only at the next listing.
+    #[serde(default)]
+    pub idle_without_wake_timer: u64,
     /// Samples counted under `[btprof: stack table full]`.
     pub overflow_samples: u64,
     /// Threads seen (a renamed thread counts once per name).
@@ -129,6 +140,9 @@ impl RunInfo {
             lost_cpu_secs: (stats.lost_cpu().as_secs_f64() * 1e6).round() / 1e6,
             ring_threads: stats.ring_threads,
             timer_threads: stats.timer_threads,
+            wake_timers: stats.wake_timers,
+            wakes: stats.wakes,
+            idle_without_wake_timer: stats.idle_without_wake_timer,
             overflow_samples,
             threads: stats.threads_seen,
         }
@@ -310,6 +324,25 @@ mod tests {
         assert_eq!(info.lost_cpu_secs, 0.25);
         let json = serde_json::to_string(&info).unwrap();
         assert!(json.contains("\"lost_cpu_secs\":0.25"), "{json}");
+    }
+
+    /// What the wake timers did reaches the sidecar, so a profile of a
+    /// large idle pool says how many threads were looked at only at
+    /// listings.
+    #[test]
+    fn reports_wake_timers() {
+        let mut stats = Stats::new(&btprof_sampler::SamplerConfig::default());
+        stats.wake_timers = 8192;
+        stats.wakes = 40;
+        stats.idle_without_wake_timer = 1808;
+        let json = serde_json::to_string(&RunInfo::of_this_process(&stats, 0)).unwrap();
+        for field in [
+            "\"wake_timers\":8192",
+            "\"wakes\":40",
+            "\"idle_without_wake_timer\":1808",
+        ] {
+            assert!(json.contains(field), "{field} not in {json}");
+        }
     }
 
     /// Weighted samples (periods) and distinct ones are reported apart:
