@@ -616,6 +616,13 @@ fn print_summary(profile: &Profile) {
             s.wake_timers, s.wakes, s.idle_without_wake_timer
         );
     }
+    if s.threads_found_between_listings > 0 {
+        println!(
+            "threads found between listings (by the thread ids the kernel gave since the last \
+             one): {}",
+            s.threads_found_between_listings
+        );
+    }
     if !s.process_cpu.is_zero() {
         println!(
             "process CPU: {:.1} ms, of which sampled threads {:.1} ms ({:.1} ms of it not \

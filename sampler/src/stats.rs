@@ -117,6 +117,10 @@ pub struct SamplerStats {
     /// `RLIMIT_SIGPENDING`, at most 8,192), so far in the run. Such a
     /// thread is looked at again only at the next listing.
     pub idle_without_wake_timer: u64,
+    /// Linux sampler-thread clock: threads found between two listings of
+    /// the threads, by the ids the kernel gave since the last one (with
+    /// thousands of threads, listings come a fifth of a second apart).
+    pub threads_found_between_listings: u64,
     /// Linux sampler-thread path, cpu mode: samples for the CPU time
     /// threads used after their last sample, counted on their last stacks
     /// when they exited or the profiler stopped (see `exit_tails`; a thread
@@ -180,6 +184,7 @@ impl SamplerStats {
             wake_timers: 0,
             wakes: 0,
             idle_without_wake_timer: 0,
+            threads_found_between_listings: 0,
             exit_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
@@ -382,6 +387,9 @@ impl SamplerStats {
             wake_timers: self.wake_timers.saturating_sub(earlier.wake_timers),
             wakes: self.wakes.saturating_sub(earlier.wakes),
             idle_without_wake_timer: self.idle_without_wake_timer,
+            threads_found_between_listings: self
+                .threads_found_between_listings
+                .saturating_sub(earlier.threads_found_between_listings),
             exit_samples: self.exit_samples.saturating_sub(earlier.exit_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
@@ -423,6 +431,7 @@ impl SamplerStats {
         self.idle_without_wake_timer = self
             .idle_without_wake_timer
             .max(later.idle_without_wake_timer);
+        self.threads_found_between_listings += later.threads_found_between_listings;
         self.exit_samples += later.exit_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);

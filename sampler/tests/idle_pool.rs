@@ -12,6 +12,8 @@
 //!   wake timer tells the sampler within a scheduler tick of its running,
 //!   and past the wake timers' limit the stats count the idle threads left
 //!   without one;
+//! - a thread started just after a listing is found before the next one,
+//!   by the thread ids the kernel gave since;
 //! - a thread found blocking the profiling signal is looked at again while
 //!   it runs, not only at listings: its mask used to be looked at again
 //!   every 20 of them, seconds later, and a thread that blocked signals
@@ -55,6 +57,81 @@ const WOKEN_POOL: usize = 500;
 /// Wakeups after which the test gives up waiting for the woken thread's
 /// first sample (quiet, it came 3-11 wakeups after it started).
 const WOKEN_GIVE_UP: u64 = 3000;
+
+/// A thread that spins, once told to if given a receiver, until finished.
+struct Spinner {
+    tid: u64,
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Spinner {
+    fn start(name: &str, go: Option<mpsc::Receiver<()>>) -> Spinner {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let thread = {
+            let stop = stop.clone();
+            thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    tid_tx
+                        .send(btprof_sampler::current_thread_id())
+                        .expect("send the tid");
+                    if go.is_some_and(|go| go.recv().is_err()) {
+                        return;
+                    }
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::black_box(btprof_testkit::spin_cpu(
+                            Duration::from_millis(1),
+                            100_000,
+                        ));
+                    }
+                })
+                .expect("spawn a spinning thread")
+        };
+        let tid = tid_rx.recv().expect("the spinning thread's id");
+        Spinner { tid, stop, thread }
+    }
+
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the spinning thread");
+    }
+}
+
+/// Waits for the sampler's next listing to end, holds the listings back
+/// (a test hook) and calls `start`, which sets a thread spinning and
+/// returns its id; then waits for that thread's first sample. Returns the
+/// wakeups from the hold to that sample, or `None` after
+/// [`WOKEN_GIVE_UP`] of them. Panics if more than one listing ended
+/// meanwhile (one that began before the hold may).
+fn first_sample_with_listings_held(sampler: &Sampler, start: impl FnOnce() -> u64) -> Option<u64> {
+    let progress = sampler.progress();
+    let listings = || progress.listings.load(Ordering::Acquire);
+    let seen = listings();
+    let mut now = progress.ticks.load(Ordering::Acquire);
+    while listings() == seen {
+        now = support::wait_ticks(sampler, now, 1);
+    }
+    let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
+    let (held_at, from) = (listings(), now);
+    let tid = start();
+    let mut found_after = None;
+    while found_after.is_none() && now < from + WOKEN_GIVE_UP {
+        let raw = sampler.collect(false).expect("a live profile");
+        if support::samples_and_cpu_of(&raw, tid).0 > 0 {
+            found_after = Some(now - from);
+        }
+        now = support::wait_ticks(sampler, now, 1);
+    }
+    let listed_meanwhile = listings() - held_at;
+    drop(held);
+    assert!(
+        listed_meanwhile <= 1,
+        "{listed_meanwhile} listings while they were held back"
+    );
+    found_after
+}
 
 /// Threads that wait, blocked, until the pool is dropped.
 struct IdlePool {
@@ -165,54 +242,15 @@ fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let pool = IdlePool::start(WOKEN_POOL);
     let (go, wait) = mpsc::channel::<()>();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tid_tx, tid_rx) = mpsc::channel();
-    let sleeper = {
-        let stop = stop.clone();
-        thread::Builder::new()
-            .name("btp-wakes-late".into())
-            .spawn(move || {
-                tid_tx
-                    .send(btprof_sampler::current_thread_id())
-                    .expect("send the tid");
-                if wait.recv().is_err() {
-                    return;
-                }
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::black_box(btprof_testkit::spin_cpu(
-                        Duration::from_millis(1),
-                        100_000,
-                    ));
-                }
-            })
-            .expect("spawn the sleeper")
-    };
-    let tid = tid_rx.recv().expect("the sleeper's id");
+    let sleeper = Spinner::start("btp-wakes-late", Some(wait));
     let sampler = start_sampler();
     support::wait_until_listed(&sampler, WOKEN_POOL + 1);
-    let progress = sampler.progress();
-    let listings = || progress.listings.load(Ordering::Acquire);
     // After a listing that saw the sleeper idle and armed its timer.
-    let seen = listings();
-    let mut now = progress.ticks.load(Ordering::Acquire);
-    while listings() == seen {
-        now = support::wait_ticks(&sampler, now, 1);
-    }
-    let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
-    let (held_at, from) = (listings(), now);
-    go.send(()).expect("wake the sleeper");
-    let mut found_after = None;
-    while found_after.is_none() && now < from + WOKEN_GIVE_UP {
-        let raw = sampler.collect(false).expect("a live profile");
-        if support::samples_and_cpu_of(&raw, tid).0 > 0 {
-            found_after = Some(now - from);
-        }
-        now = support::wait_ticks(&sampler, now, 1);
-    }
-    let listed_meanwhile = listings() - held_at;
-    drop(held);
-    stop.store(true, Ordering::Relaxed);
-    sleeper.join().expect("the sleeper");
+    let found_after = first_sample_with_listings_held(&sampler, || {
+        go.send(()).expect("wake the sleeper");
+        sleeper.tid
+    });
+    sleeper.finish();
     let raw = sampler.stop().expect("stop");
     pool.finish();
     println!(
@@ -220,11 +258,6 @@ fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
          wakeups after it started"
     );
     assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
-    // A listing that began before the hold could still end after it.
-    assert!(
-        listed_meanwhile <= 1,
-        "{listed_meanwhile} listings while they were held back"
-    );
     assert!(
         found_after.is_some(),
         "the woken thread had no sample in {WOKEN_GIVE_UP} wakeups without a listing"
@@ -237,6 +270,42 @@ fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
         raw.stats.wakes
     );
     assert_eq!(raw.stats.idle_without_wake_timer, 0);
+}
+
+/// A thread started while listings are held back (a test hook), in a
+/// process of thousands of idle threads whose listings come about 0.2 s
+/// apart, is sampled all the same: the sampler finds it by the thread ids
+/// the kernel gave since the last listing. Found only by a listing, it ran
+/// unseen until the next.
+#[test]
+fn a_thread_born_between_listings_is_found_without_one() {
+    let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let pool = IdlePool::start(IDLE_THREADS);
+    let sampler = start_sampler();
+    support::wait_until_listed(&sampler, IDLE_THREADS);
+    // After a listing of the whole pool: listings are spaced by its cost.
+    let mut newcomer = None;
+    let found_after = first_sample_with_listings_held(&sampler, || {
+        let started = Spinner::start("btp-newcomer", None);
+        let tid = started.tid;
+        newcomer = Some(started);
+        tid
+    });
+    newcomer.expect("started").finish();
+    let raw = sampler.stop().expect("stop");
+    pool.finish();
+    println!(
+        "measured: with listings held back, the new thread's first sample {found_after:?} \
+         wakeups after it started; {} threads found between listings",
+        raw.stats.threads_found_between_listings
+    );
+    assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    assert!(
+        found_after.is_some(),
+        "the new thread had no sample in {WOKEN_GIVE_UP} wakeups without a listing"
+    );
+    assert!(raw.stats.threads_found_between_listings >= 1);
 }
 
 /// A soft `RLIMIT_SIGPENDING` under which the sampler opens at most this

@@ -102,6 +102,10 @@ pub struct RunInfo {
     /// timer: they are looked at again only at the next listing.
     #[serde(default)]
     pub idle_without_wake_timer: u64,
+    /// Threads the sampler thread found between two listings of the
+    /// threads, by the thread ids the kernel gave since the last one.
+    #[serde(default)]
+    pub threads_found_between_listings: u64,
     /// Samples counted under `[btprof: stack table full]`.
     pub overflow_samples: u64,
     /// Threads seen (a renamed thread counts once per name).
@@ -143,6 +147,7 @@ impl RunInfo {
             wake_timers: stats.wake_timers,
             wakes: stats.wakes,
             idle_without_wake_timer: stats.idle_without_wake_timer,
+            threads_found_between_listings: stats.threads_found_between_listings,
             overflow_samples,
             threads: stats.threads_seen,
         }
@@ -326,20 +331,22 @@ mod tests {
         assert!(json.contains("\"lost_cpu_secs\":0.25"), "{json}");
     }
 
-    /// What the wake timers did reaches the sidecar, so a profile of a
-    /// large idle pool says how many threads were looked at only at
-    /// listings.
+    /// What the wake timers did, and the threads found between listings,
+    /// reach the sidecar, so a profile of a large idle pool says how many
+    /// threads were looked at only at listings.
     #[test]
-    fn reports_wake_timers() {
+    fn reports_wake_timers_and_threads_found_between_listings() {
         let mut stats = Stats::new(&btprof_sampler::SamplerConfig::default());
         stats.wake_timers = 8192;
         stats.wakes = 40;
         stats.idle_without_wake_timer = 1808;
+        stats.threads_found_between_listings = 3;
         let json = serde_json::to_string(&RunInfo::of_this_process(&stats, 0)).unwrap();
         for field in [
             "\"wake_timers\":8192",
             "\"wakes\":40",
             "\"idle_without_wake_timer\":1808",
+            "\"threads_found_between_listings\":3",
         ] {
             assert!(json.contains(field), "{field} not in {json}");
         }

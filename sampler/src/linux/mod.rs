@@ -79,6 +79,7 @@ mod cpu_wakeups;
 mod engine;
 mod exit_tails;
 pub(crate) mod handler;
+mod new_threads;
 pub(crate) mod one_shot;
 mod perf_attr;
 mod perf_ring;

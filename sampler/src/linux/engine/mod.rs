@@ -230,6 +230,10 @@ pub(super) struct SamplerLoop {
     clock: SampleClock,
     sender: SignalSender,
     own_tid: i32,
+    /// When threads created since the last listing were last looked for
+    /// ([`SamplerLoop::find_new_threads`]), and the scratch list for them.
+    new_threads_at: Option<Instant>,
+    new_tids: Vec<i32>,
     period_ns: u64,
     tasks: threads::TaskList,
     tids: Vec<i32>,
@@ -360,6 +364,8 @@ impl SamplerLoop {
             clock,
             sender: SignalSender::new(signal),
             own_tid: threads::gettid(),
+            new_threads_at: None,
+            new_tids: Vec::new(),
             tasks: threads::TaskList::open().map_err(Error::Io)?,
             tids: Vec::with_capacity(64),
             threads: HashMap::new(),
@@ -552,6 +558,13 @@ impl SamplerLoop {
         if due && !self.listing_can_wait() {
             let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
+            if let Some(watch) = self
+                .cpu_pacing
+                .as_mut()
+                .and_then(|p| p.new_threads.as_mut())
+            {
+                watch.mark();
+            }
             self.tasks.read(&mut self.tids).map_err(Error::Io)?;
             self.listing += 1;
             let registering = self.discover_threads();
@@ -609,6 +622,7 @@ impl SamplerLoop {
             if due {
                 self.account_cpu(false);
             }
+            self.find_new_threads();
         }
         if !self.timers() {
             self.take_wake_notices();

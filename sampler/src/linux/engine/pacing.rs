@@ -22,6 +22,7 @@ use super::super::blocked_stack::{self, BlockedRead, BlockedStackReader, Syscall
 use super::super::cpu_debt::CpuDebt;
 use super::super::cpu_wakeups::CpuWakeups;
 use super::super::exit_tails::ExitTails;
+use super::super::new_threads::NewThreads;
 use super::super::posix_timers::PosixTimer;
 use super::super::threads;
 use super::super::unseen_cpu::UnseenCpu;
@@ -106,6 +107,9 @@ pub(super) struct CpuPacing {
     pub(super) tails: ExitTails,
     /// Timers that tell when an idle thread runs again.
     pub(super) wakes: WakeTimers,
+    /// Finds threads created between listings (`None` where the kernel
+    /// does not show the last thread id it gave).
+    pub(super) new_threads: Option<NewThreads>,
 }
 
 impl CpuPacing {
@@ -117,6 +121,7 @@ impl CpuPacing {
             unseen: UnseenCpu::new(period_ns),
             tails: ExitTails::new(monotonic_ns()),
             wakes: WakeTimers::new(),
+            new_threads: NewThreads::open(),
         }
     }
 }

@@ -21,7 +21,7 @@ use super::super::threads;
 use super::collect::OwnedWalk;
 use super::pacing::CpuPacing;
 use super::signal_timers::PosixExit;
-use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS, YOUNG};
+use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS, RELIST_INTERVAL, YOUNG};
 use super::{PacedThread, RingThread, TimerThread};
 
 /// The longest a thread on the rings with no ring sample goes without its
@@ -37,6 +37,12 @@ const RINGS_RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// thread count tells of a birth: a thread born while another exited, the
 /// count unchanged, gets its timer at most this late.
 const COUNT_RELIST_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Sampler-thread clock: how often, between listings spaced more than
+/// twice [`RELIST_INTERVAL`] apart, the threads created since are looked
+/// for ([`SamplerLoop::find_new_threads`]). A look reads one small file:
+/// a few microseconds, against milliseconds for a listing of thousands.
+const NEW_THREADS_INTERVAL: Duration = Duration::from_millis(5);
 
 impl ThreadState {
     pub(super) fn new(now: Instant, listing: u64) -> Self {
@@ -275,8 +281,20 @@ impl SamplerLoop {
             self.read_name(tid);
         }
         let registering = threads::own_cpu_ns();
+        self.register(
+            &new,
+            listing > 1 && self.clock == SampleClock::SamplerThread,
+        );
+        Duration::from_nanos(threads::own_cpu_ns().saturating_sub(registering))
+    }
+
+    /// Starts keeping the state of each thread in `new`, seen for the
+    /// first time. `born_during_run`: all their CPU time was used while
+    /// sampling (sampler-thread clock), so all of it is owed.
+    fn register(&mut self, new: &[i32], born_during_run: bool) {
+        let listing = self.listing;
         let now = Instant::now();
-        for &tid in &new {
+        for &tid in new {
             // Until the snapshot is read again, handlers read this thread's
             // stack checked (`own_stack`).
             self.regions_stale = true;
@@ -294,11 +312,11 @@ impl SamplerLoop {
                     state.ring.birth_unread = true;
                 }
             }
-            if listing > 1 && self.clock == SampleClock::SamplerThread {
-                // Born while sampling: all its CPU time so far was used
-                // during the run, so it is owed (and counted) from zero,
-                // and a short-lived thread is sampled as soon as it used a
-                // period (at its first look, if it used one already).
+            if born_during_run {
+                // All its CPU time so far was used during the run, so it is
+                // owed (and counted) from zero, and a short-lived thread is
+                // sampled as soon as it used a period (at its first look,
+                // if it used one already).
                 state.paced.last_cpu_ns = Some(0);
                 state.accounted_ns = Some(0);
                 state.read_ns = Some(0);
@@ -308,11 +326,47 @@ impl SamplerLoop {
             self.threads.insert(tid, state);
             self.read_name(tid);
         }
-        let registering = threads::own_cpu_ns().saturating_sub(registering);
         // A thread whose name could not be read even once (it exited at
         // once) is dropped now rather than sampled under no name.
         self.threads.retain(|_, s| s.key != u32::MAX);
-        Duration::from_nanos(registering)
+    }
+
+    /// Sampler-thread clock, between listings spaced far apart (thousands
+    /// of threads): registers the threads created since the last look
+    /// ([`NewThreads`]) and looks at them from the next tick on, so a
+    /// thread born just after a listing is not left unseen until the next.
+    /// At most every [`NEW_THREADS_INTERVAL`].
+    pub(super) fn find_new_threads(&mut self) {
+        if self.relist_every < 2 * RELIST_INTERVAL
+            || self
+                .new_threads_at
+                .is_some_and(|at| at.elapsed() < NEW_THREADS_INTERVAL)
+        {
+            return;
+        }
+        let Some(watch) = self
+            .cpu_pacing
+            .as_mut()
+            .and_then(|p| p.new_threads.as_mut())
+        else {
+            return;
+        };
+        self.new_threads_at = Some(Instant::now());
+        let mut found = std::mem::take(&mut self.new_tids);
+        watch.look(std::process::id() as i32, &mut found);
+        found.retain(|&tid| {
+            tid != self.own_tid
+                && !exclusions::is_excluded(tid as u64)
+                && !self.threads.contains_key(&tid)
+        });
+        if !found.is_empty() {
+            self.register(&found, true);
+            let before = self.active.len();
+            let known = found.iter().filter(|&tid| self.threads.contains_key(tid));
+            self.active.extend(known);
+            self.stats.threads_found_between_listings += (self.active.len() - before) as u64;
+        }
+        self.new_tids = found;
     }
 
     /// Reads thread `tid`'s name and points its state at that name's key.

@@ -1,0 +1,117 @@
+//! Threads of this process created since the last look, found without
+//! listing `/proc/self/task`.
+//!
+//! With thousands of threads a listing costs milliseconds (the kernel looks
+//! up every entry, and the sampler reads every clock), so listings are
+//! spaced by their cost, about 0.2 s apart at 5,000 threads, and a thread
+//! born just after one ran unseen until the next. But the kernel hands out
+//! thread ids in order: `/proc/sys/kernel/ns_last_pid` is the last id it
+//! gave in this pid namespace, one small read. When it moved, each id
+//! given since is asked whether it is a thread of this process
+//! (`tgkill(pid, tid, 0)`, which sends nothing). Other processes take ids
+//! too; past [`MAX_PROBES`] ids, or when the ids wrapped around, the look
+//! gives up and leaves the new threads to the next listing.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// The most ids one look asks about: on a machine that starts processes
+/// quickly, more ids than this between two looks are left to the listing.
+pub(crate) const MAX_PROBES: u32 = 256;
+
+/// Where the kernel says which id it gave last.
+const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+
+/// The last id seen, and the open file to read the next from.
+#[derive(Debug)]
+pub(crate) struct NewThreads {
+    file: File,
+    /// The last id the kernel had given at the last look or mark.
+    last: Option<u32>,
+}
+
+impl NewThreads {
+    /// `None` where the kernel does not show the last id (a `/proc`
+    /// without `sys`, a sandbox that hides it): listings alone find new
+    /// threads there.
+    pub(crate) fn open() -> Option<NewThreads> {
+        let file = File::open(LAST_PID).ok()?;
+        let mut watch = NewThreads { file, last: None };
+        watch.mark();
+        watch.last.is_some().then_some(watch)
+    }
+
+    /// Just before a listing reads the threads: ids given from now on are
+    /// the next look's, those given before are the listing's.
+    pub(crate) fn mark(&mut self) {
+        self.last = self.read();
+    }
+
+    /// The ids given since the last look or mark that are threads of this
+    /// process (`pid`), in order, into `found` (cleared first). Returns
+    /// `false` when it could not tell (too many ids, a wrap, a failed
+    /// read): a listing should then find them.
+    pub(crate) fn look(&mut self, pid: i32, found: &mut Vec<i32>) -> bool {
+        found.clear();
+        let (Some(last), Some(now)) = (self.last, self.read()) else {
+            return false;
+        };
+        self.last = Some(now);
+        if now < last || now - last > MAX_PROBES {
+            return false;
+        }
+        found.extend(
+            (last + 1..=now)
+                .filter_map(|id| i32::try_from(id).ok())
+                .filter(|&tid| is_thread_of(pid, tid)),
+        );
+        true
+    }
+
+    fn read(&self) -> Option<u32> {
+        let mut buf = [0u8; 16];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+    }
+}
+
+/// Whether `tid` is a thread of process `pid` now (signal 0 checks and
+/// sends nothing).
+fn is_thread_of(pid: i32, tid: i32) -> bool {
+    // SAFETY: tgkill with signal 0 only looks the thread up.
+    unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread started after the mark is found by the next look, and a
+    /// look with nothing new finds nothing.
+    #[test]
+    fn a_thread_started_since_the_mark_is_found() {
+        let Some(mut watch) = NewThreads::open() else {
+            eprintln!("NOT CHECKED: {LAST_PID} cannot be read here");
+            return;
+        };
+        let pid = std::process::id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        watch.mark();
+        let thread = std::thread::spawn(move || {
+            tx.send(crate::current_thread_id() as i32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let mut found = Vec::new();
+        assert!(watch.look(pid, &mut found), "could not tell");
+        assert!(found.contains(&tid), "{tid} not in {found:?}");
+        done_tx.send(()).unwrap();
+        thread.join().unwrap();
+        // Gone, and no id given since: nothing more.
+        let mut again = Vec::new();
+        if watch.look(pid, &mut again) {
+            assert!(!again.contains(&tid), "{again:?}");
+        }
+    }
+}
