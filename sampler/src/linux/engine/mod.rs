@@ -230,9 +230,9 @@ pub(super) struct SamplerLoop {
     clock: SampleClock,
     sender: SignalSender,
     own_tid: i32,
-    /// When threads created since the last listing were last looked for
+    /// When threads created since the last listing may next be looked for
     /// ([`SamplerLoop::find_new_threads`]), and the scratch list for them.
-    new_threads_at: Option<Instant>,
+    new_threads_due: Option<Instant>,
     new_tids: Vec<i32>,
     period_ns: u64,
     tasks: threads::TaskList,
@@ -364,7 +364,7 @@ impl SamplerLoop {
             clock,
             sender: SignalSender::new(signal),
             own_tid: threads::gettid(),
-            new_threads_at: None,
+            new_threads_due: None,
             new_tids: Vec::new(),
             tasks: threads::TaskList::open().map_err(Error::Io)?,
             tids: Vec::with_capacity(64),

@@ -21,8 +21,8 @@ use super::super::threads;
 use super::collect::OwnedWalk;
 use super::pacing::CpuPacing;
 use super::signal_timers::PosixExit;
-use super::{monotonic_ns, SamplerLoop, ThreadState, RECENT_WALKS, RELIST_INTERVAL, YOUNG};
-use super::{PacedThread, RingThread, TimerThread};
+use super::{monotonic_ns, SamplerLoop, ThreadState, LISTING_SHARE, RECENT_WALKS};
+use super::{PacedThread, RingThread, TimerThread, RELIST_INTERVAL, YOUNG};
 
 /// The longest a thread on the rings with no ring sample goes without its
 /// clock read ([`SamplerLoop::account_cpu`]).
@@ -335,12 +335,14 @@ impl SamplerLoop {
     /// of threads): registers the threads created since the last look
     /// ([`NewThreads`]) and looks at them from the next tick on, so a
     /// thread born just after a listing is not left unseen until the next.
-    /// At most every [`NEW_THREADS_INTERVAL`].
+    /// At most every [`NEW_THREADS_INTERVAL`], and spaced like listings by
+    /// what a look cost: registering a thread reads its name (tens of
+    /// microseconds in a VM), and a process that starts thousands of
+    /// short-lived threads a second would otherwise have the sampler
+    /// register each one.
     pub(super) fn find_new_threads(&mut self) {
         if self.relist_every < 2 * RELIST_INTERVAL
-            || self
-                .new_threads_at
-                .is_some_and(|at| at.elapsed() < NEW_THREADS_INTERVAL)
+            || self.new_threads_due.is_some_and(|due| Instant::now() < due)
         {
             return;
         }
@@ -351,7 +353,7 @@ impl SamplerLoop {
         else {
             return;
         };
-        self.new_threads_at = Some(Instant::now());
+        let cpu_before = threads::own_cpu_ns();
         let mut found = std::mem::take(&mut self.new_tids);
         watch.look(std::process::id() as i32, &mut found);
         found.retain(|&tid| {
@@ -367,6 +369,9 @@ impl SamplerLoop {
             self.stats.threads_found_between_listings += (self.active.len() - before) as u64;
         }
         self.new_tids = found;
+        let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(cpu_before));
+        self.new_threads_due =
+            Some(Instant::now() + NEW_THREADS_INTERVAL.max(cost * LISTING_SHARE));
     }
 
     /// Reads thread `tid`'s name and points its state at that name's key.
