@@ -15,9 +15,11 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use super::threads::thread_exists;
+
 /// The most ids one look asks about: on a machine that starts processes
 /// quickly, more ids than this between two looks are left to the listing.
-pub(crate) const MAX_PROBES: u32 = 256;
+const MAX_PROBES: u32 = 256;
 
 /// Where the kernel says which id it gave last.
 const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
@@ -48,10 +50,10 @@ impl NewThreads {
     }
 
     /// The ids given since the last look or mark that are threads of this
-    /// process (`pid`), in order, into `found` (cleared first). Returns
+    /// process, in order, into `found` (cleared first). Returns
     /// `false` when it could not tell (too many ids, a wrap, a failed
     /// read): a listing should then find them.
-    pub(crate) fn look(&mut self, pid: i32, found: &mut Vec<i32>) -> bool {
+    pub(crate) fn look(&mut self, found: &mut Vec<i32>) -> bool {
         found.clear();
         let (Some(last), Some(now)) = (self.last, self.read()) else {
             return false;
@@ -63,7 +65,7 @@ impl NewThreads {
         found.extend(
             (last + 1..=now)
                 .filter_map(|id| i32::try_from(id).ok())
-                .filter(|&tid| is_thread_of(pid, tid)),
+                .filter(|&tid| thread_exists(tid)),
         );
         true
     }
@@ -73,13 +75,6 @@ impl NewThreads {
         let n = self.file.read_at(&mut buf, 0).ok()?;
         std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
     }
-}
-
-/// Whether `tid` is a thread of process `pid` now (signal 0 checks and
-/// sends nothing).
-fn is_thread_of(pid: i32, tid: i32) -> bool {
-    // SAFETY: tgkill with signal 0 only looks the thread up.
-    unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) == 0 }
 }
 
 #[cfg(test)]
@@ -94,7 +89,6 @@ mod tests {
             eprintln!("NOT CHECKED: {LAST_PID} cannot be read here");
             return;
         };
-        let pid = std::process::id() as i32;
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         watch.mark();
@@ -104,13 +98,13 @@ mod tests {
         });
         let tid = rx.recv().unwrap();
         let mut found = Vec::new();
-        assert!(watch.look(pid, &mut found), "could not tell");
+        assert!(watch.look(&mut found), "could not tell");
         assert!(found.contains(&tid), "{tid} not in {found:?}");
         done_tx.send(()).unwrap();
         thread.join().unwrap();
         // Gone, and no id given since: nothing more.
         let mut again = Vec::new();
-        if watch.look(pid, &mut again) {
+        if watch.look(&mut again) {
             assert!(!again.contains(&tid), "{again:?}");
         }
     }

@@ -567,7 +567,7 @@ impl Session {
                 // short-lived thread that exits before its timer fires is
                 // let go at once, not after milliseconds.
                 let look = polls % 16 == 15;
-                let exited = look && !thread_exists(tid);
+                let exited = look && !threads::thread_exists(tid);
                 // A timer's request waits for the thread to run; one that
                 // went to sleep meanwhile is read from outside instead.
                 let asleep = look && request.is_some() && state_code(tid) != Some(b'R');
@@ -668,12 +668,6 @@ impl Session {
             end,
         ))
     }
-}
-
-/// Whether thread `tid` is still one of ours.
-fn thread_exists(tid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the thread exists.
-    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) == 0 }
 }
 
 /// The state letter of `/proc/self/task/TID/stat`, `None` if gone.

@@ -147,6 +147,13 @@ pub(crate) fn configured_cpus() -> u64 {
 }
 
 /// The calling thread's CPU time in nanoseconds.
+/// Whether thread `tid` is one of this process's now (signal 0 only looks
+/// the thread up and sends nothing).
+pub(crate) fn thread_exists(tid: i32) -> bool {
+    // SAFETY: tgkill with signal 0 has no effect beyond the lookup.
+    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) == 0 }
+}
+
 pub(crate) fn own_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
 }

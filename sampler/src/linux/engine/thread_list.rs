@@ -355,7 +355,7 @@ impl SamplerLoop {
         };
         let cpu_before = threads::own_cpu_ns();
         let mut found = std::mem::take(&mut self.new_tids);
-        watch.look(std::process::id() as i32, &mut found);
+        watch.look(&mut found);
         found.retain(|&tid| {
             tid != self.own_tid
                 && !exclusions::is_excluded(tid as u64)
