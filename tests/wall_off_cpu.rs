@@ -111,11 +111,17 @@ fn off_cpu_samples_are_marked_and_show_where_the_thread_waits() {
         off_cpu_in_poll * 4 > off_cpu,
         "off-CPU samples seldom in wait_in_poll\n{report}"
     );
-    // On CPU it works; a sample taken while it ran is never in poll's wait.
+    // On CPU it works. Its way into and out of poll's wait runs too, and
+    // on a loaded host that can take long enough to be sampled unmarked
+    // (58 samples, most in glibc's cancellation entry, in one run on a busy
+    // CI host; none in twelve runs beside two hogs here). So the bar is
+    // against the marked samples in poll: a sample blocked in poll's wait
+    // that lost its mark moves from that count to this one (with half the
+    // marks dropped, a scratch edit, about 600 to 700 against 600 to 700).
     assert!(on_cpu_working > 0, "{report}");
     assert!(
-        on_cpu_in_poll * 10 <= on_cpu_working,
-        "running samples in poll\n{report}"
+        on_cpu_in_poll * 10 <= off_cpu_in_poll,
+        "blocked samples in poll counted as running\n{report}"
     );
 
     // The mark reaches pprof too.
