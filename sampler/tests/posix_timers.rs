@@ -315,18 +315,20 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
 fn a_thread_seen_blocking_the_signal_once_gets_its_timer_at_the_next_listing() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let (stop, tid) = (
+    let (stop, tid, unblocked) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
     );
     let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
     let thread = {
-        let (stop, tid) = (stop.clone(), tid.clone());
+        let (stop, tid, unblocked) = (stop.clone(), tid.clone(), unblocked.clone());
         thread::spawn(move || {
             support::block_every_signal();
             tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
             wait_for_go.recv().expect("go");
             support::unblock_every_signal();
+            unblocked.store(true, Ordering::Release);
             while !stop.load(Ordering::Relaxed) {
                 std::hint::black_box(btprof_testkit::spin_cpu(Duration::from_millis(5), 200_000));
             }
@@ -341,8 +343,17 @@ fn a_thread_seen_blocking_the_signal_once_gets_its_timer_at_the_next_listing() {
         !timer_threads().contains(&tid),
         "the thread got a timer while it blocked the signal"
     );
-    let from = sampler.progress().ticks.load(Ordering::Acquire);
+    // Beside busy processes the woken thread may wait for a CPU past the
+    // next listing, which would see the signal still blocked, confirm it
+    // and look again only 20 listings later: listings are held back (a
+    // test hook) until it has unblocked, and wakeups counted from then.
+    let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
     go.send(()).expect("the thread waits");
+    while !unblocked.load(Ordering::Acquire) {
+        thread::sleep(Duration::from_millis(1));
+    }
+    drop(held);
+    let from = sampler.progress().ticks.load(Ordering::Acquire);
     let mut last = from;
     while !timer_threads().contains(&tid) && last < from + 30 {
         last = support::wait_ticks(&sampler, last, 1);
