@@ -496,8 +496,10 @@ fn dump_every_writes_windows_that_add_up() {
         &dir,
         &[
             "--pid-self",
+            // Five windows or more, even where the first dump, which
+            // loads the symbol tables, takes a second on a loaded machine.
             "--duration",
-            "1500ms",
+            "3s",
             "--dump-every",
             "300ms",
             "--dump-dir",
