@@ -11,13 +11,17 @@
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod main_thread {
     use std::hint::black_box;
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+    use std::sync::atomic::{
+        AtomicBool, AtomicU32,
+        Ordering::{Acquire, Relaxed, Release},
+    };
     use std::sync::Arc;
 
     use btprof::{backtrace, Thread, ThreadState};
 
     #[inline(never)]
-    fn main_thread_spins(stop: &AtomicBool) {
+    fn main_thread_spins(stop: &AtomicBool, entered: &AtomicBool) {
+        entered.store(true, Release);
         let mut x = 0u64;
         while !stop.load(Relaxed) {
             x = black_box(x.wrapping_add(1));
@@ -25,7 +29,8 @@ mod main_thread {
     }
 
     #[inline(never)]
-    fn main_thread_sleeps(stop: &AtomicBool) {
+    fn main_thread_sleeps(stop: &AtomicBool, entered: &AtomicBool) {
+        entered.store(true, Release);
         while !stop.load(Relaxed) {
             std::thread::sleep(std::time::Duration::from_secs(1));
         }
@@ -35,17 +40,23 @@ mod main_thread {
     /// backtraces of it; returns how many named `function`, and the states.
     fn hundred_backtraces(
         function: &'static str,
-        body: fn(&AtomicBool),
+        body: fn(&AtomicBool, &AtomicBool),
     ) -> (u32, Vec<ThreadState>) {
         let main = Thread::main();
         assert_eq!(main, Thread::current(), "main() is this thread");
         let stop = Arc::new(AtomicBool::new(false));
         let hits = Arc::new(AtomicU32::new(0));
+        let entered = Arc::new(AtomicBool::new(false));
         let taker = {
-            let (stop, hits) = (stop.clone(), hits.clone());
+            let (stop, hits, entered) = (stop.clone(), hits.clone(), entered.clone());
             std::thread::spawn(move || {
-                // Until the main thread is inside `body`.
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                // Until the main thread is inside `body` (a fixed wait
+                // could end first on a loaded machine), and a little more
+                // for it to reach its sleep.
+                while !entered.load(Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
                 let mut states = Vec::new();
                 for _ in 0..100 {
                     let bt = backtrace(&main).unwrap();
@@ -64,7 +75,7 @@ mod main_thread {
                 states
             })
         };
-        body(&stop);
+        body(&stop, &entered);
         let states = taker.join().unwrap();
         (hits.load(Relaxed), states)
     }
