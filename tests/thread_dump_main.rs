@@ -1,7 +1,14 @@
 //! `backtrace(&Thread::main())` from another thread names the function the
-//! main thread is in, 100 of 100 times, while it spins and while it
-//! sleeps. A test binary of its own (no test harness), so its main thread
-//! is this file's `main`.
+//! main thread is in, 100 of 100 times, while it spins, while it sleeps,
+//! and while it sleeps after a nap taken one frame up (which leaves stale
+//! words below its frames). A test binary of its own (no test harness), so
+//! its main thread is this file's `main`.
+//!
+//! On Linux a sleeping thread's stack is read from outside, and its frame
+//! pointer, which the kernel does not report, is recovered from the stack:
+//! after the nap, `sleep`'s own frame held a zero word followed by a
+//! stale return address, and taking that pair for the outermost frame
+//! record lost every frame past `sleep` (0 of 100).
 //!
 //! The same code runs on Linux and macOS: there `backtrace` suspends the
 //! main thread through the shared stop/walk/resume window, and the main
@@ -34,6 +41,14 @@ mod main_thread {
         while !stop.load(Relaxed) {
             std::thread::sleep(std::time::Duration::from_secs(1));
         }
+    }
+
+    /// Naps one frame up first, then sleeps in [`main_thread_sleeps`].
+    #[inline(never)]
+    fn main_thread_naps_then_sleeps(stop: &AtomicBool, entered: &AtomicBool) {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        main_thread_sleeps(stop, entered);
+        black_box(());
     }
 
     /// Runs `body` on the main thread while another thread takes 100
@@ -97,6 +112,9 @@ mod main_thread {
             .filter(|s| **s == ThreadState::Blocked)
             .count();
         assert!(blocked >= 90, "blocked in {blocked} of 100");
+        let (nap_hits, _) = hundred_backtraces("main_thread_sleeps", main_thread_naps_then_sleeps);
+        println!("while it sleeps after a nap: {nap_hits} of 100 name main_thread_sleeps");
+        assert_eq!(nap_hits, 100);
         // A thread from a pthread_t names the same thread.
         // SAFETY: pthread_self has no preconditions.
         let me = Thread::from_pthread(unsafe { libc::pthread_self() });

@@ -93,41 +93,58 @@ impl CfiWalker {
 
     /// The lowest 8-aligned address at or above `sp` in `copy` that holds
     /// a frame record whose chain continues for [`CHAIN_CHECK`] records
-    /// (or ends with a zero frame pointer) through return addresses in
-    /// known code.
+    /// through return addresses in known code; failing that, the lowest
+    /// whose chain ends sooner with a zero frame pointer.
+    ///
+    /// A zero saved frame pointer marks the outermost frame, but a zero
+    /// word followed by a stale return address is common in a frame's
+    /// locals (left by an earlier, deeper call): taken first, it ended the
+    /// walk two frames in, with the frame needing the pointer repeated. A
+    /// chain that ends at once is believed only where no longer one is
+    /// found.
     fn lowest_frame_record(&self, copy: &CopiedStack<'_>, sp: u64) -> Option<u64> {
         let arch = Arch::host();
         let mut candidate = sp.next_multiple_of(8);
+        let mut shorter = None;
         while candidate + 16 <= copy.end() {
-            if self.chain_holds(copy, candidate, arch) {
-                return Some(candidate);
+            match self.chain_length(copy, candidate, arch) {
+                Some(CHAIN_CHECK) => return Some(candidate),
+                Some(_) => {
+                    shorter.get_or_insert(candidate);
+                }
+                None => {}
             }
             candidate += 8;
         }
-        None
+        shorter
     }
 
-    fn chain_holds(&self, copy: &CopiedStack<'_>, start: u64, arch: Arch) -> bool {
+    /// How many frame records from `start` were checked and hold (a
+    /// return address into known code, then a saved frame pointer above
+    /// the record, or zero), at most [`CHAIN_CHECK`]; `None` where one
+    /// does not. A chain that leaves the copy after its first record is
+    /// believed, as if checked in full.
+    fn chain_length(&self, copy: &CopiedStack<'_>, start: u64, arch: Arch) -> Option<usize> {
         let mut record = start;
-        for _ in 0..CHAIN_CHECK {
+        for checked in 0..CHAIN_CHECK {
             let (Some(next), Some(ret)) = (copy.read(record), copy.read(record + 8)) else {
                 // Beyond the copy: believed as far as it was checked.
-                return record != start;
+                return (record != start).then_some(CHAIN_CHECK);
             };
             if !self
                 .modules
                 .covers(arch.strip_code_address(ret).wrapping_sub(1))
             {
-                return false;
+                return None;
             }
             if next == 0 {
-                return true;
+                return Some(checked + 1);
             }
             if next <= record || next % 8 != 0 || next - record > 1 << 20 {
-                return false;
+                return None;
             }
             record = next;
         }
-        true
+        Some(CHAIN_CHECK)
     }
 }
