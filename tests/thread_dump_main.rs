@@ -51,6 +51,15 @@ mod main_thread {
         black_box(());
     }
 
+    /// Sets its flag when dropped.
+    struct StopOnDrop(Arc<AtomicBool>);
+
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Relaxed);
+        }
+    }
+
     /// Runs `body` on the main thread while another thread takes 100
     /// backtraces of it; returns how many named `function`, and the states.
     fn hundred_backtraces(
@@ -65,6 +74,10 @@ mod main_thread {
         let taker = {
             let (stop, hits, entered) = (stop.clone(), hits.clone(), entered.clone());
             std::thread::spawn(move || {
+                // The body ends however this thread does: a panic here
+                // (a failed `backtrace`) fails the test instead of leaving
+                // the main thread in its body for ever.
+                let _release = StopOnDrop(stop.clone());
                 // Until the main thread is inside `body` (a fixed wait
                 // could end first on a loaded machine), and a little more
                 // for it to reach its sleep.
@@ -86,7 +99,6 @@ mod main_thread {
                     }
                     states.push(bt.state());
                 }
-                stop.store(true, Relaxed);
                 states
             })
         };
