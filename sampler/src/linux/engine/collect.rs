@@ -178,6 +178,7 @@ impl SamplerLoop {
                         // Its clock now includes what taking the sample cost.
                         state.paced.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
                         state.paced.last_walk = Some(walk);
+                        state.paced.last_walk_whole = true;
                     } else if self.cpu_pacing.is_some() {
                         // The last few kept while the thread is young: a
                         // short-lived thread's tail is a large part of its

@@ -59,6 +59,12 @@ pub(super) struct PacedThread {
     /// taken.
     pub(super) last_walk: Option<OwnedWalk>,
     pub(super) walk_cpu_ns: u64,
+    /// Wall mode: `last_walk` is a whole stack (a sample the thread took,
+    /// or its blocked stack read and unwound with the modules known), not
+    /// a stand-in (its system call's pc alone, or a read made before the
+    /// module list was): a stand-in is read again at a later tick rather
+    /// than counted for as long as the thread stays blocked.
+    pub(super) last_walk_whole: bool,
     /// Wall mode: the one-shot timer asking for the sample in flight
     /// ([`SamplerLoop::wall_requests`]); deleted, and with it any signal it
     /// still had queued, once that sample is done.
@@ -270,7 +276,8 @@ impl SamplerLoop {
                 // Being sampled costs a thread some CPU (the handler): less
                 // than IDLE_SLACK_NS of progress is not running.
                 let ran = cpu >= state.paced.walk_cpu_ns + IDLE_SLACK_NS;
-                if let (false, Some(walk)) = (ran, &state.paced.last_walk) {
+                let whole = state.paced.last_walk_whole;
+                if let (false, true, Some(walk)) = (ran, whole, &state.paced.last_walk) {
                     let weight = self.tick.saturating_sub(state.paced.counted_tick).max(1);
                     state.paced.counted_tick = self.tick;
                     let (key, walk) = (state.key, walk.off_cpu());
@@ -437,14 +444,19 @@ impl SamplerLoop {
         let Some(state) = self.threads.get_mut(&tid) else {
             return;
         };
-        let walk = match read.or_else(|| state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu)) {
-            Some(walk) => walk,
-            None => match threads::blocked_syscall_pc(tid) {
-                Some(pc) => OwnedWalk {
-                    frames: vec![pc],
-                    lr: 0,
-                    end: WalkEnd::Blocked,
-                },
+        let last = state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu);
+        let (walk, whole) = match (read, last) {
+            (Some(walk), _) => (walk, true),
+            (None, Some(walk)) => (walk, state.paced.last_walk_whole),
+            (None, None) => match threads::blocked_syscall_pc(tid) {
+                Some(pc) => {
+                    let walk = OwnedWalk {
+                        frames: vec![pc],
+                        lr: 0,
+                        end: WalkEnd::Blocked,
+                    };
+                    (walk, false)
+                }
                 None => {
                     self.stats.skipped_samples += 1;
                     return;
@@ -453,6 +465,7 @@ impl SamplerLoop {
         };
         state.paced.walk_cpu_ns = cpu;
         state.paced.last_walk = Some(walk.clone());
+        state.paced.last_walk_whole = whole;
         let weight = self.tick.saturating_sub(state.paced.counted_tick).max(1);
         state.paced.counted_tick = self.tick;
         let key = state.key;
@@ -464,7 +477,10 @@ impl SamplerLoop {
     /// (nothing to read from outside), moved meanwhile, or the budget is
     /// spent.
     pub(super) fn read_blocked_stack(&mut self, tid: i32) -> Option<OwnedWalk> {
-        let cfi = self.cfi.as_mut()?;
+        // Before the module list is first read (at the end of the first
+        // tick), CFI cannot get past the C library's system call wrapper:
+        // such a read would give one frame.
+        let cfi = self.cfi.as_mut().filter(|cfi| cfi.modules_read())?;
         let tick_ns = self.period_ns;
         let earned = (tick_ns as f64 * BLOCKED_READ_SHARE) as u64;
         let since = self.tick.saturating_sub(self.blocked_reads.tick);
@@ -537,7 +553,11 @@ impl SamplerLoop {
             } else if self.cpu_pacing.is_some() {
                 idle.push(tid);
             } else if self.config.mode == Mode::Wall && self.tick > state.paced.counted_tick {
-                if let Some(walk) = state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu) {
+                let whole = state.paced.last_walk_whole;
+                if let (true, Some(walk)) = (
+                    whole,
+                    state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu),
+                ) {
                     let weight = self.tick - state.paced.counted_tick;
                     state.paced.counted_tick = self.tick;
                     let key = state.key;

@@ -127,6 +127,14 @@ impl CfiWalker {
         self.may_ask = true;
     }
 
+    /// Whether this process's module list was read: at the first
+    /// [`CfiWalker::refresh_modules`]; until then walks unwind with frame
+    /// pointers only. (A walker made [`CfiWalker::with_modules`] never
+    /// reads it.)
+    pub fn modules_read(&self) -> bool {
+        self.checked_at.is_some()
+    }
+
     /// Asks the loader whether objects changed, and reads them if so.
     /// Returns whether the list changed.
     fn ask_loader(&mut self) -> bool {
