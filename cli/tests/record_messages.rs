@@ -5,7 +5,9 @@
 //! three children it forks that each `exec` the program again): the
 //! output directory not writable, the profiling signal taken by the
 //! program before profiling starts, and perf events refused by a seccomp
-//! filter so that the sampler's clock detection falls back.
+//! filter so that the sampler's clock detection falls back. A program
+//! whose threads all block the profiling signal (`programs/signalfd_workers.c`)
+//! is then not sampled, and that is said too.
 
 #![cfg(target_os = "linux")]
 
@@ -186,4 +188,87 @@ fn a_profiling_signal_the_program_takes_later_is_said_once_per_process() {
     };
     said_once_each(&out, "installed its own handler for signal");
     assert!(text(&out.stderr).contains("--signal"), "{:?}", out);
+}
+
+/// Runs `btprof record -- ./signalfd_workers` in `scratch` with
+/// `configure` applied to the `btprof` command; `None` (said on stdout)
+/// where it cannot be built.
+fn run_signalfd_workers(scratch: &Scratch, configure: impl FnOnce(&mut Command)) -> Option<Output> {
+    let exe = framed_program(scratch, "signalfd_workers.c", "signalfd_workers")?;
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(&scratch.0)
+        .arg("record")
+        .arg("--")
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    configure(&mut cmd);
+    Some(wait_limited(
+        cmd.spawn().expect("run btprof"),
+        Duration::from_secs(120),
+    ))
+}
+
+/// A program whose threads all block every signal, as `signalfd` programs
+/// do. Where perf events are refused, the clock that runs instead signals
+/// threads and cannot sample these: their CPU time has no stack, and the
+/// profile alone would show them idle. That is said once, naming the
+/// samples lost, and the status line and the merged sidecar count them.
+#[test]
+fn threads_that_block_the_signal_are_said_where_perf_is_refused() {
+    let scratch = Scratch::new("msg-signalfd");
+    let Some(out) = run_signalfd_workers(&scratch, |cmd| {
+        seccomp::refuse_perf_event_open(cmd, libc::EACCES);
+    }) else {
+        return;
+    };
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("workers done"), "{stdout}");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("block the profiling signal"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].starts_with("btprof: signalfd_workers (") && said[0].contains("2 threads block"),
+        "{}",
+        said[0]
+    );
+    // Two workers of 0.4 CPU-s at 1000 Hz: most of 800 samples.
+    let sidecar: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scratch.path("btprof.json")).unwrap())
+            .unwrap();
+    let lost = sidecar["signal_blocked_samples"].as_u64().unwrap();
+    assert!((600..=900).contains(&lost), "{sidecar}");
+    assert!(
+        stdout.contains(&format!("lost to a blocked signal: {lost} ")),
+        "{stdout}"
+    );
+}
+
+/// The same program where perf events are allowed: the ring clock needs
+/// no signal, so its workers are sampled and nothing is said.
+#[test]
+fn threads_that_block_the_signal_are_sampled_where_perf_is_allowed() {
+    let scratch = Scratch::new("msg-signalfd-perf");
+    let Some(out) = run_signalfd_workers(&scratch, |_| {}) else {
+        return;
+    };
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    if !stdout.contains("perf events: kernel ring records") {
+        println!("NOT CHECKED: perf events are refused here, so no clock samples without a signal");
+        return;
+    }
+    assert!(!stderr.contains("block the profiling signal"), "{stderr}");
+    let lines = folded(&scratch.path("btprof.folded"));
+    let work = samples_in(&lines, "work");
+    assert!(
+        work >= 600,
+        "{work} samples in work of 800 periods\n{stdout}"
+    );
 }

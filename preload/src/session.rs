@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use btprof::formats::output_file::write_atomically;
 use btprof::formats::process_record::ProcessRecord;
+use btprof::record::lost_samples;
 use btprof::{Mode, Profiler, SampleClock};
 
 use crate::config::Config;
@@ -194,6 +195,7 @@ pub fn finish(ended_by: &str) -> bool {
                  thread paced the samples (see docs/record.md)",
             );
         }
+        say_signal_blocked(&profile, stats);
     }
     let Some(config) = CONFIG.get() else {
         return true;
@@ -228,6 +230,42 @@ pub fn finish(ended_by: &str) -> bool {
         ),
     }
     true
+}
+
+/// Says, in one line, which threads lost most of their samples because
+/// they block the profiling signal (a `signalfd` program blocks it in
+/// every thread): on a clock that signals threads, their CPU time has no
+/// stack, and the profile alone would show them idle.
+fn say_signal_blocked(profile: &btprof::Profile, stats: &btprof::Stats) {
+    let names: Vec<(u64, &str)> = profile
+        .threads()
+        .filter_map(|t| Some((t.tid?, t.name)))
+        .collect();
+    let (mut threads, mut lost, mut cpu) = (Vec::new(), 0, 0.0);
+    for t in lost_samples::signal_blocked_threads(stats) {
+        threads.push(lost_samples::thread_label(&names, t.tid));
+        lost += t.signal_blocked;
+        cpu += t.cpu.as_secs_f64();
+    }
+    if threads.is_empty() {
+        return;
+    }
+    say_once(
+        "signal-blocked",
+        format_args!(
+            "{} thread{} block{} the profiling signal, which the clock that ran here ({}) \
+             sends, so it could not sample {} ({}): {lost} samples lost ({:.0} ms of CPU). \
+             Where perf events are allowed btprof samples threads without a signal; a program \
+             that blocks only this signal can be given another (btprof record --signal N)",
+            threads.len(),
+            if threads.len() == 1 { "" } else { "s" },
+            if threads.len() == 1 { "s" } else { "" },
+            stats.clock.describe(),
+            if threads.len() == 1 { "it" } else { "them" },
+            threads.join(", "),
+            cpu * 1e3,
+        ),
+    );
 }
 
 /// The handler of `signal` now, if it can be read.

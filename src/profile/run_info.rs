@@ -76,6 +76,13 @@ pub struct RunInfo {
     pub truncated_walks: u64,
     /// Samples due but never taken.
     pub failed_samples: u64,
+    /// Samples due on threads that block the profiling signal, so that a
+    /// clock which signals threads (POSIX timers, the sampler thread)
+    /// cannot take them: such a busy thread looks idle in the profile.
+    /// Zero on the ring clock, which needs no signal, and in metadata
+    /// written before btprof recorded it.
+    #[serde(default)]
+    pub signal_blocked_samples: u64,
     /// Samples the kernel dropped because a ring buffer was full (perf
     /// events only); their CPU time has no sample.
     #[serde(default)]
@@ -140,6 +147,7 @@ impl RunInfo {
             missed_ticks: stats.missed_ticks,
             truncated_walks: stats.truncated(),
             failed_samples: stats.failed_samples,
+            signal_blocked_samples: stats.signal_blocked_samples,
             lost_samples: stats.lost_samples,
             lost_cpu_secs: (stats.lost_cpu().as_secs_f64() * 1e6).round() / 1e6,
             ring_threads: stats.ring_threads,
@@ -329,6 +337,17 @@ mod tests {
         assert_eq!(info.lost_cpu_secs, 0.25);
         let json = serde_json::to_string(&info).unwrap();
         assert!(json.contains("\"lost_cpu_secs\":0.25"), "{json}");
+    }
+
+    /// Samples lost to threads that block the profiling signal reach the
+    /// sidecar: on a signal clock, a `signalfd` program's busy threads
+    /// have no sample, and nothing else in its metadata would say why.
+    #[test]
+    fn reports_samples_lost_to_a_blocked_signal() {
+        let mut stats = Stats::new(&btprof_sampler::SamplerConfig::default());
+        stats.signal_blocked_samples = 480;
+        let json = serde_json::to_string(&RunInfo::of_this_process(&stats, 0)).unwrap();
+        assert!(json.contains("\"signal_blocked_samples\":480"), "{json}");
     }
 
     /// What the wake timers did, and the threads found between listings,

@@ -140,40 +140,127 @@ pub fn merge(
     Ok(builder.finish_combined("btprof record"))
 }
 
-/// The run metadata of all parts together: sums of what adds up, the
-/// rate over all of them, the first part's settings and program.
+/// The run metadata of all parts together: sums of what adds up (samples,
+/// CPU time, losses, threads per clock), the rates over all of them, the
+/// first part's settings and program.
 pub fn combined_run_info(parts: &[Part]) -> Option<RunInfo> {
     let first = parts.first()?;
     let mut info = first.record.run.clone();
-    let runs = parts.iter().map(|p| &p.record.run);
-    let end = runs
-        .clone()
+    let runs = || parts.iter().map(|p| &p.record.run);
+    let sum = |field: fn(&RunInfo) -> u64| runs().map(field).sum::<u64>();
+    let end = runs()
         .map(|r| r.start_unix_secs + r.duration_secs)
         .fold(f64::MIN, f64::max);
     info.duration_secs = end - info.start_unix_secs;
-    info.samples = runs.clone().map(|r| r.samples).sum();
-    info.sampled_cpu_secs = runs.clone().map(|r| r.sampled_cpu_secs).sum();
-    info.missed_ticks = runs.clone().map(|r| r.missed_ticks).sum();
-    info.truncated_walks = runs.clone().map(|r| r.truncated_walks).sum();
-    info.failed_samples = runs.clone().map(|r| r.failed_samples).sum();
-    info.overflow_samples = runs.clone().map(|r| r.overflow_samples).sum();
-    info.threads = runs.clone().map(|r| r.threads).sum();
-    info.samples_per_cpu_second = if info.sampled_cpu_secs > 0.0 {
-        (info.samples as f64 / info.sampled_cpu_secs * 10.0).round() / 10.0
-    } else {
-        0.0
+    info.samples = sum(|r| r.samples);
+    info.distinct_samples = sum(|r| r.distinct_samples);
+    info.sampled_cpu_secs = runs().map(|r| r.sampled_cpu_secs).sum();
+    info.missed_ticks = sum(|r| r.missed_ticks);
+    info.truncated_walks = sum(|r| r.truncated_walks);
+    info.failed_samples = sum(|r| r.failed_samples);
+    info.signal_blocked_samples = sum(|r| r.signal_blocked_samples);
+    info.lost_samples = sum(|r| r.lost_samples);
+    info.lost_cpu_secs = runs().map(|r| r.lost_cpu_secs).sum();
+    info.ring_threads = sum(|r| r.ring_threads);
+    info.timer_threads = sum(|r| r.timer_threads);
+    info.wake_timers = sum(|r| r.wake_timers);
+    info.wakes = sum(|r| r.wakes);
+    info.idle_without_wake_timer = sum(|r| r.idle_without_wake_timer);
+    info.threads_found_between_listings = sum(|r| r.threads_found_between_listings);
+    info.overflow_samples = sum(|r| r.overflow_samples);
+    info.threads = sum(|r| r.threads);
+    let per_cpu_second = |samples: u64| {
+        if info.sampled_cpu_secs > 0.0 {
+            (samples as f64 / info.sampled_cpu_secs * 10.0).round() / 10.0
+        } else {
+            0.0
+        }
     };
-    let wall: f64 = runs.clone().map(|r| r.duration_secs).sum();
+    info.samples_per_cpu_second = per_cpu_second(info.samples);
+    info.distinct_samples_per_cpu_second = per_cpu_second(info.distinct_samples);
+    // Per wall-second figures: each process's, weighted by how long it ran.
+    let wall: f64 = runs().map(|r| r.duration_secs).sum();
+    let over_wall = |field: fn(&RunInfo) -> f64| {
+        if wall > 0.0 {
+            let weighted: f64 = runs().map(|r| field(r) * r.duration_secs).sum();
+            (weighted / wall * 10.0).round() / 10.0
+        } else {
+            0.0
+        }
+    };
+    info.ticks_per_second = over_wall(|r| r.ticks_per_second);
     info.achieved_hz = if info.mode == "cpu" {
         info.samples_per_cpu_second
-    } else if wall > 0.0 {
-        let weighted: f64 = runs.clone().map(|r| r.achieved_hz * r.duration_secs).sum();
-        (weighted / wall * 10.0).round() / 10.0
     } else {
-        0.0
+        over_wall(|r| r.achieved_hz)
     };
-    if runs.clone().any(|r| r.clock != info.clock) {
+    if runs().any(|r| r.clock != info.clock) {
         info.clock = "mixed".to_owned();
     }
     Some(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(pid: u32, run: RunInfo) -> Part {
+        Part {
+            record: ProcessRecord {
+                pid,
+                name: "p".into(),
+                command_line: Vec::new(),
+                ended_by: "exit".into(),
+                run,
+            },
+            folded: PathBuf::new(),
+        }
+    }
+
+    /// Every count adds up over the processes, not only the first one's:
+    /// a family whose second process lost samples to a full ring, or to a
+    /// blocked signal, says so in the merged sidecar.
+    #[test]
+    fn the_combined_metadata_adds_up_every_count() {
+        let stats = btprof::Stats::new(&Default::default());
+        let base = RunInfo::of_this_process(&stats, 0);
+        let a = RunInfo {
+            mode: "cpu".into(),
+            clock: "posix-timers".into(),
+            start_unix_secs: 100.0,
+            duration_secs: 2.0,
+            sampled_cpu_secs: 1.0,
+            samples: 1000,
+            distinct_samples: 250,
+            ticks_per_second: 50.0,
+            timer_threads: 3,
+            ..base.clone()
+        };
+        let b = RunInfo {
+            mode: "cpu".into(),
+            clock: "posix-timers".into(),
+            start_unix_secs: 101.0,
+            duration_secs: 2.0,
+            sampled_cpu_secs: 1.0,
+            samples: 600,
+            distinct_samples: 150,
+            ticks_per_second: 10.0,
+            timer_threads: 2,
+            signal_blocked_samples: 400,
+            lost_samples: 7,
+            lost_cpu_secs: 0.007,
+            ..base
+        };
+        let info = combined_run_info(&[part(1, a), part(2, b)]).unwrap();
+        assert_eq!(info.duration_secs, 3.0);
+        assert_eq!((info.samples, info.distinct_samples), (1600, 400));
+        assert_eq!(info.samples_per_cpu_second, 800.0);
+        assert_eq!(info.distinct_samples_per_cpu_second, 200.0);
+        assert_eq!(info.achieved_hz, 800.0);
+        assert_eq!(info.ticks_per_second, 30.0);
+        assert_eq!(info.timer_threads, 5);
+        assert_eq!(info.signal_blocked_samples, 400);
+        assert_eq!((info.lost_samples, info.lost_cpu_secs), (7, 0.007));
+        assert_eq!(info.clock, "posix-timers");
+    }
 }

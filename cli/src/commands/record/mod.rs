@@ -14,7 +14,7 @@ use std::process::{Command, ExitCode, ExitStatus};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use btprof::formats::process_record::env;
-use btprof::{Profile, SampleClock};
+use btprof::{Profile, RunInfo, SampleClock};
 use clap::{Args, ValueEnum};
 
 use super::{fail, EXIT_BAD_INPUT};
@@ -341,8 +341,11 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
     pids.dedup();
     let rate = match args.mode {
         RecordMode::Cpu => format!(
-            "{:.1} samples per CPU-second ({:.3} CPU-s sampled; requested {} Hz)",
-            info.samples_per_cpu_second, info.sampled_cpu_secs, args.hz
+            "{:.1} samples per CPU-second ({:.1} distinct; {:.3} CPU-s sampled; requested {} Hz)",
+            info.samples_per_cpu_second,
+            info.distinct_samples_per_cpu_second,
+            info.sampled_cpu_secs,
+            args.hz
         ),
         RecordMode::Wall => format!(
             "{:.1} ticks per second (requested {} Hz)",
@@ -350,10 +353,18 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
         ),
     };
     // `mixed` when the processes ran on different clocks.
-    let clock = SampleClock::from_name(&info.clock).map_or(info.clock.as_str(), |c| c.describe());
+    let mut clock = SampleClock::from_name(&info.clock)
+        .map_or(info.clock.as_str(), |c| c.describe())
+        .to_owned();
+    if info.ring_threads + info.timer_threads > 0 {
+        clock += &format!(
+            " ({} threads on the rings, {} on timers of their own)",
+            info.ring_threads, info.timer_threads
+        );
+    }
     println!(
         "profiled {} process{} ({}): {} samples, {rate}, {} mode, {clock}; truncated walks: {}, \
-         failed samples: {}",
+         failed samples: {}{}",
         pids.len(),
         if pids.len() == 1 { "" } else { "es" },
         names.join(", "),
@@ -361,7 +372,27 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
         info.mode,
         info.truncated_walks,
         info.failed_samples,
+        losses(info),
     );
+}
+
+/// The status line's tail for samples that were due and have no stack,
+/// each with its cause; empty when there were none.
+fn losses(info: &RunInfo) -> String {
+    let mut out = String::new();
+    if info.signal_blocked_samples > 0 {
+        out += &format!(
+            ", lost to a blocked signal: {} (threads that block the profiling signal)",
+            info.signal_blocked_samples
+        );
+    }
+    if info.lost_samples > 0 {
+        out += &format!(
+            ", lost to a full ring: {} ({:.3} CPU-s not covered)",
+            info.lost_samples, info.lost_cpu_secs
+        );
+    }
+    out
 }
 
 /// One line per process that was profiled and wrote no profile.
