@@ -181,13 +181,33 @@ fn perf_events_refused_by_seccomp_is_said_once_per_process() {
 #[test]
 fn a_profiling_signal_the_program_takes_later_is_said_once_per_process() {
     let scratch = Scratch::new("msg-signal-late");
-    // The program's handler then receives the profiling signals: nothing
-    // but this line would tell.
-    let Some(out) = run_family(&scratch, &[], &[("TAKE_URG", "late")], |_| {}) else {
+    // On a clock that signals threads the program's handler then receives
+    // the profiling signals: nothing but this line would tell.
+    let Some(out) = run_family(
+        &scratch,
+        &["--clock", "thread"],
+        &[("TAKE_URG", "late")],
+        |_| {},
+    ) else {
         return;
     };
     said_once_each(&out, "installed its own handler for signal");
     assert!(text(&out.stderr).contains("--signal"), "{:?}", out);
+    // On the rings no signal is sent, nothing is lost: nothing to say.
+    let Some(out) = run_family(&scratch, &[], &[("TAKE_URG", "late")], |_| {}) else {
+        return;
+    };
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    if !stdout.contains("perf events: kernel ring records per thread (") {
+        println!("NOT CHECKED: perf events are refused here, so every clock signals threads");
+        return;
+    }
+    if !stdout.contains(" 0 on timers of their own)") {
+        println!("NOT CHECKED: some threads were on signal timers: {stdout}");
+        return;
+    }
+    assert!(!stderr.contains("installed its own handler"), "{stderr}");
 }
 
 /// Runs `btprof record -- ./signalfd_workers` in `scratch` with

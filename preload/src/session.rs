@@ -161,22 +161,14 @@ pub fn finish(ended_by: &str) -> bool {
     let Some(session) = lock(&SESSION).take() else {
         return false;
     };
+    // Compared while the sampler still runs with its handler installed.
     #[cfg(target_os = "linux")]
-    if let Some(signal) = CONFIG.get().map(Config::signal) {
-        if session.handler.is_some() && handler(signal) != session.handler {
-            // The sampler keeps a handler installed after it (its
-            // samples stop, and the program's handler gets its signals):
-            // nothing else would ever tell.
-            say_once(
-                "signal-replaced",
-                format_args!(
-                    "the program installed its own handler for signal {signal}, the profiling \
-                     signal, while it was profiled: its samples from then on are lost and its \
-                     handler received btprof's signals (btprof record --signal N picks another)"
-                ),
-            );
-        }
-    }
+    let replaced = CONFIG
+        .get()
+        .map(Config::signal)
+        .filter(|&signal| session.handler.is_some() && handler(signal) != session.handler);
+    #[cfg(not(target_os = "linux"))]
+    let replaced: Option<i32> = None;
     let profile = match session.profiler.stop() {
         Ok(profile) => profile,
         Err(e) => {
@@ -196,6 +188,21 @@ pub fn finish(ended_by: &str) -> bool {
             );
         }
         say_signal_blocked(&profile, stats);
+        // On the rings alone no signal was sent: the program's handler
+        // took none of btprof's, and no sample was lost to it.
+        let signalled = stats.clock != SampleClock::ThreadTimers || stats.timer_threads > 0;
+        if let (Some(signal), true) = (replaced, signalled) {
+            // Nothing else would ever tell: the samples stop, and the
+            // program's handler gets btprof's signals.
+            say_once(
+                "signal-replaced",
+                format_args!(
+                    "the program installed its own handler for signal {signal}, the profiling \
+                     signal, while it was profiled: its samples from then on are lost and its \
+                     handler received btprof's signals (btprof record --signal N picks another)"
+                ),
+            );
+        }
     }
     let Some(config) = CONFIG.get() else {
         return true;

@@ -13,8 +13,8 @@
 //!   code around it, the std thread start (`…::Thread::new::thread_start`),
 //!   the C library's thread start (`start_thread`, `clone`, `clone3`;
 //!   `thread_start`, `_pthread_start`, `start_wqthread` and dyld's `start`
-//!   on macOS). Whatever the walk did after reaching it is the start code's
-//!   business, not a lost caller;
+//!   on macOS), Go's goroutine and thread starts. Whatever the walk did
+//!   after reaching it is the start code's business, not a lost caller;
 //! - or the chain's documented terminator: the walk ended at a zero frame
 //!   pointer (or return address), as the x86_64 and arm64 ABIs mark the
 //!   outermost frame, and that outermost frame lies in the C library (whose
@@ -56,9 +56,22 @@ const ENTRY_FUNCTIONS: &[&str] = &[
     "_dyld_start",
 ];
 
+/// The Go runtime's stack beginnings: `runtime.goexit`, the return
+/// address Go plants under every goroutine's first function (its frame
+/// chain ends there), and the starts of its threads' own stacks
+/// (`runtime.mstart`, `runtime.rt0_go` on the first thread). Assembly
+/// functions carry an `.abi0` suffix in the symbol table.
+const GO_ENTRY_FUNCTIONS: &[&str] = &[
+    "runtime.goexit",
+    "runtime.mstart",
+    "runtime.mstart0",
+    "runtime.rt0_go",
+];
+
 /// Whether `name` is a function a thread's stack begins with.
 pub(crate) fn is_entry_function(name: &str) -> bool {
     ENTRY_FUNCTIONS.contains(&name)
+        || GO_ENTRY_FUNCTIONS.contains(&name.strip_suffix(".abi0").unwrap_or(name))
         // std's thread entry, whatever module path this Rust version uses
         // (`<std::sys::thread::unix::Thread>::new::thread_start`, …).
         || (name.starts_with("<std::") || name.starts_with("std::"))
@@ -143,6 +156,24 @@ mod tests {
         assert!(!is_truncated(WalkEnd::Complete, names, &outer));
         // The same place reached through a broken link is not the chain's end.
         assert!(is_truncated(WalkEnd::NotIncreasing, names, &outer));
+    }
+
+    /// A goroutine's stack ends at `runtime.goexit`, below its first
+    /// function, whatever thread runs it: complete, not truncated.
+    #[test]
+    fn go_goroutine_and_thread_starts_are_entries() {
+        let names = ["runtime.goexit.abi0", "main.main.func1", "main.spinA"];
+        let outer = sym("runtime.goexit.abi0", Some("gocgo"));
+        assert!(!is_truncated(WalkEnd::Complete, names, &outer));
+        for name in [
+            "runtime.goexit",
+            "runtime.mstart.abi0",
+            "runtime.rt0_go.abi0",
+        ] {
+            assert!(is_entry_function(name), "{name}");
+        }
+        assert!(!is_entry_function("runtime.goexit1"));
+        assert!(!is_entry_function("main.abi0"));
     }
 
     #[test]
