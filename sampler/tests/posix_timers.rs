@@ -311,6 +311,83 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
 /// 100 ms, and a forked child that profiled itself for 100 ms of CPU got
 /// no sample. Counted in the sampler's wakeups (every 10 ms here), so a
 /// busy machine that delays them changes nothing.
+/// A thread seen blocking the signal that does not run before the next
+/// look (asleep here; a new thread waiting for its first CPU on a busy
+/// machine is the same, as threads start with every signal blocked) has
+/// shown nothing: no verdict is reached on it, and it gets its timer at
+/// the first listing after it unblocked and ran. Judged at that look, it
+/// was confirmed blocking and looked at again only 20 listings later.
+#[test]
+fn a_thread_that_did_not_run_since_it_was_seen_blocking_is_not_judged() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
+    let thread = {
+        let (stop, tid) = (stop.clone(), tid.clone());
+        thread::spawn(move || {
+            support::block_every_signal();
+            tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
+            wait_for_go.recv().expect("go");
+            support::unblock_every_signal();
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::black_box(btprof_testkit::spin_cpu(Duration::from_millis(5), 200_000));
+            }
+        })
+    };
+    while tid.load(Ordering::Acquire) == 0 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let tid = tid.load(Ordering::Acquire);
+    let sampler = Sampler::start(posix(1000)).expect("start");
+    // Listings look at it while it sleeps with every signal blocked.
+    let listings = &sampler.progress().listings;
+    let first = listings.load(Ordering::Acquire);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while listings.load(Ordering::Acquire) < first + 4 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let slept_through = listings.load(Ordering::Acquire) - first;
+    assert!(
+        !timer_threads().contains(&tid),
+        "the thread got a timer while it blocked the signal"
+    );
+    go.send(()).expect("the thread waits");
+    // Its CPU time tells when it runs unblocked; from then its timer is
+    // due at the next listing.
+    wait_for_cpu(&AtomicU64::new(tid), Duration::from_millis(20));
+    let from = sampler.progress().ticks.load(Ordering::Acquire);
+    let mut last = from;
+    while !timer_threads().contains(&tid) && last < from + 30 {
+        last = support::wait_ticks(&sampler, last, 1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap();
+    let raw = sampler.stop().expect("stop");
+    let lost = raw
+        .stats
+        .thread_cpu
+        .iter()
+        .find(|t| t.tid == tid)
+        .map_or(0, |t| t.signal_blocked);
+    println!(
+        "measured: {slept_through} listings while it slept blocked; timer opened {} wakeups \
+         after it ran unblocked; {lost} samples counted as lost to a blocked signal",
+        last - from
+    );
+    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    assert!(slept_through >= 4, "only {slept_through} listings in 30 s");
+    assert!(
+        last - from <= 3,
+        "its timer opened {} wakeups after it ran unblocked",
+        last - from
+    );
+    assert_eq!(lost, 0, "samples counted as lost to a blocked signal");
+}
+
 #[test]
 fn a_thread_seen_blocking_the_signal_once_gets_its_timer_at_the_next_listing() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());

@@ -53,6 +53,18 @@ const SILENT_PERIODS: u64 = 20;
 /// Listings between two looks at a blocking thread's signal mask.
 const BLOCKED_RECHECK_LISTINGS: u64 = 20;
 
+/// The CPU time a thread seen blocking the signal must have run since
+/// that look for a second look to confirm it. A thread starts with every
+/// signal blocked (glibc's `pthread_create`) and unblocks them within
+/// microseconds of its first instructions; one that has not run since
+/// (waiting for its first CPU on a busy machine, or asleep) shows the same
+/// mask again, which proves nothing: confirmed then, a new thread of a
+/// pool was judged to block the signal and lost its samples until the
+/// look 20 listings later (15% of a short-lived pool's samples beside two
+/// busy processes). Until it ran this much the verdict waits, and holds
+/// nothing, as the thread owes no CPU time.
+const RAN_TO_CONFIRM_NS: u64 = 100_000;
+
 /// Sampler-thread path: the longest a thread confirmed to block the signal
 /// goes without a look at its mask while it runs. Listings alone are too
 /// far apart for that in a process with thousands of threads (each
@@ -126,6 +138,14 @@ impl ThreadState {
                 self.blocked = None;
                 return false;
             }
+            // Not run since the first look: no verdict yet, looked at
+            // again at the next tick that finds it due (its owed periods
+            // may be older than that look, so its clock tells).
+            let ran =
+                threads::thread_cpu_ns(tid).map_or(0, |cpu| cpu.saturating_sub(blocked.cpu_ns));
+            if ran < RAN_TO_CONFIRM_NS {
+                return true;
+            }
             blocked.confirmed = true;
             stats.signal_blocked_samples += periods;
             stats.add_signal_blocked(tid as u64, periods);
@@ -164,11 +184,16 @@ impl SamplerLoop {
                     // btprof's handler, gets its timer at this listing;
                     // the CPU time held meanwhile was never sampled, like
                     // any thread's before its timer opened.
-                    blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
                     if !blocks_signal_now(tid, signal) {
                         state.blocked = None;
                         continue;
                     }
+                    if blocked.owed_ns < RAN_TO_CONFIRM_NS {
+                        // It has not run since: no verdict yet.
+                        blocked.recheck_listing = listing + 1;
+                        continue;
+                    }
+                    blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
                     blocked.confirmed = true;
                 }
                 if !blocked.confirmed {
@@ -297,6 +322,10 @@ impl SamplerLoop {
             }
             blocked.recheck_listing = listing + BLOCKED_RECHECK_LISTINGS;
             state.look_again(tid, signal, period, mode, &mut self.stats);
+            if let Some(blocked) = state.blocked.as_mut().filter(|b| !b.confirmed) {
+                // Still no verdict: looked at again at the next listing.
+                blocked.recheck_listing = listing + 1;
+            }
         }
     }
 }
