@@ -462,3 +462,50 @@ fn a_forked_child_without_exec_gets_no_profile_and_leaves_the_parents_intact() {
     assert_eq!(samples_in(&lines, "child_work"), 0, "{lines:?}");
     assert!(samples_in(&lines, "parent_work") >= 200, "{lines:?}");
 }
+
+/// A pool of short-lived threads on the POSIX clock: a thread gets its
+/// timer when a listing finds it, and most of these have ended by then
+/// (the ring clock samples them from birth). The CPU time no sample
+/// stands for is said in the status line and the merged sidecar, never
+/// dropped silently.
+#[test]
+fn cpu_time_no_sample_covers_is_said() {
+    let scratch = Scratch::new("unsampled");
+    let Some(exe) = framed_program(&scratch, "short_threads.c", "short_threads") else {
+        return;
+    };
+    let out = record(
+        &scratch,
+        &["--clock", "posix", "--", exe.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("rounds done"), "{stdout}");
+    let sidecar: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scratch.path("btprof.json")).unwrap())
+            .unwrap();
+    let (unsampled, process) = (
+        sidecar["unsampled_cpu_secs"].as_f64().unwrap(),
+        sidecar["process_cpu_secs"].as_f64().unwrap(),
+    );
+    // 1000 threads of 4 ms: about 4 CPU-seconds.
+    assert!(process >= 3.5, "{sidecar}");
+    // What the samples stand for and what they do not add up to the
+    // process's time, within btprof's own threads' and the C start's.
+    let sampled = sidecar["sampled_cpu_secs"].as_f64().unwrap();
+    assert!(
+        (sampled + unsampled - process).abs() < 0.05 * process,
+        "{sidecar}"
+    );
+    if unsampled > 0.02 * process {
+        assert!(
+            stdout.contains(&format!("not covered by any sample: {unsampled:.3} of")),
+            "{stdout}"
+        );
+    } else {
+        println!("every thread got its timer in time: nothing to say was said");
+        assert!(!stdout.contains("not covered by any sample"), "{stdout}");
+    }
+}

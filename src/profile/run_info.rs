@@ -91,6 +91,18 @@ pub struct RunInfo {
     /// seconds: sampled threads' time that no sample covers.
     #[serde(default)]
     pub lost_cpu_secs: f64,
+    /// CPU time the whole process used while sampled, seconds (btprof's
+    /// own threads included). Zero where it is unknown, and in metadata
+    /// written before btprof recorded it.
+    #[serde(default)]
+    pub process_cpu_secs: f64,
+    /// CPU time of the process that no sampled thread accounts for,
+    /// seconds: threads that lived and exited between two listings of the
+    /// threads or ran before their first one (where the kernel could not
+    /// sample them from birth), threads' last moments, btprof's own
+    /// threads other than the sampler. No sample stands for it.
+    #[serde(default)]
+    pub unsampled_cpu_secs: f64,
     /// Threads the kernel sampled into ring buffers, with no signal (perf
     /// events only).
     #[serde(default)]
@@ -150,6 +162,8 @@ impl RunInfo {
             signal_blocked_samples: stats.signal_blocked_samples,
             lost_samples: stats.lost_samples,
             lost_cpu_secs: (stats.lost_cpu().as_secs_f64() * 1e6).round() / 1e6,
+            process_cpu_secs: (stats.process_cpu.as_secs_f64() * 1e6).round() / 1e6,
+            unsampled_cpu_secs: (stats.unsampled_cpu().as_secs_f64() * 1e6).round() / 1e6,
             ring_threads: stats.ring_threads,
             timer_threads: stats.timer_threads,
             wake_timers: stats.wake_timers,
@@ -348,6 +362,20 @@ mod tests {
         stats.signal_blocked_samples = 480;
         let json = serde_json::to_string(&RunInfo::of_this_process(&stats, 0)).unwrap();
         assert!(json.contains("\"signal_blocked_samples\":480"), "{json}");
+    }
+
+    /// The process's CPU time and the part no sampled thread accounts
+    /// for reach the sidecar: a pool of short-lived threads that a clock
+    /// finds too late says there how much of its time has no sample.
+    #[test]
+    fn reports_cpu_time_no_sample_covers() {
+        let mut stats = Stats::new(&btprof_sampler::SamplerConfig::default());
+        stats.add_thread_cpu(7, Duration::from_secs(3));
+        stats.process_cpu = Duration::from_secs(8);
+        stats.sampler_cpu = Duration::from_millis(50);
+        let info = RunInfo::of_this_process(&stats, 0);
+        assert_eq!(info.process_cpu_secs, 8.0);
+        assert_eq!(info.unsampled_cpu_secs, 4.95);
     }
 
     /// What the wake timers did, and the threads found between listings,

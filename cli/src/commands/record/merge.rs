@@ -161,6 +161,8 @@ pub fn combined_run_info(parts: &[Part]) -> Option<RunInfo> {
     info.signal_blocked_samples = sum(|r| r.signal_blocked_samples);
     info.lost_samples = sum(|r| r.lost_samples);
     info.lost_cpu_secs = runs().map(|r| r.lost_cpu_secs).sum();
+    info.process_cpu_secs = runs().map(|r| r.process_cpu_secs).sum();
+    info.unsampled_cpu_secs = runs().map(|r| r.unsampled_cpu_secs).sum();
     info.ring_threads = sum(|r| r.ring_threads);
     info.timer_threads = sum(|r| r.timer_threads);
     info.wake_timers = sum(|r| r.wake_timers);
@@ -249,6 +251,8 @@ mod tests {
             signal_blocked_samples: 400,
             lost_samples: 7,
             lost_cpu_secs: 0.007,
+            process_cpu_secs: 1.5,
+            unsampled_cpu_secs: 0.5,
             ..base
         };
         let info = combined_run_info(&[part(1, a), part(2, b)]).unwrap();
@@ -261,6 +265,7 @@ mod tests {
         assert_eq!(info.timer_threads, 5);
         assert_eq!(info.signal_blocked_samples, 400);
         assert_eq!((info.lost_samples, info.lost_cpu_secs), (7, 0.007));
+        assert_eq!((info.process_cpu_secs, info.unsampled_cpu_secs), (1.5, 0.5));
         assert_eq!(info.clock, "posix-timers");
     }
 }

@@ -392,8 +392,23 @@ fn losses(info: &RunInfo) -> String {
             info.lost_samples, info.lost_cpu_secs
         );
     }
+    if info.unsampled_cpu_secs > UNSAMPLED_SAID_SHARE * info.process_cpu_secs {
+        out += &format!(
+            ", not covered by any sample: {:.3} of the processes' {:.3} CPU-s ({:.1}%: threads \
+             that exited before a listing found them where the kernel could not sample them \
+             from birth, threads' last moments, btprof's own threads)",
+            info.unsampled_cpu_secs,
+            info.process_cpu_secs,
+            100.0 * info.unsampled_cpu_secs / info.process_cpu_secs
+        );
+    }
     out
 }
+
+/// The share of the processes' CPU time with no sample above which the
+/// status line says how much: below it, a program's start before its
+/// first listing and btprof's own threads.
+const UNSAMPLED_SAID_SHARE: f64 = 0.02;
 
 /// One line per process that was profiled and wrote no profile.
 fn print_missing(gathered: &merge::Gathered, child: u32, died: Option<i32>) {
