@@ -142,7 +142,7 @@ pub fn merge(
 
 /// The run metadata of all parts together: sums of what adds up (samples,
 /// CPU time, losses, threads per clock), the rates over all of them, the
-/// first part's settings and program.
+/// largest of what is a most, the first part's settings and program.
 pub fn combined_run_info(parts: &[Part]) -> Option<RunInfo> {
     let first = parts.first()?;
     let mut info = first.record.run.clone();
@@ -167,7 +167,8 @@ pub fn combined_run_info(parts: &[Part]) -> Option<RunInfo> {
     info.timer_threads = sum(|r| r.timer_threads);
     info.wake_timers = sum(|r| r.wake_timers);
     info.wakes = sum(|r| r.wakes);
-    info.idle_without_wake_timer = sum(|r| r.idle_without_wake_timer);
+    // The most one listing found: each process lists its own threads.
+    info.idle_without_wake_timer = runs().map(|r| r.idle_without_wake_timer).max().unwrap_or(0);
     info.threads_found_between_listings = sum(|r| r.threads_found_between_listings);
     info.overflow_samples = sum(|r| r.overflow_samples);
     info.threads = sum(|r| r.threads);
@@ -236,6 +237,7 @@ mod tests {
             distinct_samples: 250,
             ticks_per_second: 50.0,
             timer_threads: 3,
+            idle_without_wake_timer: 40,
             ..base.clone()
         };
         let b = RunInfo {
@@ -253,6 +255,7 @@ mod tests {
             lost_cpu_secs: 0.007,
             process_cpu_secs: 1.5,
             unsampled_cpu_secs: 0.5,
+            idle_without_wake_timer: 25,
             ..base
         };
         let info = combined_run_info(&[part(1, a), part(2, b)]).unwrap();
@@ -263,6 +266,7 @@ mod tests {
         assert_eq!(info.achieved_hz, 800.0);
         assert_eq!(info.ticks_per_second, 30.0);
         assert_eq!(info.timer_threads, 5);
+        assert_eq!(info.idle_without_wake_timer, 40);
         assert_eq!(info.signal_blocked_samples, 400);
         assert_eq!((info.lost_samples, info.lost_cpu_secs), (7, 0.007));
         assert_eq!((info.process_cpu_secs, info.unsampled_cpu_secs), (1.5, 0.5));
