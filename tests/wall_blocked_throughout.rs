@@ -2,7 +2,9 @@
 //! is shown where it waits, not cut to its system call. Its stack is read
 //! from outside; the first tick comes before the module list is read, and
 //! a stack read then, or not read for want of budget, used to stand for
-//! the whole run: one frame, `[btprof: truncated]`, for every sample.
+//! the whole run: one frame, `[btprof: truncated]`, for every sample. A
+//! thread that blocks every signal is shown where it waits too: off CPU
+//! it needs no signal.
 
 #![cfg(target_os = "linux")]
 
@@ -13,6 +15,9 @@ use std::time::{Duration, Instant};
 use btprof::{FoldOptions, Mode, Profiler};
 
 const OFF_CPU: &str = "[btprof: off-cpu]";
+
+/// One profiler per process: the tests take turns.
+static PROFILER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Reads one byte: blocks until the test writes it.
 #[inline(never)]
@@ -29,6 +34,7 @@ fn state_of(tid: i64) -> Option<char> {
 
 #[test]
 fn a_thread_blocked_throughout_is_shown_where_it_waits() {
+    let _turn = PROFILER.lock().unwrap_or_else(|e| e.into_inner());
     let (mut tx, mut rx) = UnixStream::pair().unwrap();
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let waiter = std::thread::Builder::new()
@@ -79,4 +85,101 @@ fn a_thread_blocked_throughout_is_shown_where_it_waits() {
         named * 10 >= off_cpu * 9,
         "{named} of {off_cpu} off-CPU samples name the function it waits in\n{ours:#?}"
     );
+}
+
+/// Blocks every signal in the calling thread, as `signalfd` programs do.
+fn block_every_signal() {
+    // SAFETY: a full set, applied to the calling thread only.
+    unsafe {
+        let mut all = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+        libc::sigfillset(all.as_mut_ptr());
+        assert_eq!(
+            libc::pthread_sigmask(libc::SIG_BLOCK, all.as_ptr(), std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// Reads one byte, after the thread ran with every signal blocked (into
+/// a buffer of its own size, so that the linker does not fold it into
+/// [`blocked_throughout`]).
+#[inline(never)]
+fn waits_after_running(stream: &mut UnixStream) -> usize {
+    let mut bytes = [0u8; 2];
+    stream.read(&mut bytes[..1]).unwrap_or(0)
+}
+
+/// A thread that blocks every signal is judged to block the profiling
+/// signal once it runs, and its ticks on a CPU are lost (they would need
+/// a signal); once it waits in a call it needs none, and is shown where
+/// it waits, as any thread off CPU. Its waiting ticks used to be counted
+/// as lost to the blocked signal too.
+#[test]
+fn a_thread_that_blocks_every_signal_is_shown_where_it_waits() {
+    let _turn = PROFILER.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut tx, mut rx) = UnixStream::pair().unwrap();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let waiter = std::thread::Builder::new()
+        .name("wall-masked".into())
+        .spawn(move || {
+            block_every_signal();
+            // SAFETY: gettid has no preconditions.
+            tid_tx
+                .send(unsafe { libc::syscall(libc::SYS_gettid) })
+                .unwrap();
+            go_rx.recv().unwrap();
+            // Runs while sampled, so the sampler looks at its mask.
+            std::hint::black_box(btprof_testkit::spin_cpu(
+                Duration::from_millis(100),
+                200_000,
+            ));
+            std::hint::black_box(waits_after_running(&mut rx))
+        })
+        .unwrap();
+    let tid = tid_rx.recv().unwrap();
+    let profiler = Profiler::builder()
+        .hz(1000)
+        .mode(Mode::Wall)
+        .start()
+        .unwrap();
+    go_tx.send(()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut waited = None;
+    while Instant::now() < deadline {
+        // Waiting in its read (its CPU time past the spin): 700 ms more.
+        if state_of(tid) == Some('S') {
+            let since = *waited.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_millis(700) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(waited.is_some(), "the thread never waited");
+    let profile = profiler.stop().unwrap();
+    tx.write_all(b"x").unwrap();
+    assert_eq!(waiter.join().unwrap(), 1);
+
+    let lines = profile.folded_lines(FoldOptions::default());
+    let count = |keep: &dyn Fn(&str) -> bool| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l.starts_with("wall-masked;") && keep(l))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    let named = count(&|l| l.contains(OFF_CPU) && l.contains("waits_after_running"));
+    let stats = profile.stats().expect("a recorded profile has stats");
+    let lost = stats
+        .thread_cpu
+        .iter()
+        .find(|t| t.tid == tid as u64)
+        .map_or(0, |t| t.signal_blocked);
+    println!(
+        "measured: {named} off-CPU samples name waits_after_running; {lost} ticks lost to the \
+         blocked signal"
+    );
+    // 700 ms of waiting at 1000 Hz, on a busy machine perhaps fewer ticks.
+    assert!(named >= 300, "{named} samples where it waits\n{lines:#?}");
 }

@@ -258,6 +258,20 @@ impl SamplerLoop {
                     weight = state.paced.debt.due(period).unwrap_or(weight);
                 }
             }
+            if self.config.mode == Mode::Wall && state.blocked.is_some() {
+                // Off CPU it needs no signal: counted as any thread off
+                // CPU is, on its last stack while its clock stands still,
+                // else on the stack it waits on, read from outside. Only
+                // its ticks on a CPU are lost to the signal it blocks.
+                let running =
+                    progressed && state.run_state(tid) == Some(threads::RunState::Running);
+                if !running {
+                    if !self.count_unmoved(tid, cpu) {
+                        self.count_blocked(tid, cpu);
+                    }
+                    continue;
+                }
+            }
             if let Some(blocked) = &mut state.blocked {
                 // It blocks the signal: not signalled, its samples counted
                 // (held until a second look confirms it).
@@ -272,20 +286,12 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            if self.config.mode == Mode::Wall {
-                // Being sampled costs a thread some CPU (the handler): less
-                // than IDLE_SLACK_NS of progress is not running.
-                let ran = cpu >= state.paced.walk_cpu_ns + IDLE_SLACK_NS;
-                let whole = state.paced.last_walk_whole;
-                if let (false, true, Some(walk)) = (ran, whole, &state.paced.last_walk) {
-                    let weight = self.tick.saturating_sub(state.paced.counted_tick).max(1);
-                    state.paced.counted_tick = self.tick;
-                    let (key, walk) = (state.key, walk.off_cpu());
-                    self.stats.reused_samples += weight;
-                    self.intern(key, &walk.as_collected(), weight);
-                    continue;
-                }
+            if self.config.mode == Mode::Wall && self.count_unmoved(tid, cpu) {
+                continue;
             }
+            let Some(state) = self.threads.get_mut(&tid) else {
+                continue;
+            };
             if state.pending && self.wall_requests {
                 // Its request waits for it to run. Off CPU meanwhile, it is
                 // counted as such; running, its ticks are counted when the
@@ -470,6 +476,28 @@ impl SamplerLoop {
         state.paced.counted_tick = self.tick;
         let key = state.key;
         self.intern(key, &walk.as_collected(), weight);
+    }
+
+    /// Wall mode: counts thread `tid` again on its last stack, off CPU, if
+    /// its CPU clock (`cpu` now) has not moved since that stack was taken,
+    /// so that is still its stack, and the stack is whole; returns whether
+    /// it did. Being sampled costs a thread some CPU (the handler): less
+    /// than [`IDLE_SLACK_NS`] of progress is not running.
+    fn count_unmoved(&mut self, tid: i32, cpu: u64) -> bool {
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return false;
+        };
+        let ran = cpu >= state.paced.walk_cpu_ns + IDLE_SLACK_NS;
+        let whole = state.paced.last_walk_whole;
+        let (false, true, Some(walk)) = (ran, whole, &state.paced.last_walk) else {
+            return false;
+        };
+        let weight = self.tick.saturating_sub(state.paced.counted_tick).max(1);
+        state.paced.counted_tick = self.tick;
+        let (key, walk) = (state.key, walk.off_cpu());
+        self.stats.reused_samples += weight;
+        self.intern(key, &walk.as_collected(), weight);
+        true
     }
 
     /// Wall mode: the stack of thread `tid` if it is blocked in the kernel
