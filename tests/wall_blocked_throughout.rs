@@ -26,6 +26,17 @@ fn blocked_throughout(stream: &mut UnixStream) -> usize {
     stream.read(&mut byte).unwrap_or(0)
 }
 
+/// The samples of the folded `lines` of thread `thread` that `keep`
+/// selects.
+fn samples_of(lines: &[String], thread: &str, keep: &dyn Fn(&str) -> bool) -> u64 {
+    let prefix = format!("{thread};");
+    lines
+        .iter()
+        .filter(|l| l.starts_with(&prefix) && keep(l))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
 /// The state letter of thread `tid` (`S` while it sleeps in a call).
 fn state_of(tid: i64) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
@@ -64,13 +75,7 @@ fn a_thread_blocked_throughout_is_shown_where_it_waits() {
     assert_eq!(waiter.join().unwrap(), 1);
 
     let lines = profile.folded_lines(FoldOptions::default());
-    let count = |keep: &dyn Fn(&str) -> bool| -> u64 {
-        lines
-            .iter()
-            .filter(|l| l.starts_with("wall-blocked;") && keep(l))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-            .sum()
-    };
+    let count = |keep: &dyn Fn(&str) -> bool| samples_of(&lines, "wall-blocked", keep);
     let off_cpu = count(&|l| l.contains(OFF_CPU));
     let named = count(&|l| l.contains(OFF_CPU) && l.contains("blocked_throughout"));
     let ours: Vec<&String> = lines
@@ -162,14 +167,9 @@ fn a_thread_that_blocks_every_signal_is_shown_where_it_waits() {
     assert_eq!(waiter.join().unwrap(), 1);
 
     let lines = profile.folded_lines(FoldOptions::default());
-    let count = |keep: &dyn Fn(&str) -> bool| -> u64 {
-        lines
-            .iter()
-            .filter(|l| l.starts_with("wall-masked;") && keep(l))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-            .sum()
-    };
-    let named = count(&|l| l.contains(OFF_CPU) && l.contains("waits_after_running"));
+    let named = samples_of(&lines, "wall-masked", &|l| {
+        l.contains(OFF_CPU) && l.contains("waits_after_running")
+    });
     let stats = profile.stats().expect("a recorded profile has stats");
     let lost = stats
         .thread_cpu

@@ -303,14 +303,65 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
     assert_eq!(our_timers(), 0, "a timer outlived stop");
 }
 
-/// A thread seen blocking the signal once, at the listing `start` waits
-/// for, is looked at again at the next listing, and gets its timer then if
-/// it unblocked (a thread starting up, or the one that started the profile
-/// caught mid-`spawn`, shows every signal blocked for a moment). The
-/// steady set of threads must not put that listing off: it did, for
-/// 100 ms, and a forked child that profiled itself for 100 ms of CPU got
-/// no sample. Counted in the sampler's wakeups (every 10 ms here), so a
-/// busy machine that delays them changes nothing.
+/// A thread that blocks every signal and sleeps until told to go, then
+/// unblocks them and spins until finished.
+struct MaskedSpinner {
+    tid: u64,
+    go: std::sync::mpsc::Sender<()>,
+    /// Set once it unblocked the signals.
+    unblocked: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl MaskedSpinner {
+    /// Starts it; returns once it blocks every signal.
+    fn start() -> MaskedSpinner {
+        let (stop, unblocked) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let thread = {
+            let (stop, unblocked) = (stop.clone(), unblocked.clone());
+            thread::spawn(move || {
+                support::block_every_signal();
+                tid_tx
+                    .send(btprof_sampler::current_thread_id())
+                    .expect("tid");
+                wait_for_go.recv().expect("go");
+                support::unblock_every_signal();
+                unblocked.store(true, Ordering::Release);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::black_box(btprof_testkit::spin_cpu(
+                        Duration::from_millis(5),
+                        200_000,
+                    ));
+                }
+            })
+        };
+        let tid = tid_rx.recv().expect("the thread starts");
+        MaskedSpinner {
+            tid,
+            go,
+            unblocked,
+            stop,
+            thread,
+        }
+    }
+
+    /// Lets it unblock the signals and spin.
+    fn go(&self) {
+        self.go.send(()).expect("the thread waits");
+    }
+
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+    }
+}
+
 /// A thread seen blocking the signal that does not run before the next
 /// look (asleep here; a new thread waiting for its first CPU on a busy
 /// machine is the same, as threads start with every signal blocked) has
@@ -321,27 +372,8 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
 fn a_thread_that_did_not_run_since_it_was_seen_blocking_is_not_judged() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let (stop, tid) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU64::new(0)),
-    );
-    let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
-    let thread = {
-        let (stop, tid) = (stop.clone(), tid.clone());
-        thread::spawn(move || {
-            support::block_every_signal();
-            tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
-            wait_for_go.recv().expect("go");
-            support::unblock_every_signal();
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::black_box(btprof_testkit::spin_cpu(Duration::from_millis(5), 200_000));
-            }
-        })
-    };
-    while tid.load(Ordering::Acquire) == 0 {
-        thread::sleep(Duration::from_millis(1));
-    }
-    let tid = tid.load(Ordering::Acquire);
+    let spinner = MaskedSpinner::start();
+    let tid = spinner.tid;
     let sampler = Sampler::start(posix(1000)).expect("start");
     // Listings look at it while it sleeps with every signal blocked.
     let listings = &sampler.progress().listings;
@@ -355,7 +387,7 @@ fn a_thread_that_did_not_run_since_it_was_seen_blocking_is_not_judged() {
         !timer_threads().contains(&tid),
         "the thread got a timer while it blocked the signal"
     );
-    go.send(()).expect("the thread waits");
+    spinner.go();
     // Its CPU time tells when it runs unblocked; from then its timer is
     // due at the next listing.
     wait_for_cpu(&AtomicU64::new(tid), Duration::from_millis(20));
@@ -364,8 +396,7 @@ fn a_thread_that_did_not_run_since_it_was_seen_blocking_is_not_judged() {
     while !timer_threads().contains(&tid) && last < from + 30 {
         last = support::wait_ticks(&sampler, last, 1);
     }
-    stop.store(true, Ordering::Relaxed);
-    thread.join().unwrap();
+    spinner.finish();
     let raw = sampler.stop().expect("stop");
     let lost = raw
         .stats
@@ -388,45 +419,30 @@ fn a_thread_that_did_not_run_since_it_was_seen_blocking_is_not_judged() {
     assert_eq!(lost, 0, "samples counted as lost to a blocked signal");
 }
 
+/// A thread seen blocking the signal once, at the listing `start` waits
+/// for, is looked at again at the next listing, and gets its timer then if
+/// it unblocked (a thread starting up, or the one that started the profile
+/// caught mid-`spawn`, shows every signal blocked for a moment). The
+/// steady set of threads must not put that listing off: it did, for
+/// 100 ms, and a forked child that profiled itself for 100 ms of CPU got
+/// no sample. Counted in the sampler's wakeups (every 10 ms here), so a
+/// busy machine that delays them changes nothing.
 #[test]
 fn a_thread_seen_blocking_the_signal_once_gets_its_timer_at_the_next_listing() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let (stop, tid, unblocked) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
-    let thread = {
-        let (stop, tid, unblocked) = (stop.clone(), tid.clone(), unblocked.clone());
-        thread::spawn(move || {
-            support::block_every_signal();
-            tid.store(btprof_sampler::current_thread_id(), Ordering::Release);
-            wait_for_go.recv().expect("go");
-            support::unblock_every_signal();
-            unblocked.store(true, Ordering::Release);
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::black_box(btprof_testkit::spin_cpu(Duration::from_millis(5), 200_000));
-            }
-        })
-    };
-    while tid.load(Ordering::Acquire) == 0 {
-        thread::sleep(Duration::from_millis(1));
-    }
-    let tid = tid.load(Ordering::Acquire);
+    let spinner = MaskedSpinner::start();
+    let tid = spinner.tid;
     let sampler = Sampler::start(posix(1000)).expect("start");
     assert!(
         !timer_threads().contains(&tid),
         "the thread got a timer while it blocked the signal"
     );
-    // Beside busy processes the woken thread may wait for a CPU past the
-    // next listing, which would see the signal still blocked, confirm it
-    // and look again only 20 listings later: listings are held back (a
-    // test hook) until it has unblocked, and wakeups counted from then.
+    // Listings are held back (a test hook) until it has unblocked, and
+    // wakeups counted from then.
     let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
-    go.send(()).expect("the thread waits");
-    while !unblocked.load(Ordering::Acquire) {
+    spinner.go();
+    while !spinner.unblocked.load(Ordering::Acquire) {
         thread::sleep(Duration::from_millis(1));
     }
     drop(held);
@@ -435,8 +451,7 @@ fn a_thread_seen_blocking_the_signal_once_gets_its_timer_at_the_next_listing() {
     while !timer_threads().contains(&tid) && last < from + 30 {
         last = support::wait_ticks(&sampler, last, 1);
     }
-    stop.store(true, Ordering::Relaxed);
-    thread.join().unwrap();
+    spinner.finish();
     let raw = sampler.stop().expect("stop");
     let (samples, cpu) = support::samples_and_cpu_of(&raw, tid);
     println!(
