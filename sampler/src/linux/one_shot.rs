@@ -265,7 +265,8 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
 /// The signal captures are requested with: `SIGRTMAX - 1`, a real-time
 /// signal (queued, never merged with another pending instance) that
 /// programs rarely use. A capture fails with [`Error::SignalInUse`] if the
-/// program installed a handler for it.
+/// program installed a handler for it. Async-signal-safe (the handler
+/// tells a capture's late request by it).
 pub fn capture_signal() -> libc::c_int {
     libc::SIGRTMAX() - 1
 }

@@ -478,6 +478,13 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             unsafe { one_shot::on_perf_request(context) };
             return;
         }
+        if info.si_signo == one_shot::capture_signal() {
+            // A capture's request that fired before the capture gave up on
+            // its thread (it did not run in time) and closed it: queued,
+            // then taken now. The capture's business, not a sample and not
+            // a profiler's stray signal; dropped.
+            return;
+        }
         if thread_timers::is_ours(fd) {
             claim_free(1)
         } else {
