@@ -92,19 +92,6 @@ fn a_thread_blocked_throughout_is_shown_where_it_waits() {
     );
 }
 
-/// Blocks every signal in the calling thread, as `signalfd` programs do.
-fn block_every_signal() {
-    // SAFETY: a full set, applied to the calling thread only.
-    unsafe {
-        let mut all = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
-        libc::sigfillset(all.as_mut_ptr());
-        assert_eq!(
-            libc::pthread_sigmask(libc::SIG_BLOCK, all.as_ptr(), std::ptr::null_mut()),
-            0
-        );
-    }
-}
-
 /// Reads one byte, after the thread ran with every signal blocked (into
 /// a buffer of its own size, so that the linker does not fold it into
 /// [`blocked_throughout`]).
@@ -128,7 +115,7 @@ fn a_thread_that_blocks_every_signal_is_shown_where_it_waits() {
     let waiter = std::thread::Builder::new()
         .name("wall-masked".into())
         .spawn(move || {
-            block_every_signal();
+            btprof_testkit::signal_mask::block_every_signal();
             // SAFETY: gettid has no preconditions.
             tid_tx
                 .send(unsafe { libc::syscall(libc::SYS_gettid) })

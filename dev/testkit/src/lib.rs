@@ -5,8 +5,8 @@
 //! that must hold on a busy machine, a child process with
 //! `perf_event_open` refused by a real seccomp filter, the measuring
 //! helpers of benchmarks that run variants in child processes, seeded
-//! synthetic profiles, named worker threads to profile, and holding a
-//! thread to one CPU.
+//! synthetic profiles, named worker threads to profile, holding a
+//! thread to one CPU, and blocking every signal in a thread.
 //!
 //! Not published and not part of btprof's API.
 
@@ -14,6 +14,8 @@ pub mod hogs;
 pub mod measure;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
+#[cfg(unix)]
+pub mod signal_mask;
 pub mod synthetic;
 pub mod temp_dir;
 pub mod workers;
