@@ -152,18 +152,49 @@ impl SamplerLoop {
     /// often as listings' cost allows, spread over time ([`UnseenCpu`]).
     ///
     /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
+    ///
+    /// The threads it looks at are read here first, with the process's
+    /// clock right after: compared with their readings from the last
+    /// wakeup, the CPU time they used since then looked unseen, and at a
+    /// look every period or 2 ms two busy threads always passed the
+    /// threshold. Nearly every wakeup then listed the threads, as far as
+    /// the listings' share of the sampler's time allowed.
     pub(super) fn unseen_thread_runs(&mut self) -> bool {
-        let Some(CpuPacing { unseen, .. }) = self.cpu_pacing.as_mut() else {
-            return false;
-        };
-        let now = monotonic_ns();
-        if !unseen.due(now) {
+        if !self
+            .cpu_pacing
+            .as_ref()
+            .is_some_and(|p| p.unseen.due(monotonic_ns()))
+        {
             return false;
         }
         let before = threads::own_cpu_ns();
+        for i in 0..self.active.len() {
+            self.look_at_clock(self.active[i]);
+        }
         let process = profile::process_cpu_time().as_nanos() as u64;
         let own = threads::own_cpu_ns();
-        unseen.check(now, process, own, own.saturating_sub(before))
+        let Some(CpuPacing { unseen, .. }) = self.cpu_pacing.as_mut() else {
+            return false;
+        };
+        unseen.check(monotonic_ns(), process, own, own.saturating_sub(before))
+    }
+
+    /// Reads active thread `tid`'s CPU clock and counts what it used since
+    /// its last reading as seen ([`UnseenCpu`], [`ExitTails`]); `None`
+    /// once it exited (counted when the list is re-read, having run at
+    /// most until now since its last reading) or if it is not known.
+    ///
+    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
+    fn look_at_clock(&mut self, tid: i32) -> Option<u64> {
+        let state = self.threads.get_mut(&tid)?;
+        let Some(cpu) = threads::thread_cpu_ns(tid) else {
+            state.gone_at_ns.get_or_insert_with(monotonic_ns);
+            return None;
+        };
+        if let Some(CpuPacing { tails, unseen, .. }) = self.cpu_pacing.as_mut() {
+            unseen.saw(tails.saw(&mut state.read_ns, cpu));
+        }
+        Some(cpu)
     }
 
     /// Sampler-thread path: signals every thread due this tick that is
@@ -195,18 +226,12 @@ impl SamplerLoop {
         for n in 0..count {
             let i = (start + n) % count;
             let tid = self.active[i];
+            let Some(cpu) = self.look_at_clock(tid) else {
+                continue;
+            };
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
             };
-            let Some(cpu) = threads::thread_cpu_ns(tid) else {
-                // Exited since listed: counted when the list is re-read,
-                // having run at most until now since its last reading.
-                state.gone_at_ns.get_or_insert_with(monotonic_ns);
-                continue;
-            };
-            if let Some(CpuPacing { tails, unseen, .. }) = self.cpu_pacing.as_mut() {
-                unseen.saw(tails.saw(&mut state.read_ns, cpu));
-            }
             let mut weight = 1;
             // The thread's CPU clock and when it was read: for the handler
             // to tell whether the thread waited for a CPU meanwhile.
