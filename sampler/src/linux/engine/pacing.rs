@@ -52,6 +52,9 @@ const BLOCKED_READ_BURST_NS: u64 = 2_000_000;
 pub(super) struct PacedThread {
     /// Cpu mode: the thread's CPU clock on the previous tick.
     pub(super) last_cpu_ns: Option<u64>,
+    /// Cpu mode: the wakeup whose look read its clock last
+    /// ([`SamplerLoop::look_at_clock`]).
+    pub(super) read_tick: u64,
     /// Cpu mode: CPU time used and not yet stood for by a sample.
     pub(super) debt: CpuDebt,
     /// Wall mode: the thread's last stack, counted again, off CPU, while
@@ -180,21 +183,36 @@ impl SamplerLoop {
     }
 
     /// Reads active thread `tid`'s CPU clock and counts what it used since
-    /// its last reading as seen ([`UnseenCpu`], [`ExitTails`]); `None`
-    /// once it exited (counted when the list is re-read, having run at
-    /// most until now since its last reading) or if it is not known.
+    /// its last reading as seen ([`UnseenCpu`], [`ExitTails`]); returns
+    /// the reading and when it was taken (monotonic ns), or `None` once it
+    /// exited (counted when the list is re-read, having run at most until
+    /// now since its last reading) or if it is not known.
+    ///
+    /// In cpu mode a clock is read once per wakeup: the check for unseen
+    /// CPU time and the signalling pass that follows it microseconds later
+    /// share the reading.
     ///
     /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
-    fn look_at_clock(&mut self, tid: i32) -> Option<u64> {
+    fn look_at_clock(&mut self, tid: i32) -> Option<(u64, u64)> {
+        let tick = self.tick;
         let state = self.threads.get_mut(&tid)?;
+        let pacing = self.cpu_pacing.as_mut();
+        if pacing.is_some() && state.paced.read_tick == tick {
+            if let Some(cpu) = state.read_ns {
+                return Some((cpu, state.read_at_ns));
+            }
+        }
         let Some(cpu) = threads::thread_cpu_ns(tid) else {
             state.gone_at_ns.get_or_insert_with(monotonic_ns);
             return None;
         };
-        if let Some(CpuPacing { tails, unseen, .. }) = self.cpu_pacing.as_mut() {
+        let at = monotonic_ns();
+        if let Some(CpuPacing { tails, unseen, .. }) = pacing {
             unseen.saw(tails.saw(&mut state.read_ns, cpu));
+            state.read_at_ns = at;
+            state.paced.read_tick = tick;
         }
-        Some(cpu)
+        Some((cpu, at))
     }
 
     /// Sampler-thread path: signals every thread due this tick that is
@@ -226,7 +244,7 @@ impl SamplerLoop {
         for n in 0..count {
             let i = (start + n) % count;
             let tid = self.active[i];
-            let Some(cpu) = self.look_at_clock(tid) else {
+            let Some((cpu, read_at_ns)) = self.look_at_clock(tid) else {
                 continue;
             };
             let Some(state) = self.threads.get_mut(&tid) else {
@@ -242,9 +260,7 @@ impl SamplerLoop {
                 state.paced.last_cpu_ns = Some(cpu);
             }
             if self.config.mode == Mode::Cpu {
-                let now = monotonic_ns();
-                read_at = (now, cpu);
-                state.read_at_ns = now;
+                read_at = (read_at_ns, cpu);
                 // The CPU time used since the last look is owed to the next
                 // sample; a sample is due once a full period is owed.
                 if let Some(last) = state.paced.last_cpu_ns {
