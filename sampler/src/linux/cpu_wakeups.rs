@@ -24,14 +24,16 @@
 //! finds it due ([`CpuDebt`]) and running; the sample's weight stands for
 //! the periods it owes, so samples per CPU-second stay at the rate.
 //!
-//! The sampler also wakes at most [`MAX_GAP_PERIODS`] or [`MAX_LOOK_GAP_NS`]
-//! after its last wakeup, whichever is sooner, to find new threads and to
-//! look at every thread's clock; such a wakeup samples nothing, as its
-//! moment is a fixed time after the last one. A random tick signals a due
-//! thread only if its clock moved since the last look, as a sign that it
-//! runs now; a look older than a time slice says little about that, and
-//! a thread that ran since but waits for a CPU now takes its signal where
-//! it resumes, which is where it was preempted.
+//! A random tick signals a due thread only if its clock moved since the
+//! last look at the threads' clocks, as a sign that it runs now; a look
+//! older than a time slice says little about that, and a thread that ran
+//! since but waits for a CPU now takes its signal where it resumes, which
+//! is where it was preempted. So a random tick further away than
+//! [`MAX_LOOK_GAP_NS`] (or a period, if shorter) gets a **look** before
+//! it, at most that gap before it; the sampler also looks at least every
+//! [`MAX_GAP_PERIODS`] periods, to find new threads. A look samples
+//! nothing. It used to look every 2 ms whatever came next: about 520
+//! wakeups a second at 100 Hz, for 100 random ticks.
 //!
 //! On a quiet machine a thread is then sampled at the first random tick
 //! after each period of its CPU time (measured at 1000 Hz with two busy
@@ -54,13 +56,12 @@ pub const RANDOM_TICK_MEAN_PERIODS: u64 = 1;
 /// 2 ms came and went unseen.
 pub const MAX_GAP_PERIODS: u64 = 1;
 
-/// No two wakeups are further apart than this either (2 ms), so that the
-/// clock readings a random tick judges "running" by are no older than
-/// about a time slice of a busy machine. At 100 Hz, with only a period
-/// between looks, beside two CPU-burning processes, three functions of the
-/// self-check leaned by 2-4 points on average over ten runs (they are then
-/// within 1); the sampler thread's CPU grew from about 0.95% of a core to
-/// 1.5%. At 500 Hz and above a period is the shorter gap.
+/// A random tick comes at most this long (2 ms) after a look at the
+/// threads' clocks, so that the readings it judges "running" by are no
+/// older than about a time slice of a busy machine. At 100 Hz, with only a
+/// period between looks, beside two CPU-burning processes, three functions
+/// of the self-check leaned by 2-4 points on average over ten runs (they
+/// are then within 1). At 500 Hz and above a period is the shorter gap.
 pub const MAX_LOOK_GAP_NS: u64 = 2_000_000;
 
 /// The sampler thread's wakeup times in cpu mode on the fallback.
@@ -68,8 +69,10 @@ pub const MAX_LOOK_GAP_NS: u64 = 2_000_000;
 pub struct CpuWakeups {
     period_ns: u64,
     rng: SplitMix64,
-    /// The deadline slept to was a random tick, not the longest gap.
+    /// The deadline slept to was a random tick, not a look.
     random: bool,
+    /// The random tick that a look is to come before.
+    tick_at_ns: Option<u64>,
     ticks: u64,
     missed: u64,
 }
@@ -85,25 +88,55 @@ impl CpuWakeups {
             period_ns,
             rng: SplitMix64::new(seed),
             random: false,
+            tick_at_ns: None,
             ticks: 0,
             missed: 0,
         }
     }
 
     /// The deadline to sleep until, decided at `now_ns` after a wakeup's
-    /// work: a random tick, or the longest gap from now if that is sooner.
+    /// work: the next random tick if it comes within the look gap of now,
+    /// else a look before it; and at most [`MAX_GAP_PERIODS`] from now.
+    ///
+    /// The look comes at a random moment of the look gap before the tick,
+    /// distributed as the last look before a random tick was when the
+    /// sampler looked every gap: there the random tick came an exponential
+    /// wait (of the ticks' mean) after a look, cut off at the gap.
     pub fn next(&mut self, now_ns: u64) -> u64 {
-        let random_at =
-            now_ns.saturating_add(self.exponential(RANDOM_TICK_MEAN_PERIODS * self.period_ns));
-        let gap_at = now_ns + self.longest_gap_ns();
-        self.random = random_at <= gap_at;
-        random_at.min(gap_at)
+        let mean = RANDOM_TICK_MEAN_PERIODS * self.period_ns;
+        let tick_at = match self.tick_at_ns.take() {
+            Some(at) if at > now_ns => at,
+            // Overslept past it at a look: no memory, so a fresh wait.
+            _ => now_ns.saturating_add(self.exponential(mean)),
+        };
+        let (gap, most) = (self.look_gap_ns(), MAX_GAP_PERIODS * self.period_ns);
+        if tick_at - now_ns <= gap {
+            // This wakeup looked, at most a gap before.
+            self.random = true;
+            return tick_at;
+        }
+        self.random = false;
+        if gap >= most {
+            // At 500 Hz and above a wakeup comes every gap anyway: a look
+            // then, and a fresh wait from it, as an exponential wait has no
+            // memory.
+            return now_ns + gap;
+        }
+        self.tick_at_ns = Some(tick_at);
+        let look_at = tick_at - self.exponential_within(mean, gap).max(1);
+        if look_at <= now_ns + most {
+            return look_at;
+        }
+        // Too far for one wait: a look on the way, more than a gap before
+        // the tick, so that the last look before it is still drawn as
+        // above.
+        (now_ns + most).min(tick_at - gap - 1).max(now_ns + 1)
     }
 
-    /// The longest time between two wakeups: [`MAX_GAP_PERIODS`] or
-    /// [`MAX_LOOK_GAP_NS`], whichever is shorter.
-    pub fn longest_gap_ns(&self) -> u64 {
-        (MAX_GAP_PERIODS * self.period_ns).min(MAX_LOOK_GAP_NS)
+    /// The longest time from a look to the random tick after it:
+    /// [`MAX_LOOK_GAP_NS`], or a period if that is shorter.
+    pub fn look_gap_ns(&self) -> u64 {
+        self.period_ns.min(MAX_LOOK_GAP_NS)
     }
 
     /// The sampler woke at `now_ns` for `deadline_ns`: counts the wakeup,
@@ -136,6 +169,15 @@ impl CpuWakeups {
         let u = ((self.rng.next() >> 11) + 1) as f64 / (1u64 << 53) as f64;
         let wait = -u.ln() * mean_ns as f64;
         (wait as u64).min(20 * mean_ns)
+    }
+
+    /// An exponentially distributed wait with the given mean, given that
+    /// it is at most `most_ns` (drawn by inverting that distribution).
+    fn exponential_within(&mut self, mean_ns: u64, most_ns: u64) -> u64 {
+        let u = ((self.rng.next() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        let below = 1.0 - (-(most_ns as f64) / mean_ns as f64).exp();
+        let wait = -(1.0 - u * below).ln() * mean_ns as f64;
+        (wait as u64).min(most_ns)
     }
 }
 
@@ -178,33 +220,60 @@ mod tests {
         );
     }
 
+    /// Follows the schedule for `seconds` of wakeups on time: the gaps
+    /// from each wakeup to the next, and whether the next was random.
+    fn follow(period: u64, seconds: u64) -> Vec<(u64, bool)> {
+        let mut w = CpuWakeups::new(period, 1);
+        let (mut now, end) = (0, seconds * 1_000_000_000);
+        let mut wakeups = Vec::new();
+        while now < end {
+            let deadline = w.next(now);
+            wakeups.push((deadline - now, w.random_tick()));
+            now = deadline;
+        }
+        wakeups
+    }
+
     #[test]
-    fn wakeups_are_random_ticks_or_the_longest_gap() {
-        // At 1000 Hz the longest gap is a period; at 100 Hz, 2 ms.
-        for (period, gap) in [(P, P), (10 * P, MAX_LOOK_GAP_NS)] {
-            let mut w = CpuWakeups::new(period, 1);
-            assert_eq!(w.longest_gap_ns(), gap);
-            let now = 10 * period;
-            // A random tick whenever it comes first; otherwise a wakeup
-            // exactly the longest gap away, which samples nothing. Random
-            // ticks come as often as ever: a wait of more than that is cut
-            // short at it, and with no memory, the next wait starts afresh.
-            let mut random = 0;
-            for _ in 0..10_000 {
-                let deadline = w.next(now);
-                assert!(deadline <= now + gap, "{deadline}");
-                if w.random_tick() {
-                    random += 1;
-                } else {
-                    assert_eq!(deadline, now + gap);
-                }
+    fn random_ticks_keep_their_rate_with_a_look_shortly_before_each() {
+        // At 1000 Hz the look gap is a period; at 100 Hz, 2 ms.
+        for (period, gap, most_per_tick) in [(P, P, 1.65), (10 * P, MAX_LOOK_GAP_NS, 2.6)] {
+            let wakeups = follow(period, 200);
+            for &(wait, random) in &wakeups {
+                // A random tick comes within the gap of the wakeup before,
+                // which looked; no wait is longer than a period.
+                assert!(!random || wait <= gap, "random tick {wait} ns after a look");
+                assert!(wait <= MAX_GAP_PERIODS * period, "a wait of {wait} ns");
             }
-            let mean = (RANDOM_TICK_MEAN_PERIODS * period) as f64;
-            let expected = 1.0 - (-(gap as f64) / mean).exp();
-            let share = f64::from(random) / 10_000.0;
+            let ticks = wakeups.iter().filter(|w| w.1).count() as f64;
+            let secs = 200.0;
+            let rate = ticks / secs;
+            let want = 1e9 / (RANDOM_TICK_MEAN_PERIODS * period) as f64;
             assert!(
-                (share - expected).abs() < 0.03,
-                "period {period}: {share} random, not {expected}"
+                (rate / want - 1.0).abs() < 0.03,
+                "{rate} random ticks a second, not {want}"
+            );
+            // Looks only where a tick needs one, or a period went by: at
+            // 100 Hz, about 2.3 wakeups per tick (a look every 2 ms made 5.5).
+            let per_tick = wakeups.len() as f64 / ticks;
+            println!("period {period}: {per_tick:.2} wakeups per random tick");
+            assert!(
+                per_tick <= most_per_tick,
+                "{per_tick} wakeups per random tick"
+            );
+            // A tick comes after its look as it did when the sampler looked
+            // every gap: an exponential wait of the ticks' mean, cut at the gap.
+            let after_look: Vec<f64> = wakeups
+                .windows(2)
+                .filter(|w| !w[0].1 && w[1].1)
+                .map(|w| w[1].0 as f64)
+                .collect();
+            let mean = after_look.iter().sum::<f64>() / after_look.len() as f64;
+            let (m, g) = ((RANDOM_TICK_MEAN_PERIODS * period) as f64, gap as f64);
+            let want = m - g * (-g / m).exp() / (1.0 - (-g / m).exp());
+            assert!(
+                (mean / want - 1.0).abs() < 0.03,
+                "ticks {mean} ns after a look, not {want}"
             );
         }
     }
