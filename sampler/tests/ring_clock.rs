@@ -306,21 +306,14 @@ fn stop_returns_promptly_after_born_threads_exit() {
 /// 1000 Hz), so that samples under both names are often read together.
 const PER_NAME: Duration = Duration::from_millis(30);
 
-/// Names the calling thread `name` (at most 15 bytes).
-fn name_self(name: &std::ffi::CStr) {
-    // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes
-    // names the calling thread.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
-}
-
 /// Spins [`PER_NAME`] as `btp-first`, renames itself `btp-second` and
 /// spins as long again; returns the CPU time it used under each name.
 fn spin_under_two_names() -> (Duration, Duration) {
-    name_self(c"btp-first");
+    support::name_self(c"btp-first");
     let start = thread_cpu();
     std::hint::black_box(spin_cpu(PER_NAME, 20_000));
     let renamed = thread_cpu();
-    name_self(c"btp-second");
+    support::name_self(c"btp-second");
     std::hint::black_box(spin_cpu(PER_NAME, 20_000));
     (renamed - start, thread_cpu() - renamed)
 }

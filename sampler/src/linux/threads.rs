@@ -199,18 +199,25 @@ pub(crate) enum RunState {
     Blocked,
 }
 
-/// The state of thread `tid` (field 3 of `/proc/self/task/TID/stat`), or
-/// `None` if it exited.
-pub(crate) fn run_state(tid: i32) -> Option<RunState> {
-    let mut buf = [0u8; 512];
-    parse_run_state(read_small(&stat_path(tid), &mut buf)?)
+/// What a thread's stat file says: its state, and its name (`comm`, as
+/// `/proc/self/task/TID/comm` has it; `None` if not UTF-8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stat<'a> {
+    pub state: RunState,
+    pub name: Option<&'a str>,
+}
+
+/// The state and name of thread `tid` (fields 2 and 3 of
+/// `/proc/self/task/TID/stat`) read into `buf`, or `None` if it exited.
+pub(crate) fn stat(tid: i32, buf: &mut [u8; 512]) -> Option<Stat<'_>> {
+    parse_stat(read_small(&stat_path(tid), buf)?)
 }
 
 fn stat_path(tid: i32) -> String {
     format!("/proc/self/task/{tid}/stat\0")
 }
 
-/// Thread `tid`'s `/proc` stat file, kept open for [`run_state`] again and
+/// Thread `tid`'s `/proc` stat file, kept open for [`stat`] again and
 /// again: the sampler-thread clock reads it before each signal it sends,
 /// and reading it again with `pread` costs a third of opening, reading and
 /// closing it (7 against 20 µs here). Once the thread is gone the read
@@ -240,12 +247,11 @@ impl StatFile {
         file
     }
 
-    /// The thread's state now, as [`run_state`].
-    pub(crate) fn run_state(&self) -> Option<RunState> {
-        let mut buf = [0u8; 512];
+    /// The thread's state and name now, as [`stat`].
+    pub(crate) fn read<'a>(&self, buf: &'a mut [u8; 512]) -> Option<Stat<'a>> {
         // SAFETY: `buf` is valid for its length; the descriptor is ours.
         let n = unsafe { libc::pread(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        parse_run_state(buf.get(..usize::try_from(n).ok().filter(|&n| n > 0)?)?)
+        parse_stat(buf.get(..usize::try_from(n).ok().filter(|&n| n > 0)?)?)
     }
 }
 
@@ -269,17 +275,21 @@ pub(crate) fn nofile_limit() -> usize {
     }
 }
 
-/// The state in the text of a stat file.
-fn parse_run_state(stat: &[u8]) -> Option<RunState> {
-    // `pid (comm) S ...`: comm may hold spaces and parentheses; the state
-    // follows the last ')'.
-    let after = stat.iter().rposition(|&b| b == b')')?;
-    let state = *stat.get(after + 2)?;
-    Some(if state == b'R' {
+/// The state and name in the text of a stat file.
+fn parse_stat(stat: &[u8]) -> Option<Stat<'_>> {
+    // `pid (comm) S ...`: comm may hold spaces and parentheses; it starts
+    // after the first '(' and the state follows the last ')'.
+    let open = stat.iter().position(|&b| b == b'(')?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let state = if *stat.get(close + 2)? == b'R' {
         RunState::Running
     } else {
         RunState::Blocked
-    })
+    };
+    let name = stat
+        .get(open + 1..close)
+        .and_then(|n| std::str::from_utf8(n).ok());
+    Some(Stat { state, name })
 }
 
 /// The pc of the system call thread `tid` is blocked in (the last field
@@ -360,30 +370,38 @@ mod tests {
     }
 
     /// A kept-open stat file tells a blocked thread from a running one each
-    /// time it is read, and fails once the thread is gone.
+    /// time it is read, with the name the thread has then, and fails once
+    /// the thread is gone.
     #[test]
     fn a_stat_file_follows_its_thread() {
         let (tx, rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            tx.send(gettid()).unwrap();
-            go_rx.recv().ok();
-        });
+        let t = std::thread::Builder::new()
+            .name("btp st) (x".into())
+            .spawn(move || {
+                tx.send(gettid()).unwrap();
+                go_rx.recv().ok();
+            })
+            .unwrap();
         let tid = rx.recv().unwrap();
         let file = StatFile::open(tid).expect("its stat file");
+        let mut buf = [0u8; 512];
+        let state = |file: &StatFile, buf: &mut [u8; 512]| file.read(buf).map(|s| s.state);
         // Blocked in `recv` (soon, if not yet).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while file.run_state() != Some(RunState::Blocked) {
+        while state(&file, &mut buf) != Some(RunState::Blocked) {
             assert!(std::time::Instant::now() < deadline, "never blocked");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        // A name may hold spaces and parentheses.
+        assert_eq!(file.read(&mut buf).and_then(|s| s.name), Some("btp st) (x"));
         assert_eq!(
-            StatFile::open(gettid()).and_then(|f| f.run_state()),
+            StatFile::open(gettid()).and_then(|f| state(&f, &mut buf)),
             Some(RunState::Running)
         );
         go_tx.send(()).unwrap();
         t.join().unwrap();
-        while file.run_state().is_some() {
+        while file.read(&mut buf).is_some() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "still read after exit"

@@ -9,6 +9,13 @@
 use btprof_sampler::RawProfile;
 use btprof_symbols::Resolver;
 
+/// Names the calling thread `name` (at most 15 bytes).
+pub fn name_self(name: &std::ffi::CStr) {
+    // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes
+    // names the calling thread.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+}
+
 /// Samples recorded on threads named `name` (a name several threads
 /// share counts them all).
 pub fn samples_named(raw: &RawProfile, name: &str) -> u64 {

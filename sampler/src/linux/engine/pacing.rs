@@ -304,8 +304,9 @@ impl SamplerLoop {
                 // CPU is, on its last stack while its clock stands still,
                 // else on the stack it waits on, read from outside. Only
                 // its ticks on a CPU are lost to the signal it blocks.
-                let running =
-                    progressed && state.run_state(tid) == Some(threads::RunState::Running);
+                let running = progressed
+                    && state.run_state(tid, &mut self.thread_keys)
+                        == Some(threads::RunState::Running);
                 if !running {
                     if !self.count_unmoved(tid, cpu) {
                         self.count_blocked(tid, cpu);
@@ -337,8 +338,9 @@ impl SamplerLoop {
                 // Its request waits for it to run. Off CPU meanwhile, it is
                 // counted as such; running, its ticks are counted when the
                 // sample lands.
-                let running =
-                    progressed && state.run_state(tid) == Some(threads::RunState::Running);
+                let running = progressed
+                    && state.run_state(tid, &mut self.thread_keys)
+                        == Some(threads::RunState::Running);
                 if running {
                     state.paced.running_ticks += 1;
                     state.paced.counted_tick = self.tick;
@@ -369,7 +371,11 @@ impl SamplerLoop {
             if self.config.mode == Mode::Cpu && !progressed {
                 continue;
             }
-            match self.threads.get_mut(&tid).and_then(|s| s.run_state(tid)) {
+            match self
+                .threads
+                .get_mut(&tid)
+                .and_then(|s| s.run_state(tid, &mut self.thread_keys))
+            {
                 // Wall mode: `R` without progress since the last tick is a
                 // thread woken inside a blocking call (or preempted), still
                 // waiting for a CPU: counted like a blocked one, not

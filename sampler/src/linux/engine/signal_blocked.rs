@@ -259,7 +259,8 @@ impl SamplerLoop {
                     .is_some_and(|status| !status.blocked && !status.pending);
                 if state.pending
                     || !free
-                    || state.run_state(tid) != Some(threads::RunState::Running)
+                    || state.run_state(tid, &mut self.thread_keys)
+                        != Some(threads::RunState::Running)
                 {
                     continue;
                 }

@@ -12,6 +12,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::thread_keys::ThreadKeys;
 use crate::{exclusions, SampleClock};
 
 use super::super::cpu_debt::MAX_OWED_PERIODS;
@@ -108,16 +109,33 @@ impl ThreadState {
         self.ring.named = self.on_rings();
     }
 
-    /// Whether the thread is running or blocked now ([`threads::run_state`]),
-    /// through its stat file kept open.
-    pub(super) fn run_state(&mut self, tid: i32) -> Option<threads::RunState> {
+    /// Whether the thread is running or blocked now ([`threads::stat`]),
+    /// through its stat file kept open. A young thread also takes the name
+    /// the file gives ([`YOUNG`]): it may have named itself since it was
+    /// listed (a thread starts with its creator's name), and a short one
+    /// can be gone by the time its sample is collected, when its name
+    /// cannot be read again; it was then counted under its creator's name,
+    /// as was what it ran after its last sample.
+    pub(super) fn run_state(
+        &mut self,
+        tid: i32,
+        keys: &mut ThreadKeys,
+    ) -> Option<threads::RunState> {
         if self.stat_file.is_none() {
             self.stat_file = threads::StatFile::open(tid);
         }
-        match &self.stat_file {
-            Some(file) => file.run_state(),
-            None => threads::run_state(tid),
+        let mut buf = [0u8; 512];
+        let stat = match &self.stat_file {
+            Some(file) => file.read(&mut buf),
+            None => threads::stat(tid, &mut buf),
+        }?;
+        if let Some(name) = stat.name {
+            let known = Some(self.key).filter(|&k| k != u32::MAX);
+            if known.is_some() && self.first_seen.elapsed() < YOUNG {
+                self.key = keys.key_named(tid as u64, name, known);
+            }
         }
+        Some(stat.state)
     }
 
     /// The thread's CPU time as the sampler accounts it: its timer's count
