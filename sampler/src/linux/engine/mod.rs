@@ -461,8 +461,8 @@ impl SamplerLoop {
             if first.is_err() {
                 break first;
             }
-            let deadline = match self.cpu_pacing.as_mut().map(|p| &mut p.wakeups) {
-                Some(wakeups) => wakeups.next(monotonic_ns()),
+            let deadline = match self.cpu_pacing.as_mut() {
+                Some(p) => p.wakeups.next(monotonic_ns(), p.young_threads),
                 None => schedule.deadline(),
             };
             sleep_until(deadline, stop);

@@ -119,6 +119,9 @@ pub(super) struct CpuPacing {
     /// Finds threads created between listings (`None` where the kernel
     /// does not show the last thread id it gave).
     pub(super) new_threads: Option<NewThreads>,
+    /// The last look found a thread born while sampling still young
+    /// ([`CpuWakeups::next`]).
+    pub(super) young_threads: bool,
 }
 
 impl CpuPacing {
@@ -131,6 +134,7 @@ impl CpuPacing {
             tails: ExitTails::new(monotonic_ns()),
             wakes: WakeTimers::new(),
             new_threads: NewThreads::open(),
+            young_threads: false,
         }
     }
 }
@@ -241,6 +245,7 @@ impl SamplerLoop {
         let count = self.active.len();
         let start = if count == 0 { 0 } else { self.rotation % count };
         let mut ran_out_at = None;
+        let mut young_threads = false;
         for n in 0..count {
             let i = (start + n) % count;
             let tid = self.active[i];
@@ -250,6 +255,7 @@ impl SamplerLoop {
             let Some(state) = self.threads.get_mut(&tid) else {
                 continue;
             };
+            young_threads |= state.young_born();
             let mut weight = 1;
             // The thread's CPU clock and when it was read: for the handler
             // to tell whether the thread waited for a CPU meanwhile.
@@ -467,6 +473,9 @@ impl SamplerLoop {
             }
         }
         self.rotation = ran_out_at.unwrap_or(0);
+        if let Some(pacing) = self.cpu_pacing.as_mut() {
+            pacing.young_threads = young_threads;
+        }
     }
 
     /// Wall mode with requests, at the end (the run's or the thread's): the
