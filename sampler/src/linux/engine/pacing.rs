@@ -158,14 +158,14 @@ impl SamplerLoop {
     /// otherwise run unsampled until the next listing, or to its end. As
     /// often as listings' cost allows, spread over time ([`UnseenCpu`]).
     ///
-    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
-    ///
     /// The threads it looks at are read here first, with the process's
     /// clock right after: compared with their readings from the last
     /// wakeup, the CPU time they used since then looked unseen, and at a
     /// look every period or 2 ms two busy threads always passed the
     /// threshold. Nearly every wakeup then listed the threads, as far as
     /// the listings' share of the sampler's time allowed.
+    ///
+    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
     pub(super) fn unseen_thread_runs(&mut self) -> bool {
         if !self
             .cpu_pacing
