@@ -25,8 +25,9 @@
 //! thread that comes and goes while the sampler thread waits for a CPU is
 //! not seen at all: beside two busy processes its wakeups came 3-8 ms late
 //! at times, and up to 27 of the 300 threads went unseen in a run. Those
-//! must be few (a sixth at most), and their CPU time must be said: in the stats' estimate of
-//! what no sample covered (checked on its own by `unsampled_cpu.rs`).
+//! must be few (a sixth at most), and their CPU time must be said: in the
+//! stats' estimate of what no sample covered (checked on its own by
+//! `unsampled_cpu.rs`).
 #![cfg(target_os = "linux")]
 
 use std::thread;
