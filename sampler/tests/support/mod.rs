@@ -10,6 +10,7 @@ use btprof_sampler::RawProfile;
 use btprof_symbols::Resolver;
 
 /// Names the calling thread `name` (at most 15 bytes).
+#[cfg(target_os = "linux")]
 pub fn name_self(name: &std::ffi::CStr) {
     // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes
     // names the calling thread.
