@@ -173,16 +173,14 @@ impl CpuWakeups {
     /// An exponentially distributed wait with the given mean, capped at 20
     /// means (reached once in 500 million draws).
     fn exponential(&mut self, mean_ns: u64) -> u64 {
-        // 53 random bits, in (0, 1].
-        let u = ((self.rng.next() >> 11) + 1) as f64 / (1u64 << 53) as f64;
-        let wait = -u.ln() * mean_ns as f64;
+        let wait = -self.rng.unit().ln() * mean_ns as f64;
         (wait as u64).min(20 * mean_ns)
     }
 
     /// An exponentially distributed wait with the given mean, given that
     /// it is at most `most_ns` (drawn by inverting that distribution).
     fn exponential_within(&mut self, mean_ns: u64, most_ns: u64) -> u64 {
-        let u = ((self.rng.next() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        let u = self.rng.unit();
         let below = 1.0 - (-(most_ns as f64) / mean_ns as f64).exp();
         let wait = -(1.0 - u * below).ln() * mean_ns as f64;
         (wait as u64).min(most_ns)

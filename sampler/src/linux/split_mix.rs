@@ -19,6 +19,12 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// A uniform value in (0, 1], from 53 random bits: never 0, so its
+    /// logarithm is finite.
+    pub(crate) fn unit(&mut self) -> f64 {
+        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
     /// True with probability `part / whole` (always when `part >= whole`):
     /// how a leftover fraction of a period becomes one whole sample or
     /// none, so that on average it counts for exactly its fraction.
