@@ -138,7 +138,8 @@ pub use analysis::{diff, report};
 /// Why sampling or a capture failed (inside [`Error::Sampler`]).
 pub use btprof_sampler::Error as SamplerError;
 pub use btprof_sampler::{
-    Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu, DEFAULT_MAX_STACKS,
+    clock_from_env, Mode, Progress, SampleClock, SamplerStats as Stats, ThreadCpu,
+    DEFAULT_MAX_STACKS,
 };
 pub use diff::{DiffOptions, DiffReport};
 pub use error::Error;

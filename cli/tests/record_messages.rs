@@ -4,8 +4,9 @@
 //! processes (`programs/family.c`: a parent whose first `exec` fails, and
 //! three children it forks that each `exec` the program again): the
 //! output directory not writable, the profiling signal taken by the
-//! program before profiling starts, and perf events refused by a seccomp
-//! filter so that the sampler's clock detection falls back. A program
+//! program before profiling starts. Perf events refused by a seccomp
+//! filter, so that every process's clock detection falls back, is said
+//! once for the recording instead. A program
 //! whose threads all block the profiling signal (`programs/signalfd_workers.c`)
 //! is then not sampled, and that is said too.
 
@@ -152,30 +153,41 @@ fn a_profiling_signal_the_program_handles_is_said_once_per_process() {
     assert!(stdout.contains("profiled 4 processes"), "{stdout}{stderr}");
 }
 
+/// Perf events refused is the same in every process of a recording: said
+/// once for all of them, by `btprof record`, not once per process.
 #[test]
-fn perf_events_refused_by_seccomp_is_said_once_per_process() {
+fn perf_events_refused_by_seccomp_is_said_once_per_recording() {
+    const REFUSED: &str = "perf events) were refused here";
     let scratch = Scratch::new("msg-perf");
     let Some(out) = run_family(&scratch, &[], &[], |cmd| {
         seccomp::refuse_perf_event_open(cmd, libc::EACCES);
     }) else {
         return;
     };
-    said_once_each(&out, "perf events) were refused here");
-    // The detection ran for real: every process fell back (the parent
-    // wrote two profiles, before its failed exec and at its exit: still
-    // one process).
-    let stdout = text(&out.stdout);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains(REFUSED)).collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    // The parent wrote two profiles, before its failed exec and at its
+    // exit: still one process.
+    assert!(said[0].contains("all 4 processes"), "{stderr}");
+    assert!(!stderr.contains("btprof: family"), "{stderr}");
+    // The detection ran for real: every process fell back.
     assert!(stdout.contains("profiled 4 processes"), "{stdout}");
     assert!(stdout.contains("sampler-thread ticks"), "{stdout}");
     // Forcing that clock is no surprise: nothing to say.
-    let Some(out) = run_family(&scratch, &["--no-thread-timers"], &[], |cmd| {
-        seccomp::refuse_perf_event_open(cmd, libc::EACCES);
-    }) else {
-        return;
-    };
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(!stderr.contains("btprof: family"), "{stderr}");
+    for forced in [&["--no-thread-timers"][..], &["--clock", "thread"]] {
+        let Some(out) = run_family(&scratch, forced, &[], |cmd| {
+            seccomp::refuse_perf_event_open(cmd, libc::EACCES);
+        }) else {
+            return;
+        };
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{forced:?}: {stderr}");
+        assert!(!stderr.contains(REFUSED), "{forced:?}: {stderr}");
+        assert!(!stderr.contains("btprof: family"), "{forced:?}: {stderr}");
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use btprof::formats::output_file::write_atomically;
 use btprof::formats::process_record::ProcessRecord;
 use btprof::record::lost_samples;
-use btprof::{Mode, Profiler, SampleClock};
+use btprof::{Profiler, SampleClock};
 
 use crate::config::Config;
 
@@ -177,16 +177,9 @@ pub fn finish(ended_by: &str) -> bool {
         }
     };
     if let Some(stats) = profile.stats() {
-        // A clock forced by `--clock` (or the variables behind it) is no
-        // surprise to report.
-        let forced = matches!(btprof_sampler::clock_from_env(), Ok(Some(_)));
-        if stats.mode == Mode::Cpu && stats.clock == SampleClock::SamplerThread && !forced {
-            say_once(
-                "clock",
-                "per-thread CPU timers (perf events) were refused here, so the sampler \
-                 thread paced the samples (see docs/record.md)",
-            );
-        }
+        // Perf events refused is not said here: it is the same in every
+        // process of a recording, so `btprof record` says it once, from
+        // the clocks the process records name.
         say_signal_blocked(&profile, stats);
         // On the rings alone no signal was sent: the program's handler
         // took none of btprof's, and no sample was lost to it.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use btprof::formats::process_record::ProcessRecord;
 use btprof::profile::Builder;
-use btprof::{Profile, RunInfo};
+use btprof::{Profile, RunInfo, SampleClock};
 
 /// One process's profile (one program image of it: an `exec` starts
 /// another).
@@ -203,6 +203,44 @@ pub fn combined_run_info(parts: &[Part]) -> Option<RunInfo> {
     Some(info)
 }
 
+/// Which cpu-mode processes the sampler thread paced, for the line that
+/// says perf events were refused: `the samples` (one process), `the
+/// samples of all N processes`, or `the samples of K of N processes:
+/// name (pid), ...`; `None` when it paced none.
+///
+/// Where the kernel or a seccomp profile refuses `perf_event_open` it
+/// refuses it in every process, so a line per process said the same thing
+/// again for each (a program started through a shell script or a version
+/// manager's shim runs dozens). Processes that a program's own sandbox
+/// refused it in, while the others had it, are named. A process is its
+/// pid, as in the status line: the images it `exec`ed through ran in the
+/// same environment.
+pub fn paced_without_perf(parts: &[Part]) -> Option<String> {
+    let (mut all, mut paced) = (Vec::new(), Vec::<(u32, String)>::new());
+    for part in parts {
+        let (run, pid) = (&part.record.run, part.record.pid);
+        if run.mode != "cpu" {
+            continue;
+        }
+        if !all.contains(&pid) {
+            all.push(pid);
+        }
+        let by_thread = run.clock == SampleClock::SamplerThread.as_str();
+        if by_thread && !paced.iter().any(|(p, _)| *p == pid) {
+            paced.push((pid, format!("{} ({pid})", part.record.name)));
+        }
+    }
+    Some(match (paced.len(), all.len()) {
+        (0, _) => return None,
+        (1, 1) => "the samples".to_owned(),
+        (k, n) if k == n => format!("the samples of all {n} processes"),
+        (k, n) => {
+            let names: Vec<String> = paced.into_iter().map(|(_, name)| name).collect();
+            format!("the samples of {k} of {n} processes: {}", names.join(", "))
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +256,44 @@ mod tests {
             },
             folded: PathBuf::new(),
         }
+    }
+
+    /// Perf refused in every process is said for all of them; in some,
+    /// they are named; a pid that `exec`ed counts once; wall mode and the
+    /// kernel-paced clocks are not about perf being refused.
+    #[test]
+    fn the_processes_paced_without_perf_are_counted_by_pid() {
+        let stats = btprof::Stats::new(&Default::default());
+        let base = RunInfo::of_this_process(&stats, 0);
+        let run = |mode: &str, clock: SampleClock| RunInfo {
+            mode: mode.into(),
+            clock: clock.as_str().into(),
+            ..base.clone()
+        };
+        let thread = || run("cpu", SampleClock::SamplerThread);
+        let rings = || run("cpu", SampleClock::ThreadTimers);
+        let paced = |parts: &[Part]| paced_without_perf(parts);
+        assert_eq!(paced(&[part(1, thread())]).as_deref(), Some("the samples"));
+        assert_eq!(
+            paced(&[part(1, thread()), part(1, thread()), part(2, thread())]).as_deref(),
+            Some("the samples of all 2 processes")
+        );
+        assert_eq!(
+            paced(&[part(1, rings()), part(2, thread()), part(3, rings())]).as_deref(),
+            Some("the samples of 1 of 3 processes: p (2)")
+        );
+        assert_eq!(
+            paced(&[
+                part(1, rings()),
+                part(2, run("cpu", SampleClock::PosixTimers))
+            ]),
+            None
+        );
+        assert_eq!(
+            paced(&[part(1, run("wall", SampleClock::SamplerThread))]),
+            None
+        );
+        assert_eq!(paced(&[]), None);
     }
 
     /// Every count adds up over the processes, not only the first one's:

@@ -226,6 +226,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
     for problem in &gathered.unreadable {
         eprintln!("btprof: warning: {problem}");
     }
+    say_perf_refused(&gathered, args);
     let info = merge::combined_run_info(&gathered.parts);
     let profile = merge::merge(&gathered.parts, args.merge_processes, args.merge_threads)?
         .with_run_info(info);
@@ -409,6 +410,24 @@ fn losses(info: &RunInfo) -> String {
 /// status line says how much: below it, a program's start before its
 /// first listing and btprof's own threads.
 const UNSAMPLED_SAID_SHARE: f64 = 0.02;
+
+/// One line, for the whole recording, when perf events were refused and
+/// the sampler thread paced cpu-mode samples without being asked to
+/// ([`merge::paced_without_perf`]).
+fn say_perf_refused(gathered: &merge::Gathered, args: &RecordArgs) {
+    let forced = args.clock.is_some()
+        || args.no_thread_timers
+        || matches!(btprof::clock_from_env(), Ok(Some(_)));
+    if forced {
+        return;
+    }
+    if let Some(which) = merge::paced_without_perf(&gathered.parts) {
+        eprintln!(
+            "btprof: per-thread CPU timers (perf events) were refused here, so the sampler \
+             thread paced {which} (see docs/record.md)"
+        );
+    }
+}
 
 /// One line per process that was profiled and wrote no profile.
 fn print_missing(gathered: &merge::Gathered, child: u32, died: Option<i32>) {
