@@ -97,10 +97,13 @@ pub struct RunInfo {
     #[serde(default)]
     pub process_cpu_secs: f64,
     /// CPU time of the process that no sampled thread accounts for,
-    /// seconds: threads that lived and exited between two listings of the
-    /// threads or ran before their first one (where the kernel could not
-    /// sample them from birth), threads' last moments, btprof's own
-    /// threads other than the sampler. No sample stands for it.
+    /// seconds: threads that ran less than one sampling period in all
+    /// (each thread's periods count its own CPU time, so such a thread
+    /// never completed one), threads that lived and exited between two
+    /// listings of the threads or ran before their first one (where the
+    /// kernel could not sample them from birth), threads' last moments,
+    /// btprof's own threads other than the sampler. No sample stands for
+    /// it.
     #[serde(default)]
     pub unsampled_cpu_secs: f64,
     /// Threads the kernel sampled into ring buffers, with no signal (perf

@@ -396,8 +396,9 @@ fn losses(info: &RunInfo) -> String {
     if info.unsampled_cpu_secs > UNSAMPLED_SAID_SHARE * info.process_cpu_secs {
         out += &format!(
             ", not covered by any sample: {:.3} of the processes' {:.3} CPU-s ({:.1}%: threads \
-             that exited before a listing found them where the kernel could not sample them \
-             from birth, threads' last moments, btprof's own threads)",
+             that ran less than one period, threads that exited before a listing found them \
+             where the kernel could not sample them from birth, threads' last moments, \
+             btprof's own threads)",
             info.unsampled_cpu_secs,
             info.process_cpu_secs,
             100.0 * info.unsampled_cpu_secs / info.process_cpu_secs
