@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::stack_table::StackKey;
 use crate::walker::WalkEnd;
-use crate::{Mode, SampleClock, SamplerStats};
+use crate::{Mode, SamplerStats};
 
 use super::super::handler::slots::{Collected, Poll, SLOTS};
 use super::super::threads;
@@ -94,6 +94,7 @@ impl SamplerLoop {
         } else {
             0
         };
+        let tick_paced = self.tick_paced_timers();
         for slot in 0..SLOTS {
             let Some(slot_use) = self.slot_uses[slot] else {
                 continue;
@@ -190,7 +191,7 @@ impl SamplerLoop {
                             walks.remove(0);
                         }
                         walks.push(walk);
-                    } else if self.clock == SampleClock::PosixTimers {
+                    } else if tick_paced {
                         // A held-back timer's sample (`sample_silent_timers`)
                         // counts as one of its timer's.
                         state.timer.samples += 1;

@@ -329,6 +329,9 @@ impl SamplerLoop {
         progress: Arc<Progress>,
         requests: mpsc::Receiver<window::Request>,
     ) -> Result<Self, Error> {
+        // `choose_clock` gives wall mode the sampler thread only: a timer
+        // of each thread's own is a cpu-mode clock.
+        debug_assert!(config.mode == Mode::Cpu || !clock.is_kernel_paced());
         let mut stats = SamplerStats::new(&config);
         let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
         let wall_requests = config.mode == Mode::Wall
@@ -404,10 +407,28 @@ impl SamplerLoop {
         })
     }
 
+    // What the engine does differently by clock, each asked by what it
+    // means rather than by which clock runs; the constructor builds the
+    // state each clock keeps (`cpu_pacing`, `wall_requests`, `ring`).
+
     /// Whether each thread has a timer of its own (perf or POSIX) and the
     /// sampler thread only collects.
     fn timers(&self) -> bool {
         self.clock.is_kernel_paced()
+    }
+
+    /// Whether threads are sampled into the kernel's rings by perf events,
+    /// the inherited ones covering the threads they create.
+    fn rings_wanted(&self) -> bool {
+        self.clock == SampleClock::ThreadTimers
+    }
+
+    /// Whether the threads' timers expire on the scheduler tick (POSIX CPU
+    /// timers): a timer may then hold its signals back, for a thread's last
+    /// periods before it exits or for long stretches, and the sampler
+    /// thread stands in for what it held back.
+    fn tick_paced_timers(&self) -> bool {
+        self.clock == SampleClock::PosixTimers
     }
 
     /// How long the sampler thread sleeps between two collections.

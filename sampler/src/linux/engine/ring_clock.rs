@@ -1,4 +1,4 @@
-//! The perf ring clock ([`SampleClock::ThreadTimers`] where perf events
+//! The perf ring clock ([`crate::SampleClock::ThreadTimers`] where perf events
 //! are allowed): the inherited task-clock events ([`BornThreads`]) opened
 //! at the first listing, whose ring samples of every thread they cover are
 //! unwound in place and interned here; threads whose walks the rings keep
@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use hashbrown::HashMap;
 
+use crate::exclusions;
 use crate::walker::WalkEnd;
-use crate::{exclusions, SampleClock};
 
 use super::super::born_threads::{BornThreads, Settled};
 use super::super::handler::slots::Collected;
@@ -137,7 +137,7 @@ impl SamplerLoop {
     /// listed, so that threads they create are sampled from birth.
     pub(super) fn open_born_events(&mut self) {
         // POSIX timers run where perf events are refused (or forced off).
-        if self.ring.tried || self.clock != SampleClock::ThreadTimers {
+        if self.ring.tried || !self.rings_wanted() {
             return;
         }
         self.ring.tried = true;

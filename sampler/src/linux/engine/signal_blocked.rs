@@ -12,7 +12,7 @@
 //! block the signal is one the kernel holds back: that thread is sampled
 //! by the sampler thread ([`SamplerLoop::sample_silent_timers`]).
 
-use crate::{Mode, SampleClock, SamplerStats};
+use crate::{Mode, SamplerStats};
 
 use super::super::cpu_timer::CpuTimer;
 use super::super::handler::slots;
@@ -168,9 +168,7 @@ impl SamplerLoop {
     /// thread instead ([`Self::sample_silent_timers`]).
     pub(super) fn watch_blocked_threads(&mut self, sample_silent: bool) {
         let (period, signal, listing) = (self.period_ns, self.sender.signal(), self.listing);
-        let sample_silent = sample_silent
-            && self.clock == SampleClock::PosixTimers
-            && self.config.mode == Mode::Cpu;
+        let sample_silent = sample_silent && self.tick_paced_timers();
         let mut held_back = Vec::new();
         for (&tid, state) in self.threads.iter_mut() {
             if let Some(blocked) = &mut state.blocked {

@@ -5,8 +5,6 @@
 
 use std::time::Instant;
 
-use crate::{Mode, SampleClock};
-
 use super::super::cpu_timer::CpuTimer;
 use super::super::threads;
 use super::collect::OwnedWalk;
@@ -229,7 +227,7 @@ impl SamplerLoop {
             let walk = OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats);
             walks.push((tid, weight, walk));
         });
-        let keep_last = self.clock == SampleClock::PosixTimers && self.config.mode == Mode::Cpu;
+        let keep_last = self.tick_paced_timers();
         for (tid, weight, walk) in walks.drain(..) {
             if let Some(state) = self.threads.get_mut(&tid) {
                 state.timer.samples += 1;

@@ -12,8 +12,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::exclusions;
 use crate::thread_keys::ThreadKeys;
-use crate::{exclusions, SampleClock};
 
 use super::super::cpu_debt::MAX_OWED_PERIODS;
 use super::super::exit_tails::{share_out, ExitTail};
@@ -191,7 +191,7 @@ impl SamplerLoop {
     /// read anyway ([`SamplerLoop::account_cpu`]), as after a listing.
     pub(super) fn listing_can_wait(&mut self) -> bool {
         let records = self.ring.events.as_ref().map(|b| b.task_records());
-        let (put_off, rings_only) = if !self.clock.is_kernel_paced() {
+        let (put_off, rings_only) = if !self.timers() {
             (Duration::ZERO, false)
         } else {
             let (mut on_rings, mut sampled) = (true, true);
@@ -299,10 +299,7 @@ impl SamplerLoop {
             self.read_name(tid);
         }
         let registering = threads::own_cpu_ns();
-        self.register(
-            &new,
-            listing > 1 && self.clock == SampleClock::SamplerThread,
-        );
+        self.register(&new, listing > 1 && !self.timers());
         Duration::from_nanos(threads::own_cpu_ns().saturating_sub(registering))
     }
 
