@@ -203,6 +203,26 @@ pub fn combined_run_info(parts: &[Part]) -> Option<RunInfo> {
     Some(info)
 }
 
+/// The processes' names for the status line, `name (pid)` in the order
+/// they wrote their profiles, each once, the first `shown` of them and
+/// then `and N more`.
+pub fn process_names(parts: &[Part], shown: usize) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut names: Vec<String> = Vec::new();
+    for part in parts {
+        let name = format!("{} ({})", part.record.name, part.record.pid);
+        if seen.insert(name.clone()) {
+            names.push(name);
+        }
+    }
+    if names.len() > shown {
+        let more = names.len() - shown;
+        names.truncate(shown);
+        names.push(format!("and {more} more"));
+    }
+    names
+}
+
 /// Which cpu-mode processes the sampler thread paced, for the line that
 /// says perf events were refused: `the samples` (one process), `the
 /// samples of all N processes`, or `the samples of K of N processes:
@@ -256,6 +276,21 @@ mod tests {
             },
             folded: PathBuf::new(),
         }
+    }
+
+    /// Each name once, and past the first few a count of the rest.
+    #[test]
+    fn the_status_line_names_the_first_processes_and_counts_the_rest() {
+        let stats = btprof::Stats::new(&Default::default());
+        let run = RunInfo::of_this_process(&stats, 0);
+        let parts: Vec<Part> = (1..=12).map(|pid| part(pid, run.clone())).collect();
+        let names = process_names(&parts, 8);
+        assert_eq!(names.len(), 9, "{names:?}");
+        assert_eq!((names[0].as_str(), names[7].as_str()), ("p (1)", "p (8)"));
+        assert_eq!(names[8], "and 4 more");
+        // A process that wrote twice is named once.
+        let twice = [part(1, run.clone()), part(1, run.clone()), part(2, run)];
+        assert_eq!(process_names(&twice, 8), ["p (1)", "p (2)"]);
     }
 
     /// Perf refused in every process is said for all of them; in some,

@@ -330,13 +330,7 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
     // deadline and wrote again, has written more than one profile: it is
     // still one process, named once (an image that `exec`ed another is a
     // name of its own under the same pid).
-    let mut names: Vec<String> = Vec::new();
-    for part in &gathered.parts {
-        let name = format!("{} ({})", part.record.name, part.record.pid);
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
+    let names = merge::process_names(&gathered.parts, NAMES_SHOWN);
     let mut pids: Vec<u32> = gathered.parts.iter().map(|p| p.record.pid).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -376,6 +370,11 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
         losses(info),
     );
 }
+
+/// How many process names the status line shows before "and N more": a
+/// build or a shell script runs hundreds of processes, and the profile
+/// has a root frame for each.
+const NAMES_SHOWN: usize = 8;
 
 /// The status line's tail for samples that were due and have no stack,
 /// each with its cause; empty when there were none.
