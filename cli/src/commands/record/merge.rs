@@ -215,6 +215,11 @@ pub fn process_names(parts: &[Part], shown: usize) -> Vec<String> {
             names.push(name);
         }
     }
+    at_most(names, shown)
+}
+
+/// The first `shown` of `names`, then `and N more` for the rest.
+fn at_most(mut names: Vec<String>, shown: usize) -> Vec<String> {
     if names.len() > shown {
         let more = names.len() - shown;
         names.truncate(shown);
@@ -226,7 +231,7 @@ pub fn process_names(parts: &[Part], shown: usize) -> Vec<String> {
 /// Which cpu-mode processes the sampler thread paced, for the line that
 /// says perf events were refused: `the samples` (one process), `the
 /// samples of all N processes`, or `the samples of K of N processes:
-/// name (pid), ...`; `None` when it paced none.
+/// name (pid), ...` (the first `shown` named); `None` when it paced none.
 ///
 /// Where the kernel or a seccomp profile refuses `perf_event_open` it
 /// refuses it in every process, so a line per process said the same thing
@@ -235,7 +240,7 @@ pub fn process_names(parts: &[Part], shown: usize) -> Vec<String> {
 /// refused it in, while the others had it, are named. A process is its
 /// pid, as in the status line: the images it `exec`ed through ran in the
 /// same environment.
-pub fn paced_without_perf(parts: &[Part]) -> Option<String> {
+pub fn paced_without_perf(parts: &[Part], shown: usize) -> Option<String> {
     let (mut all, mut paced) = (Vec::new(), Vec::<(u32, String)>::new());
     for part in parts {
         let (run, pid) = (&part.record.run, part.record.pid);
@@ -255,8 +260,9 @@ pub fn paced_without_perf(parts: &[Part]) -> Option<String> {
         (1, 1) => "the samples".to_owned(),
         (k, n) if k == n => format!("the samples of all {n} processes"),
         (k, n) => {
-            let names: Vec<String> = paced.into_iter().map(|(_, name)| name).collect();
-            format!("the samples of {k} of {n} processes: {}", names.join(", "))
+            let names = paced.into_iter().map(|(_, name)| name).collect();
+            let names = at_most(names, shown).join(", ");
+            format!("the samples of {k} of {n} processes: {names}")
         }
     })
 }
@@ -307,7 +313,7 @@ mod tests {
         };
         let thread = || run("cpu", SampleClock::SamplerThread);
         let rings = || run("cpu", SampleClock::ThreadTimers);
-        let paced = |parts: &[Part]| paced_without_perf(parts);
+        let paced = |parts: &[Part]| paced_without_perf(parts, 2);
         assert_eq!(paced(&[part(1, thread())]).as_deref(), Some("the samples"));
         assert_eq!(
             paced(&[part(1, thread()), part(1, thread()), part(2, thread())]).as_deref(),
@@ -316,6 +322,13 @@ mod tests {
         assert_eq!(
             paced(&[part(1, rings()), part(2, thread()), part(3, rings())]).as_deref(),
             Some("the samples of 1 of 3 processes: p (2)")
+        );
+        let mixed: Vec<Part> = (1..=5)
+            .map(|pid| part(pid, if pid == 1 { rings() } else { thread() }))
+            .collect();
+        assert_eq!(
+            paced(&mixed).as_deref(),
+            Some("the samples of 4 of 5 processes: p (2), p (3), and 2 more")
         );
         assert_eq!(
             paced(&[

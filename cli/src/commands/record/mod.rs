@@ -371,7 +371,7 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
     );
 }
 
-/// How many process names the status line shows before "and N more": a
+/// How many process names a status line shows before "and N more": a
 /// build or a shell script runs hundreds of processes, and the profile
 /// has a root frame for each.
 const NAMES_SHOWN: usize = 8;
@@ -421,7 +421,7 @@ fn say_perf_refused(gathered: &merge::Gathered, args: &RecordArgs) {
     if forced {
         return;
     }
-    if let Some(which) = merge::paced_without_perf(&gathered.parts) {
+    if let Some(which) = merge::paced_without_perf(&gathered.parts, NAMES_SHOWN) {
         eprintln!(
             "btprof: per-thread CPU timers (perf events) were refused here, so the sampler \
              thread paced {which} (see docs/record.md)"

@@ -1,10 +1,11 @@
-//! The perf ring clock ([`crate::SampleClock::ThreadTimers`] where perf events
-//! are allowed): the inherited task-clock events ([`BornThreads`]) opened
-//! at the first listing, whose ring samples of every thread they cover are
-//! unwound in place and interned here; threads whose walks the rings keep
-//! cutting short handed to a timer ([`RingWalks`]); born threads named and
-//! settled (their CPU time and the part of a period after their last
-//! sample), and on stop the last samples and exit records waited for.
+//! The perf ring clock ([`crate::SampleClock::ThreadTimers`] where perf
+//! events are allowed): the inherited task-clock events ([`BornThreads`])
+//! opened at the first listing, whose ring samples of every thread they
+//! cover are unwound in place and interned here; threads whose walks the
+//! rings keep cutting short handed to a timer ([`RingWalks`]); born
+//! threads named and settled (their CPU time and the part of a period
+//! after their last sample), and on stop the last samples and exit
+//! records waited for.
 
 use std::time::{Duration, Instant};
 
