@@ -241,18 +241,12 @@ fn at_most(mut names: Vec<String>, shown: usize) -> Vec<String> {
 /// pid, as in the status line: the images it `exec`ed through ran in the
 /// same environment.
 pub fn paced_without_perf(parts: &[Part], shown: usize) -> Option<String> {
-    let (mut all, mut paced) = (Vec::new(), Vec::<(u32, String)>::new());
-    for part in parts {
-        let (run, pid) = (&part.record.run, part.record.pid);
-        if run.mode != "cpu" {
-            continue;
-        }
-        if !all.contains(&pid) {
-            all.push(pid);
-        }
-        let by_thread = run.clock == SampleClock::SamplerThread.as_str();
-        if by_thread && !paced.iter().any(|(p, _)| *p == pid) {
-            paced.push((pid, format!("{} ({pid})", part.record.name)));
+    let (mut all, mut paced, mut names) = (HashSet::new(), HashSet::new(), Vec::new());
+    for part in parts.iter().filter(|p| p.record.run.mode == "cpu") {
+        let pid = part.record.pid;
+        all.insert(pid);
+        if part.record.run.clock == SampleClock::SamplerThread.as_str() && paced.insert(pid) {
+            names.push(format!("{} ({pid})", part.record.name));
         }
     }
     Some(match (paced.len(), all.len()) {
@@ -260,7 +254,6 @@ pub fn paced_without_perf(parts: &[Part], shown: usize) -> Option<String> {
         (1, 1) => "the samples".to_owned(),
         (k, n) if k == n => format!("the samples of all {n} processes"),
         (k, n) => {
-            let names = paced.into_iter().map(|(_, name)| name).collect();
             let names = at_most(names, shown).join(", ");
             format!("the samples of {k} of {n} processes: {names}")
         }
