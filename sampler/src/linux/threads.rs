@@ -199,8 +199,9 @@ pub(crate) enum RunState {
     Blocked,
 }
 
-/// What a thread's stat file says: its state, and its name (`comm`, as
-/// `/proc/self/task/TID/comm` has it; `None` if not UTF-8).
+/// What a thread's state file says: its state, and its name (`comm`, as
+/// `/proc/self/task/TID/comm` has it; `None` if not UTF-8, or read from a
+/// file that does not give it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stat<'a> {
     pub state: RunState,
@@ -217,47 +218,89 @@ fn stat_path(tid: i32) -> String {
     format!("/proc/self/task/{tid}/stat\0")
 }
 
-/// Thread `tid`'s `/proc` stat file, kept open for [`stat`] again and
-/// again: the sampler-thread clock reads it before each signal it sends,
+/// A `/proc` file of one thread kept open to tell its run state again and
+/// again: the sampler-thread clock reads one before each signal it sends,
 /// and reading it again with `pread` costs a third of opening, reading and
 /// closing it (7 against 20 µs here). Once the thread is gone the read
 /// fails, as the path would.
-pub(crate) struct StatFile(OwnedFd);
+///
+/// Two files say whether the thread runs. Its stat file also gives its
+/// name, which a young thread may have changed since it was listed; its
+/// `syscall` file says only `running` or the call it is blocked in, and
+/// costs far less to read (the kernel formats one word instead of 52
+/// fields: 0.9 against 2.6 µs a read of a running thread on this
+/// project's VM). Both read `R` alike: on a CPU or waiting for one.
+pub(crate) struct StateFile {
+    fd: OwnedFd,
+    names: bool,
+}
 
-/// Stat files open at once: at most a sixteenth of the descriptor limit,
+/// State files open at once: at most a sixteenth of the descriptor limit,
 /// so that the program keeps its own; threads beyond it are read by path.
-static OPEN_STAT_FILES: AtomicUsize = AtomicUsize::new(0);
-const STAT_FILES_MOST: usize = 1024;
+static OPEN_STATE_FILES: AtomicUsize = AtomicUsize::new(0);
+const STATE_FILES_MOST: usize = 1024;
 
-impl StatFile {
-    /// Opens it, or `None` when the thread is gone or the budget spent.
+impl StateFile {
+    /// Opens thread `tid`'s stat file, which gives its name too, or `None`
+    /// when the thread is gone or the budget spent.
+    pub(crate) fn open_stat(tid: i32) -> Option<StateFile> {
+        Self::open(&stat_path(tid), true)
+    }
+
+    /// Opens thread `tid`'s `syscall` file, the cheaper one, or `None`
+    /// when the thread is gone, the budget spent or the kernel does not
+    /// show the file to this process.
+    pub(crate) fn open_syscall(tid: i32) -> Option<StateFile> {
+        Self::open(&format!("/proc/self/task/{tid}/syscall\0"), false)
+    }
+
     /// Asked again at each read of a thread beyond the budget, so the
     /// budget is worked out once, not with a system call each time.
-    pub(crate) fn open(tid: i32) -> Option<StatFile> {
+    fn open(path: &str, names: bool) -> Option<StateFile> {
         static BUDGET: OnceLock<usize> = OnceLock::new();
-        let budget = *BUDGET.get_or_init(|| STAT_FILES_MOST.min(nofile_limit() / 16));
-        if OPEN_STAT_FILES.fetch_add(1, Ordering::Relaxed) >= budget {
-            OPEN_STAT_FILES.fetch_sub(1, Ordering::Relaxed);
+        let budget = *BUDGET.get_or_init(|| STATE_FILES_MOST.min(nofile_limit() / 16));
+        if OPEN_STATE_FILES.fetch_add(1, Ordering::Relaxed) >= budget {
+            OPEN_STATE_FILES.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        let file = open_proc(&stat_path(tid)).map(StatFile);
+        let file = open_proc(path).map(|fd| StateFile { fd, names });
         if file.is_none() {
-            OPEN_STAT_FILES.fetch_sub(1, Ordering::Relaxed);
+            OPEN_STATE_FILES.fetch_sub(1, Ordering::Relaxed);
         }
         file
     }
 
-    /// The thread's state and name now, as [`stat`].
+    /// The thread's state now, and its name from a stat file.
     pub(crate) fn read<'a>(&self, buf: &'a mut [u8; 512]) -> Option<Stat<'a>> {
         // SAFETY: `buf` is valid for its length; the descriptor is ours.
-        let n = unsafe { libc::pread(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        parse_stat(buf.get(..usize::try_from(n).ok().filter(|&n| n > 0)?)?)
+        let n = unsafe { libc::pread(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let text = buf.get(..usize::try_from(n).ok().filter(|&n| n > 0)?)?;
+        if self.names {
+            parse_stat(text)
+        } else {
+            Some(Stat {
+                state: parse_syscall_state(text),
+                name: None,
+            })
+        }
     }
 }
 
-impl Drop for StatFile {
+impl Drop for StateFile {
     fn drop(&mut self) {
-        OPEN_STAT_FILES.fetch_sub(1, Ordering::Relaxed);
+        OPEN_STATE_FILES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The run state in the text of a `syscall` file: `running` for a thread
+/// on a CPU or waiting for one; otherwise the number of the call it is
+/// blocked in, or `-1` when it is blocked outside one (stopped, or gone
+/// with its stack).
+fn parse_syscall_state(text: &[u8]) -> RunState {
+    if text.starts_with(b"running") {
+        RunState::Running
+    } else {
+        RunState::Blocked
     }
 }
 
@@ -369,45 +412,88 @@ mod tests {
         panic!("count, listed, count again never agreed: {seen:?}");
     }
 
-    /// A kept-open stat file tells a blocked thread from a running one each
-    /// time it is read, with the name the thread has then, and fails once
-    /// the thread is gone.
+    /// A kept-open state file, of either kind, tells a blocked thread from
+    /// a running one each time it is read, and fails once the thread is
+    /// gone; the stat file gives the name the thread has then.
     #[test]
-    fn a_stat_file_follows_its_thread() {
+    fn a_state_file_follows_its_thread() {
+        for names in [true, false] {
+            let open = |tid| match names {
+                true => StateFile::open_stat(tid),
+                false => StateFile::open_syscall(tid),
+            };
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let t = std::thread::Builder::new()
+                .name("btp st) (x".into())
+                .spawn(move || {
+                    tx.send(gettid()).unwrap();
+                    go_rx.recv().ok();
+                })
+                .unwrap();
+            let tid = rx.recv().unwrap();
+            let file = open(tid).expect("its state file");
+            let mut buf = [0u8; 512];
+            let state = |file: &StateFile, buf: &mut [u8; 512]| file.read(buf).map(|s| s.state);
+            // Blocked in `recv` (soon, if not yet).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while state(&file, &mut buf) != Some(RunState::Blocked) {
+                assert!(std::time::Instant::now() < deadline, "never blocked");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // A name may hold spaces and parentheses.
+            let name = file.read(&mut buf).and_then(|s| s.name);
+            assert_eq!(name, names.then_some("btp st) (x"));
+            // The reading thread itself is inside `pread`: its stat file
+            // says `R`, its `syscall` file that call (the sampler never
+            // reads its own; a spinning thread reads as running in both,
+            // below).
+            if names {
+                assert_eq!(
+                    open(gettid()).and_then(|f| state(&f, &mut buf)),
+                    Some(RunState::Running)
+                );
+            }
+            go_tx.send(()).unwrap();
+            t.join().unwrap();
+            while file.read(&mut buf).is_some() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "still read after exit"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// A thread that spins in user code reads as running through its
+    /// `syscall` file, as through its stat file, while it runs.
+    #[test]
+    fn a_spinning_thread_reads_as_running_in_both_files() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
-        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::Builder::new()
-            .name("btp st) (x".into())
-            .spawn(move || {
+        let spinner = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
                 tx.send(gettid()).unwrap();
-                go_rx.recv().ok();
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
             })
-            .unwrap();
+        };
         let tid = rx.recv().unwrap();
-        let file = StatFile::open(tid).expect("its stat file");
         let mut buf = [0u8; 512];
-        let state = |file: &StatFile, buf: &mut [u8; 512]| file.read(buf).map(|s| s.state);
-        // Blocked in `recv` (soon, if not yet).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while state(&file, &mut buf) != Some(RunState::Blocked) {
-            assert!(std::time::Instant::now() < deadline, "never blocked");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        // A name may hold spaces and parentheses.
-        assert_eq!(file.read(&mut buf).and_then(|s| s.name), Some("btp st) (x"));
-        assert_eq!(
-            StatFile::open(gettid()).and_then(|f| state(&f, &mut buf)),
-            Some(RunState::Running)
-        );
-        go_tx.send(()).unwrap();
-        t.join().unwrap();
-        while file.read(&mut buf).is_some() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "still read after exit"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let files = [StateFile::open_stat(tid), StateFile::open_syscall(tid)];
+        let running = files.map(|f| {
+            let f = f.expect("its state file");
+            (0..200)
+                .filter(|_| f.read(&mut buf).map(|s| s.state) == Some(RunState::Running))
+                .count()
+        });
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+        // Beside busy processes it waits for a CPU at times: still `R`.
+        assert_eq!(running, [200, 200], "reads as running, of 200");
     }
 
     #[test]

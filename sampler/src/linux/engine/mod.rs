@@ -175,10 +175,15 @@ struct ThreadState {
     read_ns: Option<u64>,
     read_at_ns: u64,
     gone_at_ns: Option<u64>,
-    /// Its `/proc` stat file, kept open: read before each signal the
-    /// sampler thread sends it (on the sampler-thread clock, and for a
-    /// POSIX timer the kernel holds back).
-    stat_file: Option<threads::StatFile>,
+    /// A `/proc` file that tells whether it runs, kept open: read before
+    /// each signal the sampler thread sends it (on the sampler-thread
+    /// clock, and for a POSIX timer the kernel holds back). Its stat file
+    /// while it is young, which gives its name too, then the cheaper
+    /// `syscall` file where the kernel shows it ([`ThreadState::run_state`]).
+    state_file: Option<threads::StateFile>,
+    /// Its `syscall` file was tried: where it could not be opened, the
+    /// stat file stays, not opened again at each read.
+    syscall_file_tried: bool,
     /// Sampler-thread clock: its pacing ([`pacing`]).
     paced: PacedThread,
     /// Kernel-paced clocks: its signal timer ([`signal_timers`]).

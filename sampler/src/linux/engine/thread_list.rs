@@ -62,7 +62,8 @@ impl ThreadState {
             read_ns: None,
             read_at_ns: 0,
             gone_at_ns: None,
-            stat_file: None,
+            state_file: None,
+            syscall_file_tried: false,
             paced: PacedThread::default(),
             timer: TimerThread::default(),
             ring: RingThread::default(),
@@ -109,29 +110,42 @@ impl ThreadState {
         self.ring.named = self.on_rings();
     }
 
-    /// Whether the thread is running or blocked now ([`threads::stat`]),
-    /// through its stat file kept open. A young thread also takes the name
-    /// the file gives ([`YOUNG`]): it may have named itself since it was
-    /// listed (a thread starts with its creator's name), and a short one
-    /// can be gone by the time its sample is collected, when its name
-    /// cannot be read again; it was then counted under its creator's name,
-    /// as was what it ran after its last sample.
+    /// Whether the thread is running or blocked now, through a state file
+    /// kept open ([`threads::StateFile`]). A young thread's is its stat
+    /// file, for the name it gives ([`YOUNG`]): the thread may have named
+    /// itself since it was listed (a thread starts with its creator's
+    /// name), and a short one can be gone by the time its sample is
+    /// collected, when its name cannot be read again; it was then counted
+    /// under its creator's name, as was what it ran after its last sample.
+    /// An older thread's is its `syscall` file, a third of the cost, or its
+    /// stat file where that one cannot be opened.
     pub(super) fn run_state(
         &mut self,
         tid: i32,
         keys: &mut ThreadKeys,
     ) -> Option<threads::RunState> {
-        if self.stat_file.is_none() {
-            self.stat_file = threads::StatFile::open(tid);
+        let young = self.first_seen.elapsed() < YOUNG;
+        let grown_up = !young && !self.syscall_file_tried;
+        if self.state_file.is_none() || grown_up {
+            // Closed first: the budget of open files counts it.
+            self.state_file = None;
+            self.state_file = match young {
+                true => threads::StateFile::open_stat(tid),
+                false => {
+                    self.syscall_file_tried = true;
+                    threads::StateFile::open_syscall(tid)
+                        .or_else(|| threads::StateFile::open_stat(tid))
+                }
+            };
         }
         let mut buf = [0u8; 512];
-        let stat = match &self.stat_file {
+        let stat = match &self.state_file {
             Some(file) => file.read(&mut buf),
             None => threads::stat(tid, &mut buf),
         }?;
         if let Some(name) = stat.name {
             let known = Some(self.key).filter(|&k| k != u32::MAX);
-            if known.is_some() && self.first_seen.elapsed() < YOUNG {
+            if known.is_some() && young {
                 self.key = keys.key_named(tid as u64, name, known);
             }
         }
