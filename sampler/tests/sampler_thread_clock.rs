@@ -21,7 +21,7 @@ static SAMPLER: Mutex<()> = Mutex::new(());
 /// process's clock with their readings from the wakeup before counted
 /// their CPU time since as unseen, so two spinning threads brought a
 /// listing at nearly every wakeup (122-128 in 200). Listings now come
-/// every 10 ms, and a thread born meanwhile is still listed within a few
+/// every 10 ms at most, and a thread born meanwhile is still listed within a few
 /// milliseconds by its CPU time (the test looks every 5 ms, about seven of
 /// the sampler's wakeups at 1000 Hz, as it did before). Counted in the
 /// sampler's own wakeups and the time they took, so a busy machine that
@@ -42,6 +42,31 @@ fn busy_threads_it_looks_at_do_not_bring_listings_forward() {
     // threads' CPU time.
     let by_time = seen.window.as_millis() as u64 / 10;
     seen.check(by_time + by_time / 2 + 3, 12);
+}
+
+/// While the thread count holds still and the threads it looks at keep
+/// running, a listing that falls due (every 10 ms) is put off for up to
+/// 100 ms; a thread born meanwhile changes the count and is listed at the
+/// first wakeup 10 ms after the last listing, or sooner for its CPU time.
+/// At 100 Hz the sampler wakes about 220 times a second. Counted in the
+/// sampler's own wakeups and the time they took, so a busy machine that
+/// delays them changes nothing.
+#[test]
+fn a_steady_set_of_busy_threads_is_listed_only_when_it_changes() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let config = SamplerConfig {
+        hz: 100,
+        mode: Mode::Cpu,
+        clock: Some(SampleClock::SamplerThread),
+        ..SamplerConfig::default()
+    };
+    let seen = support::count_listings(config, 100);
+    assert_eq!(seen.raw.stats.clock, SampleClock::SamplerThread);
+    // Each wakeup may come late on a busy machine, and the listing with
+    // it: one more for the window's two ends, one for the test's own
+    // threads' CPU time.
+    seen.check(seen.window.as_millis() as u64 / 100 + 3, 8);
 }
 
 /// Short threads that name themselves once the sampler has listed them,

@@ -576,12 +576,14 @@ impl SamplerLoop {
         if std::mem::take(&mut self.ring.deep_found) && self.timers() {
             self.open_timers();
         }
-        let due = (self
+        let by_time = self
             .listed_at
-            .is_none_or(|at| at.elapsed() >= self.relist_every)
-            || self.unseen_thread_runs())
-            && !listings_held();
-        if due && !self.listing_can_wait() {
+            .is_none_or(|at| at.elapsed() >= self.relist_every);
+        // Checked even when the time is up: a listing may be put off, and
+        // CPU time seen nowhere is no reason to wait.
+        let unseen = self.unseen_thread_runs();
+        let due = (by_time || unseen) && !listings_held();
+        if due && (unseen || !self.listing_can_wait()) {
             let listing_cpu = threads::own_cpu_ns();
             self.listed_at = Some(Instant::now());
             if let Some(watch) = self
@@ -645,7 +647,10 @@ impl SamplerLoop {
             }
         } else {
             self.refresh_regions_if_stale();
-            if due {
+            // A listing put off on the sampler-thread clock reads no clock
+            // beyond its ticks': what the threads ran is counted at the
+            // next listing, or when a dump or the stop asks.
+            if due && self.timers() {
                 self.account_cpu(false);
             }
             self.find_new_threads();

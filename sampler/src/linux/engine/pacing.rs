@@ -34,7 +34,7 @@ use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse};
 /// Wall mode: CPU time a thread may gain since its last sample and still
 /// count as not having run: taking a sample costs the thread a few
 /// microseconds of handler (up to ~10 in a VM, more under load).
-const IDLE_SLACK_NS: u64 = 50_000;
+pub(super) const IDLE_SLACK_NS: u64 = 50_000;
 
 /// Wall mode: the share of wall time the sampler may spend reading the
 /// stacks of threads found blocked after they ran (each read: a `/proc`
@@ -122,6 +122,10 @@ pub(super) struct CpuPacing {
     /// The last look found a thread born while sampling still young
     /// ([`CpuWakeups::next`]).
     pub(super) young_threads: bool,
+    /// When the last thread born while sampling was registered: while one
+    /// is young, listings are not put off
+    /// ([`SamplerLoop::listing_can_wait`]).
+    pub(super) last_birth: Option<std::time::Instant>,
 }
 
 impl CpuPacing {
@@ -135,6 +139,7 @@ impl CpuPacing {
             wakes: WakeTimers::new(),
             new_threads: NewThreads::open(),
             young_threads: false,
+            last_birth: None,
         }
     }
 }

@@ -20,7 +20,7 @@ use super::super::exit_tails::{share_out, ExitTail};
 use super::super::handler::stack_regions;
 use super::super::threads;
 use super::collect::OwnedWalk;
-use super::pacing::CpuPacing;
+use super::pacing::{CpuPacing, IDLE_SLACK_NS};
 use super::signal_timers::PosixExit;
 use super::{monotonic_ns, SamplerLoop, ThreadState, LISTING_SHARE, RECENT_WALKS};
 use super::{PacedThread, RingThread, TimerThread, RELIST_INTERVAL, YOUNG};
@@ -36,7 +36,9 @@ const RINGS_RELIST_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The same where some thread has a timer of its own, and where only the
 /// thread count tells of a birth: a thread born while another exited, the
-/// count unchanged, gets its timer at most this late.
+/// count unchanged, gets its timer at most this late. On the
+/// sampler-thread clock, the longest a listing is put off while the
+/// threads it looks at keep running.
 const COUNT_RELIST_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Sampler-thread clock: how often, between listings spaced more than
@@ -206,7 +208,7 @@ impl SamplerLoop {
     pub(super) fn listing_can_wait(&mut self) -> bool {
         let records = self.ring.events.as_ref().map(|b| b.task_records());
         let (put_off, rings_only) = if !self.timers() {
-            (Duration::ZERO, false)
+            return self.paced_listing_can_wait();
         } else {
             let (mut on_rings, mut sampled) = (true, true);
             for s in self.threads.values() {
@@ -257,6 +259,68 @@ impl SamplerLoop {
         // runs shows at the next check.
         self.listed_as = Some(now);
         false
+    }
+
+    /// Sampler-thread clock, cpu mode: whether a listing that fell due can
+    /// be put off. Only while the last listing is recent
+    /// ([`COUNT_RELIST_INTERVAL`]) and the process's thread count is the
+    /// same as when it began, and while few of the threads the ticks look
+    /// at stopped running since then (at most a tenth of the threads known,
+    /// or one): the ticks read one clock for each, against every thread's
+    /// for a listing. Nor while a thread born while sampling is young
+    /// ([`YOUNG`]): it may name itself, or end, within milliseconds, and
+    /// the listings read its name and count what it ran.
+    ///
+    /// The listings every [`RELIST_INTERVAL`] were a fifth of this clock's
+    /// cost at 100 Hz with a steady set of busy threads: reading
+    /// `/proc/self/task`, every thread's clock and the last thread id
+    /// given. A thread born meanwhile shows in the count, or, where
+    /// another exited, its CPU time shows as spent out of sight
+    /// ([`UnseenCpu`]), which brings a listing at once; so that one look
+    /// costs one `fstat`, the last thread id given ([`NewThreads`]) is not
+    /// read (it cost twice as much). An idle thread that runs again (its
+    /// wake timer, [`super::wake_timers`]) is looked at as after a listing.
+    /// A thread that blocks the signal keeps the listings coming: they
+    /// look at its mask again.
+    ///
+    /// [`NewThreads`]: super::super::new_threads::NewThreads
+    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
+    fn paced_listing_can_wait(&mut self) -> bool {
+        if self.cpu_pacing.is_none() {
+            return false;
+        }
+        let Ok(count) = self.tasks.count() else {
+            self.listed_as = None;
+            return false;
+        };
+        let same = self.listed_as == Some((count, None));
+        // Read before the listing: a thread that comes or goes while it
+        // runs shows at the next check.
+        self.listed_as = Some((count, None));
+        let recent = self
+            .listed_at
+            .is_some_and(|at| at.elapsed() < COUNT_RELIST_INTERVAL);
+        let young = self
+            .cpu_pacing
+            .as_ref()
+            .and_then(|p| p.last_birth)
+            .is_some_and(|at| at.elapsed() < YOUNG);
+        let period = self.period_ns;
+        let mut stopped = 0;
+        for tid in &self.active {
+            let Some(s) = self.threads.get(tid) else {
+                continue;
+            };
+            if s.blocked.is_some() {
+                return false;
+            }
+            let moved = match (s.read_ns, s.paced.listing_cpu_ns) {
+                (Some(now), Some(then)) => now >= then + IDLE_SLACK_NS,
+                _ => false,
+            };
+            stopped += usize::from(!moved && !s.pending && s.paced.debt.due(period).is_none());
+        }
+        same && recent && !young && stopped <= (self.threads.len() / 10).max(1)
     }
 
     /// Registers threads seen for the first time and re-reads names that
@@ -350,6 +414,9 @@ impl SamplerLoop {
                 state.accounted_ns = Some(0);
                 state.read_ns = Some(0);
                 state.paced.born_during_run = true;
+                if let Some(pacing) = self.cpu_pacing.as_mut() {
+                    pacing.last_birth = Some(now);
+                }
             }
             state.name_read_now(tid, listing);
             self.threads.insert(tid, state);
