@@ -139,10 +139,11 @@ pub(crate) static MISSING_REGIONS: AtomicU64 = AtomicU64::new(0);
 /// Timer periods lost because every slot was full (the sampler thread did
 /// not collect in time).
 pub(crate) static NO_FREE_SLOT: AtomicU64 = AtomicU64::new(0);
-/// Free slots timer handlers have claimed, counted after each claim: while
-/// it stands still and no handler was writing at the last look, there is
-/// nothing to collect ([`SlotOwner::collect_claimed`]).
-static CLAIMS: AtomicU64 = AtomicU64::new(0);
+/// The free slots timer handlers have claimed, one bit per slot, set after
+/// each claim and taken by the sampler's next look
+/// ([`SlotOwner::collect_claimed`]), which reads only those slots.
+static CLAIMED: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
+const _: () = assert!(SLOTS % 64 == 0);
 /// Frames a timer sample keeps (slots armed by the sampler carry their own).
 pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 
@@ -201,6 +202,9 @@ pub(crate) fn reset_after_fork() {
     for slot in &SLOT_TABLE {
         slot.state.store(IDLE, Release);
     }
+    for word in &CLAIMED {
+        word.store(0, Release);
+    }
 }
 
 /// How far above the stack pointer a walk may go when the snapshot does not
@@ -235,11 +239,11 @@ pub(crate) struct Collected<'a> {
 pub(crate) struct SlotOwner {
     armed: [Option<Armed>; SLOTS],
     scratch: Vec<u64>,
-    /// [`CLAIMS`] before the last scan for claimed walks (none before the
-    /// first: slots a previous profiler left are collected too), and how
-    /// many slots handlers were writing then.
-    claims_seen: Option<u64>,
-    writing_seen: usize,
+    /// Every slot was looked at once, for walks a previous profiler left.
+    scanned_all: bool,
+    /// Slots a timer handler claimed and was still writing at the last
+    /// look, one bit per slot as in [`CLAIMED`].
+    writing: [u64; SLOTS / 64],
 }
 
 /// What a slot the sampler armed looks like now.
@@ -260,8 +264,8 @@ impl SlotOwner {
         SlotOwner {
             armed: [None; SLOTS],
             scratch: Vec::with_capacity(MAX_DEPTH),
-            claims_seen: None,
-            writing_seen: 0,
+            scanned_all: false,
+            writing: [0; SLOTS / 64],
         }
     }
 
@@ -359,39 +363,47 @@ impl SlotOwner {
     /// it stands for, and frees those slots. Returns how many slots a
     /// handler is still writing.
     ///
-    /// Slots are looked at only when a handler claimed one since the last
-    /// look or was writing one then: each slot's state sits on a page of
-    /// its own, and reading all of them cost tens of microseconds per
-    /// collection on the ring clock, where most collections find none.
+    /// Only the slots handlers claimed since the last look ([`CLAIMED`]),
+    /// and those they were still writing then, are looked at: each slot's
+    /// state sits on a page of its own, and reading all 256 cost tens of
+    /// microseconds per collection, most of which find none or a few. The
+    /// first look reads every slot, for walks a previous profiler left.
     pub fn collect_claimed(&mut self, mut collect: impl FnMut(i32, u64, Collected<'_>)) -> usize {
-        // Loaded before the scan: a handler counts its claim after making
-        // it, so a claim this load misses is found by the next look.
-        let claims = CLAIMS.load(Acquire);
-        if self.claims_seen == Some(claims) && self.writing_seen == 0 {
-            return 0;
-        }
-        self.claims_seen = Some(claims);
         let mut writing = 0;
-        for (slot, s) in SLOT_TABLE.iter().enumerate() {
-            if self.armed[slot].is_some() {
-                continue;
-            }
-            let now = s.state.load(Acquire);
-            match now & 3 {
-                DONE => {}
-                WRITING => {
-                    writing += 1;
+        for (word, claimed) in CLAIMED.iter().enumerate() {
+            // Taken before the slots are read: a handler sets its bit after
+            // its claim, so a claim this misses is found by the next look.
+            let claimed = claimed.swap(0, Acquire);
+            let mut bits = match self.scanned_all {
+                true => claimed | std::mem::take(&mut self.writing[word]),
+                false => u64::MAX,
+            };
+            while bits != 0 {
+                let bit = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let slot = word * 64 + bit;
+                if self.armed[slot].is_some() {
                     continue;
                 }
-                _ => continue,
+                let s = &SLOT_TABLE[slot];
+                let now = s.state.load(Acquire);
+                match now & 3 {
+                    DONE => {}
+                    WRITING => {
+                        self.writing[word] |= 1 << bit;
+                        writing += 1;
+                        continue;
+                    }
+                    _ => continue,
+                }
+                let (tid, weight) = (s.tid.load(Relaxed), s.weight.load(Relaxed).max(1));
+                // SAFETY: the slot is `Done` (loaded with `Acquire` above):
+                // its handler finished writing, and no handler claims a slot
+                // that is not `Idle`.
+                unsafe { hand_out(s, &mut self.scratch, |walk| collect(tid, weight, walk)) };
             }
-            let (tid, weight) = (s.tid.load(Relaxed), s.weight.load(Relaxed).max(1));
-            // SAFETY: the slot is `Done` (loaded with `Acquire` above): its
-            // handler finished writing, and no handler claims a slot that is
-            // not `Idle`.
-            unsafe { hand_out(s, &mut self.scratch, |walk| collect(tid, weight, walk)) };
         }
-        self.writing_seen = writing;
+        self.scanned_all = true;
         writing
     }
 }
@@ -646,7 +658,7 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// its first 256 samples, most of a short run's; taken lowest first, only
 /// the few slots ever in use at once are.
 fn claim_free(weight: u64) -> Option<(&'static Slot, u64, usize)> {
-    for slot in SLOT_TABLE.iter() {
+    for (index, slot) in SLOT_TABLE.iter().enumerate() {
         let current = slot.state.load(Relaxed);
         if current & 3 != IDLE {
             continue;
@@ -657,7 +669,7 @@ fn claim_free(weight: u64) -> Option<(&'static Slot, u64, usize)> {
             .compare_exchange(current, state(generation, WRITING), Acquire, Relaxed)
             .is_ok()
         {
-            CLAIMS.fetch_add(1, Release);
+            CLAIMED[index / 64].fetch_or(1 << (index % 64), Release);
             // SAFETY: gettid has no preconditions and is async-signal-safe.
             slot.tid.store(unsafe { libc::gettid() }, Relaxed);
             slot.late.store(0, Relaxed);
