@@ -10,6 +10,7 @@
 //! time, the user call chain, user registers and a copy of the top of the
 //! user stack; a thread's start, exit, name and final count.
 
+use std::borrow::Cow;
 use std::io;
 use std::sync::atomic::{fence, Ordering};
 
@@ -63,7 +64,10 @@ pub(super) enum Record<'a> {
         tid: i32,
         time: u64,
         /// Return addresses, pc first; the context markers left out.
-        callchain: Vec<u64>,
+        /// Borrowed from the record where its words are aligned and the
+        /// markers all lead (the user chain alone has one, first), so that
+        /// taking a sample allocates nothing.
+        callchain: Cow<'a, [u64]>,
         /// The interrupted user registers.
         regs: Option<Registers>,
         /// The top of the user stack from `regs.sp` up: the valid bytes.
@@ -132,6 +136,22 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// The return addresses among a call chain's words: the context markers
+/// left out.
+fn frames_of(words: impl Iterator<Item = u64>) -> Vec<u64> {
+    words.filter(|&ip| ip < PERF_CONTEXT_MAX).collect()
+}
+
+/// `bytes` as native-endian words without copying, where they are 8-aligned
+/// and whole words: a record's fields always are in the ring, whose records
+/// are 8-aligned; the contiguous copy of a wrapped record may not be.
+pub(super) fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
+    // SAFETY: every bit pattern is a valid u64, and `align_to` only puts
+    // properly aligned, in-bounds bytes in the middle slice.
+    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+    (head.is_empty() && tail.is_empty()).then_some(words)
+}
+
 /// A sample record's thread id and time, read without parsing the rest
 /// (most samples are dropped on these alone); `None` for other records.
 pub(super) fn sample_tid_time(bytes: &[u8]) -> Option<(i32, u64)> {
@@ -161,13 +181,22 @@ impl<'a> Record<'a> {
                 let (_pid, tid) = f.pair()?;
                 let time = f.u64()?;
                 let nr = usize::try_from(f.u64()?).ok()?;
-                let mut callchain = Vec::with_capacity(nr.min(256));
-                for _ in 0..nr {
-                    let ip = f.u64()?;
-                    if ip < PERF_CONTEXT_MAX {
-                        callchain.push(ip);
+                let chain = f.take(nr.checked_mul(8)?)?;
+                let callchain = match words_in_place(chain) {
+                    Some(words) => {
+                        let lead = words.iter().take_while(|&&ip| ip >= PERF_CONTEXT_MAX);
+                        let frames = &words[lead.count()..];
+                        match frames.iter().all(|&ip| ip < PERF_CONTEXT_MAX) {
+                            true => Cow::Borrowed(frames),
+                            false => Cow::Owned(frames_of(frames.iter().copied())),
+                        }
                     }
-                }
+                    None => Cow::Owned(frames_of(
+                        chain
+                            .chunks_exact(8)
+                            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))),
+                    )),
+                };
                 let abi = f.u64()?;
                 let regs = if abi != 0 {
                     let mut v = [0u64; regs::COUNT];
@@ -403,10 +432,39 @@ mod tests {
         };
         assert_eq!((tid, time), (11, 5_000));
         assert_eq!(callchain, vec![0x1000, 0x2000, 0x3000]);
+        assert!(
+            matches!(callchain, Cow::Borrowed(_)),
+            "copied: {callchain:?}"
+        );
         assert!(regs.is_some());
         assert_eq!(stack.len(), 12);
         // Cut short: no record, no panic.
         assert_eq!(Record::parse(&rec[..rec.len() - 9]), None);
+        // Not 8-aligned (a wrapped record's copy may not be): the same.
+        let mut shifted = vec![0u8; rec.len() + 4];
+        shifted[4..].copy_from_slice(&rec);
+        let Some(Record::Sample { callchain, .. }) = Record::parse(&shifted[4..]) else {
+            panic!("not a sample");
+        };
+        assert_eq!(callchain, vec![0x1000, 0x2000, 0x3000]);
+    }
+
+    /// A context marker after the first frame (a chain that crossed from
+    /// the kernel into user space again) is left out too.
+    #[test]
+    fn context_markers_anywhere_in_a_chain_are_left_out() {
+        let mut body = Vec::new();
+        let user = (-512i64) as u64; // PERF_CONTEXT_USER
+        words(
+            &mut body,
+            &[pair(10, 11), 5_000, 5, user, 0x1000, user, 0x2000, 0x3000],
+        );
+        words(&mut body, &[0, 0]); // no registers, no stack
+        let rec = record(PERF_RECORD_SAMPLE, &body);
+        let Some(Record::Sample { callchain, .. }) = Record::parse(&rec) else {
+            panic!("not a sample");
+        };
+        assert_eq!(callchain, vec![0x1000, 0x2000, 0x3000]);
     }
 
     #[test]

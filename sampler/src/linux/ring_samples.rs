@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::walker::{Registers, WalkEnd};
 
-use super::perf_ring::Record;
+use super::perf_ring::{words_in_place, Record};
 
 /// A ring sample as the kernel wrote it, borrowed from the ring, for the
 /// caller of [`drain`](super::born_threads::BornThreads::drain) to unwind
@@ -130,14 +130,4 @@ pub(super) fn own<W>(
             _ => return None,
         },
     ))
-}
-
-/// `bytes` as native-endian words without copying, where they are 8-aligned
-/// and whole words: a record's stack always is in the ring, whose records
-/// are 8-aligned; the contiguous copy of a wrapped record may not be.
-fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
-    // SAFETY: every bit pattern is a valid u64, and `align_to` only puts
-    // properly aligned, in-bounds bytes in the middle slice.
-    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
-    (head.is_empty() && tail.is_empty()).then_some(words)
 }

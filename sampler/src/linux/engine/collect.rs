@@ -43,9 +43,24 @@ impl OwnedWalk {
         max_depth: usize,
         stats: &mut SamplerStats,
     ) -> Self {
-        let (frames, end) = unwind::finish(cfi, walk, max_depth, stats);
+        Self::of_reusing(Vec::new(), walk, cfi, max_depth, stats)
+    }
+
+    /// As [`Self::of`], into `frames` (cleared first): the vector of a walk
+    /// no longer needed, so that the ring clock, which keeps each thread's
+    /// last walk, allocates none for most samples.
+    pub(super) fn of_reusing(
+        mut frames: Vec<u64>,
+        walk: &Collected<'_>,
+        cfi: Option<&mut CfiWalker>,
+        max_depth: usize,
+        stats: &mut SamplerStats,
+    ) -> Self {
+        let (unwound, end) = unwind::finish(cfi, walk, max_depth, stats);
+        frames.clear();
+        frames.extend_from_slice(unwound);
         OwnedWalk {
-            frames: frames.to_vec(),
+            frames,
             lr: walk.lr,
             end,
         }
