@@ -4,7 +4,7 @@
 //! `comm`: cut to 15 bytes (`tokio-runtime-w`, `tests::parse_la`). Rust
 //! knows the full name (`std::thread::Thread::name`) but only on the
 //! thread itself, so a thread tells btprof its name here: a profiled
-//! scope and [`crate::Profiler::start`] do it for the calling thread, and
+//! scope and [`crate::ProfilerBuilder::start`] do it for the calling thread, and
 //! [`register_current_thread`] lets any other thread do it. When a
 //! profile is symbolised, a sampled name that is the start of the
 //! registered one is replaced by it; the OS name stays the fallback.

@@ -81,7 +81,8 @@ const LISTING_SHARE: u32 = 20;
 #[cfg(feature = "test-hooks")]
 pub(crate) static HOLD_LISTINGS: AtomicBool = AtomicBool::new(false);
 
-/// Whether a test holds the listings back ([`HOLD_LISTINGS`]).
+/// Whether a test holds the listings back (`HOLD_LISTINGS`, with the
+/// feature `test-hooks`).
 fn listings_held() -> bool {
     #[cfg(feature = "test-hooks")]
     return HOLD_LISTINGS.load(Ordering::Relaxed);
