@@ -429,8 +429,9 @@ impl SamplerLoop {
 
     /// Sampler-thread clock, between listings spaced far apart (thousands
     /// of threads): registers the threads created since the last look
-    /// ([`NewThreads`](super::super::new_threads::NewThreads)) and looks at them from the next tick on, so a
-    /// thread born just after a listing is not left unseen until the next.
+    /// ([`NewThreads`](super::super::new_threads::NewThreads)) and looks
+    /// at them from the next tick on, so a thread born just after a
+    /// listing is not left unseen until the next.
     /// At most every [`NEW_THREADS_INTERVAL`], and spaced like listings by
     /// what a look cost: registering a thread reads its name (tens of
     /// microseconds in a VM), and a process that starts thousands of

@@ -272,8 +272,11 @@ impl SlotOwner {
     /// Arms a free slot for one signal, or `None` when all are in flight.
     ///
     /// A slot still `Writing` for an earlier arming (a handler of a previous
-    /// profiler that outlived it) is left alone; one left `Armed` or `Done`
-    /// by a previous profiler is taken over.
+    /// profiler that outlived it) is left alone; one left `Armed` by a
+    /// previous profiler is taken over. A `Done` one holds a timer
+    /// handler's walk once [`Self::collect_claimed`] has looked at every
+    /// slot, and waits for its next look; before that, it is a previous
+    /// profiler's and is taken over too.
     pub fn arm(&mut self, max_depth: usize) -> Option<Armed> {
         let generation = NEXT_GENERATION.fetch_add(1, Relaxed);
         for (slot, s) in SLOT_TABLE.iter().enumerate() {
@@ -281,7 +284,7 @@ impl SlotOwner {
                 continue;
             }
             let current = s.state.load(Acquire);
-            if current & 3 == WRITING {
+            if current & 3 == WRITING || (current & 3 == DONE && self.scanned_all) {
                 continue;
             }
             s.max_depth
@@ -745,6 +748,31 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Once the sampler has looked at every slot, a timer handler's walk
+    /// left `Done` waits for its next look: arming a slot for a signal of
+    /// the sampler's own takes another one, and the walk is collected
+    /// with its thread and weight.
+    #[test]
+    fn arming_never_takes_a_timer_walk_not_collected_yet() {
+        let mut owner = SlotOwner::new();
+        owner.collect_claimed(|_, _, _| {});
+        let (slot, generation, _) = claim_free(3).expect("a free slot");
+        slot.depth.store(0, Relaxed);
+        slot.state.store(state(generation, DONE), Release);
+        let walk = SLOT_TABLE
+            .iter()
+            .position(|s| std::ptr::eq(s, slot))
+            .expect("in the table");
+        let armed = owner.arm(8).expect("a slot to arm");
+        assert_ne!(armed.slot, walk, "armed over a timer walk");
+        let mut collected = Vec::new();
+        owner.collect_claimed(|tid, weight, _| collected.push((tid, weight)));
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        assert!(collected.contains(&(tid, 3)), "{collected:?}");
+        assert!(owner.cancel(armed.slot));
+    }
 
     #[test]
     fn a_pc_right_after_a_system_call_instruction_is_recognised() {
