@@ -278,6 +278,62 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     seen.check(seen.window.as_millis() as u64 / 100 + 2, 3);
 }
 
+/// Once the thread count held still for a second, the sampler thread
+/// wakes every 100 ms at 100 Hz, not at every listing interval (20 ms):
+/// those wakeups were most of its time with a steady set of threads. A
+/// thread born then is still found at the next wakeup or the one after,
+/// and sampled. Counted in the sampler's own wakeups over wall time, so a
+/// busy machine that delays them can only lower the rate.
+#[test]
+fn a_quiet_set_of_threads_is_looked_at_every_100_ms() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let (stop, tid) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut workers = vec![spinner(stop.clone(), tid.clone())];
+    let sampler = Sampler::start(posix(100)).expect("start on POSIX timers");
+    let progress = sampler.progress();
+    thread::sleep(Duration::from_millis(1300));
+    let (from, since) = (progress.ticks.load(Ordering::Acquire), Instant::now());
+    thread::sleep(Duration::from_secs(1));
+    let ticks = progress.ticks.load(Ordering::Acquire);
+    let rate = (ticks - from) as f64 / since.elapsed().as_secs_f64();
+    let known = progress.threads.load(Ordering::Acquire);
+    let born_tid = Arc::new(AtomicU64::new(0));
+    workers.push(spinner(stop.clone(), born_tid.clone()));
+    let mut found_after = None;
+    let mut last = ticks;
+    while found_after.is_none() && last < ticks + 10 {
+        last = support::wait_ticks(&sampler, last, 1);
+        if progress.threads.load(Ordering::Acquire) > known {
+            found_after = Some(last - ticks);
+        }
+    }
+    wait_for_cpu(&born_tid, Duration::from_millis(300));
+    let raw = sampler.stop().expect("stop");
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().expect("spinner");
+    }
+    eprintln!("quiet: {rate:.1} wakeups/s; born thread found after {found_after:?} wakeups");
+    assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    assert!(rate <= 15.0, "{rate:.1} wakeups a second once quiet");
+    assert!(
+        found_after.is_some_and(|n| n <= 2),
+        "born thread found after {found_after:?} wakeups"
+    );
+    let born = born_tid.load(Ordering::Relaxed);
+    let samples: u64 = raw
+        .table
+        .iter()
+        .filter(|(k, _)| raw.threads[k.thread as usize].tid == born)
+        .map(|(_, c)| c)
+        .sum();
+    assert!(samples > 0, "the born thread has no samples");
+}
+
 /// A thread whose CPU timer the kernel holds back (on the project's 6.18
 /// kernel, new timers in a process forked from one with CPU timers went
 /// up to half a second of CPU time without firing) is sampled by the

@@ -100,6 +100,19 @@ const YOUNG: Duration = Duration::from_millis(100);
 /// given up after [`SAMPLE_TIMEOUT`], which needs a look well within it.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// With per-thread timers, once for this long every look found the same
+/// thread count and every thread sampled, and no listing a new thread
+/// (where threads come and go the count can hold), the sampler thread
+/// wakes only every [`MAX_COLLECT_INTERVAL`] (or sooner if the slots or
+/// rings need it), not at every listing interval: at 100 Hz on the POSIX
+/// clock the wakeups every 20 ms, each with a look at the thread count
+/// and the threads' clocks, were half of the sampler thread's time with
+/// a steady set of threads. The first thread born after such a quiet
+/// spell gets its timer up to that much later; what it ran before is
+/// counted as not covered, and its birth brings back the shorter
+/// interval.
+const QUIET_AFTER: Duration = Duration::from_secs(1);
+
 /// With every thread sampled into the rings, the sampler thread sleeps
 /// [`RING_COLLECT_PERIODS`] periods, within these bounds (and reads the
 /// rings at a quarter of the time they take to fill, if that is sooner).
@@ -279,6 +292,10 @@ pub(super) struct SamplerLoop {
     /// The process's thread count, and the births and exits read from the
     /// rings, as the last listing began ([`Self::listing_can_wait`]).
     listed_as: Option<(u64, Option<TaskRecords>)>,
+    /// With per-thread timers: since when every look found the thread
+    /// count the same and every thread sampled, and no listing found a new
+    /// thread ([`QUIET_AFTER`]).
+    steady_since: Option<Instant>,
     /// Timer samples copied out of their slots with the periods each
     /// stands for, reused between passes.
     timer_walks: Vec<(i32, u64, OwnedWalk)>,
@@ -396,6 +413,7 @@ impl SamplerLoop {
             pass: 0,
             listed_at: None,
             listed_as: None,
+            steady_since: None,
             timer_walks: Vec::new(),
             rotation: 0,
             exits: Vec::new(),
@@ -442,7 +460,9 @@ impl SamplerLoop {
     /// With timers, often enough that the slots never fill: timers paced by
     /// CPU time signal at most once per period per CPU, so a quarter of the
     /// slots lasts `SLOTS / 4 / cpus` periods. Within that, as often as the
-    /// thread list is read, so that a born thread gets its timer on time.
+    /// thread list is read, so that a born thread gets its timer on time,
+    /// or, once the threads held still for [`QUIET_AFTER`], at most every
+    /// [`MAX_COLLECT_INTERVAL`].
     /// Once every thread is sampled into the rings (no timer open),
     /// [`RING_COLLECT_INTERVAL`], or a quarter of the time a ring takes to
     /// fill at one sample per period per CPU if that is sooner (rates far
@@ -463,7 +483,15 @@ impl SamplerLoop {
                 ring_fill(born).clamp(1_000_000, longest)
             }
             born => {
-                let listing = self.relist_floor.as_nanos() as u64;
+                let quiet = self
+                    .steady_since
+                    .is_some_and(|at| at.elapsed() >= QUIET_AFTER);
+                let listing = if quiet {
+                    MAX_COLLECT_INTERVAL.max(self.relist_floor)
+                } else {
+                    self.relist_floor
+                };
+                let listing = listing.as_nanos() as u64;
                 let rings = born.map_or(u64::MAX, ring_fill);
                 slots.min(listing).min(rings).max(1_000_000)
             }

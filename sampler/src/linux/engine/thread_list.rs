@@ -205,6 +205,8 @@ impl SamplerLoop {
     /// with a steady set of threads, and more on the POSIX clock, which
     /// lists every two periods. The clocks of threads sampled since are
     /// read anyway ([`SamplerLoop::account_cpu`]), as after a listing.
+    /// Looks that find nothing changed also tell how long the threads held
+    /// still, which lengthens the wakeups ([`super::QUIET_AFTER`]).
     pub(super) fn listing_can_wait(&mut self) -> bool {
         let records = self.ring.events.as_ref().map(|b| b.task_records());
         let (put_off, rings_only) = if !self.timers() {
@@ -231,10 +233,12 @@ impl SamplerLoop {
         if put_off.is_zero() {
             // Compared again only after a listing that read them.
             self.listed_as = None;
+            self.steady_since = None;
             return false;
         }
         let Ok(count) = self.tasks.count() else {
             self.listed_as = None;
+            self.steady_since = None;
             return false;
         };
         let now = (count, records);
@@ -252,6 +256,11 @@ impl SamplerLoop {
             }
             (listed, _) => listed == Some(now),
         };
+        if same {
+            self.steady_since.get_or_insert_with(Instant::now);
+        } else {
+            self.steady_since = None;
+        }
         if recent && same {
             return true;
         }
@@ -375,6 +384,10 @@ impl SamplerLoop {
             }
             s.name_read_now(tid, listing);
             self.read_name(tid);
+        }
+        if !new.is_empty() {
+            // Threads come and go: not quiet, even where the count held.
+            self.steady_since = None;
         }
         let registering = threads::own_cpu_ns();
         self.register(&new, listing > 1 && !self.timers());
