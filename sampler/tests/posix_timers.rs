@@ -278,7 +278,7 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     seen.check(seen.window.as_millis() as u64 / 100 + 2, 3);
 }
 
-/// Once the thread count held still for a second, the sampler thread
+/// Once the thread count held still for a quarter second, the sampler thread
 /// wakes every 100 ms at 100 Hz, not at every listing interval (20 ms):
 /// those wakeups were most of its time with a steady set of threads. A
 /// thread born then is still found at the next wakeup or the one after,
@@ -295,7 +295,7 @@ fn a_quiet_set_of_threads_is_looked_at_every_100_ms() {
     let mut workers = vec![spinner(stop.clone(), tid.clone())];
     let sampler = Sampler::start(posix(100)).expect("start on POSIX timers");
     let progress = sampler.progress();
-    thread::sleep(Duration::from_millis(1300));
+    thread::sleep(Duration::from_millis(800));
     let (from, since) = (progress.ticks.load(Ordering::Acquire), Instant::now());
     thread::sleep(Duration::from_secs(1));
     let ticks = progress.ticks.load(Ordering::Acquire);

@@ -110,8 +110,11 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(100);
 /// a steady set of threads. The first thread born after such a quiet
 /// spell gets its timer up to that much later; what it ran before is
 /// counted as not covered, and its birth brings back the shorter
-/// interval.
-const QUIET_AFTER: Duration = Duration::from_secs(1);
+/// interval. A quarter second: a pool starts its threads within
+/// milliseconds of each other, so a burst of births keeps the short
+/// interval throughout; waiting a whole second left a third of a
+/// 3-second job on it.
+const QUIET_AFTER: Duration = Duration::from_millis(250);
 
 /// With every thread sampled into the rings, the sampler thread sleeps
 /// [`RING_COLLECT_PERIODS`] periods, within these bounds (and reads the
