@@ -49,7 +49,7 @@ use super::threads;
 use super::unwind::CfiWalker;
 use ring_clock::{RingState, RingThread};
 
-use collect::OwnedWalk;
+use collect::{OwnedWalk, SpareFrames};
 use pacing::{BlockedReads, CpuPacing, PacedThread};
 use signal_timers::{PosixExit, TimerThread};
 use thread_list::Exit;
@@ -302,6 +302,8 @@ pub(super) struct SamplerLoop {
     /// Timer samples copied out of their slots with the periods each
     /// stands for, reused between passes.
     timer_walks: Vec<(i32, u64, OwnedWalk)>,
+    /// Frame vectors of walks replaced since, for the next samples'.
+    spare_frames: SpareFrames,
     /// How often the thread list is read: `relist_floor`, or longer when a
     /// listing is costly.
     relist_every: Duration,
@@ -418,6 +420,7 @@ impl SamplerLoop {
             listed_as: None,
             steady_since: None,
             timer_walks: Vec::new(),
+            spare_frames: SpareFrames::default(),
             rotation: 0,
             exits: Vec::new(),
             posix_exits: Vec::new(),

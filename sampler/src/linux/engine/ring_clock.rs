@@ -27,10 +27,6 @@ use super::{monotonic_ns, SamplerLoop};
 /// gone.
 const EXIT_RECORDS_WAIT: Duration = Duration::from_millis(200);
 
-/// The most spare frame vectors kept ([`RingState::spare_frames`]): as
-/// many as a drain's samples usually take.
-const MAX_SPARE_FRAMES: usize = 1024;
-
 /// The ring clock's state in the engine: the inherited events and what
 /// their records leave to do between collections. Empty on the other
 /// clocks.
@@ -51,9 +47,6 @@ pub(super) struct RingState {
     /// Born threads' last walks (and their keys), under which the part of
     /// a period after their last sample is counted when they are settled.
     pub(super) walks: HashMap<i32, (u32, OwnedWalk)>,
-    /// The frame vectors of last walks replaced since, for the next
-    /// samples' walks ([`OwnedWalk::of_reusing`]).
-    pub(super) spare_frames: Vec<Vec<u64>>,
     /// A thread on the rings turned out to need a timer
     /// ([`RingThread::deep`]): opened right after the
     /// collection that found it, not at the next listing, so that few of
@@ -190,7 +183,7 @@ impl SamplerLoop {
         let mut samples = std::mem::take(&mut self.ring.samples);
         let mut settled = std::mem::take(&mut self.ring.settled);
         let max_depth = self.config.max_depth;
-        let (cfi, stats, spare) = (&mut self.cfi, &mut self.stats, &mut self.ring.spare_frames);
+        let (cfi, stats, spare) = (&mut self.cfi, &mut self.stats, &mut self.spare_frames);
         let lost = born.drain(
             &mut samples,
             &mut self.ring.held,
@@ -211,7 +204,7 @@ impl SamplerLoop {
                         end: sample.end,
                         copy,
                     };
-                    let frames = spare.pop().unwrap_or_default();
+                    let frames = spare.take();
                     OwnedWalk::of_reusing(frames, &collected, cfi.as_mut(), max_depth, stats)
                 })
             },
@@ -254,9 +247,7 @@ impl SamplerLoop {
                 self.stats.born_samples += 1;
             }
             if let Some((_, replaced)) = self.ring.walks.insert(sample.tid, (key, walk)) {
-                if self.ring.spare_frames.len() < MAX_SPARE_FRAMES {
-                    self.ring.spare_frames.push(replaced.frames);
-                }
+                self.spare_frames.give(replaced);
             }
         }
         self.ring.samples = samples;

@@ -221,10 +221,11 @@ impl SamplerLoop {
     pub(super) fn collect_timer_samples(&mut self) -> usize {
         let mut walks = std::mem::take(&mut self.timer_walks);
         walks.clear();
-        let (cfi, stats) = (&mut self.cfi, &mut self.stats);
+        let (cfi, stats, spare) = (&mut self.cfi, &mut self.stats, &mut self.spare_frames);
         let max_depth = self.config.max_depth;
         let writing = self.slots.collect_claimed(|tid, weight, walk| {
-            let walk = OwnedWalk::of(&walk, cfi.as_mut(), max_depth, stats);
+            let frames = spare.take();
+            let walk = OwnedWalk::of_reusing(frames, &walk, cfi.as_mut(), max_depth, stats);
             walks.push((tid, weight, walk));
         });
         let keep_last = self.tick_paced_timers();
@@ -235,14 +236,22 @@ impl SamplerLoop {
             match self.key_for_sample(tid, None) {
                 Some(key) => {
                     self.intern(key, &walk.as_collected(), weight);
-                    if let Some(state) = self.threads.get_mut(&tid).filter(|_| keep_last) {
-                        state.timer.periods += weight;
-                        state.timer.last = Some((key, walk));
+                    match self.threads.get_mut(&tid).filter(|_| keep_last) {
+                        Some(state) => {
+                            state.timer.periods += weight;
+                            if let Some((_, replaced)) = state.timer.last.replace((key, walk)) {
+                                self.spare_frames.give(replaced);
+                            }
+                        }
+                        None => self.spare_frames.give(walk),
                     }
                 }
                 // A thread this sampler never listed (it exited before):
                 // its sample cannot be named.
-                None => self.stats.exited_threads += 1,
+                None => {
+                    self.stats.exited_threads += 1;
+                    self.spare_frames.give(walk);
+                }
             }
         }
         self.timer_walks = walks;
