@@ -376,6 +376,72 @@ fn a_renamed_thread_is_counted_under_each_name_for_its_time() {
     });
 }
 
+/// The thread [`renamed_as_events_open`] renames.
+static RENAMED_TID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Renames thread [`RENAMED_TID`] through its `comm` file, as the thread
+/// would by naming itself at that moment.
+fn renamed_as_events_open() {
+    let tid = RENAMED_TID.load(Ordering::Acquire);
+    std::fs::write(format!("/proc/self/task/{tid}/comm"), "btp-new-name").expect("rename");
+}
+
+/// A thread found at start whose name changes after the first listing
+/// read it but before the ring events opened on it (a thread names itself
+/// as it starts, and on a busy machine it may first run just then) leaves
+/// no rename record in the rings: its samples must still carry the new
+/// name, not the one that listing read. A test hook renames it at that
+/// moment, and the listings after start are held back, so only the
+/// samples themselves can bring the new name. (Beside two hogs in a full
+/// test run, a thread spawned just before `start` once had all its 300
+/// samples under its old name.)
+#[test]
+fn a_thread_renamed_as_its_events_open_keeps_its_new_name() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    with_watchdog("renamed as events open", Duration::from_secs(60), || {
+        let _hogs = Hogs::start(2);
+        let go = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let go = go.clone();
+            thread::Builder::new()
+                .name("btp-old-name".into())
+                .spawn(move || {
+                    RENAMED_TID.store(btprof_sampler::current_thread_id(), Ordering::Release);
+                    while !go.load(Ordering::Acquire) {
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                    blocked_spin(Duration::from_millis(300))
+                })
+                .unwrap()
+        };
+        while RENAMED_TID.load(Ordering::Acquire) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        btprof_sampler::test_hooks::run_before_ring_events(Some(renamed_as_events_open));
+        let sampler = start();
+        btprof_sampler::test_hooks::run_before_ring_events(None);
+        let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
+        // Past its first 100 ms, when a young thread's name is read again
+        // at its samples.
+        thread::sleep(Duration::from_millis(300));
+        go.store(true, Ordering::Release);
+        worker.join().unwrap();
+        let raw = sampler.stop().expect("stop");
+        drop(held);
+        if !on_rings(&raw) {
+            return;
+        }
+        let old = support::samples_named(&raw, "btp-old-name");
+        let new = support::samples_named(&raw, "btp-new-name");
+        println!("measured: {new} samples under the new name, {old} under the old");
+        assert!(
+            new >= 100,
+            "{new} samples under the new name, {old} under the old"
+        );
+        assert_eq!(old, 0, "samples under the name read before the rename");
+    });
+}
+
 /// With every thread on the rings and none coming or going, the sampler
 /// thread reads the rings without listing the threads each time (at
 /// 100 Hz it wakes every 100 ms, and lists them at most about once a

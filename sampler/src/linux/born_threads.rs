@@ -385,6 +385,12 @@ impl BornThreads {
             .is_some_and(|y| y.handoff.is_none() && !y.excluded)
     }
 
+    /// Whether the rings hold a name-change record of thread `tid`, one
+    /// the events were opened on (read in a drain so far).
+    pub(crate) fn rename_recorded(&self, tid: i32) -> bool {
+        self.parents.get(&tid).is_some_and(|p| p.name.is_some())
+    }
+
     /// The thread that created born thread `tid`, whose name it inherited.
     pub(crate) fn creator(&self, tid: i32) -> Option<i32> {
         self.young

@@ -25,3 +25,12 @@ pub fn hold_back_posix_timers(on: bool) {
 pub fn hold_back_listings(on: bool) {
     super::engine::HOLD_LISTINGS.store(on, Relaxed);
 }
+
+/// Runs `hook` (while set) on the sampler thread as the ring events are
+/// about to open, after the first listing read the threads' names: what a
+/// thread does at that moment leaves no record in the rings.
+pub fn run_before_ring_events(hook: Option<fn()>) {
+    *super::engine::BEFORE_RING_EVENTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = hook;
+}

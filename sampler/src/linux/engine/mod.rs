@@ -81,6 +81,11 @@ const LISTING_SHARE: u32 = 20;
 #[cfg(feature = "test-hooks")]
 pub(crate) static HOLD_LISTINGS: AtomicBool = AtomicBool::new(false);
 
+/// For btprof's own tests: run on the sampler thread as the ring events
+/// are about to open, after the first listing read the threads' names.
+#[cfg(feature = "test-hooks")]
+pub(crate) static BEFORE_RING_EVENTS: std::sync::Mutex<Option<fn()>> = std::sync::Mutex::new(None);
+
 /// Whether a test holds the listings back (`HOLD_LISTINGS`, with the
 /// feature `test-hooks`).
 fn listings_held() -> bool {

@@ -142,6 +142,13 @@ impl SamplerLoop {
             return;
         }
         self.ring.tried = true;
+        #[cfg(feature = "test-hooks")]
+        if let Some(hook) = *super::BEFORE_RING_EVENTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            hook();
+        }
         let seed = monotonic_ns().rotate_left(17) ^ u64::from(self.own_tid.unsigned_abs());
         let tids: Vec<i32> = self
             .tids
@@ -261,7 +268,8 @@ impl SamplerLoop {
     /// that of the thread that created it, whose name it inherited), read
     /// once per collection pass.
     pub(super) fn key_for_born(&mut self, tid: i32, name: Option<&str>) -> Option<u32> {
-        let creator = self.ring.events.as_ref()?.creator(tid);
+        let events = self.ring.events.as_ref()?;
+        let (creator, rename_recorded) = (events.creator(tid), events.rename_recorded(tid));
         if let Some(state) = self.threads.get_mut(&tid) {
             // A listing may have read its name before it named itself, and
             // it may be gone before its name is read again.
@@ -274,6 +282,23 @@ impl SamplerLoop {
                 }
                 // Not renamed since a listing read its name on the rings.
                 None if state.ring.named => Some(state.key),
+                // Its name was read before the events opened on it (a
+                // thread found at start): a rename between the two left
+                // no record, and the listings that would read it again
+                // may be far apart. Read now, once, unless a rename
+                // recorded later in this drain shows the sample is older
+                // than it; from here on renames come as records. (A rename
+                // newer than the records this drain read shows here early,
+                // on this drain's samples.)
+                None if state.on_rings() => {
+                    state.ring.named = true;
+                    if rename_recorded {
+                        Some(state.key)
+                    } else {
+                        self.read_name(tid)
+                            .or_else(|| self.key_for_sample(tid, None))
+                    }
+                }
                 None => self.key_for_sample(tid, None),
             };
         }
