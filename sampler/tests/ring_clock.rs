@@ -380,10 +380,28 @@ fn a_renamed_thread_is_counted_under_each_name_for_its_time() {
 static RENAMED_TID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Renames thread [`RENAMED_TID`] through its `comm` file, as the thread
-/// would by naming itself at that moment.
+/// would by naming itself at that moment. Runs on the sampler thread, so
+/// it never panics: a rename that fails shows in the test's counts.
 fn renamed_as_events_open() {
     let tid = RENAMED_TID.load(Ordering::Acquire);
-    std::fs::write(format!("/proc/self/task/{tid}/comm"), "btp-new-name").expect("rename");
+    let _ = std::fs::write(format!("/proc/self/task/{tid}/comm"), "btp-new-name");
+}
+
+/// Clears the hook when dropped, also when the test panics, so that the
+/// other tests' samplers never run it.
+struct BeforeRingEvents;
+
+impl BeforeRingEvents {
+    fn run(hook: fn()) -> BeforeRingEvents {
+        btprof_sampler::test_hooks::run_before_ring_events(Some(hook));
+        BeforeRingEvents
+    }
+}
+
+impl Drop for BeforeRingEvents {
+    fn drop(&mut self) {
+        btprof_sampler::test_hooks::run_before_ring_events(None);
+    }
 }
 
 /// A thread found at start whose name changes after the first listing
@@ -417,9 +435,9 @@ fn a_thread_renamed_as_its_events_open_keeps_its_new_name() {
         while RENAMED_TID.load(Ordering::Acquire) == 0 {
             thread::sleep(Duration::from_millis(1));
         }
-        btprof_sampler::test_hooks::run_before_ring_events(Some(renamed_as_events_open));
+        let hook = BeforeRingEvents::run(renamed_as_events_open);
         let sampler = start();
-        btprof_sampler::test_hooks::run_before_ring_events(None);
+        drop(hook);
         let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
         // Past its first 100 ms, when a young thread's name is read again
         // at its samples.
