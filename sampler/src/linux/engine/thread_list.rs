@@ -693,6 +693,17 @@ impl SamplerLoop {
         }
         let period = self.period_ns;
         for (&tid, s) in self.threads.iter_mut() {
+            // A thread that exited since the last listing (the stop's
+            // reading found no clock): its CPU time read at the ticks since
+            // then, as when a listing forgets it. With listings put off,
+            // that can be 100 ms of each thread of a program that ends.
+            if let (Some(read), Some(accounted)) = (s.read_ns, s.accounted_ns) {
+                if read > accounted {
+                    let since = Duration::from_nanos(read - accounted);
+                    self.stats.add_thread_cpu(tid as u64, since);
+                    s.accounted_ns = Some(read);
+                }
+            }
             if s.paced.recent_walks.is_empty() {
                 continue;
             }
