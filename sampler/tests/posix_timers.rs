@@ -324,13 +324,7 @@ fn a_quiet_set_of_threads_is_looked_at_every_100_ms() {
         found_after.is_some_and(|n| n <= 2),
         "born thread found after {found_after:?} wakeups"
     );
-    let born = born_tid.load(Ordering::Relaxed);
-    let samples: u64 = raw
-        .table
-        .iter()
-        .filter(|(k, _)| raw.threads[k.thread as usize].tid == born)
-        .map(|(_, c)| c)
-        .sum();
+    let (samples, _) = support::samples_and_cpu_of(&raw, born_tid.load(Ordering::Relaxed));
     assert!(samples > 0, "the born thread has no samples");
 }
 

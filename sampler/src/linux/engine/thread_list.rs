@@ -89,6 +89,14 @@ impl ThreadState {
         self.ring.named = true;
     }
 
+    /// The CPU time read at the ticks beyond what was counted (a thread
+    /// that exited since the last listing), now counted too.
+    fn take_read_since_accounted(&mut self) -> Option<Duration> {
+        let (read, accounted) = (self.read_ns?, self.accounted_ns?);
+        self.accounted_ns = Some(read.max(accounted));
+        Some(Duration::from_nanos(read.saturating_sub(accounted)))
+    }
+
     /// Whether the kernel samples it into the rings: born under the
     /// inherited events or one they were opened on, and not handed to a
     /// timer.
@@ -608,8 +616,7 @@ impl SamplerLoop {
                 if reckon {
                     // Its CPU time read since the last listing, then what it
                     // stands for after its last sample ([`ExitTails`]).
-                    if let (Some(read), Some(accounted)) = (s.read_ns, s.accounted_ns) {
-                        let since = Duration::from_nanos(read.saturating_sub(accounted));
+                    if let Some(since) = s.take_read_since_accounted() {
                         stats.add_thread_cpu(tid as u64, since);
                     }
                     if !s.paced.recent_walks.is_empty() {
@@ -697,12 +704,8 @@ impl SamplerLoop {
             // reading found no clock): its CPU time read at the ticks since
             // then, as when a listing forgets it. With listings put off,
             // that can be 100 ms of each thread of a program that ends.
-            if let (Some(read), Some(accounted)) = (s.read_ns, s.accounted_ns) {
-                if read > accounted {
-                    let since = Duration::from_nanos(read - accounted);
-                    self.stats.add_thread_cpu(tid as u64, since);
-                    s.accounted_ns = Some(read);
-                }
+            if let Some(since) = s.take_read_since_accounted().filter(|d| !d.is_zero()) {
+                self.stats.add_thread_cpu(tid as u64, since);
             }
             if s.paced.recent_walks.is_empty() {
                 continue;
