@@ -1,6 +1,8 @@
 //! A stop signal sent to `btprof record` (`kill`, a CI runner's timeout)
 //! is passed on to the command, which writes its profile and dies of it;
-//! btprof writes the merged profile and exits as the command did.
+//! btprof writes the merged profile and exits as the command did. And a
+//! program's own signals do not cut short the writing of its profile as
+//! it ends.
 
 mod record_support;
 
@@ -37,4 +39,28 @@ fn sigterm_to_btprof_ends_the_command_and_writes_its_profile() {
     // SAFETY: signal 0 only asks whether the process exists.
     let alive = unsafe { libc::kill(pid, 0) } == 0;
     assert!(!alive, "sleep ({pid}) still runs");
+}
+
+/// `_exit` waits for the profile to be written while the program's own
+/// signals interrupt it: each interruption is waited out, not taken for
+/// the end of the wait. (Linux: macOS has no interposed `_exit`.)
+#[cfg(target_os = "linux")]
+#[test]
+fn a_program_signalled_as_it_exits_still_writes_its_profile() {
+    let scratch = Scratch::new("exit-signalled");
+    let Some(program) = framed_program(&scratch, "exit_while_signalled.c", "exit_while_signalled")
+    else {
+        return;
+    };
+    let out = record(
+        &scratch,
+        &["--", program.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    println!("{stdout}{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("no profile"), "{stderr}");
+    let lines = folded(&scratch.path("btprof.folded"));
+    assert!(samples_in(&lines, "work_before_exit") > 0, "{lines:?}");
 }

@@ -134,6 +134,11 @@ unsafe fn errno_location() -> *mut libc::c_int {
 /// the work is done on another thread and a helper stuck behind such a
 /// lock costs at most that long, never a hang. (Linux only: macOS has no
 /// interposed `_exit`.)
+///
+/// The wait goes on through signals: the calling thread's own (a
+/// shell's SIGCHLD, any handler installed without `SA_RESTART`) and the
+/// sampler's can interrupt it, and a wait that ended there would let the
+/// process end while the profile is half written.
 #[cfg(target_os = "linux")]
 pub fn finish_on_helper(patience: std::time::Duration) {
     let (fd, done) = (
@@ -144,23 +149,52 @@ pub fn finish_on_helper(patience: std::time::Duration) {
         return;
     }
     let byte = FINISH_FOR_EXIT;
+    let give_up = monotonic_ms().saturating_add(patience.as_millis().min(i64::MAX as u128) as i64);
     // SAFETY: writes one byte from `byte`; polls one valid pollfd and
-    // reads one byte into `reply`. All async-signal-safe.
+    // reads one byte into `reply`; reads errno. All async-signal-safe.
     unsafe {
-        if libc::write(fd, (&raw const byte).cast(), 1) != 1 {
-            return;
+        while libc::write(fd, (&raw const byte).cast(), 1) != 1 {
+            if *errno_location() != libc::EINTR {
+                return;
+            }
         }
-        let mut poll = libc::pollfd {
-            fd: done,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = patience.as_millis().min(i32::MAX as u128) as i32;
-        if libc::poll(&mut poll, 1, ms) == 1 {
-            let mut reply = 0u8;
-            libc::read(done, (&raw mut reply).cast(), 1);
+        loop {
+            let mut poll = libc::pollfd {
+                fd: done,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let left = give_up
+                .saturating_sub(monotonic_ms())
+                .clamp(0, i32::MAX as i64);
+            match libc::poll(&mut poll, 1, left as i32) {
+                1 => {
+                    let mut reply = 0u8;
+                    if libc::read(done, (&raw mut reply).cast(), 1) == 1
+                        || *errno_location() != libc::EINTR
+                    {
+                        return;
+                    }
+                }
+                -1 if *errno_location() == libc::EINTR && left > 0 => {}
+                _ => return,
+            }
         }
     }
+}
+
+/// Milliseconds on the monotonic clock, by a call that is
+/// async-signal-safe (`_exit` may run in a signal handler).
+#[cfg(target_os = "linux")]
+fn monotonic_ms() -> i64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the time into `now`; clock_gettime is
+    // async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec.saturating_mul(1000) + now.tv_nsec / 1_000_000
 }
 
 /// The helper thread: waits for a forwarded signal, a request from
