@@ -1,5 +1,5 @@
 //! The sampler-thread clock, forced: what its own wakeups cost, and the
-//! names of threads that come and go between them.
+//! names and CPU time of threads that come and go between them.
 #![cfg(target_os = "linux")]
 
 use std::sync::atomic::Ordering;
@@ -124,5 +124,57 @@ fn short_threads_named_after_they_were_listed_keep_their_name() {
         first * 10 <= own + first,
         "{first} of {} samples under the name the threads had left",
         own + first
+    );
+}
+
+/// A thread that exits between two listings, right before the stop, has
+/// the CPU time its clock showed at the sampler's last wakeups counted:
+/// only a listing used to count an exited thread's last readings, and
+/// listings are put off while the thread count holds still, so a program
+/// that ended its threads and stopped the profiler left up to 100 ms of
+/// each thread's CPU time with samples but without CPU time (its rate
+/// came out 3% high). Here the listings are held back (a test hook) from
+/// the thread's start, so none of its running is counted by a listing.
+#[test]
+fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
+    let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
+    let _hogs = btprof_testkit::hogs::Hogs::start(2);
+    let sampler = Sampler::start(SamplerConfig {
+        hz: 1000,
+        mode: Mode::Cpu,
+        clock: Some(SampleClock::SamplerThread),
+        ..SamplerConfig::default()
+    })
+    .expect("start");
+    let (go, wait) = mpsc::channel::<()>();
+    let (tid_tx, tid_rx) = mpsc::channel::<u64>();
+    let thread = thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u64;
+        tid_tx.send(tid).expect("send the tid");
+        wait.recv().ok();
+        std::hint::black_box(spin_cpu(Duration::from_millis(200), 20_000));
+        btprof_testkit::thread_cpu()
+    });
+    let tid = tid_rx.recv().expect("the thread's id");
+    let progress = sampler.progress();
+    let listed = progress.listings.load(Ordering::Acquire);
+    let since = Instant::now();
+    while progress.listings.load(Ordering::Acquire) < listed + 2 {
+        assert!(since.elapsed() < Duration::from_secs(10), "no listing");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
+    go.send(()).expect("start the thread");
+    let used = thread.join().expect("the spinning thread");
+    let raw = sampler.stop().expect("stop");
+    drop(held);
+    let (samples, counted) = support::samples_and_cpu_of(&raw, tid);
+    println!("measured: the thread used {used:?}, counted {counted:?}, {samples} samples");
+    assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    assert!(samples > 0, "the thread was never sampled");
+    assert!(
+        counted >= used.mul_f64(0.9),
+        "counted {counted:?} of the {used:?} the thread used"
     );
 }
