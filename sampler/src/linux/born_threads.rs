@@ -640,6 +640,7 @@ impl BornThreads {
                 }
             }
         }
+        held.give_back(records);
         self.settle(settled, false, |_| None);
         lost
     }

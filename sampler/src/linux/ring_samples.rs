@@ -39,24 +39,43 @@ pub(crate) struct BornSample<W> {
 
 /// Records read from the rings that a drain did not take in yet, in time
 /// order: newer than what it could be sure every ring already held.
-pub(crate) struct HeldRecords<W>(Vec<(u64, Owned<W>)>);
+///
+/// Two vectors take turns, so that a drain allocates nothing once they
+/// have grown to a drain's records: the held ones become the drain's
+/// list ([`Self::take`]), the spare receives what it holds back again
+/// ([`Self::keep`]), and the emptied list becomes the spare
+/// ([`Self::give_back`]).
+pub(crate) struct HeldRecords<W> {
+    held: Vec<(u64, Owned<W>)>,
+    spare: Vec<(u64, Owned<W>)>,
+}
 
 impl<W> Default for HeldRecords<W> {
     fn default() -> Self {
-        HeldRecords(Vec::new())
+        HeldRecords {
+            held: Vec::new(),
+            spare: Vec::new(),
+        }
     }
 }
 
 impl<W> HeldRecords<W> {
     /// The records held, to be read with the rings' new ones.
     pub(super) fn take(&mut self) -> Vec<(u64, Owned<W>)> {
-        std::mem::take(&mut self.0)
+        std::mem::replace(&mut self.held, std::mem::take(&mut self.spare))
     }
 
     /// Moves the records of `sorted` newer than `horizon` here.
     pub(super) fn keep(&mut self, sorted: &mut Vec<(u64, Owned<W>)>, horizon: u64) {
         let newer = sorted.partition_point(|(time, _)| *time <= horizon);
-        self.0.extend(sorted.drain(newer..));
+        self.held.extend(sorted.drain(newer..));
+    }
+
+    /// The list [`Self::take`] gave, read to the end: kept for the next
+    /// drain with its capacity.
+    pub(super) fn give_back(&mut self, mut list: Vec<(u64, Owned<W>)>) {
+        list.clear();
+        self.spare = list;
     }
 }
 
@@ -130,4 +149,37 @@ pub(super) fn own<W>(
             _ => return None,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One drain's handling of its list: the held records, 100 new ones,
+    /// the newest 10 held back again.
+    fn drain_once(held: &mut HeldRecords<()>, first: u64) -> usize {
+        let mut list = held.take();
+        let capacity = list.capacity();
+        list.extend((first..first + 100).map(|t| (t, Owned::Exit(t as i32))));
+        list.sort_by_key(|(time, _)| *time);
+        held.keep(&mut list, first + 89);
+        assert_eq!(held.held.len(), 10);
+        held.give_back(list);
+        capacity
+    }
+
+    #[test]
+    fn drains_of_the_same_size_reuse_their_lists() {
+        let mut held = HeldRecords::default();
+        // Each of the two lists grows once in each role.
+        for round in 0..3 {
+            drain_once(&mut held, 1 + round * 100);
+        }
+        // From then on the list comes with room for a drain's records:
+        // nothing is allocated.
+        for round in 3..9 {
+            let capacity = drain_once(&mut held, 1 + round * 100);
+            assert!(capacity >= 110, "round {round}: capacity {capacity}");
+        }
+    }
 }
