@@ -84,14 +84,7 @@ fn short_threads_named_after_they_were_listed_keep_their_name() {
     const THREADS: usize = 100;
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let sampler = Sampler::start(SamplerConfig {
-        hz: 1000,
-        mode: Mode::Cpu,
-        clock: Some(SampleClock::SamplerThread),
-        ..SamplerConfig::default()
-    })
-    .expect("start");
-    let progress = sampler.progress();
+    let sampler = start_at_1000_hz();
     for _ in 0..THREADS {
         let (go, wait) = mpsc::channel::<()>();
         let thread = thread::Builder::new()
@@ -102,12 +95,7 @@ fn short_threads_named_after_they_were_listed_keep_their_name() {
                 std::hint::black_box(spin_cpu(Duration::from_micros(1200), 200_000));
             })
             .expect("spawn");
-        let listed = progress.listings.load(Ordering::Acquire);
-        let since = Instant::now();
-        while progress.listings.load(Ordering::Acquire) < listed + 2 {
-            assert!(since.elapsed() < Duration::from_secs(10), "no listing");
-            thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_two_listings(&sampler);
         go.send(()).expect("start the thread");
         thread.join().expect("a short thread");
     }
@@ -139,13 +127,7 @@ fn short_threads_named_after_they_were_listed_keep_their_name() {
 fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let sampler = Sampler::start(SamplerConfig {
-        hz: 1000,
-        mode: Mode::Cpu,
-        clock: Some(SampleClock::SamplerThread),
-        ..SamplerConfig::default()
-    })
-    .expect("start");
+    let sampler = start_at_1000_hz();
     let (go, wait) = mpsc::channel::<()>();
     let (tid_tx, tid_rx) = mpsc::channel::<u64>();
     let thread = thread::spawn(move || {
@@ -157,13 +139,7 @@ fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
         btprof_testkit::thread_cpu()
     });
     let tid = tid_rx.recv().expect("the thread's id");
-    let progress = sampler.progress();
-    let listed = progress.listings.load(Ordering::Acquire);
-    let since = Instant::now();
-    while progress.listings.load(Ordering::Acquire) < listed + 2 {
-        assert!(since.elapsed() < Duration::from_secs(10), "no listing");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_two_listings(&sampler);
     let held = support::HookOn::new(btprof_sampler::test_hooks::hold_back_listings);
     go.send(()).expect("start the thread");
     let used = thread.join().expect("the spinning thread");
@@ -177,4 +153,27 @@ fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
         counted >= used.mul_f64(0.9),
         "counted {counted:?} of the {used:?} the thread used"
     );
+}
+
+/// A cpu-mode sampler at 1000 Hz on the sampler-thread clock.
+fn start_at_1000_hz() -> Sampler {
+    Sampler::start(SamplerConfig {
+        hz: 1000,
+        mode: Mode::Cpu,
+        clock: Some(SampleClock::SamplerThread),
+        ..SamplerConfig::default()
+    })
+    .expect("start")
+}
+
+/// Returns once two more listings of the threads ended: a thread started
+/// before is then known to the sampler. Panics after 10 s.
+fn wait_for_two_listings(sampler: &Sampler) {
+    let progress = sampler.progress();
+    let listed = progress.listings.load(Ordering::Acquire);
+    let since = Instant::now();
+    while progress.listings.load(Ordering::Acquire) < listed + 2 {
+        assert!(since.elapsed() < Duration::from_secs(10), "no listing");
+        thread::sleep(Duration::from_millis(1));
+    }
 }
