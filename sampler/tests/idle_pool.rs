@@ -27,7 +27,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
+use btprof_sampler::{RawProfile, SampleClock, Sampler};
 
 /// Idle threads: enough that listings come hundreds of milliseconds apart.
 const IDLE_THREADS: usize = 5000;
@@ -165,17 +165,6 @@ impl IdlePool {
     }
 }
 
-/// The sampler-thread clock at 1000 Hz, cpu mode.
-fn start_sampler() -> Sampler {
-    Sampler::start(SamplerConfig {
-        hz: 1000,
-        mode: Mode::Cpu,
-        clock: Some(SampleClock::SamplerThread),
-        ..SamplerConfig::default()
-    })
-    .expect("start")
-}
-
 /// Registering a pool of idle threads does not space the listings that
 /// follow, and names are not re-read for threads that never ran: the gap
 /// after the listing that registered the pool is within
@@ -187,7 +176,7 @@ fn registering_a_pool_does_not_space_the_listings() {
     let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let pool = IdlePool::start(IDLE_THREADS);
-    let sampler = start_sampler();
+    let sampler = support::sampler_thread_clock_at_1000_hz();
     let progress = sampler.progress();
     let listings = || progress.listings.load(Ordering::Acquire);
     // The wakeup at which each listing was first seen, from the first.
@@ -243,7 +232,7 @@ fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
     let pool = IdlePool::start(WOKEN_POOL);
     let (go, wait) = mpsc::channel::<()>();
     let sleeper = Spinner::start("btp-wakes-late", Some(wait));
-    let sampler = start_sampler();
+    let sampler = support::sampler_thread_clock_at_1000_hz();
     support::wait_until_listed(&sampler, WOKEN_POOL + 1);
     // After a listing that saw the sleeper idle and armed its timer.
     let found_after = first_sample_with_listings_held(&sampler, || {
@@ -289,7 +278,7 @@ fn a_thread_born_between_listings_is_found_without_one() {
     let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let pool = IdlePool::start(IDLE_THREADS);
-    let sampler = start_sampler();
+    let sampler = support::sampler_thread_clock_at_1000_hz();
     support::wait_until_listed(&sampler, IDLE_THREADS);
     // After a listing of the whole pool: listings are spaced by its cost.
     let mut newcomer = None;
@@ -361,7 +350,7 @@ fn idle_threads_past_the_wake_timers_limit_are_counted() {
     let pool = IdlePool::start(WOKEN_POOL);
     let limit = SigpendingLimit::lower_to(LOW_SIGPENDING);
     let cap = LOW_SIGPENDING / 4;
-    let sampler = start_sampler();
+    let sampler = support::sampler_thread_clock_at_1000_hz();
     support::wait_until_listed(&sampler, WOKEN_POOL);
     // Two more listings: the pool is idle at both.
     let progress = sampler.progress();
@@ -485,7 +474,7 @@ fn a_thread_that_unblocks_the_signal_is_sampled_again_between_listings() {
     let _one = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let pool = IdlePool::start(IDLE_THREADS);
-    let sampler = start_sampler();
+    let sampler = support::sampler_thread_clock_at_1000_hz();
     let progress = sampler.progress();
     let listings = || progress.listings.load(Ordering::Acquire);
     let ticks = || progress.ticks.load(Ordering::Acquire);

@@ -84,7 +84,7 @@ fn short_threads_named_after_they_were_listed_keep_their_name() {
     const THREADS: usize = 100;
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let sampler = start_at_1000_hz();
+    let sampler = support::sampler_thread_clock_at_1000_hz();
     for _ in 0..THREADS {
         let (go, wait) = mpsc::channel::<()>();
         let thread = thread::Builder::new()
@@ -127,7 +127,7 @@ fn short_threads_named_after_they_were_listed_keep_their_name() {
 fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let sampler = start_at_1000_hz();
+    let sampler = support::sampler_thread_clock_at_1000_hz();
     let (go, wait) = mpsc::channel::<()>();
     let (tid_tx, tid_rx) = mpsc::channel::<u64>();
     let thread = thread::spawn(move || {
@@ -153,17 +153,6 @@ fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
         counted >= used.mul_f64(0.9),
         "counted {counted:?} of the {used:?} the thread used"
     );
-}
-
-/// A cpu-mode sampler at 1000 Hz on the sampler-thread clock.
-fn start_at_1000_hz() -> Sampler {
-    Sampler::start(SamplerConfig {
-        hz: 1000,
-        mode: Mode::Cpu,
-        clock: Some(SampleClock::SamplerThread),
-        ..SamplerConfig::default()
-    })
-    .expect("start")
 }
 
 /// Returns once two more listings of the threads ended: a thread started

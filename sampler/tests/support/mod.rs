@@ -59,6 +59,18 @@ pub fn samples_and_cpu_of(raw: &RawProfile, tid: u64) -> (u64, std::time::Durati
     (samples, cpu)
 }
 
+/// A cpu-mode sampler at 1000 Hz on the sampler-thread clock, started.
+#[cfg(target_os = "linux")]
+pub fn sampler_thread_clock_at_1000_hz() -> btprof_sampler::Sampler {
+    btprof_sampler::Sampler::start(btprof_sampler::SamplerConfig {
+        hz: 1000,
+        mode: btprof_sampler::Mode::Cpu,
+        clock: Some(btprof_sampler::SampleClock::SamplerThread),
+        ..btprof_sampler::SamplerConfig::default()
+    })
+    .expect("start")
+}
+
 /// Waits until `sampler` has listed at least `threads` threads (and, on
 /// the perf clock, opened their events), so that work started next is
 /// sampled from its first moment. Panics after 30 s.
