@@ -135,7 +135,7 @@ fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
         let tid = unsafe { libc::gettid() } as u64;
         tid_tx.send(tid).expect("send the tid");
         wait.recv().ok();
-        std::hint::black_box(spin_cpu(Duration::from_millis(200), 20_000));
+        std::hint::black_box(spin_cpu(Duration::from_millis(300), 20_000));
         btprof_testkit::thread_cpu()
     });
     let tid = tid_rx.recv().expect("the thread's id");
@@ -149,8 +149,11 @@ fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
     println!("measured: the thread used {used:?}, counted {counted:?}, {samples} samples");
     assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
     assert!(samples > 0, "the thread was never sampled");
+    // What it ran after the sampler's last look at its clock is not
+    // counted: a millisecond at 1000 Hz, more when busy processes delay
+    // the sampler's wakeups.
     assert!(
-        counted >= used.mul_f64(0.9),
+        counted >= used.mul_f64(0.85),
         "counted {counted:?} of the {used:?} the thread used"
     );
 }
