@@ -12,6 +12,7 @@ use btprof_sampler::{Mode, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::measure;
 
 use crate::job::run_job;
+use crate::wakeups::WakeupProbe;
 use crate::CHAIN_DEPTH;
 
 /// Set (to a [`Spec`]) in a child that runs one job and reports it.
@@ -19,21 +20,24 @@ pub(crate) const CHILD_ENV: &str = "BTPROF_OVERHEAD_CHILD";
 
 /// What one child runs: `iters` per worker, under a [`Sampler`] at `hz`
 /// on `clock` (`None`: the sampler's own choice) or, with `hz` 0, with no
-/// sampler (the baseline, or under perf).
+/// sampler (the baseline, or under perf); with `probe`, and no sampler,
+/// a [`WakeupProbe`] beside the workers.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Spec {
     pub(crate) iters: u64,
     pub(crate) hz: u32,
     pub(crate) clock: Option<SampleClock>,
+    pub(crate) probe: bool,
 }
 
 impl Spec {
     fn encode(self) -> String {
         format!(
-            "{} {} {}",
+            "{} {} {} {}",
             self.iters,
             self.hz,
-            self.clock.map_or("auto", SampleClock::short_name)
+            self.clock.map_or("auto", SampleClock::short_name),
+            if self.probe { "probe" } else { "-" }
         )
     }
 
@@ -44,6 +48,7 @@ impl Spec {
             iters: next().parse().expect("iterations"),
             hz: next().parse().expect("rate"),
             clock: SampleClock::from_name(next()),
+            probe: next() == "probe",
         }
     }
 }
@@ -73,6 +78,11 @@ pub(crate) struct ChildOut {
     pub(crate) steady_cpu: f64,
     pub(crate) steady_samples: f64,
     pub(crate) steady_duration: f64,
+    /// The sampler thread's wakeups meanwhile.
+    pub(crate) steady_wakeups: f64,
+    /// A probe's CPU time per timed wakeup beside the job (us; with
+    /// `probe`).
+    pub(crate) wakeup_us: f64,
 }
 
 impl ChildOut {
@@ -102,6 +112,8 @@ impl ChildOut {
                 "steady_cpu" => out.steady_cpu = value,
                 "steady_samples" => out.steady_samples = value,
                 "steady_duration" => out.steady_duration = value,
+                "steady_wakeups" => out.steady_wakeups = value,
+                "wakeup_us" => out.wakeup_us = value,
                 _ => {}
             }
         }
@@ -134,9 +146,11 @@ pub(crate) fn run_if_child() -> bool {
     let spec = Spec::decode(&spec);
     let chain = Some(CHAIN_DEPTH);
     let line = if spec.hz == 0 {
+        let probe = spec.probe.then(WakeupProbe::start);
         let job = run_job(spec.iters, chain);
+        let wakeup_us = probe.map_or(0.0, WakeupProbe::finish);
         format!(
-            "wall={} worker_cpu={}",
+            "wall={} worker_cpu={} wakeup_us={wakeup_us}",
             job.wall.as_secs_f64(),
             job.worker_cpu().as_secs_f64()
         )
@@ -162,7 +176,7 @@ pub(crate) fn run_if_child() -> bool {
         let s = &raw.stats;
         format!(
             "wall={} worker_cpu={} samples={} distinct={} sampler_cpu={} duration={} clock={} \
-             steady_cpu={} steady_samples={} steady_duration={}",
+             steady_cpu={} steady_samples={} steady_duration={} steady_wakeups={}",
             job.wall.as_secs_f64(),
             job.worker_cpu().as_secs_f64(),
             s.samples,
@@ -179,6 +193,7 @@ pub(crate) fn run_if_child() -> bool {
                 .as_secs_f64(),
             after.samples.saturating_sub(before.samples),
             after.duration.saturating_sub(before.duration).as_secs_f64(),
+            after.ticks.saturating_sub(before.ticks),
         )
     };
     println!("{line} self_cpu={}", own_cpu());

@@ -80,6 +80,10 @@ pub(crate) struct RowResult {
     /// (btprof's rows only): per weighted sample (us), share of a core (%).
     steady_us: f64,
     steady_core_pct: f64,
+    /// The sampler thread's wakeups a second while the job ran, and what
+    /// that many wakeups cost per sample at the measured floor (us).
+    wakeups_per_s: f64,
+    waking_us: f64,
 }
 
 pub(crate) struct ClocksResult {
@@ -89,6 +93,8 @@ pub(crate) struct ClocksResult {
     /// (us), and its wall spread (%).
     noise_us: [f64; 2],
     wall_noise_pct: f64,
+    /// CPU time per timed wakeup of a thread that does nothing else (us).
+    wakeup_floor_us: f64,
 }
 
 pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
@@ -102,11 +108,13 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         .filter(|&(w, _)| w != Who::Perf || perf_skipped.is_none())
         .collect();
     let mut base: Vec<ChildOut> = Vec::new();
+    let mut floors = Vec::new();
     let mut prof: Vec<Vec<Option<ChildOut>>> = vec![Vec::new(); variants.len()];
     let baseline = Spec {
         iters,
         hz: 0,
         clock: None,
+        probe: false,
     };
     for round in 0..runs {
         // The baseline and every row, the order rotated each round so
@@ -122,12 +130,27 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
             let (who, hz) = variants[i];
             let result = match who {
                 Who::Perf => child::run_under_perf(baseline, hz),
-                Who::Btprof(clock, refused) => child::run(Spec { iters, hz, clock }, refused),
+                Who::Btprof(clock, refused) => child::run(
+                    Spec {
+                        hz,
+                        clock,
+                        ..baseline
+                    },
+                    refused,
+                ),
             };
             if let Err(e) = &result {
                 println!("  [clocks] {} at {hz} Hz failed: {e}", who.label());
             }
             prof[i].push(result.ok());
+        }
+        let probe = Spec {
+            probe: true,
+            ..baseline
+        };
+        match child::run(probe, false) {
+            Ok(out) => floors.push(out.wakeup_us),
+            Err(e) => println!("  [clocks] the wakeup probe failed: {e}"),
         }
         let b = this_base.expect("the baseline ran");
         eprintln!(
@@ -142,6 +165,11 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
     let base_cpu = summarize(&base.iter().map(|b| b.worker_cpu).collect::<Vec<_>>());
     let base_wall = summarize(&base.iter().map(|b| b.wall).collect::<Vec<_>>());
     let worker_cpu_s = base_cpu.median;
+    let floor = if floors.is_empty() {
+        summarize(&[f64::NAN])
+    } else {
+        summarize(&floors)
+    };
     println!();
     println!(
         "[5] clocks: measurement 2's job (2 threads, ~{} s each calibrated), each row a child process, {runs} rounds with the baseline",
@@ -155,7 +183,7 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         base_wall.median, base_wall.min, base_wall.max, base_cpu.median, base_cpu.min, base_cpu.max
     );
     println!(
-        "  {:<24} {:>5} {:<8} {:>14} {:>9} {:>10} {:>9} {:>10} {:>7} {:>7} {:>7} {:>13}",
+        "  {:<24} {:>5} {:<8} {:>14} {:>9} {:>10} {:>9} {:>10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>13}",
         "row",
         "Hz",
         "clock",
@@ -167,6 +195,8 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         "% core",
         "steady",
         "% core",
+        "wake/s",
+        "waking",
         "samples/CPU-s"
     );
     let mut rows = Vec::new();
@@ -198,11 +228,13 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
             sampler_core_pct: med(&|p, _| p.sampler_cpu / p.duration * 100.0).median,
             steady_us: med(&|p, _| p.steady_cpu / p.steady_samples * 1e6).median,
             steady_core_pct: med(&|p, _| p.steady_cpu / p.steady_duration * 100.0).median,
+            wakeups_per_s: med(&|p, _| p.steady_wakeups / p.steady_duration).median,
+            waking_us: med(&|p, _| p.steady_wakeups * floor.median / p.steady_samples).median,
         };
         let rate = med(&|p, _| p.samples / p.worker_cpu).median;
         let distinct_rate = med(&|p, _| p.distinct / p.worker_cpu).median;
         println!(
-            "  {:<24} {hz:>5} {:<8} {:>5.2} ({:>+5.1}..{:>+4.1}) {:>9.2} {:>10.2} {:>9.2} {:>10.2} {:>7.3} {:>7.2} {:>7.3} {:>6.0}/{:<6.0}",
+            "  {:<24} {hz:>5} {:<8} {:>5.2} ({:>+5.1}..{:>+4.1}) {:>9.2} {:>10.2} {:>9.2} {:>10.2} {:>7.3} {:>7.2} {:>7.3} {:>7.0} {:>7.2} {:>6.0}/{:<6.0}",
             who.label(),
             clock.map_or("-", SampleClock::short_name),
             r.wall_pct,
@@ -215,6 +247,8 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
             r.sampler_core_pct,
             r.steady_us,
             r.steady_core_pct,
+            r.wakeups_per_s,
+            r.waking_us,
             rate,
             distinct_rate
         );
@@ -226,6 +260,16 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
     );
     println!(
         "  steady: the sampler thread's CPU while the job ran (start-up and stop left out: what a profiler left on pays), per sample and as a share of a core"
+    );
+    println!(
+        "  wake/s: the sampler thread's wakeups a second while the job ran; waking: what that many wakeups cost per sample at the floor below"
+    );
+    println!(
+        "  wakeup floor: a thread that parks {} ms at a time and does nothing else, beside the job's workers, uses {:.2} us of CPU per wakeup (spread {:.2}-{:.2})",
+        crate::wakeups::INTERVAL.as_millis(),
+        floor.median,
+        floor.min,
+        floor.max
     );
     let noise_us =
         RATES.map(|hz| (base_cpu.max - base_cpu.min) / (worker_cpu_s * f64::from(hz)) * 1e6);
@@ -239,6 +283,7 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         perf_skipped,
         noise_us,
         wall_noise_pct,
+        wakeup_floor_us: floor.median,
     }
 }
 
@@ -329,7 +374,7 @@ impl ClocksResult {
             let ok =
                 r.steady_us <= SAMPLER_US && (r.hz != 100 || r.steady_core_pct <= SAMPLER_CORE_PCT);
             println!(
-                "    sampler thread, {} ({}) at {} Hz: {:.2} us per sample, {:.3}% of a core while sampling (whole run with start and stop: {:.2} us, {:.3}%) (target <= {SAMPLER_US} us{}) {}",
+                "    sampler thread, {} ({}) at {} Hz: {:.2} us per sample, {:.3}% of a core while sampling (whole run with start and stop: {:.2} us, {:.3}%; {:.0} wakeups a second, {:.2} us per sample at {:.2} us per wakeup) (target <= {SAMPLER_US} us{}) {}",
                 r.who.label(),
                 r.clock.map_or("?", SampleClock::short_name),
                 r.hz,
@@ -337,6 +382,9 @@ impl ClocksResult {
                 r.steady_core_pct,
                 r.sampler_us,
                 r.sampler_core_pct,
+                r.wakeups_per_s,
+                r.waking_us,
+                self.wakeup_floor_us,
                 if r.hz == 100 {
                     format!(", <= {SAMPLER_CORE_PCT}%")
                 } else {

@@ -42,7 +42,9 @@
 //!    `perf_event_open` refused by a seccomp filter, interleaved with a
 //!    baseline child ([`clocks`]). Per row: wall overhead, the workers' CPU
 //!    per sample (weighted and distinct), the sampler thread's (perf's)
-//!    CPU per sample and share of a core, against the targets.
+//!    CPU per sample and share of a core, against the targets; and how
+//!    often the sampler thread woke, against what a bare timed wakeup
+//!    costs on this machine in the same rounds ([`wakeups`]).
 //!
 //! `cargo bench --bench overhead`; `BTPROF_BENCH_ONLY` names the
 //! measurements to run, comma-separated (`wall`, `cpu`, `floor`, `cfi`,
@@ -60,6 +62,7 @@ mod clocks;
 mod cpu;
 mod job;
 mod report;
+mod wakeups;
 mod wall;
 
 use std::time::Duration;
