@@ -93,7 +93,8 @@ pub(crate) struct ClocksResult {
     /// (us), and its wall spread (%).
     noise_us: [f64; 2],
     wall_noise_pct: f64,
-    /// CPU time per timed wakeup of a thread that does nothing else (us).
+    /// CPU time per timed wakeup of a thread that does nothing else,
+    /// beside the job's workers (us).
     wakeup_floor_us: f64,
 }
 

@@ -3,10 +3,10 @@
 //! tens to thousands of times a second depending on its clock.
 //!
 //! Measured beside the job's busy workers, in a child of its own, as the
-//! sampler thread wakes: on this project's VMs a thread that wakes on an
-//! otherwise idle machine paid about 28 µs a wakeup, and 15-19 µs beside
-//! busy threads, so a floor measured alone would overstate the share of
-//! waking in a sampler's cost.
+//! sampler thread wakes beside them: on this project's VMs the same
+//! probe paid about 28 µs a wakeup on an otherwise idle machine and about
+//! 10 µs beside the workers, so a floor measured alone would overstate
+//! the share of waking in a sampler's cost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
