@@ -606,9 +606,16 @@ fn threads_born_together_keep_their_own_periods() {
                 let (samples, _) = samples_and_cpu_of(&raw, tid);
                 let owed = cpu.as_millis() as i64;
                 println!("measured: {samples} samples for {cpu:?} of CPU");
+                let s = &raw.stats;
                 assert!(
                     (samples as i64 - owed).abs() <= 3,
-                    "{samples} samples for {cpu:?} of its CPU at 1000 Hz"
+                    "{samples} samples for {cpu:?} of its CPU at 1000 Hz (run: {} samples, \
+                     {} failed, {} lost to a full ring, threads on rings {} and timers {})",
+                    s.samples,
+                    s.failed_samples,
+                    s.lost_samples,
+                    s.ring_threads,
+                    s.timer_threads
                 );
             }
         },
