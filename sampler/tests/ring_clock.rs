@@ -568,6 +568,18 @@ fn threads_that_exit_one_by_one_are_not_listed_again_each_time() {
 /// start the other's, so a period one thread began ended on the other:
 /// without the creator's anchor (an event not inherited) the longer thread
 /// here got 1004-1007 samples for 1.000 CPU-seconds in 3 runs of 4.
+///
+/// Each thread's samples are held to the kernel's own count of its task
+/// clock (read at its exit; `inherit_stat` keeps counts with their thread
+/// when the kernel swaps the events, so periods that move to the other
+/// thread show as samples beyond it). That clock, which paces the
+/// samples, is not the thread's CPU clock on a virtual machine: it runs on
+/// while the hypervisor has stolen the CPU from under the thread, and its
+/// timer skips the periods such a pause overran. The CPU clock leaves
+/// stolen time out. On this project's VMs the two differed by up to 2%
+/// per thread while the test ran (a 1.0006 s thread: 1.0217 s counted),
+/// which failed a bar of 3 samples against the CPU clock in 7 of 12 runs
+/// beside two hogs and a build, and 2 of 6 on an idle machine.
 #[test]
 fn threads_born_together_keep_their_own_periods() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -584,38 +596,65 @@ fn threads_born_together_keep_their_own_periods() {
             .expect("start");
             let take_turns = |work: Duration| {
                 thread::spawn(move || {
-                    btprof_testkit::pin_to_one_cpu().expect("held to one CPU");
+                    let cpu = btprof_testkit::pin_to_one_cpu().expect("held to one CPU");
+                    let stolen_before = btprof_testkit::steal_time(cpu).unwrap_or_default();
                     let tid = btprof_sampler::current_thread_id();
                     while thread_cpu() < work {
                         std::hint::black_box(spin_cpu(Duration::from_millis(1), 20_000));
                     }
-                    (tid, thread_cpu())
+                    let stolen = btprof_testkit::steal_time(cpu)
+                        .unwrap_or_default()
+                        .saturating_sub(stolen_before);
+                    (tid, thread_cpu(), stolen)
                 })
             };
             let threads = [
                 take_turns(Duration::from_millis(1000)),
                 take_turns(Duration::from_millis(500)),
             ];
-            let ran: Vec<(u64, Duration)> =
+            let ran: Vec<(u64, Duration, Duration)> =
                 threads.into_iter().map(|t| t.join().unwrap()).collect();
             let raw = sampler.stop().expect("stop");
             if !on_rings(&raw) {
                 return;
             }
-            for (tid, cpu) in ran {
-                let (samples, _) = samples_and_cpu_of(&raw, tid);
-                let owed = cpu.as_millis() as i64;
-                println!("measured: {samples} samples for {cpu:?} of CPU");
-                let s = &raw.stats;
+            let s = &raw.stats;
+            let run = format!(
+                "run: {} samples, {} failed, {} lost to a full ring, {} of exited threads, \
+                 threads on rings {} and timers {}",
+                s.samples,
+                s.failed_samples,
+                s.lost_samples,
+                s.exited_threads,
+                s.ring_threads,
+                s.timer_threads
+            );
+            for (tid, cpu, stolen) in ran {
+                let (samples, counted) = samples_and_cpu_of(&raw, tid);
+                println!(
+                    "measured: {samples} samples for {counted:?} of task clock, {cpu:?} of CPU, \
+                     {stolen:?} stolen from its CPU"
+                );
+                let (counted_ms, stolen_ms) =
+                    (counted.as_millis() as i64, stolen.as_millis() as i64);
+                // Periods moved between the threads show as samples beyond
+                // the count. Below it: the timer fires late now and then
+                // on a VM and skips the periods it overran (0.2-0.6% of
+                // them here with nothing stolen), and a stolen pause longer
+                // than a period is skipped whole.
+                let fewest = counted_ms - 3 - counted_ms / 100 - stolen_ms;
                 assert!(
-                    (samples as i64 - owed).abs() <= 3,
-                    "{samples} samples for {cpu:?} of its CPU at 1000 Hz (run: {} samples, \
-                     {} failed, {} lost to a full ring, threads on rings {} and timers {})",
-                    s.samples,
-                    s.failed_samples,
-                    s.lost_samples,
-                    s.ring_threads,
-                    s.timer_threads
+                    samples as i64 <= counted_ms + 3 && samples as i64 >= fewest,
+                    "{samples} samples for {counted:?} of its task clock at 1000 Hz \
+                     ({stolen:?} stolen from its CPU; {run})"
+                );
+                // The count is this thread's own: its CPU clock, give or
+                // take the stolen time and the two clocks' drift.
+                let off = counted.abs_diff(cpu);
+                assert!(
+                    off <= stolen + cpu / 50,
+                    "its task clock counted {counted:?} for {cpu:?} of CPU, {stolen:?} \
+                     stolen ({run})"
                 );
             }
         },

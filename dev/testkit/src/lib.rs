@@ -108,16 +108,16 @@ pub fn wait_for_cpu(cpu_ns: &AtomicU64, more: Duration, limit: Duration) {
 
 /// Holds the calling thread to one CPU alone, the first it may run on
 /// (a container's CPU set may leave out CPU 0), so that threads held so
-/// take turns on it. Returns the error rather than panicking: forked
-/// children call it too.
+/// take turns on it, and returns that CPU's number. Returns the error
+/// rather than panicking: forked children call it too.
 #[cfg(target_os = "linux")]
-pub fn pin_to_one_cpu() -> std::io::Result<()> {
+pub fn pin_to_one_cpu() -> std::io::Result<usize> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: zeroed cpu_set_t values are empty sets; sched_getaffinity
     // fills `allowed` for the calling thread (0), CPU_ISSET and CPU_SET
     // stay within the set's bits, and sched_setaffinity puts the calling
     // thread on `one` alone.
-    let rc = unsafe {
+    let (rc, cpu) = unsafe {
         let mut allowed: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
             return Err(std::io::Error::last_os_error());
@@ -128,11 +128,32 @@ pub fn pin_to_one_cpu() -> std::io::Result<()> {
         };
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
-        libc::sched_setaffinity(0, size, &one)
+        (libc::sched_setaffinity(0, size, &one), cpu)
     };
     if rc == 0 {
-        Ok(())
+        Ok(cpu)
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// The time the hypervisor has stolen from `cpu` since boot (the `steal`
+/// column of `/proc/stat`, in clock ticks of usually 10 ms); `None` where
+/// the kernel does not report it. On a virtual machine a thread can be
+/// "on" a CPU that is not running at all: its CPU clock leaves that time
+/// out, while the kernel's perf task clock counts it and the task clock's
+/// timer skips the periods it missed, so a test comparing samples paced by
+/// the task clock with the thread's CPU clock must allow for it.
+#[cfg(target_os = "linux")]
+pub fn steal_time(cpu: usize) -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let label = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(label.as_str()))?;
+    // user nice system idle iowait irq softirq steal
+    let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| Duration::from_secs_f64(ticks as f64 / per_second as f64))
 }
