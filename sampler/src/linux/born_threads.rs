@@ -56,6 +56,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
+use super::born_cpu::ClockReading;
 use super::context_anchor::ContextAnchor;
 use super::split_mix::SplitMix64;
 
@@ -104,8 +105,9 @@ pub(crate) struct Settled {
     pub ended: bool,
     /// It had ring samples.
     pub sampled: bool,
-    /// CPU time from its birth to its exit (the kernel's count), to its
-    /// hand-off, or to the stop.
+    /// CPU time from its birth to its exit (from its CPU clock as last
+    /// read, see `born_cpu`, else the kernel's count), to its hand-off, or
+    /// to the stop.
     pub cpu_ns: u64,
     /// Whether one more sample counts under its last stack.
     pub extra_sample: bool,
@@ -138,6 +140,8 @@ struct Young {
     name: Option<Arc<str>>,
     parent: i32,
     excluded: bool,
+    /// Its CPU clock as last read, for its CPU time at exit.
+    clock: ClockReading,
 }
 
 /// A thread the events were opened on.
@@ -383,6 +387,22 @@ impl BornThreads {
         self.young
             .get(&tid)
             .is_some_and(|y| y.handoff.is_none() && !y.excluded)
+    }
+
+    /// Born threads with samples whose CPU clocks are due to be read at
+    /// `now_ns` ([`ClockReading::due`]), into `due`.
+    pub(crate) fn clock_reads_due(&self, now_ns: u64, due: &mut Vec<i32>) {
+        due.extend(self.young.iter().filter_map(|(&tid, y)| {
+            let live = y.exited_pass.is_none() && y.handoff.is_none() && !y.excluded;
+            (live && y.samples > 0 && y.clock.due(now_ns)).then_some(tid)
+        }));
+    }
+
+    /// Born thread `tid`'s CPU clock read `cpu_ns` at `at_ns`.
+    pub(crate) fn clock_read(&mut self, tid: i32, cpu_ns: u64, at_ns: u64) {
+        if let Some(y) = self.young.get_mut(&tid) {
+            y.clock.read(cpu_ns, at_ns);
+        }
     }
 
     /// Whether the rings hold a name-change record of thread `tid`, one
@@ -635,6 +655,7 @@ impl BornThreads {
                     }
                     self.sampled_threads += u64::from(y.samples == 0);
                     y.samples += 1;
+                    y.clock.sampled(time);
                     sample.name = y.name.clone();
                     samples.push(sample);
                 }
@@ -715,19 +736,24 @@ impl BornThreads {
                     Some(h.cpu_ns)
                 }
                 Some(_) => None,
-                None if exited => Some(y.read_ns),
-                None if all => cpu_of(tid).or(Some(y.read_ns)),
+                None if exited => Some(y.clock.at_exit(y.read_ns, period)),
+                None if all => cpu_of(tid).or(Some(y.clock.at_exit(y.read_ns, period))),
                 None => None,
             };
             let Some(cpu_ns) = cpu else {
                 return true;
             };
 
-            // The event overflows at each whole period of the thread's CPU
-            // time from its birth (one that falls in kernel code is skipped
+            // The event overflows at each whole period of the thread's task
+            // clock from its birth (one that falls in kernel code is skipped
             // where only user code may be sampled), so what ran after the
-            // last overflow is the count modulo the period.
-            let rest = cpu_ns % period;
+            // last overflow is the kernel's count modulo the period.
+            let counted = if exited && y.handoff.is_none() {
+                y.read_ns
+            } else {
+                cpu_ns
+            };
+            let rest = counted % period;
             let extra = rng.chance(rest, period);
             settled.push(Settled {
                 tid,

@@ -71,6 +71,7 @@
 
 pub mod bench_support;
 mod blocked_stack;
+mod born_cpu;
 mod born_threads;
 mod context_anchor;
 mod cpu_debt;

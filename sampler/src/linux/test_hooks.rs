@@ -26,6 +26,14 @@ pub fn hold_back_listings(on: bool) {
     super::engine::HOLD_LISTINGS.store(on, Relaxed);
 }
 
+/// While `on`, a born thread's CPU time at its exit is the kernel's count
+/// of the task clock that paced its ring samples, not an estimate from its
+/// own CPU clock: on a virtual machine the two differ by the time the host
+/// stole.
+pub fn kernel_counts_only(on: bool) {
+    super::engine::KERNEL_COUNTS_ONLY.store(on, Relaxed);
+}
+
 /// Runs `hook` (while set) on the sampler thread as the ring events are
 /// about to open, after the first listing read the threads' names: what a
 /// thread does at that moment leaves no record in the rings.

@@ -81,6 +81,9 @@ const LISTING_SHARE: u32 = 20;
 #[cfg(feature = "test-hooks")]
 pub(crate) static HOLD_LISTINGS: AtomicBool = AtomicBool::new(false);
 
+#[cfg(feature = "test-hooks")]
+pub(crate) use ring_clock::KERNEL_COUNTS_ONLY;
+
 /// For btprof's own tests: run on the sampler thread as the ring events
 /// are about to open, after the first listing read the threads' names.
 #[cfg(feature = "test-hooks")]

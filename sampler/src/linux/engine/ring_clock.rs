@@ -55,7 +55,16 @@ pub(super) struct RingState {
     /// Born threads gone from the listings before they were settled: the
     /// CPU time their clocks had when last read.
     pub(super) accounted: HashMap<i32, u64>,
+    /// Born threads whose CPU clocks a collection reads, reused.
+    pub(super) clock_reads: Vec<i32>,
 }
+
+/// For btprof's own tests: while set, born threads' CPU clocks are not
+/// read, so their CPU time at exit is the kernel's count of their task
+/// clock, the clock that paced their samples.
+#[cfg(feature = "test-hooks")]
+pub(crate) static KERNEL_COUNTS_ONLY: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// One thread's part of the ring clock's state: whether the inherited
 /// events sample it, and how their walks of it went; left at its default
@@ -258,8 +267,33 @@ impl SamplerLoop {
             }
         }
         self.ring.samples = samples;
+        self.read_born_clocks();
         self.settle_born(&mut settled);
         self.ring.settled = settled;
+    }
+
+    /// Reads the CPU clocks of the born threads with samples that are due,
+    /// so that their CPU time at exit is their clock's, not the kernel's
+    /// task clock's, which counts what the host stole on a virtual machine
+    /// (`born_cpu`).
+    fn read_born_clocks(&mut self) {
+        #[cfg(feature = "test-hooks")]
+        if KERNEL_COUNTS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let Some(born) = self.ring.events.as_mut() else {
+            return;
+        };
+        let mut due = std::mem::take(&mut self.ring.clock_reads);
+        born.clock_reads_due(monotonic_ns(), &mut due);
+        for tid in due.drain(..) {
+            let at_ns = monotonic_ns();
+            // Gone already: its exit record is on its way.
+            if let Some(cpu_ns) = threads::thread_cpu_ns(tid) {
+                born.clock_read(tid, cpu_ns, at_ns);
+            }
+        }
+        self.ring.clock_reads = due;
     }
 
     /// The key a ring sample of thread `tid` is counted under: its name

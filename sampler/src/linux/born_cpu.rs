@@ -1,0 +1,120 @@
+//! A born thread's CPU time at its exit, in its own CPU clock's terms.
+//!
+//! The rings sample a born thread at each period of the kernel's perf task
+//! clock, and when it exits the kernel reports that clock's final count.
+//! On a virtual machine the task clock is not the thread's CPU clock: it
+//! runs on while the host has stopped the virtual CPU under the thread
+//! (stolen time, which the CPU clock leaves out with the kernel's steal
+//! accounting), and its timer skips the periods such a pause overran. So
+//! the final count can exceed the thread's CPU time by whatever the host
+//! stole: 7% of a recorded program's two threads in one CI run beside two
+//! busy processes, which then reported 934 samples per CPU-second for
+//! 998.
+//!
+//! The sampler therefore reads the CPU clock of each born thread that has
+//! ring samples, at its first drain with samples and then now and then
+//! ([`ClockReading::due`]), and counts the samples taken after the last
+//! reading. At the exit its CPU time is that reading plus a period per
+//! later sample: the reading falls at a random point of a period, as does
+//! the exit, so the two partial periods cancel on average. A thread never
+//! read (it exited before the drain that took its first samples) keeps the
+//! kernel's count.
+
+/// How often a born thread's CPU clock is read again while it runs: the
+/// time after the last reading is estimated from its samples, which a
+/// stolen pause inflates only by the periods it did not skip.
+const READ_AGAIN_NS: u64 = 100_000_000;
+/// Samples since the last reading before it is read again, so that with
+/// many threads the reads stay a small fraction of the samples.
+const READ_AGAIN_SAMPLES: u64 = 8;
+
+/// A born thread's CPU clock as last read, and its samples taken since.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClockReading {
+    /// Its CPU clock, and when it was read (`CLOCK_MONOTONIC` ns, the
+    /// clock the ring records are stamped with); `None` before the first.
+    read: Option<(u64, u64)>,
+    /// Samples taken after that reading.
+    samples_since: u64,
+}
+
+impl ClockReading {
+    /// A ring sample of the thread, taken at `time_ns`.
+    pub(crate) fn sampled(&mut self, time_ns: u64) {
+        if self.read.is_some_and(|(_, at)| time_ns > at) {
+            self.samples_since += 1;
+        }
+    }
+
+    /// Whether the thread's clock is to be read at `now_ns`, given that it
+    /// has had samples.
+    pub(crate) fn due(&self, now_ns: u64) -> bool {
+        match self.read {
+            None => true,
+            Some((_, at)) => {
+                self.samples_since >= READ_AGAIN_SAMPLES
+                    && now_ns.saturating_sub(at) >= READ_AGAIN_NS
+            }
+        }
+    }
+
+    /// Its clock read `cpu_ns` at `at_ns`. Samples already counted were
+    /// taken before: a drain takes in only records older than its start.
+    pub(crate) fn read(&mut self, cpu_ns: u64, at_ns: u64) {
+        self.read = Some((cpu_ns, at_ns));
+        self.samples_since = 0;
+    }
+
+    /// Its CPU time at its exit: the last reading and a period for each
+    /// sample after it, or the kernel's count (`counted_ns`) if it was
+    /// never read.
+    pub(crate) fn at_exit(&self, counted_ns: u64, period_ns: u64) -> u64 {
+        match self.read {
+            Some((cpu_ns, _)) => cpu_ns + self.samples_since * period_ns,
+            None => counted_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 1_000_000;
+
+    #[test]
+    fn a_thread_never_read_keeps_the_kernels_count() {
+        let mut c = ClockReading::default();
+        c.sampled(5);
+        assert!(c.due(0));
+        assert_eq!(c.at_exit(7 * P, P), 7 * P);
+    }
+
+    #[test]
+    fn samples_after_the_reading_add_a_period_each() {
+        let mut c = ClockReading::default();
+        c.read(40 * P + 300, 1_000);
+        // Taken before the reading: already in the clock's value.
+        c.sampled(999);
+        for t in 1_001..1_011 {
+            c.sampled(t);
+        }
+        // A stolen pause made the kernel count 20 ms more than ran.
+        assert_eq!(c.at_exit(70 * P, P), 50 * P + 300);
+    }
+
+    #[test]
+    fn it_is_read_again_after_enough_time_and_samples() {
+        let mut c = ClockReading::default();
+        c.read(0, 0);
+        for t in 1..READ_AGAIN_SAMPLES {
+            c.sampled(t);
+        }
+        assert!(!c.due(READ_AGAIN_NS), "too few samples since");
+        c.sampled(READ_AGAIN_SAMPLES);
+        assert!(!c.due(READ_AGAIN_NS - 1), "too soon");
+        assert!(c.due(READ_AGAIN_NS));
+        c.read(5 * P, READ_AGAIN_NS);
+        assert!(!c.due(2 * READ_AGAIN_NS));
+    }
+}
