@@ -36,6 +36,26 @@ fn blocked_spin(work: Duration) -> u64 {
     spin_cpu(work, 200_000)
 }
 
+/// Time stolen from each CPU so far (`btprof_testkit::steal_time`).
+fn stolen_per_cpu() -> Vec<Duration> {
+    (0..libc_cpus())
+        .map(|c| btprof_testkit::steal_time(c).unwrap_or_default())
+        .collect()
+}
+
+/// Time stolen from all CPUs since `before` ([`stolen_per_cpu`]).
+fn stolen_since(before: &[Duration]) -> Duration {
+    stolen_per_cpu()
+        .iter()
+        .zip(before)
+        .map(|(now, then)| now.saturating_sub(*then))
+        .sum()
+}
+
+fn libc_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// One sampler per process: the tests take turns.
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -134,6 +154,7 @@ fn a_signalfd_program_is_sampled_at_the_rate() {
             libc::signalfd(-1, set.as_ptr(), libc::SFD_CLOEXEC)
         };
         assert!(sfd >= 0, "signalfd: {}", std::io::Error::last_os_error());
+        let stolen_before = stolen_per_cpu();
         let barrier = Arc::new(Barrier::new(3));
         let worker = |name: &str, barrier: Option<Arc<Barrier>>| {
             thread::Builder::new()
@@ -173,9 +194,14 @@ fn a_signalfd_program_is_sampled_at_the_rate() {
                 cpu >= SPIN / 2 - Duration::from_millis(20),
                 "thread {tid}: CPU accounted {cpu:?}"
             );
+            let st = &raw.stats;
             assert!(
                 rate >= MIN_RATE,
-                "thread {tid}: {rate:.1} samples per CPU-second"
+                "thread {tid}: {rate:.1} samples per CPU-second (run: {} lost to a full ring, \
+                 {} failed, {:?} stolen from the CPUs while it ran)",
+                st.lost_samples,
+                st.failed_samples,
+                stolen_since(&stolen_before)
             );
         }
         assert_eq!(raw.stats.signal_blocked_samples, 0);
