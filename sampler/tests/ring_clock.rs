@@ -38,7 +38,7 @@ fn blocked_spin(work: Duration) -> u64 {
 
 /// Time stolen from each CPU so far (`btprof_testkit::steal_time`).
 fn stolen_per_cpu() -> Vec<Duration> {
-    (0..libc_cpus())
+    (0..cpu_count())
         .map(|c| btprof_testkit::steal_time(c).unwrap_or_default())
         .collect()
 }
@@ -52,7 +52,8 @@ fn stolen_since(before: &[Duration]) -> Duration {
         .sum()
 }
 
-fn libc_cpus() -> usize {
+/// How many CPUs this process may run on, taken as CPUs 0 to n-1 of `/proc/stat`.
+fn cpu_count() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
