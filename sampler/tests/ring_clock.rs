@@ -615,7 +615,7 @@ fn threads_born_together_keep_their_own_periods() {
         "born threads' own periods",
         Duration::from_secs(120),
         || {
-            let _counts = KernelCountsOnly::on();
+            let _counts = support::HookOn::new(btprof_sampler::test_hooks::kernel_counts_only);
             let _hogs = Hogs::start(2);
             let sampler = Sampler::start(SamplerConfig {
                 hz: 1000,
@@ -688,22 +688,6 @@ fn threads_born_together_keep_their_own_periods() {
             }
         },
     );
-}
-
-/// Turns the `kernel_counts_only` test hook on, and off when dropped.
-struct KernelCountsOnly;
-
-impl KernelCountsOnly {
-    fn on() -> KernelCountsOnly {
-        btprof_sampler::test_hooks::kernel_counts_only(true);
-        KernelCountsOnly
-    }
-}
-
-impl Drop for KernelCountsOnly {
-    fn drop(&mut self) {
-        btprof_sampler::test_hooks::kernel_counts_only(false);
-    }
 }
 
 /// A born thread's CPU time, as the sampler counts it at its exit, is its
