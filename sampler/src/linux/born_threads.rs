@@ -472,7 +472,7 @@ impl BornThreads {
     /// period, so that over many threads the count is right on average
     /// (half a period per thread is a tenth of the time of a pool thread
     /// that ran 4 ms once). Asked once, when it exits or sampling stops,
-    /// with its CPU clock then (`cpu_ns`); never for one handed to a timer.
+    /// with its events' count then (`cpu_ns`); never for one handed to a timer.
     pub(crate) fn parent_tail(&mut self, tid: i32, cpu_ns: u64) -> bool {
         let Some(parent) = self.parents.get_mut(&tid) else {
             return false;

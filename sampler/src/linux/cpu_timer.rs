@@ -41,4 +41,15 @@ impl CpuTimer {
             CpuTimer::Posix(timer) => timer.cpu_ns(),
         }
     }
+
+    /// For a thread that exited: what the kernel counted since the timer
+    /// was opened, which may include time stolen from it
+    /// ([`ThreadTimer::counted_ns`]); `None` for a POSIX timer, whose clock
+    /// is gone with its thread.
+    pub(crate) fn counted_ns(&self) -> Option<u64> {
+        match self {
+            CpuTimer::Perf(timer) => timer.counted_ns(),
+            CpuTimer::Posix(_) => None,
+        }
+    }
 }

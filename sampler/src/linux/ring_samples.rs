@@ -27,6 +27,8 @@ pub(crate) struct RingSample<'a> {
 /// `W`; `walk` is `None` where the caller found nothing to count.
 pub(crate) struct BornSample<W> {
     pub tid: i32,
+    /// When the kernel took it (`CLOCK_MONOTONIC` ns).
+    pub time: u64,
     /// [`WalkEnd::DepthCap`] where the kernel's call chain was cut at its
     /// limit.
     pub end: WalkEnd,
@@ -135,6 +137,7 @@ pub(super) fn own<W>(
                 });
                 Owned::Sample(BornSample {
                     tid,
+                    time,
                     end,
                     walk,
                     name: None,

@@ -161,9 +161,17 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
 struct ThreadState {
     /// Index into `RawProfile::threads` for the thread's current name.
     key: u32,
-    /// The last reading of the thread's CPU time (its timer's count, or its
-    /// CPU clock) added to [`SamplerStats::thread_cpu`].
+    /// The last reading of the thread's CPU time (its CPU clock, from its
+    /// timer's opening where it has one) added to
+    /// [`SamplerStats::thread_cpu`].
     accounted_ns: Option<u64>,
+    /// Periods its timer's or the rings' samples stood for since
+    /// `accounted_ns` was last read: once it exits, the kernel's count for
+    /// its time after its clock's last reading is believed no further than
+    /// they stand for ([`SamplerLoop::account_cpu`]), and two periods more
+    /// the first time (`exit_counted` then).
+    sampled_since_read: u64,
+    exit_counted: bool,
     /// A signal is in flight: don't send another.
     pending: bool,
     /// The listing the thread was last seen in, to forget exited threads.

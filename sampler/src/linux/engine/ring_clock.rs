@@ -229,6 +229,10 @@ impl SamplerLoop {
         self.stats.ring_threads = born.sampled_threads();
         let copy_is_smaller = born.stack_bytes() < stack_copy::COPY_WORDS * 8;
         for sample in samples.drain(..) {
+            // One taken before the last reading of its clock is in it.
+            if let Some(state) = self.threads.get_mut(&sample.tid) {
+                state.sampled_since_read += u64::from(sample.time > state.read_at_ns);
+            }
             let Some(walk) = sample.walk else {
                 self.stats.failed_samples += 1;
                 continue;
@@ -412,11 +416,16 @@ impl SamplerLoop {
     /// Counts the last part of a period that thread `tid`, one the ring
     /// events were opened on, ran after its last sample, at random by its
     /// fraction ([`BornThreads::parent_tail`]), as it exits or sampling
-    /// stops with its CPU clock at `cpu_ns`.
+    /// stops: by its events' count, or its CPU clock `cpu_ns` where that
+    /// cannot be read.
     pub(super) fn count_parent_tail(&mut self, tid: i32, cpu_ns: u64) {
         let Some(born) = self.ring.events.as_mut() else {
             return;
         };
+        // Its part of a period is one of the clock that paced its samples:
+        // the events' count, which on a virtual machine runs on while the
+        // host has stopped the CPU under the thread, as its clock does not.
+        let cpu_ns = born.parent_cpu_ns(tid).unwrap_or(cpu_ns);
         if born.parent_tail(tid, cpu_ns) {
             if let Some((key, walk)) = self.ring.walks.remove(&tid) {
                 self.intern(key, &walk.as_collected(), 1);

@@ -232,6 +232,7 @@ impl SamplerLoop {
         for (tid, weight, walk) in walks.drain(..) {
             if let Some(state) = self.threads.get_mut(&tid) {
                 state.timer.samples += 1;
+                state.sampled_since_read += weight;
             }
             match self.key_for_sample(tid, None) {
                 Some(key) => {

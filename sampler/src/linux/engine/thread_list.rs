@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::exclusions;
 use crate::thread_keys::ThreadKeys;
 
+use super::super::born_threads::BornThreads;
 use super::super::cpu_debt::MAX_OWED_PERIODS;
 use super::super::exit_tails::{share_out, ExitTail};
 use super::super::handler::stack_regions;
@@ -52,6 +53,8 @@ impl ThreadState {
         ThreadState {
             key: u32::MAX,
             accounted_ns: None,
+            sampled_since_read: 0,
+            exit_counted: false,
             pending: false,
             seen_listing: listing,
             first_seen: now,
@@ -169,6 +172,43 @@ impl ThreadState {
             Some(timer) => timer.cpu_ns(),
             None => threads::thread_cpu_ns(tid),
         }
+    }
+
+    /// For a thread that exited, whose clock can no longer be read: its
+    /// CPU time from the kernel's count of its perf timer, or of the ring
+    /// events opened on it, `born`'s, taken at `read_at` (monotonic ns).
+    ///
+    /// Those counts run on while the host has stopped the virtual CPU
+    /// under the thread (stolen time, which its CPU clock leaves out), and
+    /// a pause can be longer than the thread's whole last stretch. So the
+    /// count may add to the clock's last reading no more than the wall
+    /// time since then, nor than the periods its samples since then stood
+    /// for and two more (a pause's skipped periods bring no samples; the
+    /// last partial period may be a whole one, and one whose end fell in
+    /// kernel code brought no sample either where only user code is
+    /// sampled: thread pools' threads, woken and gone in 4 ms, often have
+    /// one).
+    fn counted_at_exit(
+        &mut self,
+        tid: i32,
+        born: Option<&BornThreads>,
+        read_at: u64,
+        period_ns: u64,
+    ) -> Option<u64> {
+        let count = match &self.timer.open {
+            Some(timer) => timer.counted_ns(),
+            None if self.ring.opened_on => born?.parent_cpu_ns(tid),
+            None => None,
+        }?;
+        let before = self.accounted_ns?;
+        let wall = read_at.saturating_sub(self.read_at_ns);
+        // Later readings add only the samples drained since; the two
+        // periods more are allowed for once.
+        let periods = self.sampled_since_read + 2 * u64::from(!self.exit_counted);
+        self.sampled_since_read = 0;
+        self.exit_counted = true;
+        let most = wall.min(periods.saturating_mul(period_ns));
+        Some(count.clamp(before, before.saturating_add(most)))
     }
 }
 
@@ -524,7 +564,7 @@ impl SamplerLoop {
         let mut total = Duration::ZERO;
         let read_at = monotonic_ns();
         let born = self.ring.events.as_ref();
-        let listing = self.listing;
+        let (listing, period) = (self.listing, self.period_ns);
         for (&tid, state) in self.threads.iter_mut() {
             if state.ring.birth_unread {
                 // Judged at the next listing; at stop or for a dump, now if
@@ -545,22 +585,13 @@ impl SamplerLoop {
                 continue;
             }
             state.ring.sampled = false;
-            // A thread sampled into the rings that exited: its events'
-            // counts, which no more than the wall time since the last
-            // reading can have added to.
-            let from_ring = || {
-                let count = born?.parent_cpu_ns(tid)?;
-                let before = state.accounted_ns?;
-                let wall = read_at.saturating_sub(state.read_at_ns);
-                Some(count.clamp(before, before + wall))
-            };
-            let reading = state.cpu_reading(tid).or_else(|| {
-                if state.ring.opened_on {
-                    from_ring()
-                } else {
-                    None
+            let reading = match state.cpu_reading(tid) {
+                Some(now) => {
+                    state.sampled_since_read = 0;
+                    Some(now)
                 }
-            });
+                None => state.counted_at_exit(tid, born, read_at, period),
+            };
             if on_rings {
                 state.read_at_ns = read_at;
             }
