@@ -502,7 +502,8 @@ impl BornThreads {
             }
             total += count;
         }
-        Some(parent.cpu_at_open + total.saturating_sub(parent.children_ns))
+        let stolen = super::task_clock::stolen_for_tests();
+        Some(parent.cpu_at_open + total.saturating_sub(parent.children_ns) + stolen)
     }
 
     /// The thread the events were opened on whose event thread `tid` was

@@ -18,6 +18,22 @@ const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
 const F_OWNER_TID: libc::c_int = 0;
 
+/// For btprof's own tests: what every count read seems to hold more
+/// ([`stolen_for_tests`]).
+#[cfg(feature = "test-hooks")]
+pub(crate) static TEST_STOLEN_NS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
+/// What btprof's tests make every task-clock count read seem to hold
+/// more, as time the host stole while the thread was on the CPU, which
+/// the count includes on a virtual machine; zero otherwise.
+pub(crate) fn stolen_for_tests() -> u64 {
+    #[cfg(feature = "test-hooks")]
+    return TEST_STOLEN_NS.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(feature = "test-hooks"))]
+    0
+}
+
 #[repr(C)]
 struct FOwnerEx {
     kind: libc::c_int,
@@ -88,7 +104,7 @@ impl TaskClock {
         // SAFETY: reading one u64 counter (no read_format flags) from our own
         // perf descriptor into a u64.
         let n = unsafe { libc::read(self.fd, (&mut ns as *mut u64).cast(), 8) };
-        (n == 8).then_some(ns)
+        (n == 8).then(|| ns + stolen_for_tests())
     }
 
     /// Stops counting and raising signals; the descriptor stays open.

@@ -34,6 +34,14 @@ pub fn kernel_counts_only(on: bool) {
     super::engine::KERNEL_COUNTS_ONLY.store(on, Relaxed);
 }
 
+/// Makes every count read from now on of a perf timer, or of the ring
+/// events opened on a thread, seem `stolen` more (zero: off), as on a
+/// virtual machine whose host stopped the CPU under the thread that long:
+/// the counts include such time, the thread's CPU clock does not.
+pub fn add_stolen_time_to_counts(stolen: Duration) {
+    super::task_clock::TEST_STOLEN_NS.store(stolen.as_nanos() as u64, Relaxed);
+}
+
 /// Runs `hook` (while set) on the sampler thread as the ring events are
 /// about to open, after the first listing read the threads' names: what a
 /// thread does at that moment leaves no record in the rings.
