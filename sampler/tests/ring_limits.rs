@@ -29,6 +29,9 @@ const NOFILE: u64 = 512;
 /// Set in the child that runs the body as `nobody`.
 const CHILD_ENV: &str = "BTPROF_RING_LIMITS_CHILD";
 const NOBODY: u32 = 65534;
+/// The least samples per CPU-second of any thread at 1000 Hz (`SPIN` is
+/// 120 periods: a few periods of a thread's last stretch are its own).
+const WORST_RATE: f64 = 800.0;
 
 #[test]
 fn sixty_four_threads_within_an_unprivileged_users_limits() {
@@ -98,8 +101,12 @@ fn body(start_hogs: bool) {
     // Let the first listing find every worker (and open their events)
     // before they run.
     wait_until_listed(&sampler, THREADS);
+    let stolen_before = btprof_testkit::steal_time_all_cpus().unwrap_or_default();
     let tids = workers.release();
     let raw = sampler.stop().expect("stop");
+    let stolen = btprof_testkit::steal_time_all_cpus()
+        .unwrap_or_default()
+        .saturating_sub(stolen_before);
     let stats = &raw.stats;
     if stats.clock != SampleClock::ThreadTimers {
         println!(
@@ -108,16 +115,21 @@ fn body(start_hogs: bool) {
         );
         return;
     }
-    let mut worst = f64::MAX;
+    let mut worst = (f64::MAX, 0, Duration::ZERO);
     for &tid in &tids {
         let (samples, cpu) = samples_and_cpu_of(&raw, tid);
         assert!(samples > 0, "thread {tid} was not sampled ({cpu:?})");
-        worst = worst.min(samples as f64 / cpu.as_secs_f64());
+        let rate = samples as f64 / cpu.as_secs_f64();
+        if rate < worst.0 {
+            worst = (rate, samples, cpu);
+        }
     }
+    let (worst, worst_samples, worst_cpu) = worst;
     let total = stats.samples_per_cpu_second();
     println!(
         "measured: uid {uid}, {THREADS} threads: {} on rings, {} on timers; {total:.1} samples \
-         per CPU-second, the least-sampled thread {worst:.1}; {} lost to a full ring, {} failed",
+         per CPU-second, the least-sampled thread {worst:.1}; {} lost to a full ring, {} failed; \
+         {stolen:?} stolen by the host",
         stats.ring_threads, stats.timer_threads, stats.lost_samples, stats.failed_samples
     );
     assert!(stats.ring_threads > 0, "the rings did not fit: {stats:?}");
@@ -129,8 +141,18 @@ fn body(start_hogs: bool) {
     // The rate's own bar is in the many-thread tests; here the limits
     // must cost no thread its samples.
     assert!(total >= 900.0, "{total:.1} samples per CPU-second");
+    // Each thread spun `SPIN` of its CPU clock: a thread counted far more
+    // had its time taken from a count that ran on while the host stole
+    // its CPU. A thread can also come out short when the host steals
+    // much: one run beside six busy processes, 330 ms stolen from the
+    // CPUs, had a thread with 45 samples for 123 ms of its CPU clock. So
+    // a thread may be short by no more than the periods (1 ms) the host
+    // stole from all CPUs meanwhile.
+    let short = (WORST_RATE * worst_cpu.as_secs_f64() - worst_samples as f64).max(0.0);
     assert!(
-        worst >= 800.0,
-        "a thread got {worst:.1} samples per CPU-second"
+        worst >= WORST_RATE || short <= stolen.as_secs_f64() * 1000.0,
+        "a thread got {worst:.1} samples per CPU-second: {worst_samples} samples for \
+         {worst_cpu:?} counted (it spun {SPIN:?}), {short:.0} short of {WORST_RATE}; \
+         {stolen:?} stolen by the host"
     );
 }

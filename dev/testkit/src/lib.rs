@@ -146,11 +146,23 @@ pub fn pin_to_one_cpu() -> std::io::Result<usize> {
 /// the task clock with the thread's CPU clock must allow for it.
 #[cfg(target_os = "linux")]
 pub fn steal_time(cpu: usize) -> Option<Duration> {
+    steal_of(&format!("cpu{cpu}"))
+}
+
+/// The time the hypervisor has stolen from all CPUs together since boot
+/// ([`steal_time`]).
+#[cfg(target_os = "linux")]
+pub fn steal_time_all_cpus() -> Option<Duration> {
+    steal_of("cpu")
+}
+
+/// The steal column of `/proc/stat`'s line `label`.
+#[cfg(target_os = "linux")]
+fn steal_of(label: &str) -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let label = format!("cpu{cpu}");
     let line = stat
         .lines()
-        .find(|l| l.split_whitespace().next() == Some(label.as_str()))?;
+        .find(|l| l.split_whitespace().next() == Some(label))?;
     // user nice system idle iowait irq softirq steal
     let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
