@@ -36,27 +36,6 @@ fn blocked_spin(work: Duration) -> u64 {
     spin_cpu(work, 200_000)
 }
 
-/// Time stolen from each CPU so far (`btprof_testkit::steal_time`).
-fn stolen_per_cpu() -> Vec<Duration> {
-    (0..cpu_count())
-        .map(|c| btprof_testkit::steal_time(c).unwrap_or_default())
-        .collect()
-}
-
-/// Time stolen from all CPUs since `before` ([`stolen_per_cpu`]).
-fn stolen_since(before: &[Duration]) -> Duration {
-    stolen_per_cpu()
-        .iter()
-        .zip(before)
-        .map(|(now, then)| now.saturating_sub(*then))
-        .sum()
-}
-
-/// How many CPUs this process may run on, taken as CPUs 0 to n-1 of `/proc/stat`.
-fn cpu_count() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// One sampler per process: the tests take turns.
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -155,7 +134,7 @@ fn a_signalfd_program_is_sampled_at_the_rate() {
             libc::signalfd(-1, set.as_ptr(), libc::SFD_CLOEXEC)
         };
         assert!(sfd >= 0, "signalfd: {}", std::io::Error::last_os_error());
-        let stolen_before = stolen_per_cpu();
+        let stolen_before = btprof_testkit::steal_time_all_cpus().unwrap_or_default();
         let barrier = Arc::new(Barrier::new(3));
         let worker = |name: &str, barrier: Option<Arc<Barrier>>| {
             thread::Builder::new()
@@ -202,7 +181,9 @@ fn a_signalfd_program_is_sampled_at_the_rate() {
                  {} failed, {:?} stolen from the CPUs while it ran)",
                 st.lost_samples,
                 st.failed_samples,
-                stolen_since(&stolen_before)
+                btprof_testkit::steal_time_all_cpus()
+                    .unwrap_or_default()
+                    .saturating_sub(stolen_before)
             );
         }
         assert_eq!(raw.stats.signal_blocked_samples, 0);

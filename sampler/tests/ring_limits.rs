@@ -19,7 +19,7 @@ use btprof_sampler::{Mode, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu};
 
 mod support;
-use support::{samples_and_cpu_of, wait_until_listed, HeldThreads};
+use support::{samples_and_cpu_of, set_limit, wait_until_listed, HeldThreads};
 
 const THREADS: usize = 64;
 /// CPU time each thread spins while sampled.
@@ -67,15 +67,6 @@ fn sixty_four_threads_within_an_unprivileged_users_limits() {
         stdout.contains("measured:"),
         "the body did not run: {stdout}"
     );
-}
-
-fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
-    let limit = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
-    };
-    // SAFETY: a valid resource and limit, for this process only.
-    assert_eq!(unsafe { libc::setrlimit(resource, &limit) }, 0);
 }
 
 #[inline(never)]

@@ -19,7 +19,7 @@ use btprof_sampler::{test_hooks, Mode, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu, thread_cpu};
 
 mod support;
-use support::{samples_and_cpu_of, wait_until_listed, HeldThreads};
+use support::{samples_and_cpu_of, set_limit, wait_until_listed, HeldThreads};
 
 const THREADS: usize = 24;
 /// CPU time each thread spins while sampled.
@@ -45,13 +45,8 @@ fn stolen_spin() {
 #[test]
 fn counts_with_stolen_time_do_not_add_to_a_threads_cpu_time() {
     let _hogs = Hogs::start(2);
-    let limit = libc::rlimit {
-        rlim_cur: NOFILE,
-        rlim_max: NOFILE,
-    };
-    // SAFETY: a valid resource and limit, for this process only (the only
-    // test of its binary).
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+    // The only test of its binary: the limit is its alone.
+    set_limit(libc::RLIMIT_NOFILE, NOFILE);
     let workers = HeldThreads::start(THREADS, "stolen-", stolen_spin);
     test_hooks::add_stolen_time_to_counts(STOLEN);
     let sampler = Sampler::start(SamplerConfig {

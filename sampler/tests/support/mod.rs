@@ -258,3 +258,14 @@ impl Drop for HookOn {
         (self.0)(false);
     }
 }
+
+/// Sets this process's `resource` limit, soft and hard, to `value`.
+#[cfg(target_os = "linux")]
+pub fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: a valid resource and limit, for this process only.
+    assert_eq!(unsafe { libc::setrlimit(resource, &limit) }, 0);
+}
