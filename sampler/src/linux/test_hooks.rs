@@ -26,6 +26,14 @@ pub fn hold_back_listings(on: bool) {
     super::engine::HOLD_LISTINGS.store(on, Relaxed);
 }
 
+/// From now on the sampler reads no samples from the rings (but at the
+/// stop) until a listing has found a thread gone: that listing
+/// looks at it before its last samples are in, as one may on a busy
+/// machine, and the next once they are. `false` turns it off.
+pub fn hold_back_ring_drains_until_an_exit(on: bool) {
+    super::engine::HOLD_DRAINS.store(on, Relaxed);
+}
+
 /// While `on`, a born thread's CPU time at its exit is the kernel's count
 /// of the task clock that paced its ring samples, not an estimate from its
 /// own CPU clock: on a virtual machine the two differ by the time the host

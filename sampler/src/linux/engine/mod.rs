@@ -84,10 +84,26 @@ pub(crate) static HOLD_LISTINGS: AtomicBool = AtomicBool::new(false);
 #[cfg(feature = "test-hooks")]
 pub(crate) use ring_clock::KERNEL_COUNTS_ONLY;
 
+/// For btprof's own tests: while set, the rings are read only at the
+/// stop, until a listing finds a thread gone (which clears it): a
+/// test can then tell what a listing does before that thread's last
+/// samples are in.
+#[cfg(feature = "test-hooks")]
+pub(crate) static HOLD_DRAINS: AtomicBool = AtomicBool::new(false);
+
 /// For btprof's own tests: run on the sampler thread as the ring events
 /// are about to open, after the first listing read the threads' names.
 #[cfg(feature = "test-hooks")]
 pub(crate) static BEFORE_RING_EVENTS: std::sync::Mutex<Option<fn()>> = std::sync::Mutex::new(None);
+
+/// Whether a test holds the rings' reading back (`HOLD_DRAINS`, with the
+/// feature `test-hooks`).
+fn drains_held() -> bool {
+    #[cfg(feature = "test-hooks")]
+    return HOLD_DRAINS.load(Ordering::Relaxed);
+    #[cfg(not(feature = "test-hooks"))]
+    false
+}
 
 /// Whether a test holds the listings back (`HOLD_LISTINGS`, with the
 /// feature `test-hooks`).

@@ -193,6 +193,9 @@ impl SamplerLoop {
     /// `everything`, the records a drain would hold back as too recent too
     /// (the last collection).
     pub(super) fn collect_born_samples(&mut self, everything: bool) {
+        if !everything && super::drains_held() {
+            return;
+        }
         let Some(born) = self.ring.events.as_mut() else {
             return;
         };

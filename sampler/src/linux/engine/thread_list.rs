@@ -588,13 +588,20 @@ impl SamplerLoop {
             let reading = match state.cpu_reading(tid) {
                 Some(now) => {
                     state.sampled_since_read = 0;
+                    if on_rings {
+                        state.read_at_ns = read_at;
+                    }
                     Some(now)
                 }
-                None => state.counted_at_exit(tid, born, read_at, period),
+                // Its clock's last reading stays the mark its ring samples
+                // are counted after: those drained later were taken before
+                // now, and allow for more of the count at the next look.
+                None => {
+                    #[cfg(feature = "test-hooks")]
+                    super::HOLD_DRAINS.store(false, Ordering::Relaxed);
+                    state.counted_at_exit(tid, born, read_at, period)
+                }
             };
-            if on_rings {
-                state.read_at_ns = read_at;
-            }
             state.paced.listed_cpu_ns = reading;
             if let Some(now) = reading {
                 if let Some(before) = state.accounted_ns {
