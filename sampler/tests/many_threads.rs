@@ -8,16 +8,18 @@
 //! worker CPU-second must be at least 900, and the workers' CPU time must
 //! be in the stats. Each thread runs about 4 ms, so a thread's last part
 //! of a period, which a CPU-time clock never reaches, is a tenth of its
-//! time: it must be counted. Without that (or with the exits' time lost,
-//! or the sampler thread starved) the rate was 263-660.
+//! time: it must be counted. Without that the rate is about 830; before
+//! the exits' time and the sampler thread's weight were seen to as well,
+//! it was 263-660.
 //!
 //! Why not nearer 1000: on a virtual machine the kernel's task clock
 //! skips a period now and then. Its timer forwards past the periods its
 //! interrupt came late for, while the count (like the thread's CPU clock)
 //! keeps them. Comparing each thread's samples with its final count, 8-20%
 //! of the pool's threads came out one period short in every run, on the
-//! code of today and of months before alike: 908-980 per CPU-second over
-//! 20 runs on the project's 2-core VM. The host's stolen time makes it
+//! code of today and of months before alike: 908-1001 per CPU-second
+//! over 50 runs on the project's 2-core VM (926-997 over 120 runs two at
+//! a time, each beside its own two hogs). The host's stolen time makes it
 //! worse, so a run may also be short of 900 by no more than the periods
 //! the host stole from all CPUs meanwhile.
 //!
