@@ -15,14 +15,15 @@
 #![cfg(target_os = "linux")]
 
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use btprof_sampler::{test_hooks, Mode, Sampler, SamplerConfig};
-use btprof_testkit::{hogs::Hogs, spin_cpu, thread_cpu, with_watchdog};
+use btprof_testkit::{hogs::Hogs, with_watchdog};
 
 mod support;
-use support::{samples_and_cpu_of, wait_until_listed, HeldThreads, HookOn};
+use support::{
+    samples_and_cpu_of, spin_and_record, spun_by, wait_until_listed, HeldThreads, HookOn, Spun,
+};
 
 const THREADS: usize = 2;
 /// CPU time each worker spins: few enough samples that the rings hold
@@ -30,16 +31,11 @@ const THREADS: usize = 2;
 const SPIN: Duration = Duration::from_millis(30);
 
 /// Each worker's id and the CPU time its clock says it used released.
-static RAN: Mutex<Vec<(u64, Duration)>> = Mutex::new(Vec::new());
+static RAN: Spun = Spun::new(Vec::new());
 
 #[inline(never)]
 fn exit_spin() {
-    let start = thread_cpu();
-    std::hint::black_box(spin_cpu(SPIN, 20_000));
-    let ran = thread_cpu() - start;
-    RAN.lock()
-        .unwrap()
-        .push((btprof_sampler::current_thread_id(), ran));
+    spin_and_record(SPIN, 20_000, &RAN);
 }
 
 fn listings(sampler: &Sampler) -> u64 {
@@ -83,10 +79,9 @@ fn a_thread_whose_samples_are_read_after_its_exit_is_counted_whole() {
             return;
         }
         assert_eq!(stats.lost_samples, 0, "the rings held every sample");
-        let ran = RAN.lock().unwrap().clone();
         for &tid in &tids {
             let (samples, cpu) = samples_and_cpu_of(&raw, tid);
-            let own = ran.iter().find(|r| r.0 == tid).expect("each worker ran").1;
+            let own = spun_by(&RAN, tid);
             println!(
                 "measured: thread {tid}: {cpu:?} counted, {own:?} by its clock, {samples} samples"
             );

@@ -12,14 +12,15 @@
 //! has a binary of its own. Beside two CPU hogs.
 #![cfg(target_os = "linux")]
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use btprof_sampler::{test_hooks, Mode, SampleClock, Sampler, SamplerConfig};
-use btprof_testkit::{hogs::Hogs, spin_cpu, thread_cpu};
+use btprof_testkit::hogs::Hogs;
 
 mod support;
-use support::{samples_and_cpu_of, set_limit, wait_until_listed, HeldThreads};
+use support::{
+    samples_and_cpu_of, set_limit, spin_and_record, spun_by, wait_until_listed, HeldThreads, Spun,
+};
 
 const THREADS: usize = 24;
 /// CPU time each thread spins while sampled.
@@ -31,15 +32,11 @@ const STOLEN: Duration = Duration::from_millis(50);
 const NOFILE: u64 = 128;
 
 /// Each worker's id and the CPU time its clock says it used released.
-static RAN: Mutex<Vec<(u64, Duration)>> = Mutex::new(Vec::new());
+static RAN: Spun = Spun::new(Vec::new());
 
 #[inline(never)]
 fn stolen_spin() {
-    let start = thread_cpu();
-    std::hint::black_box(spin_cpu(SPIN, 100_000));
-    let ran = thread_cpu() - start;
-    let tid = btprof_sampler::current_thread_id();
-    RAN.lock().unwrap().push((tid, ran));
+    spin_and_record(SPIN, 100_000, &RAN);
 }
 
 #[test]
@@ -75,11 +72,10 @@ fn counts_with_stolen_time_do_not_add_to_a_threads_cpu_time() {
         stats.ring_threads > 0 && stats.timer_threads > 0,
         "both kinds of thread must be tested: {stats:?}"
     );
-    let ran = RAN.lock().unwrap().clone();
     let mut worst = Duration::ZERO;
     for &tid in &tids {
         let (samples, cpu) = samples_and_cpu_of(&raw, tid);
-        let own = ran.iter().find(|r| r.0 == tid).expect("each worker ran").1;
+        let own = spun_by(&RAN, tid);
         println!("  thread {tid}: {cpu:?} counted, {own:?} by its clock, {samples} samples");
         worst = worst.max(cpu.abs_diff(own));
     }

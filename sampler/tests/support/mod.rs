@@ -269,3 +269,22 @@ pub fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
     // SAFETY: a valid resource and limit, for this process only.
     assert_eq!(unsafe { libc::setrlimit(resource, &limit) }, 0);
 }
+
+/// What threads spun by their own CPU clocks: each one's id and time.
+pub type Spun = std::sync::Mutex<Vec<(u64, std::time::Duration)>>;
+
+/// Spins `spin` of this thread's CPU time (`batch` iterations between
+/// looks at its clock), then adds what its clock says it spun to `spun`.
+pub fn spin_and_record(spin: std::time::Duration, batch: u32, spun: &Spun) {
+    let start = btprof_testkit::thread_cpu();
+    std::hint::black_box(btprof_testkit::spin_cpu(spin, batch));
+    let ran = btprof_testkit::thread_cpu() - start;
+    let tid = btprof_sampler::current_thread_id();
+    spun.lock().unwrap().push((tid, ran));
+}
+
+/// What thread `tid` spun, from [`spin_and_record`].
+pub fn spun_by(spun: &Spun, tid: u64) -> std::time::Duration {
+    let spun = spun.lock().unwrap();
+    spun.iter().find(|r| r.0 == tid).expect("each worker ran").1
+}
