@@ -6,7 +6,8 @@
 //! `perf_event_open` refused by a real seccomp filter, the measuring
 //! helpers of benchmarks that run variants in child processes, seeded
 //! synthetic profiles, named worker threads to profile, holding a
-//! thread to one CPU, and blocking every signal in a thread.
+//! thread to one CPU, blocking every signal in a thread, and the bars
+//! of statistical assertions (`stats`).
 //!
 //! Not published and not part of btprof's API.
 
@@ -16,6 +17,7 @@ pub mod measure;
 pub mod seccomp;
 #[cfg(unix)]
 pub mod signal_mask;
+pub mod stats;
 pub mod synthetic;
 pub mod temp_dir;
 pub mod workers;
