@@ -584,7 +584,7 @@ fn print_summary(profile: &Profile) {
          failed samples: {}, skipped samples: {}, lost to a blocked signal: {}, late signals \
          retried: {}, taken by the kernel into ring buffers: {} ({} of threads born while \
          sampling; {} lost to a full ring), counted for threads' last moments (at exit or stop): {}, \
-         sampler CPU: {:.1} ms",
+         not counted for threads that exited before their first sample: {}, sampler CPU: {:.1} ms",
         profile.truncated_samples(),
         s.samples,
         most_truncated_in(profile),
@@ -599,6 +599,7 @@ fn print_summary(profile: &Profile) {
         s.born_samples,
         s.lost_samples,
         s.exit_samples,
+        s.stackless_samples,
         s.sampler_cpu.as_secs_f64() * 1e3,
     );
     if s.ring_threads + s.timer_threads > 0 {
@@ -626,7 +627,8 @@ fn print_summary(profile: &Profile) {
     if !s.process_cpu.is_zero() {
         println!(
             "process CPU: {:.1} ms, of which sampled threads {:.1} ms ({:.1} ms of it not \
-             covered: its samples lost to a full ring), the sampler {:.1} ms, \
+             covered: samples lost to a full ring or of threads that exited before their first \
+             sample), the sampler {:.1} ms, \
              not covered by any sample {:.1} ms ({:.1}%: threads that used less than one \
              period, threads that exited before they were listed where the kernel could not \
              sample them from birth, btprof's own dump thread)",

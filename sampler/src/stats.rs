@@ -128,6 +128,16 @@ pub struct SamplerStats {
     /// time). On the POSIX clock, the periods a thread's timer ran out but
     /// never signalled, likewise. Included in [`Self::samples`].
     pub exit_samples: u64,
+    /// Linux sampler-thread path, cpu mode: periods of CPU time the
+    /// sampler read from threads that exited (or were still running at
+    /// stop) before their first sample, so there was no stack to count
+    /// them on. A thread that lives about a period is often gone before
+    /// the sampler thread comes round, more so beside busy processes that
+    /// delay it. Their CPU time is in the threads' time
+    /// ([`Self::lost_cpu`]): like lost ring samples they lower the rate,
+    /// and are not dropped silently. (What such a thread ran after the
+    /// sampler's last reading is in [`Self::unsampled_cpu`].)
+    pub stackless_samples: u64,
     /// Samples not taken because the thread had exited after it was
     /// listed (the list is re-read every few milliseconds).
     pub exited_threads: u64,
@@ -186,6 +196,7 @@ impl SamplerStats {
             idle_without_wake_timer: 0,
             threads_found_between_listings: 0,
             exit_samples: 0,
+            stackless_samples: 0,
             exited_threads: 0,
             threads_seen: 0,
             sampler_cpu: Duration::ZERO,
@@ -230,14 +241,17 @@ impl SamplerStats {
         self.thread_cpu.iter().map(|t| t.cpu).sum()
     }
 
-    /// CPU time of the sampled threads whose samples the kernel dropped
-    /// from a full ring ([`Self::lost_samples`], one period each): counted
-    /// in [`Self::sampled_cpu`], but no sample stands for it.
+    /// CPU time of the sampled threads that no sample stands for, though
+    /// it is counted in [`Self::sampled_cpu`], one period for each: ring
+    /// samples the kernel dropped from a full ring
+    /// ([`Self::lost_samples`]), and the periods of threads that exited
+    /// before their first sample ([`Self::stackless_samples`]).
     pub fn lost_cpu(&self) -> Duration {
         if self.requested_hz == 0 {
             return Duration::ZERO;
         }
-        Duration::from_secs_f64(self.lost_samples as f64 / f64::from(self.requested_hz))
+        let periods = self.lost_samples + self.stackless_samples;
+        Duration::from_secs_f64(periods as f64 / f64::from(self.requested_hz))
     }
 
     /// CPU time of the process that no sampled thread accounts for: threads
@@ -391,6 +405,9 @@ impl SamplerStats {
                 .threads_found_between_listings
                 .saturating_sub(earlier.threads_found_between_listings),
             exit_samples: self.exit_samples.saturating_sub(earlier.exit_samples),
+            stackless_samples: self
+                .stackless_samples
+                .saturating_sub(earlier.stackless_samples),
             exited_threads: self.exited_threads.saturating_sub(earlier.exited_threads),
             threads_seen: self.threads_seen,
             sampler_cpu: self.sampler_cpu.saturating_sub(earlier.sampler_cpu),
@@ -433,6 +450,7 @@ impl SamplerStats {
             .max(later.idle_without_wake_timer);
         self.threads_found_between_listings += later.threads_found_between_listings;
         self.exit_samples += later.exit_samples;
+        self.stackless_samples += later.stackless_samples;
         self.exited_threads += later.exited_threads;
         self.threads_seen = self.threads_seen.max(later.threads_seen);
         self.sampler_cpu += later.sampler_cpu;

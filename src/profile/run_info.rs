@@ -87,8 +87,16 @@ pub struct RunInfo {
     /// events only); their CPU time has no sample.
     #[serde(default)]
     pub lost_samples: u64,
-    /// The CPU time those lost samples stood for (one period each), in
-    /// seconds: sampled threads' time that no sample covers.
+    /// Periods of CPU time of threads that exited before their first
+    /// sample (the sampler-thread clock: a thread that lives about a
+    /// period can be gone before the sampler thread comes round), so no
+    /// stack could stand for them. Zero in metadata written before btprof
+    /// recorded it.
+    #[serde(default)]
+    pub stackless_samples: u64,
+    /// The CPU time the lost and the stackless samples stood for (one
+    /// period each), in seconds: sampled threads' time that no sample
+    /// covers.
     #[serde(default)]
     pub lost_cpu_secs: f64,
     /// CPU time the whole process used while sampled, seconds (btprof's
@@ -164,6 +172,7 @@ impl RunInfo {
             failed_samples: stats.failed_samples,
             signal_blocked_samples: stats.signal_blocked_samples,
             lost_samples: stats.lost_samples,
+            stackless_samples: stats.stackless_samples,
             lost_cpu_secs: (stats.lost_cpu().as_secs_f64() * 1e6).round() / 1e6,
             process_cpu_secs: (stats.process_cpu.as_secs_f64() * 1e6).round() / 1e6,
             unsampled_cpu_secs: (stats.unsampled_cpu().as_secs_f64() * 1e6).round() / 1e6,
@@ -354,6 +363,11 @@ mod tests {
         assert_eq!(info.lost_cpu_secs, 0.25);
         let json = serde_json::to_string(&info).unwrap();
         assert!(json.contains("\"lost_cpu_secs\":0.25"), "{json}");
+        // Threads that exited before their first sample: their periods
+        // are not covered either.
+        stats.stackless_samples = 50;
+        let info = RunInfo::of_this_process(&stats, 0);
+        assert_eq!((info.stackless_samples, info.lost_cpu_secs), (50, 0.3));
     }
 
     /// Samples lost to threads that block the profiling signal reach the

@@ -160,6 +160,7 @@ pub fn combined_run_info(parts: &[Part]) -> Option<RunInfo> {
     info.failed_samples = sum(|r| r.failed_samples);
     info.signal_blocked_samples = sum(|r| r.signal_blocked_samples);
     info.lost_samples = sum(|r| r.lost_samples);
+    info.stackless_samples = sum(|r| r.stackless_samples);
     info.lost_cpu_secs = runs().map(|r| r.lost_cpu_secs).sum();
     info.process_cpu_secs = runs().map(|r| r.process_cpu_secs).sum();
     info.unsampled_cpu_secs = runs().map(|r| r.unsampled_cpu_secs).sum();

@@ -387,10 +387,16 @@ fn losses(info: &RunInfo) -> String {
         );
     }
     if info.lost_samples > 0 {
+        out += &format!(", lost to a full ring: {}", info.lost_samples);
+    }
+    if info.stackless_samples > 0 {
         out += &format!(
-            ", lost to a full ring: {} ({:.3} CPU-s not covered)",
-            info.lost_samples, info.lost_cpu_secs
+            ", of threads that exited before their first sample: {}",
+            info.stackless_samples
         );
+    }
+    if info.lost_samples + info.stackless_samples > 0 {
+        out += &format!(" ({:.3} CPU-s not covered)", info.lost_cpu_secs);
     }
     if info.unsampled_cpu_secs > UNSAMPLED_SAID_SHARE * info.process_cpu_secs {
         out += &format!(

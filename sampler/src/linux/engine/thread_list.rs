@@ -657,18 +657,28 @@ impl SamplerLoop {
                     if let Some(since) = s.take_read_since_accounted() {
                         stats.add_thread_cpu(tid as u64, since);
                     }
-                    if !s.paced.recent_walks.is_empty() {
-                        exits.push(Exit {
-                            tid,
-                            key: s.key,
-                            walks: std::mem::take(&mut s.paced.recent_walks),
-                            tail: ExitTail {
-                                owed_ns: s.paced.debt.take_all(period),
-                                cap_ns: s.gone_at_ns.unwrap_or(now).saturating_sub(s.read_at_ns),
-                                unread_ns: 0,
-                            },
-                        });
-                    }
+                    // Also a thread never sampled: what it was owed is
+                    // reported as stackless samples ([`Self::settle_exits`]).
+                    // It takes no share of the unread time (a cap of 0),
+                    // which stays in the stats' unsampled CPU time: with
+                    // no stack, that share would only move CPU time from
+                    // one "not covered" count to another.
+                    let walks = std::mem::take(&mut s.paced.recent_walks);
+                    let cap_ns = if walks.is_empty() {
+                        0
+                    } else {
+                        s.gone_at_ns.unwrap_or(now).saturating_sub(s.read_at_ns)
+                    };
+                    exits.push(Exit {
+                        tid,
+                        key: s.key,
+                        walks,
+                        tail: ExitTail {
+                            owed_ns: s.paced.debt.take_all(period),
+                            cap_ns,
+                            unread_ns: 0,
+                        },
+                    });
                 }
                 if let Some(born) = born.as_mut() {
                     born.forget(tid);
@@ -709,6 +719,12 @@ impl SamplerLoop {
             let samples = tails
                 .samples_for(tail.owed_ns + tail.unread_ns, self.period_ns)
                 .min(MAX_OWED_PERIODS);
+            if exit.walks.is_empty() {
+                // It exited before its first sample: no stack to count
+                // them on, so they are reported instead.
+                self.stats.stackless_samples += samples;
+                continue;
+            }
             // Each on one of its last stacks, picked at random: the thread's
             // recent samples scaled up to all of its time.
             let mut counts = [0u64; RECENT_WALKS];
@@ -744,9 +760,6 @@ impl SamplerLoop {
             // that can be 100 ms of each thread of a program that ends.
             if let Some(since) = s.take_read_since_accounted().filter(|d| !d.is_zero()) {
                 self.stats.add_thread_cpu(tid as u64, since);
-            }
-            if s.paced.recent_walks.is_empty() {
-                continue;
             }
             self.exits.push(Exit {
                 tid,
