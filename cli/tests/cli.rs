@@ -179,12 +179,12 @@ fn samples_per_thread(lines: &[(String, u64)]) -> Vec<(String, u64)> {
 
 /// `(function, points)` from the self-check's share table, e.g.
 /// `  alpha             37.08%    37.97%    -0.89     3.00  ok`.
-fn share_table(stdout: &str) -> Vec<(String, f64)> {
+fn share_table(stdout: &str) -> Vec<(String, f64, f64)> {
     stdout
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let [name, measured, truth, points, _allowed, verdict] = fields[..] else {
+            let [name, measured, truth, points, allowed, verdict] = fields[..] else {
                 return None;
             };
             if !FUNCTIONS.contains(&name)
@@ -197,7 +197,10 @@ fn share_table(stdout: &str) -> Vec<(String, f64)> {
             let points: f64 = points
                 .parse()
                 .unwrap_or_else(|_| panic!("bad points in share line {line:?}"));
-            Some((name.to_owned(), points))
+            let allowed: f64 = allowed
+                .parse()
+                .unwrap_or_else(|_| panic!("bad allowance in share line {line:?}"));
+            Some((name.to_owned(), points, allowed))
         })
         .collect()
 }
@@ -278,25 +281,35 @@ fn pid_self_passes_and_writes_outputs() {
         "SVG has no title mentioning samples\n{report}"
     );
 
-    // The share table: every function listed, each within 3 points.
+    // The share table: every function listed, each within its allowance.
     let shares = share_table(&result.stdout);
     for f in FUNCTIONS {
         assert_eq!(
-            shares.iter().filter(|(name, _)| name == f).count(),
+            shares.iter().filter(|(name, ..)| name == f).count(),
             1,
             "share of {f} not reported exactly once\n{report}"
         );
     }
-    assert_shares_within_3_points(&shares, &report);
+    assert_shares_within_allowance(&shares, &report);
 }
 
-/// Asserts that every function's share in the table is within 3 points of
-/// the CPU time it measured (`report` describes the run on failure).
-fn assert_shares_within_3_points(shares: &[(String, f64)], report: &str) {
-    for (name, points) in shares {
+/// Asserts that every function's share in the table is within its
+/// allowance of the CPU time it measured (`report` describes the run on
+/// failure): 3 points, or 4 standard errors of a share from that many
+/// independent samples where that is more (`selfcheck.rs`). 4 sd either
+/// way is 6.3 in 100,000 per share (normal approximation of the
+/// binomial, with at least a few hundred samples): a 3-point bar alone,
+/// 3 sd for 2,000 samples of a 30% share on a busy runner, failed
+/// faithful profiles 1 run in 370 per share.
+fn assert_shares_within_allowance(shares: &[(String, f64, f64)], report: &str) {
+    for (name, points, allowed) in shares {
         assert!(
-            points.abs() <= 3.0,
-            "{name} is {points:+.2} points off\n{report}"
+            *allowed >= 3.0,
+            "{name}: allowance {allowed} below the 3-point floor\n{report}"
+        );
+        assert!(
+            points.abs() <= *allowed,
+            "{name} is {points:+.2} points off, {allowed:.2} allowed\n{report}"
         );
     }
 }
@@ -314,8 +327,9 @@ fn assert_shares_within_3_points(shares: &[(String, f64)], report: &str) {
 /// independent ones and a standard error near one point for a 30% share;
 /// a 3-point limit was then 3 standard errors, crossed once in CI by a
 /// faithful profile (+3.12 points, its own allowance 4.27). Six halve the
-/// variance, so 3 points are about 4 standard errors and a 4-point bias
-/// still fails.
+/// variance, so the allowance (4 standard errors, at least 3 points)
+/// stays near 3 points on a busy runner and a 4-point bias still fails;
+/// on a starved one it widens with the noise instead of failing.
 #[test]
 fn the_fallback_keeps_its_shares_beside_two_busy_processes() {
     let dir = TempDir::new(
@@ -337,7 +351,7 @@ fn the_fallback_keeps_its_shares_beside_two_busy_processes() {
     assert!(result.stdout.contains("self-check: PASS"), "{report}");
     let shares = share_table(&result.stdout);
     assert_eq!(shares.len(), FUNCTIONS.len(), "{report}");
-    assert_shares_within_3_points(&shares, &report);
+    assert_shares_within_allowance(&shares, &report);
 }
 
 #[test]
