@@ -5,7 +5,7 @@
 //! The threads here wait on a barrier while the profiler starts (so every
 //! one of them is found at start, not born under it), then share a fixed
 //! 2 CPU-seconds of work, beside two CPU hogs. At 1000 Hz the samples per
-//! worker CPU-second must be at least 900, and the workers' CPU time must
+//! worker CPU-second must be at least 850, and the workers' CPU time must
 //! be in the stats. Each thread runs about 4 ms, so a thread's last part
 //! of a period, which a CPU-time clock never reaches, is a tenth of its
 //! time: it must be counted. Without that the rate is about 830; before
@@ -20,7 +20,7 @@
 //! code of today and of months before alike: 908-1001 per CPU-second
 //! over 50 runs on the project's 2-core VM (926-997 over 120 runs two at
 //! a time, each beside its own two hogs). The host's stolen time makes it
-//! worse, so a run may also be short of 900 by no more than the periods
+//! worse, so a run may also be short of 850 by no more than the periods
 //! the host stole from all CPUs meanwhile.
 //!
 //! With 514 threads runnable on two CPUs the sampler thread's fair share
@@ -41,7 +41,7 @@ use support::{wait_until_listed, HeldThreads};
 const THREADS: usize = 512;
 /// CPU time all the workers share.
 const WORK: Duration = Duration::from_secs(2);
-const MIN_RATE: f64 = 900.0;
+const MIN_RATE: f64 = 850.0;
 
 #[inline(never)]
 fn pool_burst(work: Duration) -> u64 {
@@ -109,6 +109,13 @@ fn check(clock: SampleClock) {
         "the workers' CPU time was accounted: {cpu:?}"
     );
     if may_raise_weight() {
+        // Not sampling noise: each worker's 4 periods are sampled whole,
+        // and what moves the rate is the periods the kernel's task clock
+        // skips, one for a share q of the threads (rate 1000 (1 - q/4)),
+        // q growing with load: the lowest rate seen, 908, is q = 0.37, as
+        // perf's worst (189 of 512). 850 is q = 0.6; losing the threads'
+        // last part of a period still fails it (827-829). Stolen time
+        // adds to the skips.
         let short = (MIN_RATE * cpu.as_secs_f64() - samples as f64).max(0.0);
         assert!(
             rate >= MIN_RATE || short <= stolen.as_secs_f64() * 1000.0,
