@@ -336,22 +336,33 @@ fn the_fallback_keeps_its_shares_beside_two_busy_processes() {
         "btprof-cli-test",
         "the_fallback_keeps_its_shares_beside_two_busy_processes",
     );
-    let hogs = Hogs::start(2);
-    let (result, _, _) = profile_with_env(
-        &dir,
-        &["--pid-self", "--hz", "1000", "--duration", "6s"],
-        &[("BTPROF_FORCE_SAMPLER_THREAD", "1")],
-    );
-    drop(hogs);
-    let report = result.describe();
-    assert!(
-        result.stdout.contains("sampler-thread ticks"),
-        "not the sampler-thread path\n{report}"
-    );
-    assert!(result.stdout.contains("self-check: PASS"), "{report}");
-    let shares = share_table(&result.stdout);
-    assert_eq!(shares.len(), FUNCTIONS.len(), "{report}");
-    assert_shares_within_allowance(&shares, &report);
+    btprof_testkit::stats::judge("the fallback's shares", |_| {
+        let hogs = Hogs::start(2);
+        let (result, _, _) = profile_with_env(
+            &dir,
+            &["--pid-self", "--hz", "1000", "--duration", "6s"],
+            &[("BTPROF_FORCE_SAMPLER_THREAD", "1")],
+        );
+        drop(hogs);
+        let report = result.describe();
+        assert!(
+            result.stdout.contains("sampler-thread ticks"),
+            "not the sampler-thread path\n{report}"
+        );
+        let shares = share_table(&result.stdout);
+        assert_eq!(shares.len(), FUNCTIONS.len(), "{report}");
+        // An allowance past 4.5 points is 4 sd of a share from under
+        // about 170 independent samples: too few to test a 3-point claim.
+        let widest = shares.iter().map(|s| s.2).fold(0.0, f64::max);
+        if widest > 4.5 {
+            return btprof_testkit::stats::Attempt::Starved(format!(
+                "shares allowed up to {widest:.2} points: too few samples\n{report}"
+            ));
+        }
+        assert!(result.stdout.contains("self-check: PASS"), "{report}");
+        assert_shares_within_allowance(&shares, &report);
+        btprof_testkit::stats::Attempt::Judge(())
+    });
 }
 
 #[test]
