@@ -283,6 +283,7 @@ fn pid_self_passes_and_writes_outputs() {
 
     // The share table: every function listed, each within its allowance.
     let shares = share_table(&result.stdout);
+    println!("measured: (function, points off, allowed) {shares:?}");
     for f in FUNCTIONS {
         assert_eq!(
             shares.iter().filter(|(name, ..)| name == f).count(),
@@ -350,6 +351,7 @@ fn the_fallback_keeps_its_shares_beside_two_busy_processes() {
             "not the sampler-thread path\n{report}"
         );
         let shares = share_table(&result.stdout);
+        println!("measured: (function, points off, allowed) {shares:?}");
         assert_eq!(shares.len(), FUNCTIONS.len(), "{report}");
         // An allowance past 4.5 points is 4 sd of a share from under
         // about 170 independent samples: too few to test a 3-point claim.
