@@ -6,7 +6,10 @@
  *   wait_in_epoll       epoll_wait() with no timeout on that pipe
  *   spin_in_loop        a busy loop computing a fixed checksum per round
  * Every blocking call checks for EINTR itself and counts it. main prints
- * "ready" and waits for a line (or end of file) on stdin; then it stops
+ * "ready" once every thread has started (a thread not yet scheduled sits
+ * at its first instruction in clone3, with no stack to walk; beside busy
+ * processes that lasts milliseconds), and waits for a line (or end of
+ * file) on stdin; then it stops
  * the threads and prints "eintr=N mismatches=M rounds=R result=0xX":
  * EINTR seen by any call, busy rounds whose checksum differed from the
  * first one, busy rounds done, and that checksum (the same in every run).
@@ -22,6 +25,8 @@
 #include <unistd.h>
 
 static volatile int stop;
+/* Threads that reached their start function. */
+static int started;
 static long eintr, mismatches, rounds;
 static uint64_t first_result;
 static int pipe_fds[2];
@@ -90,18 +95,21 @@ __attribute__((noinline)) static void spin_in_loop(void) {
 
 static void *sleeper(void *arg) {
     (void)arg;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     sleep_in_nanosleep();
     return NULL;
 }
 
 static void *reader(void *arg) {
     (void)arg;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     wait_in_read();
     return NULL;
 }
 
 static void *epoller(void *arg) {
     (void)arg;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     int epfd = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN};
     epoll_ctl(epfd, EPOLL_CTL_ADD, pipe_fds[0], &ev);
@@ -112,6 +120,7 @@ static void *epoller(void *arg) {
 
 static void *spinner(void *arg) {
     (void)arg;
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
     spin_in_loop();
     return NULL;
 }
@@ -126,6 +135,8 @@ int main(void) {
         pthread_create(&threads[i], NULL, starts[i], NULL);
         pthread_setname_np(threads[i], names[i]);
     }
+    while (__atomic_load_n(&started, __ATOMIC_RELAXED) < 4)
+        usleep(1000);
     printf("ready\n");
     fflush(stdout);
     char line[64];
