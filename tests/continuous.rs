@@ -81,8 +81,14 @@ fn assert_samples_follow_cpu(profile: &btprof::Profile, min_samples: u64) {
     let stats = profile.stats().expect("a recorded profile has stats");
     let cpu = stats.sampled_cpu().as_secs_f64();
     let samples = profile.total_samples();
+    // Not a random count: each thread's samples are its whole periods of
+    // CPU time, less at most one a thread for its last part. Each caller's
+    // bar is 75-80% of the CPU it waited for: a gross loss fails, not a small one.
     assert!(samples >= min_samples, "{samples} samples ({stats:?})");
     let rate = samples as f64 / cpu;
+    // Whole periods on the ring clock, owed periods paid by weighted
+    // samples on the sampler-thread one (within 1-3%): no chance tail.
+    // Plus or minus 20% catches a lost or doubled part, not a small loss.
     assert!(
         (800.0..=1200.0).contains(&rate),
         "{samples} samples for {cpu:.3} s of CPU: {rate:.0} per CPU-second ({stats:?})"
@@ -162,7 +168,8 @@ fn periodic_dumps_add_up_to_the_whole_run() {
 
     let folded = files(&dir, "folded");
     // At least the 4 windows waited for and the last partial one; on a
-    // loaded machine waiting for CPU time may add a few.
+    // loaded machine waiting for CPU time may add a few. Wall time, not a
+    // sample count: 60 windows is 12 s spent waiting for 100 ms of CPU.
     assert!(
         (4..=60).contains(&folded.len()),
         "{} windows: {stats:?}",
@@ -191,6 +198,8 @@ fn periodic_dumps_add_up_to_the_whole_run() {
     }
     assert_eq!(sum, profile.total_samples());
     assert_eq!(profile.total_samples(), profile.stats().unwrap().samples);
+    // At least 100 ms of the thread's CPU after the 4 windows (and what it
+    // got during them): 100 whole periods or more, not random; 80 is 80%.
     assert_samples_follow_cpu(&profile, 80);
 }
 
@@ -241,7 +250,8 @@ fn an_unwritable_dump_dir_is_counted_and_sampling_goes_on() {
         stats.last_error.as_deref().unwrap().contains("not-a-dir"),
         "{stats:?}"
     );
-    // Sampling went on, at the full rate per CPU-second.
+    // Sampling went on, at the full rate per CPU-second. At least 150 ms
+    // of the thread's CPU: 150 whole periods or more, not a random count.
     assert_samples_follow_cpu(&profile, 120);
 }
 
@@ -255,13 +265,16 @@ fn snapshots_grow_while_sampling_goes_on() {
     work.wait_for_cpu(Duration::from_millis(200));
     let second = profiler.snapshot().unwrap();
     let last = profiler.stop().unwrap();
-    // 200 ms of CPU is 200 samples at 1000 Hz, loaded machine or not.
+    // 200 ms of CPU is 200 samples at 1000 Hz, loaded machine or not:
+    // whole periods, not a random count. The 50 left cover records still
+    // in the rings and periods a late timer skipped; a lost window is 200.
     assert!(first.total_samples() > 150, "{:?}", first.stats());
     assert!(
         second.total_samples() > first.total_samples() + 150,
         "{:?}",
         second.stats()
     );
+    // At least 400 ms of the thread's CPU: 400 whole periods or more.
     assert_samples_follow_cpu(&last, 300);
     assert!(last.total_samples() >= second.total_samples());
     let names = |p: &btprof::Profile| p.folded_lines(Default::default()).join("\n");
@@ -336,6 +349,9 @@ fn the_stack_limit_counts_overflow_under_a_visible_frame() {
         .filter(|s| s.frames().eq([TABLE_FULL_FRAME]))
         .collect();
     assert!(!full.is_empty(), "overflow is shown");
+    // Random depths of 0-199 give 200 stacks or more, none over 1% of the
+    // samples: once 20 fill the table a sample misses them with probability
+    // 0.8 or more, so 6 more all in it is under 0.2^6 = 6.4e-5 (26 ms of CPU).
     assert!(profile.overflow_samples() > 0);
     assert_eq!(
         profile.total_samples(),

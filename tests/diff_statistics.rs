@@ -47,6 +47,9 @@ fn same_distribution_gives_no_regression_in_at_least_99_of_100_trials() {
             ..DiffOptions::default()
         };
         let alarms = false_alarms(&program, &options, 0x5eed_0001);
+        // Seeded: the same draws each run, so no chance failure. For a fresh
+        // seed alarms are Binomial(100, p), p <= alpha = 0.001 by the gate's
+        // correction: P(2 or more) <= 0.46% (1-2 in 5,000 were seen).
         assert!(
             alarms.len() <= 1,
             "{metric:?}: {} of {TRIALS} noise-only diffs flagged a regression: {alarms:?}",
@@ -70,6 +73,8 @@ fn without_the_correction_and_threshold_noise_would_alarm() {
         ..DiffOptions::default()
     };
     let alarms = false_alarms(&program, &naive, 0x5eed_0001);
+    // Seeded, so fixed. For a fresh seed Binomial(100, p) with p about one
+    // half (docs/diff.md): P(under 30) is 1.6e-5 at 0.5, 7.6e-4 at 0.45.
     assert!(
         alarms.len() >= 30,
         "only {} of {TRIALS} uncorrected noise-only diffs alarmed",
@@ -88,6 +93,8 @@ fn an_injected_change_from_10_to_20_percent_is_found_with_its_size() {
         let new = folded(&new_program.sample(10_000, &mut rng), "new");
         let report = compare(&base, &new, &DiffOptions::default());
         let first = &report.functions[0];
+        // A 10-point rise is 20 SD of the change (0.5 points): far past the
+        // 2-point threshold and the gate's z bar, whatever the seed.
         assert_eq!(
             first.name, "app::leaf_2",
             "trial {trial}: {:?}",
@@ -95,17 +102,22 @@ fn an_injected_change_from_10_to_20_percent_is_found_with_its_size() {
         );
         assert_eq!(first.verdict, Verdict::Regressed, "trial {trial}");
         // Each share is estimated from 10,000 samples: the change has a
-        // standard deviation of 0.5 points, so 1.5 points is 3 of them.
+        // standard deviation of 0.5 points, so 1.5 points is 3 of them:
+        // 0.27% a trial, 5.3% over 20 for a fresh seed; this one is fixed.
         let change = first.self_change_points();
         assert!(
             (change - 10.0).abs() < 1.5,
             "trial {trial}: change {change:.2} points, expected about 10"
         );
+        // Binomial(10,000, p) shares, SD 0.3 and 0.4 points: 0.015 is 5 and
+        // 3.75 SD, 1.1e-5 and 3.5e-3 over 20 trials of a fresh seed; fixed here.
         assert!((first.base.self_share - 0.10).abs() < 0.015, "{first:?}");
         assert!((first.new.self_share - 0.20).abs() < 0.015, "{first:?}");
         let regressed: Vec<&str> = report.regressions().map(|f| f.name.as_str()).collect();
         // Its callers' total shares grew too, but the default gate is on
-        // self share: only the function whose own code grew is named.
+        // self share: only the function whose own code grew is named. The
+        // other leaves shrink by a ninth: leaf_0 (30 to 26.7%) would need to
+        // rise 5.3 points, 8 SD, to pass the threshold.
         assert_eq!(regressed, ["app::leaf_2"], "trial {trial}");
     }
 }

@@ -68,6 +68,9 @@ fn an_inlined_hot_function_is_a_frame_with_file_and_line_and_folds_both_ways() {
         .filter(|s| s.thread() == Some(THREAD))
         .collect();
     let total: u64 = spinner.iter().map(|s| s.count()).sum();
+    // Whole periods of the spinner's CPU in an 800 ms wall-clock sleep: not
+    // random. 100 needs an eighth of a CPU meanwhile: it fails on a machine
+    // starved that far (no chance tail), or when the spinner is not sampled.
     assert!(total >= 100, "only {total} samples of the spinner");
 
     // In the model: `inline_hot`, inlined, right after the machine frame
@@ -103,11 +106,16 @@ fn an_inlined_hot_function_is_a_frame_with_file_and_line_and_folds_both_ways() {
             with_line += stack.count();
         }
     }
-    // Nearly all the spinner's time is in the loop.
+    // Nearly all the spinner's time is in the loop. Samples outside it are
+    // Binomial(total, q), q its time outside (a load of `stop` per 20,000
+    // rounds): at 100 samples, more than 20 has P under 1e-4 for q to 8.6%.
     assert!(
         under_caller * 10 >= total * 8,
         "inline_hot in {under_caller} of {total} samples"
     );
+    // Each address has one line: samples off the body are Binomial(n, q), q
+    // the loop's time at instructions whose line lies outside it (none
+    // expected); at n = 80, more than 8 has P under 1e-4 for q to 2.3%.
     assert!(
         with_line * 10 >= under_caller * 9,
         "file and line in {with_line} of {under_caller} inline_hot samples"

@@ -272,7 +272,13 @@ fn a_thousand_captures_never_cut_a_blocking_call_short() {
             asleep += u32::from(check_known(&dump));
         }
     }
+    // Not a chance count: a capture never signals a thread that is not
+    // running user code (blocked ones are read from outside), so one EINTR
+    // is a broken promise, not bad luck.
     assert_eq!(known.eintr.load(Relaxed), 0, "EINTR in the known threads");
+    // The sleeper leaves its 1 s nanosleep only for a moment each second
+    // (and any wait for a CPU), not by a coin per capture: more than 10 of
+    // 100 found running needs it awake a tenth of the captures' span.
     assert!(
         asleep >= 90,
         "the sleeper was seen asleep {asleep} of 100 times"
@@ -291,12 +297,17 @@ fn beside_profiler(mode: Mode) {
     for _ in 0..200 {
         asleep += u32::from(check_known(&ThreadDump::capture().unwrap()));
     }
+    // As above, not binomial: running only in its moments between 1 s
+    // sleeps, so more than 20 of 200 needs it awake a tenth of the span.
     assert!(
         asleep >= 180,
         "the sleeper was seen asleep {asleep} of 200 times"
     );
     let cpu = spinner_cpu() - cpu_before;
     let profile = profiler.stop().unwrap();
+    // Not a chance count: captures never signal a blocked thread, and the
+    // profiler signals none that has not used a period of CPU, which the
+    // sleeper and reader never do here: one EINTR is a bug.
     assert_eq!(known.eintr.load(Relaxed), 0, "EINTR in the known threads");
     let spinner_samples: u64 = profile
         .folded_lines(Default::default())
@@ -305,9 +316,14 @@ fn beside_profiler(mode: Mode) {
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
         .sum();
     let stats = profile.stats().unwrap();
+    // Not random: a profiling signal with nothing to fill means a capture
+    // and the profiler crossed slots or signals.
     assert_eq!(stats.stray_signals, 0, "{stats:?}");
     // At least a tenth of 1000 per CPU-second of the spinner (a 250 Hz
     // kernel's timers give about a quarter): dumps took none of them.
+    // Not random: whole periods of its CPU (cpu mode) or ticks that found it
+    // (wall mode). A survival bar: captures that took the samples fail it,
+    // a partial loss (even half) does not.
     let floor = (cpu.as_secs_f64() * 100.0) as u64;
     assert!(
         spinner_samples >= floor.max(1),
@@ -520,7 +536,13 @@ fn polls_are_never_cut_short() {
     eprintln!(
         "{calls} polls, {eintr} cut short, pollers named in {seen_in_poll} of 4000 backtraces"
     );
+    // Not random: a waking poller is never signalled, only asked through an
+    // event that fires in its user code (0 of 13,197 and 0 of 26,797 polls
+    // in docs/thread-dumps.md; 18 of 14,768 when signalled).
     assert_eq!(eintr, 0, "{eintr} of {calls} polls ended with EINTR");
+    // A poller goes unnamed when its stack read loses the race with its
+    // 1 ms wake-ups (four tries): no known p, so no tail is derived. A 90%
+    // bar that catches captures which stop reading pollers or cut walks.
     assert!(
         seen_in_poll >= 3600,
         "the pollers' function was in only {seen_in_poll} of 4000 backtraces"

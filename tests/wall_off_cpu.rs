@@ -114,13 +114,19 @@ fn off_cpu_samples_are_marked_and_show_where_the_thread_waits() {
         lines.join("\n")
     );
     println!("measured: {}", report.lines().next().unwrap());
+    // Not a chance count: wall mode sends no signal a blocked poll could
+    // take (a running thread is asked through a CPU timer): one is a bug.
     assert_eq!(eintr.load(Relaxed), 0, "poll failed with EINTR\n{report}");
     assert!(rounds >= 100, "{report}");
     // Off CPU it waits in poll, and its samples say so: 60-90% of them,
     // idle or beside two CPU hogs (the rest: waiting for a CPU in its
     // work, marked off CPU there too). Counted on its last running stack,
     // as before blocked stacks were read from outside, none were.
+    // 250 waits of 8 ms or more are 2 s of wall ticks off CPU: not random.
     assert!(off_cpu > 0, "{report}");
+    // Ticks, not coins: in poll at least 8 ms a round, so under a quarter
+    // needs its 2 ms of work to wait 24 ms for a CPU on average over 250
+    // rounds. Stacks not read from outside give none in poll.
     assert!(
         off_cpu_in_poll * 4 > off_cpu,
         "off-CPU samples seldom in wait_in_poll\n{report}"
@@ -133,7 +139,11 @@ fn off_cpu_samples_are_marked_and_show_where_the_thread_waits() {
     // the marked samples in poll: a sample blocked in poll's wait that lost
     // its mark moves from that count to this one (with half the marks
     // dropped, a scratch edit: 957-994 against 1,063-1,265).
+    // Each round's 2 ms burst reaches a 4 ms kernel tick about half the
+    // time on a 250 Hz kernel: none of 250 doing so is 0.5^250, nil.
     assert!(on_cpu_working > 0, "{report}");
+    // A share of time (poll's way in and out running), not a coin per
+    // sample: 4.2% at the worst seen (58 of 1,391) against a 25% bar.
     assert!(
         on_cpu_in_poll * 4 <= off_cpu_in_poll,
         "blocked samples in poll counted as running\n{report}"

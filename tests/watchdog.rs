@@ -89,14 +89,23 @@ fn one_stall_is_reported_with_its_function() {
     .unwrap();
     Arc::into_inner(wd).expect("only owner").stop();
     let seen = seen.lock().unwrap().clone();
+    // Not random: the 600 ms wall-clock spin passes the 250 ms threshold
+    // whatever the load; a second stall needs a 250 ms wait for a CPU
+    // after a 1 ms sleep.
     assert_eq!(seen.len(), 1, "{seen:?}");
     let (name, dur, n, hits, finished) = &seen[0];
     assert_eq!(name, "stally");
     assert!(*finished);
+    // A wall-time gap, not a count: 1 ms of sleep, the 600 ms spin, waits
+    // for a CPU at either end and the coarse clock's tick (never under 300).
+    // Over 700 needs ~95 ms of waiting beside two hogs: a latency bar.
     assert!(
         *dur >= Duration::from_millis(300) && *dur <= Duration::from_millis(700),
         "{dur:?}"
     );
+    // Not random: every backtrace of the stall is taken inside stall_here
+    // but perhaps one as it leaves; about 35 in the 350 ms past the
+    // threshold, so 3 may miss. It catches backtraces of the wrong place.
     assert!(*n > 0 && *hits * 10 >= *n * 9, "{hits} of {n}");
     let files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -134,6 +143,9 @@ fn steady_beats_give_no_stall() {
     beat_for(&hb, Duration::from_secs(5));
     drop(hb);
     wd.stop();
+    // Not random: a stall needs 250 ms between two beats 1 ms apart, a
+    // 250 ms wait for a CPU beside two hogs (a whole-process pause is
+    // not reported), a latency no computable tail describes.
     assert!(
         seen.lock().unwrap().is_empty(),
         "{:?}",
@@ -162,6 +174,9 @@ fn stall_at_stop_is_unfinished() {
     Arc::into_inner(wd).map(Watchdog::stop).unwrap_or(());
     t.join().unwrap();
     let seen = seen.lock().unwrap().clone();
+    // Not random: the 1200 ms spin outlasts the 700 ms before the stop, so
+    // the stall is under way at the stop once the thread beat within 450 ms
+    // of its spawn (a wait for a CPU, not a count).
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(!seen[0].4, "{seen:?}");
 }
@@ -242,6 +257,8 @@ fn whole_process_pause_gives_no_stall() {
     let Some(text) = pause_a_child(test, "beat", Duration::from_millis(500)) else {
         return;
     };
+    // Not random: the pause is seen as the watchdog's own overslept sleep;
+    // a stall outside it needs a 250 ms wait for a CPU between 1 ms beats.
     assert!(text.contains("WATCHDOG-STALLS 0"), "{text}");
 }
 
@@ -262,6 +279,8 @@ fn a_stall_cut_by_a_pause_is_delivered_unfinished() {
     let mut fields = first.split_whitespace().skip(1);
     let (finished, backtraces) = (fields.next().unwrap(), fields.next().unwrap());
     assert_eq!(finished, "false", "{text}");
+    // The stall runs 450 ms past the 250 ms threshold before the pause, a
+    // backtrace every 10 ms: about 45. None needs the watchdog starved.
     assert!(backtraces.parse::<usize>().unwrap() > 0, "{text}");
 }
 
@@ -289,12 +308,16 @@ fn a_stall_under_a_debugger_is_not_reported() {
     let _serial = serial();
     let _hogs = Hogs::start(2);
     let untraced = run_traced_child(false).expect("an untraced child");
+    // Not random: an 800 ms wall-clock spin passes the 250 ms threshold
+    // whatever the load.
     assert!(untraced >= 1, "the untraced child's stall was not reported");
     match run_traced_child(true) {
         Some(traced) => {
             println!(
                 "WATCHDOG-DEBUGGER untraced: {untraced} stall(s) reported; traced: {traced} reported"
             );
+            // Not random: while traced no stall is reported; the tracer is
+            // in place (`become_traced`) before the watchdog starts.
             assert_eq!(traced, 0, "a stall was reported while traced");
         }
         None => println!("NOT CHECKED: this process may not trace its child"),

@@ -63,16 +63,25 @@ fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
          (truth {true_share:.2}%), {rate:.1} samples per CPU-second (btprof says {reported:.1})"
     );
     if shares {
+        // Not binomial: each thread's samples are its whole periods (owed
+        // ones, weighted, off the rings), so the share moves only with a
+        // thread's rate: 1.5 points is 34 of beta's 500 or 67 of alpha's 1,000.
         assert!(
             (share - true_share).abs() <= 1.5,
             "alpha's share {share:.2}% vs measured {true_share:.2}%"
         );
         let bar = if kernel_samples_allowed() { 20.0 } else { 50.0 };
+        // Whole periods, not random: 20 per CPU-second is 30 of the 1,500
+        // samples (50, user code only: 75) for exit tails, periods a late VM
+        // timer skipped and stolen time: a host allowance, no chance tail.
         assert!(
             (rate - 1000.0).abs() <= bar,
             "{rate:.1} samples per CPU-second for --hz 1000"
         );
     }
+    // Not random: both rates count nearly the same samples and differ by the
+    // CPU time btprof counted for the threads against their own clocks,
+    // which 2% holds to 30 ms of the 1.5 CPU-s.
     assert!(
         (reported - rate).abs() <= 0.02 * rate,
         "btprof reports {reported:.1} samples per CPU-second; the program's clocks say {rate:.1}"
@@ -135,7 +144,12 @@ fn c_program_without_frame_pointers_is_walked_to_its_entry() {
     let entries = ["main", "start_alpha", "start_beta"];
     let reached = samples_where(&lines, |name| entries.contains(&name));
     println!("{reached} of {total} samples reach main or a thread's start routine");
+    // About 750 whole periods (0.75 CPU-s), not random: a survival bar that
+    // catches alpha's thread unsampled (250 left), not beta's (500).
     assert!(total >= 300, "{total} samples");
+    // Misses: whole periods run before main or after it (not random), and
+    // walks CFI cannot finish, Binomial(n, q), q their code's time share:
+    // 7 of 750 keeps P under 1e-4 while q is below 0.19% (0.08% at 300).
     assert!(
         reached as f64 >= 0.99 * total as f64,
         "{reached} of {total}: {lines:?}"
@@ -186,8 +200,14 @@ fn rust_program_has_demangled_names_and_inline_frames() {
     // At least 80% of the samples in the caller, and 80% of those with
     // the inlined function beneath it.
     let mostly = |part: u64, whole: u64| part * 10 >= whole * 8;
+    // About 500 whole periods (0.5 CPU-s), not random: a survival bar.
     assert!(total >= 100, "{total} samples: {lines:?}");
+    // Misses are the runtime's start and exit around main: a few whole
+    // periods, not a chance count.
     assert!(mostly(in_caller, total), "{lines:?}");
+    // Misses are samples in the clock read every 10,000 rounds (and its
+    // system call where kernel code is sampled): Binomial(n, q); over 20%
+    // has P under 1e-4 for q to 7.7% at n = 80, to 14% at n = 500.
     assert!(mostly(inline_beneath, in_caller), "{lines:?}");
     assert!(mangled.is_empty(), "names left mangled: {mangled:?}");
 }
@@ -226,6 +246,7 @@ fn python_busy_loop_reaches_the_interpreters_main() {
     // the frame below `__libc_start_call_main`.
     let in_main = samples_where(&lines, |n| n == "main" || n == "Py_BytesMain");
     println!("{in_main} of {total} samples of the interpreter reach its main");
+    // About 3,000 whole periods of the loop alone, not random: survival bar.
     assert!(total >= 100, "{total} samples");
     let short: Vec<_> = lines
         .iter()
@@ -233,7 +254,9 @@ fn python_busy_loop_reaches_the_interpreters_main() {
         .collect();
     // The few that do not are the interpreter's start, whose imports nest
     // deeper than the walks go (5-9% of a 1.5 s loop's profile here, so
-    // the loop runs 3 s).
+    // the loop runs 3 s). Those are the start's whole periods (79-148 ms
+    // then), not a coin per sample: over 10% needs a start of 333 ms, a
+    // ninth of the loop. A cost of a slow machine, not a chance tail.
     assert!(in_main as f64 >= 0.9 * total as f64, "{short:?}");
 }
 
@@ -320,6 +343,8 @@ fn sigint_to_btprof_ends_the_command_and_writes_its_profile() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     let lines = folded(&scratch.path("btprof.folded"));
+    // Not a chance count: in wall mode each tick counts the sleeping thread,
+    // and 300 ms or more were profiled; none is a profile not written.
     assert!(total(&lines) > 0, "{stderr}");
     assert!(
         lines.iter().all(|(f, _)| f[0].starts_with("sleep (")),
@@ -437,6 +462,9 @@ fn duration_stops_sampling_and_the_command_goes_on() {
     // ...and its profile was written at the deadline, not at its exit.
     let record = raw_record(&raw);
     assert_eq!(record["ended_by"], "duration", "{record}");
+    // Wall time, 0.2 s and the stop, under a loose cap: not a chance bar. A
+    // recorder that waited for the exit (0.5 s or more) would pass it too;
+    // `ended_by` above is what tells the two apart.
     assert!(record["duration_secs"].as_f64().unwrap() < 2.0, "{record}");
 }
 
@@ -459,7 +487,11 @@ fn a_forked_child_without_exec_gets_no_profile_and_leaves_the_parents_intact() {
     assert!(!stderr.contains("btprof:"), "{stderr}");
     let lines = folded(&scratch.path("btprof.folded"));
     assert_eq!(roots(&lines).len(), 1, "{lines:?}");
+    // Not random: a forked child without exec is not profiled, so one
+    // sample of child_work is a bug.
     assert_eq!(samples_in(&lines, "child_work"), 0, "{lines:?}");
+    // About 300 whole periods (0.3 CPU-s, all after the fork), not random:
+    // catches the fork stopping the parent's sampling, not a third lost.
     assert!(samples_in(&lines, "parent_work") >= 200, "{lines:?}");
 }
 
@@ -490,10 +522,14 @@ fn cpu_time_no_sample_covers_is_said() {
         sidecar["unsampled_cpu_secs"].as_f64().unwrap(),
         sidecar["process_cpu_secs"].as_f64().unwrap(),
     );
-    // 1000 threads of 4 ms: about 4 CPU-seconds.
+    // 1000 threads of 4 ms: about 4 CPU-seconds, each spun to its own
+    // clock: not random; 3.5 catches an eighth of the process uncounted.
     assert!(process >= 3.5, "{sidecar}");
     // What the samples stand for and what they do not add up to the
     // process's time, within btprof's own threads' and the C start's.
+    // Accounting, not chance: unsampled is the process's CPU less the
+    // sampled threads' and the sampler thread's, so the gap is the sampler's
+    // CPU, held under 5% of 4 CPU-s (200 ms).
     let sampled = sidecar["sampled_cpu_secs"].as_f64().unwrap();
     assert!(
         (sampled + unsampled - process).abs() < 0.05 * process,

@@ -56,8 +56,12 @@ fn keeps_samples_across(scratch: &Scratch, how: &str) {
     let truth = measured(&text(&out.stdout))["before"];
     println!("{how}: before_exec {before} samples ({truth:.3} CPU-s), after_exec {after}");
     // Lost, it would be none; kept, about one period per CPU-millisecond
-    // (the default clock delivered 88-90% of the rate here).
+    // (the default clock delivered 88-90% of the rate here). Whole periods,
+    // not random: a lost-or-kept bar (lost is 0), 8-10 points under what
+    // was seen; not a chance tail.
     assert!(before as f64 >= 0.8 * truth * 1000.0, "{how}: {lines:?}");
+    // The new image's 0.2 CPU-s, about 200 whole periods: none is a new
+    // image left unprofiled, not chance.
     assert!(after > 0, "{how}: {lines:?}");
     // One process: both images under roots with the same pid, the old
     // one's profile written at the exec.

@@ -126,6 +126,8 @@ fn first_sample_with_listings_held(sampler: &Sampler, start: impl FnOnce() -> u6
     }
     let listed_meanwhile = listings() - held_at;
     drop(held);
+    // Not random: the hook holds listings back; only one that began before
+    // the hold may end meanwhile.
     assert!(
         listed_meanwhile <= 1,
         "{listed_meanwhile} listings while they were held back"
@@ -209,10 +211,15 @@ fn registering_a_pool_does_not_space_the_listings() {
     let longest = *later.iter().max().expect("later gaps");
     println!("measured: wakeups between listings: {first} after the pool's, then {later:?}");
     assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    // No law to derive from: a gap is a listing's cost in wakeups beside 2
+    // hogs. 3 is three times the ratio of ~1 noted above and under half the
+    // bug's 6-8: a margin, not a 1e-4 derivation.
     assert!(
         first as f64 <= FIRST_GAP_WITHIN * shortest as f64,
         "{first} wakeups after the listing that registered the pool, against {later:?} later"
     );
+    // No law either: 2.5 is 1.5 times the 1.7 noted above and under the
+    // bug's 3.5-4.5, over only 4 gaps: a margin, not a 1e-4 derivation.
     assert!(
         longest as f64 <= LATER_GAPS_WITHIN * shortest as f64,
         "later listings {later:?} wakeups apart"
@@ -247,11 +254,15 @@ fn an_idle_thread_that_starts_to_run_is_found_between_listings() {
          wakeups after it started"
     );
     assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    // Not a chance bar: with listings held, only its wake timer brings it to
+    // the sampler (3-11 wakeups, above); 3000, seconds, only lets a starved
+    // machine run it. Without the timer it is never found.
     assert!(
         found_after.is_some(),
         "the woken thread had no sample in {WOKEN_GIVE_UP} wakeups without a listing"
     );
     // The stats say so: every idle thread was given a timer, and one told.
+    // Not random: 500 in the pool and the sleeper, and its timer fired.
     assert!(
         raw.stats.wake_timers > WOKEN_POOL as u64 && raw.stats.wakes >= 1,
         "{} wake timers, {} wakes for a pool of {WOKEN_POOL} and the woken thread",
@@ -297,10 +308,13 @@ fn a_thread_born_between_listings_is_found_without_one() {
         raw.stats.threads_found_between_listings
     );
     assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    // Not a chance bar, as above: with listings held, only the thread ids
+    // given since can bring it; found by listings only, it never is.
     assert!(
         found_after.is_some(),
         "the new thread had no sample in {WOKEN_GIVE_UP} wakeups without a listing"
     );
+    // Not random: the newcomer found above, counted.
     assert!(raw.stats.threads_found_between_listings >= 1);
 }
 
@@ -516,6 +530,9 @@ fn a_thread_that_unblocks_the_signal_is_sampled_again_between_listings() {
         "measured: first sample {wakeups} wakeups after it unblocked ({listed} listings between)"
     );
     assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    // Not random: while it runs it is looked at every 100 ms, ~100 wakeups;
+    // 50 more is room for a wakeup that finds it running beside the hogs. The
+    // bug looked again 20 listings later, seconds.
     assert!(
         sampled && wakeups <= SAMPLED_WITHIN,
         "no sample within {wakeups} wakeups after it unblocked ({listed} listings between)"

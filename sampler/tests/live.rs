@@ -69,6 +69,8 @@ fn assert_rate(
     context: &str,
 ) {
     let expected = cpu.as_secs_f64() * f64::from(hz);
+    // A precondition, not random: the callers wait for 150 ms or more of the
+    // thread's CPU, 150 periods; under 50 means the wait gave up.
     assert!(
         expected > 50.0,
         "{context}: too little CPU ({cpu:?}) to judge the rate"
@@ -78,6 +80,9 @@ fn assert_rate(
         SampleClock::ThreadTimers | SampleClock::PosixTimers => 1.0 - tolerance,
         SampleClock::SamplerThread => 0.5,
     };
+    // Not random: the timers' count is the thread's whole periods of CPU, +-2,
+    // less a late VM timer's skips (0.2-0.6% on the rings). On the sampler
+    // thread 0.5 is a survival bar: it catches only losing half the periods.
     assert!(
         (low..=1.0 + tolerance).contains(&ratio),
         "{context}: {samples} samples for {cpu:?} of CPU at {hz} Hz ({ratio:.3} of the rate)"
@@ -115,7 +120,8 @@ fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
         .collect();
     let samples: u64 = stacks.iter().map(|(_, c)| c).sum();
     // One sample per millisecond of the thread's CPU time, however loaded
-    // the machine is.
+    // the machine is: not random (see `assert_rate`), +-2 of ~500 periods is
+    // 0.4%, and 10% catches a tenth lost or doubled.
     let cpu = raw
         .stats
         .cpu_of(me.tid.load(Ordering::Relaxed))
@@ -157,6 +163,9 @@ fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
         // at a system call's exit too, where the spinner reads its clock.
         SampleClock::PosixTimers | SampleClock::SamplerThread => 75,
     };
+    // On the rings, as if each sample fell at random: with 99% of its user
+    // time in `spin` (all but the clock read's user side, every ~1 ms), walked
+    // whole, Binomial(500, 0.99) falls under 95% with chance 2e-11.
     assert!(
         in_spin * 100 >= samples * required,
         "{in_spin} of {samples}; the others: {others:?}; {:?}",
@@ -207,7 +216,9 @@ fn windows_add_up_and_an_excluded_thread_is_never_sampled() {
             "window {i}: {:?}",
             w.stats
         );
-        // Each window's samples match the CPU time the thread used in it.
+        // Each window's samples match the CPU time the thread used in it: not
+        // random (see `assert_rate`), ~150 whole periods +-2 at the cuts (1.3%);
+        // the rest of 15% is for periods the sampler thread owes across a cut.
         let cpu = w
             .stats
             .cpu_of(counted.tid.load(Ordering::Relaxed))
@@ -221,13 +232,18 @@ fn windows_add_up_and_an_excluded_thread_is_never_sampled() {
             &format!("window {i}: {:?}", w.stats),
         );
         assert_eq!(samples_named(w, "excluded"), 0, "window {i}");
+        // Not random: each window lasts at least the 150 ms of CPU the thread
+        // used in it, since CPU time cannot outrun wall time.
         assert!(w.stats.duration >= Duration::from_millis(50), "window {i}");
     }
     // The snapshot copied the last window without ending it.
     let last = windows.last().unwrap();
     assert!(snapshot.table.samples() <= last.table.samples());
+    // A survival check: the snapshot came 50 ms of the thread's CPU into the
+    // window, ~50 whole periods; none means the copy lost them.
     assert!(samples_named(&snapshot, "counted") > 0);
-    // No tick is lost or counted twice between windows.
+    // No tick is lost or counted twice between windows. Not random: `ticks`
+    // was read before the stop, so the windows' sum is at least as large.
     let window_ticks: u64 = windows.iter().map(|w| w.stats.ticks).sum();
     assert!(
         window_ticks >= ticks,

@@ -88,6 +88,9 @@ fn check(path: &str) {
         l.1,
         l.2
     );
+    // A precondition, not a rate check (born_threads.rs checks short threads'
+    // rates): each run is 60 threads x 10 ms, ~600 whole periods; 60, one a
+    // thread, makes sure there are stacks to compare.
     assert!(
         s.2 >= THREADS as u64 && a.2 >= THREADS as u64 && l.2 >= THREADS as u64,
         "{path}: too few samples of the pool to judge"
@@ -102,21 +105,28 @@ fn check(path: &str) {
         tids.contains(&first.tid),
         "{path}: the shared entry is one of the pool's threads"
     );
+    // Not random: the bug counted entries, 1 here; every thread spins 10
+    // periods, and 30 of 60 only leaves room for threads the sampler missed.
     assert!(
         shared.stats.threads_seen >= (THREADS / 2) as u64,
         "{path}: threads_seen counts threads, not entries: {}",
         shared.stats.threads_seen
     );
+    // Not random, as above: shared by mistake, the pool has 1 entry; 30 of
+    // 60 leaves room for threads never sampled.
     assert!(
         a.0 >= THREADS / 2,
         "{path}: kept apart, each sampled thread has its own entry ({} of {THREADS})",
         a.0
     );
+    // Not random, as above: a cut name shared by mistake gives 1 entry.
     assert!(
         l.0 >= THREADS / 2,
         "{path}: a name the kernel may have cut is never shared ({} entries)",
         l.0
     );
+    // Not random: kept apart, each of the 30 or more sampled threads has
+    // stack entries of its own; shared, they are the few stacks of one loop.
     assert!(
         s.1 * 2 < a.1,
         "{path}: shared by name, the pool's stacks are stored once ({} entries), \

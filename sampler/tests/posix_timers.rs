@@ -170,7 +170,13 @@ fn a_spinning_thread_gets_its_rate_in_weighted_samples() {
         raw.stats.samples_per_cpu_second(),
         raw.stats.distinct_per_cpu_second()
     );
+    // A precondition, not random: the run waits for 1.5 s of the thread's
+    // CPU in the stats, for up to 60 s, so this fails only where it got a
+    // third of that in a minute.
     assert!(cpu >= Duration::from_millis(500), "too little CPU: {cpu:?}");
+    // Not random: weighted samples are the thread's whole periods of its CPU
+    // clock, the one the stats read: within 2 of ~1500. Weights dropped (100
+    // to 1000 distinct a CPU-s, by HZ) or counted twice fall far outside 5%.
     assert!(
         (950.0..=1050.0).contains(&rate),
         "{rate:.0} weighted samples per CPU-second ({:?})",
@@ -178,6 +184,9 @@ fn a_spinning_thread_gets_its_rate_in_weighted_samples() {
     );
     assert!(raw.stats.recorded <= raw.stats.samples);
     assert!(raw.stats.distinct_per_cpu_second() <= raw.stats.samples_per_cpu_second());
+    // Not random: the timer signals once a kernel tick of its running, 100
+    // or more a CPU-second; the sampler thread standing in signals once per
+    // 20 periods or more, 50 a CPU-second at most, so 50 parts the two.
     assert!(
         raw.stats.distinct_per_cpu_second() >= 50.0,
         "{:.0} distinct samples per CPU-second ({:?})",
@@ -225,6 +234,8 @@ fn timers_go_with_their_threads_and_with_stop() {
     );
     let raw = sampler.stop().expect("stop");
     assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    // A survival check, not a statistical one: 100 ms or more of the
+    // spinner's CPU is 100 or more whole periods; none means no timer fired.
     assert!(raw.stats.samples > 0, "no samples: {:?}", raw.stats);
     assert_eq!(our_timers(), 0, "a timer outlived stop");
 }
@@ -253,11 +264,16 @@ fn at_a_low_rate_the_sampler_thread_wakes_once_per_listing_interval() {
         "POSIX timers at 100 Hz: {} wakeups in {:?} ({wakeups:.0}/s), {} samples",
         raw.stats.ticks, raw.stats.duration, raw.stats.samples
     );
+    // Not random: one wakeup per 20 ms deadline, 50 a second, and a late one
+    // skips deadlines, never adds any; 10 a second spare over the 0.6 s or
+    // more is for start and stop. Waking every 5 ms, the bug, gives 200.
     assert!(
         wakeups <= 60.0,
         "{wakeups:.0} wakeups a second at 100 Hz ({:?})",
         raw.stats
     );
+    // A survival check: 600 ms of the spinner's CPU at 100 Hz is about 60
+    // whole periods; none means the timers never fired.
     assert!(raw.stats.samples > 0, "no samples: {:?}", raw.stats);
 }
 
@@ -273,6 +289,8 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let seen = support::count_listings(posix(100), 25);
     assert_eq!(seen.raw.stats.clock, SampleClock::PosixTimers);
+    // Not random, counted in wakeups: a listing at most every 100 ms of the
+    // window, 2 more at its ends (one a wakeup would be 5 times as many).
     // The wakeup under way at the birth may have decided already: found
     // within 3.
     seen.check(seen.window.as_millis() as u64 / 100 + 2, 3);
@@ -319,12 +337,19 @@ fn a_quiet_set_of_threads_is_looked_at_every_100_ms() {
     }
     eprintln!("quiet: {rate:.1} wakeups/s; born thread found after {found_after:?} wakeups");
     assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    // Not random: one wakeup per 100 ms deadline once quiet, and a late one
+    // skips deadlines, never adds any: 11 at most in the second measured.
+    // Waking at every listing interval (20 ms) gives 50.
     assert!(rate <= 15.0, "{rate:.1} wakeups a second once quiet");
+    // Not random: the birth changes the thread count, which the next wakeup
+    // sees; the one under way at the birth may have looked already.
     assert!(
         found_after.is_some_and(|n| n <= 2),
         "born thread found after {found_after:?} wakeups"
     );
     let (samples, _) = support::samples_and_cpu_of(&raw, born_tid.load(Ordering::Relaxed));
+    // A survival check: it ran 300 ms of CPU, most of it with its timer, at
+    // 100 Hz; no sample means it never got one.
     assert!(samples > 0, "the born thread has no samples");
 }
 
@@ -346,6 +371,8 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
         "held-back timer: {weighted} weighted samples for {cpu:?}: {rate:.0}/CPU-s, \
          {distinct} distinct samples in the run"
     );
+    // A precondition, not random: as in the test above, this fails only
+    // where the spinner got a third of the 1.5 s waited for in a minute.
     assert!(cpu >= Duration::from_millis(500), "too little CPU: {cpu:?}");
     // Not one signal of the timers themselves: every sample stands for
     // the 20 or more periods a timer must run silent first.
@@ -354,7 +381,12 @@ fn a_thread_whose_timer_is_held_back_is_still_sampled() {
         "{distinct} distinct samples for {} weighted: the timers fired",
         raw.stats.samples
     );
+    // Not random: 1.5 s of CPU in stand-in samples of 20 periods or more
+    // is 75 of them at most; 10 only shows that the stand-in ran at all.
     assert!(distinct >= 10, "only {distinct} distinct samples");
+    // Not random: each stand-in sample weighs the whole periods its timer
+    // ran silent, on the clock the stats read; weighed 1 each, the rate would
+    // be 50 or less.
     assert!(
         (950.0..=1050.0).contains(&rate),
         "{rate:.0} weighted samples per CPU-second ({:?})",
@@ -470,12 +502,19 @@ fn a_thread_that_did_not_run_since_it_was_seen_blocking_is_not_judged() {
         last - from
     );
     assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
+    // A precondition, not random: listings come at least every 100 ms (the
+    // steady set's put-off), so 4 take well under the 30 s waited.
     assert!(slept_through >= 4, "only {slept_through} listings in 30 s");
+    // Not random: counted in wakeups, its timer comes with the first listing
+    // after it ran, within 3 by the sampler's own rules; the bug it guards
+    // waited 20 listings.
     assert!(
         last - from <= 3,
         "its timer opened {} wakeups after it ran unblocked",
         last - from
     );
+    // Not a chance count: it used no CPU while it blocked the signal, so any
+    // period counted as lost to its mask is the bug.
     assert_eq!(lost, 0, "samples counted as lost to a blocked signal");
 }
 
@@ -520,7 +559,9 @@ fn a_thread_seen_blocking_the_signal_once_gets_its_timer_at_the_next_listing() {
         last - from
     );
     assert_eq!(raw.stats.clock, SampleClock::PosixTimers);
-    // The wakeup under way as it unblocked may have looked already.
+    // Not random, counted in wakeups (every 10 ms): it is looked at again at
+    // the next listing, and the wakeup under way as it unblocked may have
+    // looked already. The put-off it guards took 100 ms, 10 wakeups.
     assert!(
         last - from <= 3,
         "its timer opened {} wakeups after it unblocked",

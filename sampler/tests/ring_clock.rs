@@ -106,11 +106,16 @@ fn a_thread_blocking_every_signal_is_sampled_at_the_rate() {
              {rate:.1} per CPU-second; {} ring threads, {} timer threads, {} lost to its mask",
             raw.stats.ring_threads, raw.stats.timer_threads, raw.stats.signal_blocked_samples
         );
-        // Accounted from the sampler's first listing, a moment after `go`.
+        // Not random: accounted from the sampler's first listing, a moment
+        // after `go`, so up to 100 ms of the 2 s may fall before it; a thread
+        // left unaccounted shows as 0.
         assert!(
             cpu >= SPIN - Duration::from_millis(100),
             "its CPU time was accounted: {cpu:?}"
         );
+        // Not random: ring samples are its whole periods of task clock, short
+        // of its CPU clock only by periods a late VM timer skips (0.2-0.6%, see
+        // `threads_born_together_keep_their_own_periods`) and 2 at the ends.
         assert!(rate >= MIN_RATE, "{rate:.1} samples per CPU-second");
         assert_eq!(raw.stats.signal_blocked_samples, 0);
     });
@@ -170,11 +175,17 @@ fn a_signalfd_program_is_sampled_at_the_rate() {
             println!(
                 "measured: thread {tid}: {samples} samples in {cpu:?}: {rate:.1} per CPU-second"
             );
+            // Not random: each worker is accounted from before its spin (found
+            // at start behind the barrier, or from its birth); 20 ms is slack
+            // at the ends, 2%, and a thread left unaccounted shows as 0.
             assert!(
                 cpu >= SPIN / 2 - Duration::from_millis(20),
                 "thread {tid}: CPU accounted {cpu:?}"
             );
             let st = &raw.stats;
+            // Not random, as in the test above: whole periods of task clock,
+            // short only of a late VM timer's skips (under 1%) and 2 at the
+            // ends; a thread the rings do not take gets none.
             assert!(
                 rate >= MIN_RATE,
                 "thread {tid}: {rate:.1} samples per CPU-second (run: {} lost to a full ring, \
@@ -251,9 +262,13 @@ fn a_thread_deeper_than_ring_samples_reach_gets_complete_stacks() {
              handed to timers",
             raw.stats.ring_samples, raw.stats.timer_threads
         );
+        // A precondition, not random: 1 s spun is ~1000 whole periods; 300
+        // only makes sure there are enough to judge the share below.
         assert!(samples >= 300, "{samples} samples: {:?}", raw.stats);
         assert!(raw.stats.timer_threads >= 1, "{:?}", raw.stats);
-        // The hand-off waits for a collection, 20 ms at most on the rings.
+        // Not random: only samples before the hand-off are cut, and it waits
+        // for a collection, 20 ms at most on the rings: about 20 of ~1000
+        // periods. 10% leaves 5 times that; without the hand-off all are cut.
         assert!(
             complete * 100 >= samples * 90,
             "{complete} of {samples} samples complete"
@@ -305,6 +320,9 @@ fn stop_returns_promptly_after_born_threads_exit() {
         }
         took.sort();
         println!("measured: stops took {took:?}");
+        // A latency, not a count: with the 3 stops independent, the median
+        // passes 60 ms with chance 3q^2 - 2q^3, under 1e-4 while fewer than 1
+        // stop in 173 does (q < 0.0058). The bug's stops took 200-300 ms.
         assert!(took[1] <= STOP_BOUND, "median stop {:?}", took[1]);
     });
 }
@@ -374,7 +392,12 @@ fn a_renamed_thread_is_counted_under_each_name_for_its_time() {
             share * 100.0,
             truth * 100.0
         );
+        // A precondition, not random: 20 threads x 60 ms are ~1200 whole
+        // periods, short only of skipped ones (under 1%).
         assert!(first + second > 1000, "{first} + {second} samples");
+        // Not random: a thread's samples under a name are its whole periods
+        // there, +-1: over 20 threads 1.7 points at most, stolen time about 1
+        // more. The bug moves up to 20 of each thread's 30 ms, 33 points.
         assert!(
             (share - truth).abs() <= 0.05,
             "the first name's share of samples {:.1}% against its share of the CPU {:.1}%",
@@ -460,10 +483,14 @@ fn a_thread_renamed_as_its_events_open_keeps_its_new_name() {
         let old = support::samples_named(&raw, "btp-old-name");
         let new = support::samples_named(&raw, "btp-new-name");
         println!("measured: {new} samples under the new name, {old} under the old");
+        // A precondition, not random: 300 ms spun is ~300 whole periods; 100
+        // shows they were taken. The bug, all under the old name, fails below.
         assert!(
             new >= 100,
             "{new} samples under the new name, {old} under the old"
         );
+        // Not a chance count: the rename came before its events opened, so
+        // any sample under the old name is the bug.
         assert_eq!(old, 0, "samples under the name read before the rename");
     });
 }
@@ -496,6 +523,9 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
             0 => seen.window.as_secs() + 2,
             _ => seen.window.as_millis() as u64 / 100 + 2,
         };
+        // Not random, counted in wakeups (every 100 ms): a listing at most once
+        // a second, 2 more at the window's ends, against 15 if each wakeup
+        // listed; the birth shows in the rings within 4 wakeups.
         seen.check(most, 4);
     });
 }
@@ -558,8 +588,9 @@ fn threads_that_exit_one_by_one_are_not_listed_again_each_time() {
             raw.stats.timer_threads, 0,
             "a thread was handed to a timer, which needs listings"
         );
-        // Listings still come at least once a second, and one may find a
-        // thread gone whose exit record was not read yet.
+        // Not random: listings still come at least once a second, and one
+        // may find a thread gone whose exit record was not read yet; listed
+        // again at each exit, the 12 exits would bring 12 or more.
         let most = window.as_secs() + 3;
         assert!(
             listings <= most,
@@ -651,7 +682,8 @@ fn threads_born_together_keep_their_own_periods() {
                 // the count. Below it: the timer fires late now and then
                 // on a VM and skips the periods it overran (0.2-0.6% of
                 // them here with nothing stolen), and a stolen pause longer
-                // than a period is skipped whole.
+                // than a period is skipped whole. Not random: the count is the
+                // kernel's own whole periods, so the bar has no noise term.
                 let fewest = counted_ms - 3 - counted_ms / 100 - stolen_ms;
                 assert!(
                     samples as i64 <= counted_ms + 3 && samples as i64 >= fewest,
@@ -659,7 +691,8 @@ fn threads_born_together_keep_their_own_periods() {
                      ({stolen:?} stolen from its CPU; {run})"
                 );
                 // The count is this thread's own: its CPU clock, give or
-                // take the stolen time and the two clocks' drift.
+                // take the stolen time and the two clocks' drift (up to 2% a
+                // thread on these VMs, above). Not random.
                 let off = counted.abs_diff(cpu);
                 assert!(
                     off <= stolen + cpu / 50,
@@ -709,6 +742,9 @@ fn born_threads_cpu_at_exit_is_their_own_clocks() {
             let (samples, counted) = samples_and_cpu_of(&raw, tid);
             println!("measured: {counted:?} counted for {cpu:?} of CPU, {samples} samples");
             let off = counted.abs_diff(cpu);
+            // Not random: the count is its clock at its exit, its own read a
+            // moment before, apart by its exit path (1% and 2 periods allowed);
+            // the task clock, the bug, adds what the host stole, up to 7%.
             assert!(
                 off <= cpu / 100 + Duration::from_millis(2),
                 "counted {counted:?} for a thread whose clock said {cpu:?} as it ended \

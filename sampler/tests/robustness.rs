@@ -338,6 +338,9 @@ fn allocating_thread_survives_1000hz() {
         samples_named(&raw, "btp-alloc-1"),
     ];
     eprintln!("{stats:?}\nallocating threads: {per_thread:?} samples, {allocations} allocations");
+    // A workload check, not a statistical one: a second of CPU over the two
+    // threads gives 100,000 at 10 us an allocation; fewer means they barely
+    // ran (stuck on a lock).
     assert!(
         allocations > 100_000,
         "the workload barely allocated: {allocations}"
@@ -350,6 +353,9 @@ fn allocating_thread_survives_1000hz() {
             .map(|t| t.tid)
             .expect("the allocating thread was seen");
         let cpu = stats.cpu_of(tid).unwrap_or_default();
+        // A precondition, not random: the run waits for 500 ms of each
+        // thread's CPU, for up to 20 s; 400 leaves room for CPU before the
+        // first listing. Under it, the thread was stuck.
         assert!(
             cpu >= Duration::from_millis(400),
             "btp-alloc-{i} got only {cpu:?} of CPU while sampled ({stats:?})"
@@ -358,13 +364,17 @@ fn allocating_thread_survives_1000hz() {
         // spend much of theirs in the kernel (mmap, munmap, page faults),
         // where no sample is taken, so only a quarter is required; this
         // test is about surviving, and the rates are checked by the CLI
-        // self-check and the benchmarks.
+        // self-check and the benchmarks. A survival bar, not a statistical
+        // one: it catches sampling that stopped or lost three quarters.
         let floor = cpu.as_secs_f64() * 1000.0 / 4.0;
         assert!(
             *n as f64 > floor,
             "btp-alloc-{i} got only {n} samples for {cpu:?} of CPU at 1000 Hz ({stats:?})"
         );
     }
+    // No law to derive from: on the rings no signal is sent, and elsewhere a
+    // sample fails only when its thread does not take the signal in time; a
+    // handler stuck on the allocator's lock would fail nearly all.
     assert!(
         stats.failed_samples <= 10 + stats.samples / 100,
         "{} of {} samples failed",
@@ -474,6 +484,8 @@ fn threads_starting_and_exiting_during_sampling() {
             "{mode}: {spawned} threads spawned, {short} samples on them; {:?}",
             raw.stats
         );
+        // Survival checks, not statistical ones: 400 or more threads spin up
+        // to 3 ms each while sampled, and none sampled means sampling stopped.
         assert!(
             raw.stats.samples > 0 && raw.table.samples() == raw.stats.samples,
             "{mode}: {:?}",
@@ -483,6 +495,8 @@ fn threads_starting_and_exiting_during_sampling() {
             short > 0,
             "{mode}: no sample of any of {spawned} short-lived threads"
         );
+        // A survival bar: 20 of the 400 or more spawned catches listings that
+        // stopped under the churn, not threads missed now and then.
         assert!(
             raw.stats.threads_seen >= 20,
             "{mode}: only {} threads seen",
@@ -565,7 +579,9 @@ fn hundred_start_stop_cycles_leak_nothing() {
     );
     assert_eq!(disposition(signal), before, "disposition not restored");
     assert_nothing_pending(signal, "after 100 cycles");
-    // The cycles really did send signals to the busy thread.
+    // The cycles really did send signals to the busy thread. A survival bar:
+    // 100 cycles of 5 ms of its CPU are ~500 whole periods (fewer where a
+    // cycle's 1 s wait gives up); 100 catches cycles that sampled nothing.
     assert!(samples >= 100, "only {samples} samples in 100 cycles");
 }
 
@@ -584,6 +600,8 @@ fn ignored_signal_is_restored_to_ignored() {
     set_handler(signal, libc::SIG_DFL, 0);
     assert_eq!(after, before, "SIG_IGN disposition not restored");
     assert_eq!(after.handler, libc::SIG_IGN);
+    // A survival bar, as above: 10 cycles are ~50 whole periods; 10 catches
+    // cycles that sampled nothing (the signal left ignored).
     assert!(samples >= 10, "only {samples} samples in 10 cycles");
 }
 
@@ -665,6 +683,9 @@ fn second_sampler_is_refused() {
         }
         wait_for_cpu(&cpu, Duration::from_millis(100), Duration::from_secs(10));
         let raw = first.stop().expect("first stop");
+        // Not random: 100 ms of its CPU is ~100 whole periods; a refused start
+        // that stopped or unhooked the first leaves few or none. A survival
+        // bar: losing under four fifths passes.
         assert!(
             samples_named(&raw, "btp-second") > 20,
             "the first sampler was disturbed: {:?}",
@@ -673,6 +694,8 @@ fn second_sampler_is_refused() {
         let again = Sampler::start(config(1000, Mode::Cpu)).expect("start after the first stopped");
         wait_for_cpu(&cpu, Duration::from_millis(50), Duration::from_secs(10));
         let raw = again.stop().expect("stop again");
+        // A survival check: 50 ms of its CPU is ~50 whole periods; none means
+        // the sampler did not start again.
         assert!(samples_named(&raw, "btp-second") > 0, "{:?}", raw.stats);
         stop.store(true, Ordering::Relaxed);
         busy.join().unwrap();
@@ -735,6 +758,9 @@ fn signal_blocked_thread_is_counted_not_hung() {
                 !pending_while_sampling,
                 "a signal was queued on the thread that blocks it"
             );
+            // A wall-time cap, not a statistical bar: a stop takes milliseconds;
+            // one that waited on the blocked thread's signal would hang until
+            // the watchdog.
             assert!(
                 stop_took < Duration::from_secs(2),
                 "stop took {stop_took:?}"
@@ -743,12 +769,17 @@ fn signal_blocked_thread_is_counted_not_hung() {
                 // Perf events allowed: the kernel samples it into a ring,
                 // and no signal is involved.
                 assert_eq!(raw.stats.signal_blocked_samples, 0, "{:?}", raw.stats);
+                // Not random: ring samples are its whole periods of CPU, and it
+                // spins through the 1 s sleep: 50 needs 5% of a CPU. A survival
+                // bar: it catches a ring thread left unsampled.
                 assert!(
                     samples_named(&raw, "btp-blocked") > 50,
                     "a thread sampled into a ring got too few samples: {:?}",
                     raw.stats
                 );
             } else {
+                // Not random: it spins with the signal blocked through the
+                // second, so each period it runs is counted here; 0 is the bug.
                 assert!(
                     raw.stats.signal_blocked_samples > 0,
                     "the blocked thread's lost samples are not counted: {:?}",
@@ -797,7 +828,9 @@ fn no_samples_of_the_sampler_thread() {
     let (raw, sampler_tid) = raw_and_tid;
     let sampler_tid = sampler_tid.expect("no thread named btprof-sampler while sampling") as u64;
     eprintln!("sampler tid {sampler_tid}; threads {:?}", raw.threads);
-    // Idle threads were sampled, so the sampler would have been too.
+    // Idle threads were sampled, so the sampler would have been too. Not
+    // random: wall mode samples each of 2 or more threads at each of up to 300
+    // wakeups; 100 catches sampling that stopped, not a slow sampler.
     assert!(
         raw.threads.len() >= 2 && raw.stats.samples > 100,
         "{:?} {:?}",
@@ -923,17 +956,24 @@ fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
             "force_sampler_thread {force} (clock {}): {tally:?}; {:?}",
             raw.stats.clock, raw.stats
         );
+        // A precondition, not random: 50 threads x 30 ms after their renames
+        // are ~1500 whole periods; 1000 makes the zeros below mean something
+        // (born_threads.rs checks born threads' rates).
         assert!(
             count("btp-named", "after") > 1000,
             "{} samples of the named threads after their renames",
             count("btp-named", "after")
         );
+        // Not a chance count: the stack shows it was taken after the rename,
+        // so any such sample under the old name is the bug.
         assert_eq!(
             count("btp-unnamed", "after"),
             0,
             "samples taken after the renames carried the name the threads dropped"
         );
         if raw.stats.clock == btprof_sampler::SampleClock::ThreadTimers {
+            // Not a chance count, as above: a ring sample carries the last
+            // name-change record before it.
             assert_eq!(
                 count("btp-named", "before"),
                 0,
