@@ -880,17 +880,31 @@ fn wall_mode_samples_every_one_of_300_idle_threads() {
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let rx = Arc::new(std::sync::Mutex::new(rx));
+    let started = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..THREADS)
         .map(|i| {
-            let rx = rx.clone();
+            let (rx, started) = (rx.clone(), started.clone());
             thread::Builder::new()
                 .name(format!("idle-{i}"))
                 .spawn(move || {
+                    started.fetch_add(1, Ordering::Relaxed);
                     let _ = rx.lock().map(|r| r.recv());
                 })
                 .unwrap()
         })
         .collect();
+    // A Rust thread names itself once it first runs: beside busy
+    // processes one not yet scheduled when the sampler lists it is listed
+    // under its creator's name (4 of 300 were, in a CI run). This case is
+    // about how the samples spread, so every thread has run first.
+    let since = Instant::now();
+    while started.load(Ordering::Relaxed) < THREADS as u64 {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "threads never started"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
     let sampler = Sampler::start(config(200, Mode::Wall)).expect("start");
     thread::sleep(Duration::from_millis(600));
     let raw = sampler.stop().expect("stop");
