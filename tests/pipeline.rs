@@ -115,6 +115,9 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
         .stats()
         .and_then(|s| s.cpu_of(tid))
         .unwrap_or_default();
+    // Not random: the 400 ms of its CPU in whole periods, 2 off at the ends,
+    // skips under 1%; 10% is 40 and catches a tenth lost. 300 shows the 60 s
+    // wait did not give up first.
     assert!(
         samples > 300 && samples as f64 >= cpu.as_secs_f64() * 1000.0 * 0.9,
         "only {samples} samples of the spinning thread for {cpu:?} of CPU\n{:#?}",
@@ -126,6 +129,8 @@ fn folded_lines_name_the_thread_caller_and_leaf() {
     let with_leaf = samples_where(&spinner, |stack| {
         stack.ends_with("pipeline::pipeline_caller;pipeline::pipeline_leaf")
     });
+    // Misses, Binomial(n, q), q its time in the caller's own instructions or
+    // a failed walk: 5% of 400 has P under 1e-4 while q <= 2.0%.
     assert!(
         with_leaf * 100 >= samples * 95,
         "{with_leaf} of {samples}:\n{spinner:#?}"

@@ -110,6 +110,8 @@ mod main_thread {
     pub fn main() {
         let (spin_hits, spin_states) = hundred_backtraces("main_thread_spins", main_thread_spins);
         println!("while it spins: {spin_hits} of 100 name main_thread_spins");
+        // Not random: every capture stops it inside its loop; one miss is
+        // a walk that lost the frame.
         assert_eq!(spin_hits, 100);
         // On a CPU, or (macOS, beside busy processes) waiting for one.
         assert!(spin_states
@@ -118,14 +120,20 @@ mod main_thread {
         let (sleep_hits, sleep_states) =
             hundred_backtraces("main_thread_sleeps", main_thread_sleeps);
         println!("while it sleeps: {sleep_hits} of 100 name main_thread_sleeps");
+        // Not random: it is inside the function whether asleep or between
+        // sleeps; one miss is a walk that lost the frame.
         assert_eq!(sleep_hits, 100);
         let blocked = sleep_states
             .iter()
             .filter(|s| **s == ThreadState::Blocked)
             .count();
+        // Others are captures in its moment awake each second, Binomial(100,
+        // w): over 10 has P under 1e-4 while w <= 2.7%; w is far smaller.
         assert!(blocked >= 90, "blocked in {blocked} of 100");
         let (nap_hits, _) = hundred_backtraces("main_thread_sleeps", main_thread_naps_then_sleeps);
         println!("while it sleeps after a nap: {nap_hits} of 100 name main_thread_sleeps");
+        // Not random: the stale words are the same at each capture; the bug
+        // lost every frame past `sleep` (0 of 100).
         assert_eq!(nap_hits, 100);
         // A thread from a pthread_t names the same thread.
         // SAFETY: pthread_self has no preconditions.

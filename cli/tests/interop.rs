@@ -712,6 +712,8 @@ fn go_tool_pprof_reads_a_recorded_profile_like_btprof_report() {
         .collect();
     // Thread names are labels in pprof, the root frame in folded files.
     let (_, ours, total) = report(s(&folded), &["--skip-root"]);
+    // A survival bar, not random: two workers spin through the 1 s, up to
+    // ~2,000 whole periods; 100 only shows a profile to compare.
     assert!(total > 100, "{total} samples");
     assert_eq!(go_total, total);
     assert_eq!(go_functions, ours);

@@ -359,7 +359,13 @@ fn check_deep(name: &str, must: &str, clock: Option<SampleClock>, max_depth: usi
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let cfi = profile(name, false, clock, max_depth, work);
     let t = tally(&cfi, name, must);
+    // A precondition, not random: 600 ms of the worker's CPU, ~600 whole
+    // periods less the excluded clock reads and start and exit; 200 makes
+    // the shares below judge enough samples.
     assert!(t.samples >= 200, "{name}: {t:?} {:?}", cfi.stats);
+    // Misses are walks that fail, Binomial(n, q) (a new copy of the library
+    // is read at its first sample, see `CfiWalker::complete`): 6 of 600 has
+    // P under 1e-4 while q <= 0.17% (2 of 200: 0.043%); frame pointers miss most.
     assert!(
         t.complete * 100 >= t.samples * 99,
         "{name}: with CFI only {} of {} samples hold `{must}` and reach the thread's entry: \
@@ -373,18 +379,26 @@ fn check_deep(name: &str, must: &str, clock: Option<SampleClock>, max_depth: usi
     );
     // Walks that stop early: at most 0.5%, beside CPU hogs too (the
     // through-C worker's first samples in each library it loads are the
-    // hard case, see `noframes_call`).
+    // hard case, see `noframes_call`). Chance failures, Binomial(n, q): 3 of
+    // 600 has P under 1e-4 while q <= 0.039%. Not chance: on the rings the
+    // 300-deep case's walks cut before its hand-off, 3 at least: all 600 allow.
     assert!(
         t.cut_short * 1000 <= t.samples * 5,
         "{name}: with CFI {} of {} walks did not reach the thread's entry: {t:?}",
         t.cut_short,
         t.samples
     );
+    // Not random: every complete walk above went through frameless code with
+    // CFI; none means CFI was never used.
     assert!(cfi.stats.cfi_frames > 0, "{:?}", cfi.stats);
 
     let fp = profile(name, true, clock, max_depth, work);
     let f = tally(&fp, name, must);
+    // The same precondition for the frame-pointer run.
     assert!(f.samples >= 200, "{name}: {f:?}");
+    // A sensitivity check: frame pointers alone complete only samples in the
+    // Rust frames, Binomial(n, r), r their small time share; 90% is reached
+    // with P under 1e-4 while r <= 85% (80% at 200 samples).
     assert!(
         f.complete * 100 < f.samples * 90,
         "{name}: frame pointers alone kept `{must}` and the entry in {} of {} samples; \
@@ -559,8 +573,13 @@ fn dlopen_and_dlclose_while_profiling() {
     let cycles = worker.join().unwrap();
     let raw = sampler.stop().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+    // A workload check, not a sample count: 400 ms of CPU of load, call and
+    // unload; over 10 shows objects came and went while sampled.
     assert!(cycles > 10, "{cycles} load/unload cycles");
     let samples = support::samples_named(&raw, "dl-churn");
+    // A survival bar, not random: 400 ms of its CPU is up to 400 whole
+    // periods (its kernel time sampled only where allowed); 50 shows sampling
+    // went on through the churn, not the rate.
     assert!(samples > 50, "{samples} samples: {:?}", raw.stats);
     println!("dl-churn: {cycles} dlopen/dlclose cycles, {samples} samples");
 }

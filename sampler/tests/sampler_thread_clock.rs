@@ -39,7 +39,9 @@ fn busy_threads_it_looks_at_do_not_bring_listings_forward() {
     let seen = support::count_listings(config, 200);
     assert_eq!(seen.raw.stats.clock, SampleClock::SamplerThread);
     // One every 10 ms, and room for a few early ones for the test's own
-    // threads' CPU time.
+    // threads' CPU time. Not random: the sampler's own decisions, counted in
+    // its wakeups. The bug's 122-128 pass only if the 200 wakeups take about
+    // 790 ms or more. 12 is the test's 5 ms look (~7 wakeups) and 5: a margin.
     let by_time = seen.window.as_millis() as u64 / 10;
     seen.check(by_time + by_time / 2 + 3, 12);
 }
@@ -65,7 +67,9 @@ fn a_steady_set_of_busy_threads_is_listed_only_when_it_changes() {
     assert_eq!(seen.raw.stats.clock, SampleClock::SamplerThread);
     // Each wakeup may come late on a busy machine, and the listing with
     // it: one more for the window's two ends, one for the test's own
-    // threads' CPU time.
+    // threads' CPU time. Not random: a listing per 100 ms, against about 45
+    // in the ~450 ms if none were put off; a born thread is listed within 2-3
+    // wakeups and the test's look, against ~22 if put off for 100 ms.
     seen.check(seen.window.as_millis() as u64 / 100 + 3, 8);
 }
 
@@ -104,7 +108,9 @@ fn short_threads_named_after_they_were_listed_keep_their_name() {
         );
         assert_eq!(s.clock, SampleClock::SamplerThread);
         // The names: every sample of a thread is taken or settled once it
-        // renamed itself, so none should be under the first name.
+        // renamed itself, so none should be under the first name. Not a
+        // chance count: 10% is slack over 0, and catches the bug (up to a
+        // sixth) only where it moves more than a tenth.
         assert!(
             first * 10 <= own + first,
             "{first} of {} samples under the name the threads had left",
@@ -199,10 +205,13 @@ fn a_thread_that_exits_just_before_the_stop_has_its_cpu_counted() {
     let (samples, counted) = support::samples_and_cpu_of(&raw, tid);
     println!("measured: the thread used {used:?}, counted {counted:?}, {samples} samples");
     assert_eq!(raw.stats.clock, SampleClock::SamplerThread);
+    // A survival check: 300 ms of its CPU is ~300 whole periods.
     assert!(samples > 0, "the thread was never sampled");
     // What it ran after the sampler's last look at its clock is not
     // counted: a millisecond at 1000 Hz, more when busy processes delay
-    // the sampler's wakeups.
+    // the sampler's wakeups. Not random: 15% lets the last look be 45 ms
+    // late; the bug, counting only at listings (held back here), counts
+    // about none of it.
     assert!(
         counted >= used.mul_f64(0.85),
         "counted {counted:?} of the {used:?} the thread used"

@@ -174,6 +174,9 @@ fn exec_while_profiling_never_kills_the_new_program() {
     let rt_died = run_exec_trials(Some(rt), 200, false);
     println!("measured: exec while profiling with real-time signal {rt}: {rt_died} of 200 new programs died");
     if on_sampler_thread() {
+        // Binomial(200, d), d a trial's chance to die: none die with P
+        // (1-d)^200, under 1e-4 while d >= 4.5% (`default_signal`'s doc saw
+        // 54 in 100). A check that the trial still sees the race.
         assert!(
             rt_died > 0,
             "the trial no longer catches a signal queued across exec"
@@ -183,12 +186,16 @@ fn exec_while_profiling_never_kills_the_new_program() {
         // taken there, never carried into execve, even a real-time one.
         let wall_died = run_exec_trials(Some(rt), 200, true);
         println!("measured: the same in wall mode: {wall_died} of 200 new programs died");
+        // Not random: the request's signal is taken on the way back to user
+        // space, never carried into execve; one death is the bug.
         assert_eq!(wall_died, 0, "wall mode carried a signal across exec");
     }
     let died = run_exec_trials(None, EXEC_TRIALS, false);
     println!(
         "measured: exec while profiling with the default signal: {died} of {EXEC_TRIALS} new programs died"
     );
+    // Not random: the default signal, SIGURG, is ignored by default, so one
+    // carried across exec kills nothing; one death is the bug.
     assert_eq!(died, 0, "{died} of {EXEC_TRIALS} exec'd programs died");
 }
 
@@ -300,7 +307,8 @@ fn fork_child(signal: libc::c_int, before: usize, parents: Sampler) {
     let raw = own.stop().expect("the child's own profiler stops");
     check_clock(&raw);
     // Any sample proves it runs (100 ms of a loop that keeps reading its
-    // CPU clock gets few on the timers, which skip kernel time).
+    // CPU clock gets few on the timers, which skip kernel time). A survival
+    // check, not a rate: none means the child's profiler never sampled.
     let stats = &raw.stats;
     assert!(
         samples(&raw) > 0,
@@ -319,6 +327,8 @@ fn fork_child(signal: libc::c_int, before: usize, parents: Sampler) {
         Err(Error::ForkedChild) => {}
         other => panic!("stopping the parent's profiler in the child: {other:?}"),
     }
+    // A wall-time cap, not a chance bar: the error comes at once; a stop
+    // that waited for the parent's sampler thread would never return.
     assert!(started.elapsed() < Duration::from_secs(1));
     eprintln!("child: clean after fork");
 }
@@ -471,13 +481,17 @@ fn stale_mapping_under_a_coroutine_stack_never_faults() {
     );
     if on_ring {
         assert_eq!(raw.stats.timer_threads, 0, "{:?}", raw.stats);
+        // A survival check, not random: 300 ms of its CPU is ~300 whole
+        // periods on its ring; the point is that none faulted.
         assert!(
             sampled > 10,
             "the coroutine thread was sampled {sampled} times"
         );
     } else {
         // Every sample came under the stale snapshot: most end unreadable
-        // (a few are taken outside the loop, before the switch).
+        // (a few are taken outside the loop, before the switch). Those are
+        // Binomial(n, q), q the time outside the asm loop (a clock read per
+        // 2,000,000 rounds): half of 300 has P under 1e-4 while q <= 39% (8% of 11).
         assert!(
             sampled > 10 && unreadable * 2 > sampled,
             "expected most of {sampled} samples on the coroutine stack ending unreadable, got \
@@ -636,7 +650,8 @@ fn blocking_calls_never_fail_with_eintr() {
             // user code (exclude_kernel): never inside a blocking call. In
             // wall mode a request's CPU timer fires on a tick of the
             // thread's running and raises its signal on the way back to
-            // user space: never inside one either.
+            // user space: never inside one either. Not a chance count: one
+            // EINTR more than without the profiler is the bug.
             assert_eq!(
                 profiled.eintr, alone.eintr,
                 "{mode:?} mode: blocking calls failed with EINTR under the profiler"
@@ -646,7 +661,9 @@ fn blocking_calls_never_fail_with_eintr() {
             // (`R` in /proc), but a thread can enter a blocking call
             // between that look and the signal: what remains, documented
             // in docs/reliability.md. Without the look every call is
-            // interrupted, so one in ten is far from chance.
+            // interrupted, so one in ten is far from chance. The EINTRs are
+            // Binomial(300, e), e a call's chance to meet that race: 30 has P
+            // under 1e-4 while e <= 4.9%.
             assert!(
                 profiled.eintr <= alone.eintr + profiled.calls / 10,
                 "{mode:?} mode on the sampler thread: {} of {} blocking calls failed with EINTR",
@@ -654,11 +671,15 @@ fn blocking_calls_never_fail_with_eintr() {
                 profiled.calls
             );
         }
+        // A survival check: the 100 ms spell before the rounds is ~100 whole
+        // periods; none means the thread was not sampled.
         assert!(
             samples > 0,
             "{mode:?} mode: the blocking thread was sampled"
         );
         if mode == Mode::Wall {
+            // Not random: each wall tick counts the thread off CPU, blocked 2
+            // ms of each round for 3,000 rounds; none means they went uncounted.
             assert!(blocked + raw.stats.reused_samples > 0);
         }
     }
@@ -768,12 +789,18 @@ fn threads_blocking_the_signal_are_counted_not_queued() {
         );
         if raw.stats.ring_threads > 0 {
             assert_eq!(lost, 0, "no signal, so none lost to its mask");
+            // Not random: its whole periods as it spins through the 600 ms;
+            // 50 needs 8% of a CPU. A survival bar: a ring thread unsampled.
             assert!(sampled > 50, "sampled into a ring: {sampled}");
         } else {
+            // Not random: each period it runs is lost to its mask and counted;
+            // 50 needs 8% of a CPU over the 600 ms; none means they went uncounted.
             assert!(lost > 50, "its lost samples are counted per thread: {lost}");
             assert_eq!(sampled, 0);
             assert!(raw.stats.signal_blocked_samples >= lost);
         }
+        // Not random: the sampler never has two signals out for a thread,
+        // and a real-time signal queues each send: two or more is the bug.
         assert!(
             queued <= 1,
             "{queued} signals were queued for the blocking thread"
@@ -868,6 +895,8 @@ fn a_thread_inside_the_handler_is_not_taken_for_one_blocking_the_signal() {
     // A sample per handler visit on the timers (WORK_CPU / HANDLER_CPU =
     // 30, less the visit cut off by the end): a closed timer would leave
     // far fewer. (The sampler thread weighs a sample by the periods owed.)
+    // Whole 50 ms visits, not chance; half leaves room for the 10 s give-up.
+    // A survival bar: `lost` above is what catches a closed timer.
     assert!(sampled >= 15, "only {sampled} samples");
 }
 
@@ -931,7 +960,11 @@ fn wall_mode_samples_every_one_of_300_idle_threads() {
         raw.stats.reused_samples,
         raw.stats.walk_ends[WalkEnd::Blocked as usize]
     );
+    // Not random: each wall tick counts every idle thread off CPU, ~120
+    // each at 200 Hz in 600 ms; a thread never counted is the bug.
     assert_eq!(counts.len(), THREADS, "every idle thread was sampled");
+    // Not random, as above: all get the same ticks; half the median catches
+    // the first threads taken each tick and the rest starved.
     assert!(
         counts[0] * 2 >= median,
         "the least sampled thread got under half the median: {} vs {median}",
@@ -1104,7 +1137,12 @@ fn many_threads_and_mappings_keep_stacks_and_rate() {
             "the test needs more rw mappings than the snapshot holds: {rw}"
         );
     }
+    // A precondition, not random: 1.2 s of the busy threads' CPU is ~1,200
+    // whole periods; 50 makes the share below judge something.
     assert!(samples > 50, "the busy threads were sampled: {samples}");
+    // Not random: user loops with frame pointers, walked whole from any
+    // sample; a snapshot that drops their stacks among the 9,000 mappings
+    // (the bug) cuts every walk. 10% is slack, not a chance tail.
     assert!(
         whole * 10 >= samples * 9,
         "{whole} of {samples} walks whole"
@@ -1117,7 +1155,9 @@ fn many_threads_and_mappings_keep_stacks_and_rate() {
     // Under 10% of a core on the per-thread timers. The sampler-thread
     // fallback ticks at the full rate and reads /proc for every due sample
     // (is the thread running?): in this debug build on a loaded machine it
-    // measured 6-11%, so it is held to 20%.
+    // measured 6-11%, so it is held to 20%. A cost, not a chance count: a
+    // margin over that; reading every thread's clock each tick would cost
+    // more than the period (see `signal_due_threads`).
     let limit = if raw.stats.clock == SampleClock::ThreadTimers {
         0.10
     } else {

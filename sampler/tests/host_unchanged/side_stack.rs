@@ -146,6 +146,8 @@ pub fn run() {
         "measured: {sampled} samples of a new thread on a coroutine stack beside its own, \
          under a snapshot older than both; none faulted"
     );
+    // A survival check, not random: 300 ms of its CPU is ~300 whole periods;
+    // the point is that none faulted under the stale snapshot.
     assert!(sampled > 10, "the thread was sampled {sampled} times");
     // SAFETY: our own mappings, no longer used.
     unsafe {

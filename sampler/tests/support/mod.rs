@@ -120,6 +120,9 @@ impl Listings {
     /// window and the born thread listed within `found_within` wakeups.
     pub fn check(&self, most: u64, found_within: u64) {
         println!("measured: {self}");
+        // Not random: listings are the sampler's own decisions, counted in its
+        // wakeups; each caller says how `most` follows from its listing rule
+        // and what the bug would bring.
         assert!(
             self.listings <= most,
             "{} listings in {:?}, at most {most} expected",
@@ -129,6 +132,8 @@ impl Listings {
         let found = self
             .born_found_after
             .expect("the born thread was never listed");
+        // Not random either: wakeups to a listing, seen at the test's 5 ms
+        // looks; the callers say what `found_within` allows.
         assert!(
             found <= found_within,
             "listed {found} wakeups after its birth"
