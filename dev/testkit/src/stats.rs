@@ -15,10 +15,9 @@
 use std::io::Write;
 
 /// The false-failure probability the suite allows each statistical
-/// assertion: 1 in 10,000. With a few hundred such assertions a
-/// suite run fails by chance less than once in twenty-five runs' worth of
-/// all of them at their bars, and far less in practice, since most counts
-/// sit well inside.
+/// assertion: 1 in 10,000. With a few hundred such assertions, each at
+/// its bar, a suite run would fail by chance at most about once in
+/// thirty; most counts sit well inside their bars, so far less often.
 pub const ALPHA: f64 = 1e-4;
 
 /// `ln Γ(x)` for `x > 0` (Lanczos, g = 7, nine terms: about 15 digits).
