@@ -3,6 +3,8 @@
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// One case: a body run in its own process, and how long it may take.
@@ -24,37 +26,58 @@ pub const CLOCKS: [(&str, &str); 3] = [
 /// Runs the cases whose names contain one of `filters` (all without
 /// filters), each in a child process, once per clock; returns the exit
 /// code.
+///
+/// Cases run as many at a time as libtest would run tests
+/// (`RUST_TEST_THREADS`, else one per CPU): most of their time is spent
+/// waiting on children and sleeps, and one after another they were the
+/// suite's slowest binary. Each case already judges what it measures by
+/// the CPU its threads got, as it must beside other busy processes.
 pub fn run_all(cases: &[Case], filters: &[&str]) -> i32 {
     let exe = std::env::current_exe().expect("own path");
-    let mut failed = Vec::new();
-    let mut passed = 0;
-    for case in cases {
-        if !filters.is_empty() && !filters.iter().any(|f| case.name.contains(f)) {
-            continue;
-        }
-        for (clock, forced) in CLOCKS {
-            let started = Instant::now();
-            let result = run_one(&exe, case, forced);
-            let took = started.elapsed();
-            let name = format!("{} [{clock}]", case.name);
-            match result {
-                Ok(out) => {
-                    passed += 1;
-                    println!("test {name} ... ok ({took:.1?})");
-                    for line in out.lines().filter(|l| l.starts_with("measured:")) {
-                        println!("    {line}");
+    let runs: Vec<(&Case, &str, &str)> = cases
+        .iter()
+        .filter(|case| filters.is_empty() || filters.iter().any(|f| case.name.contains(f)))
+        .flat_map(|case| {
+            CLOCKS
+                .iter()
+                .map(move |&(clock, forced)| (case, clock, forced))
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let failed = Mutex::new(Vec::new());
+    let passed = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..parallelism() {
+            scope.spawn(|| {
+                while let Some(&(case, clock, forced)) = runs.get(next.fetch_add(1, Relaxed)) {
+                    let started = Instant::now();
+                    let result = run_one(&exe, case, forced);
+                    let took = started.elapsed();
+                    let name = format!("{} [{clock}]", case.name);
+                    // One report at a time, whole, as each case ends.
+                    let mut failed = failed.lock().unwrap_or_else(|e| e.into_inner());
+                    match result {
+                        Ok(out) => {
+                            passed.fetch_add(1, Relaxed);
+                            println!("test {name} ... ok ({took:.1?})");
+                            for line in out.lines().filter(|l| l.starts_with("measured:")) {
+                                println!("    {line}");
+                            }
+                        }
+                        Err(why) => {
+                            println!("test {name} ... FAILED ({took:.1?})\n{why}");
+                            failed.push(name);
+                        }
                     }
                 }
-                Err(why) => {
-                    println!("test {name} ... FAILED ({took:.1?})\n{why}");
-                    failed.push(name);
-                }
-            }
+            });
         }
-    }
+    });
+    let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
     println!(
-        "\ntest result: {}. {passed} passed; {} failed",
+        "\ntest result: {}. {} passed; {} failed",
         if failed.is_empty() { "ok" } else { "FAILED" },
+        passed.into_inner(),
         failed.len()
     );
     if failed.is_empty() {
@@ -63,6 +86,17 @@ pub fn run_all(cases: &[Case], filters: &[&str]) -> i32 {
         println!("failures: {failed:?}");
         1
     }
+}
+
+/// How many cases run at once: `RUST_TEST_THREADS` as libtest reads it,
+/// else the CPUs this process may use.
+fn parallelism() -> usize {
+    std::env::var("RUST_TEST_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// Runs one case on `clock` (forced through the environment variable,
