@@ -14,6 +14,7 @@ use std::time::Duration;
 use btprof_sampler::bench_support::TaskClock;
 use btprof_sampler::{SampleClock, Sampler, SamplerConfig, FORCE_SAMPLER_THREAD_ENV};
 
+use btprof_testkit::stats::{self, Attempt};
 use btprof_testkit::{seccomp, thread_cpu};
 
 /// Set in the child: the test then plays the child's part.
@@ -33,7 +34,19 @@ struct ChildReport {
     clock: String,
     /// Samples taken of the worker.
     samples: u64,
+    /// Periods the run's stats report no sample stands for (skipped,
+    /// lost, stackless): where a starved run's shortfall shows.
+    uncovered: u64,
 }
+
+/// The worker's CPU time in periods, less what whole periods and the
+/// random rounding of its exit tail may leave out. Not a random count:
+/// every period of the worker's CPU is stood for by a weighted sample or
+/// counted on its last stacks at exit (298-301 of 300 measured, in 24
+/// runs beside four busy processes). 95% catches a sample that stands for
+/// the wrong number of periods: paying each twice gave 166 and 177, which
+/// the earlier bar of half let through.
+const MIN_SAMPLES: u64 = 285;
 
 /// The child's part: probes perf, runs a sampler with the default
 /// configuration over a busy worker, and prints what it saw.
@@ -58,10 +71,26 @@ fn child() {
     worker.join().unwrap();
     let raw = sampler.stop().unwrap();
     let samples = support::samples_named(&raw, "refused-worker");
+    let stats = &raw.stats;
+    let uncovered = stats.skipped_samples + stats.lost_samples + stats.stackless_samples;
     println!(
-        "CHILD perf_errno={perf_errno} clock={:?} samples={samples}",
-        raw.stats.clock
+        "CHILD perf_errno={perf_errno} clock={:?} samples={samples} uncovered={uncovered}",
+        stats.clock
     );
+}
+
+/// [`run_child`], run again (at most twice) when the worker got fewer
+/// than [`MIN_SAMPLES`] and the stats say why: periods a starved sampler
+/// skipped or lost. A shortfall they do not report is judged, and fails.
+fn judged_child(refuse: Option<i32>) -> ChildReport {
+    stats::judge(&format!("perf refused ({refuse:?})"), |_| {
+        let report = run_child(refuse);
+        if report.samples < MIN_SAMPLES && report.samples + report.uncovered >= MIN_SAMPLES {
+            Attempt::Starved(format!("{report:?}: the stats report the shortfall"))
+        } else {
+            Attempt::Judge(report)
+        }
+    })
 }
 
 /// Runs this test as a child, with `perf_event_open` refused with
@@ -98,6 +127,7 @@ fn run_child(refuse: Option<i32>) -> ChildReport {
         perf_errno: field("perf_errno").parse().unwrap(),
         clock: field("clock"),
         samples: field("samples").parse().unwrap(),
+        uncovered: field("uncovered").parse().unwrap(),
     }
 }
 
@@ -110,7 +140,7 @@ fn clock_detection_falls_back_where_seccomp_refuses_perf() {
     // The control: the same child without the filter sees perf as this
     // process does, and takes the per-thread timers where it is allowed.
     let allowed_here = TaskClock::open(0, 1_000_000).is_ok();
-    let free = run_child(None);
+    let free = judged_child(None);
     assert_eq!(free.perf_errno == 0, allowed_here, "{free:?}");
     let expected = if allowed_here {
         SampleClock::ThreadTimers
@@ -118,11 +148,12 @@ fn clock_detection_falls_back_where_seccomp_refuses_perf() {
         SampleClock::SamplerThread
     };
     assert_eq!(free.clock, format!("{expected:?}"), "{free:?}");
+    assert!(free.samples >= MIN_SAMPLES, "{free:?}");
 
     // EACCES as a paranoid kernel refuses; EPERM as Docker's default
     // profile refuses a system call it does not allow.
     for errno in [libc::EACCES, libc::EPERM] {
-        let refused = run_child(Some(errno));
+        let refused = judged_child(Some(errno));
         assert_eq!(
             refused.perf_errno, errno,
             "the filter refused perf: {refused:?}"
@@ -132,10 +163,8 @@ fn clock_detection_falls_back_where_seccomp_refuses_perf() {
             format!("{:?}", SampleClock::SamplerThread),
             "{refused:?}"
         );
-        // 300 ms of CPU at 1000 Hz: the fallback really samples. Not random:
-        // its whole periods, owed ones weighted; a survival bar (half lost
-        // passes), as the fallback's rate is judged elsewhere.
-        assert!(refused.samples >= 150, "{refused:?}");
+        // 300 ms of CPU at 1000 Hz: the fallback samples all of it.
+        assert!(refused.samples >= MIN_SAMPLES, "{refused:?}");
         println!("perf refused with errno {errno}: {refused:?}; allowed: {free:?}");
     }
 }
