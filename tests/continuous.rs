@@ -86,11 +86,13 @@ fn assert_samples_follow_cpu(profile: &btprof::Profile, min_samples: u64) {
     // bar is 75-80% of the CPU it waited for: a gross loss fails, not a small one.
     assert!(samples >= min_samples, "{samples} samples ({stats:?})");
     let rate = samples as f64 / cpu;
-    // Whole periods on the ring clock, owed periods paid by weighted
-    // samples on the sampler-thread one (within 1-3%): no chance tail.
-    // Plus or minus 20% catches a lost or doubled part, not a small loss.
+    // Not random: whole periods on the ring clock, owed periods paid by
+    // weighted samples on the others; short only by each thread's last
+    // part of a period, under 2% of the 350 samples of the smallest run
+    // (982-1001 per CPU-second on all three clocks beside four busy
+    // processes). 5% catches one record in ten lost, which 20% let pass.
     assert!(
-        (800.0..=1200.0).contains(&rate),
+        (950.0..=1050.0).contains(&rate),
         "{samples} samples for {cpu:.3} s of CPU: {rate:.0} per CPU-second ({stats:?})"
     );
 }
