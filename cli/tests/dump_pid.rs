@@ -464,6 +464,11 @@ fn the_first_frames_agree_with_eu_stack() {
     let out = dump(&["--pid", &target.pid().to_string(), "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // eu-stack attaches with ptrace, which stops the target; on Linux an
+    // `epoll_wait` stopped and resumed fails with EINTR even with no
+    // handler (signal(7), "interruption ... by stop signals"), so the
+    // target prints "EINTR from epoll_wait" here. That one is eu-stack's,
+    // not btprof's: this test does not count the target's EINTRs.
     let theirs = eu_stack(target.pid()).expect("eu-stack read the target");
     let (mut compared, mut agreed) = (0, 0);
     for thread in json["threads"].as_array().unwrap() {
