@@ -7,6 +7,7 @@
 //! `dwarf_loads`: module DWARF read, `addr2line` contexts built).
 #![cfg(target_os = "linux")]
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,15 +49,13 @@ fn record(warm_up: bool, ready: impl Fn(&Profiler) -> bool) -> Profile {
     // One spinner: the warm thread runs at a low priority (it must not
     // disturb the host), so on two cores a second spinner would leave it
     // a few percent of one, and the test would wait for the warm-up.
-    let workers: Vec<_> = (0..1)
-        .map(|i| {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name(format!("warm-spin-{i}"))
-                .spawn(move || warm_caller(&stop))
-                .unwrap()
-        })
-        .collect();
+    let worker = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("warm-spin-0".into())
+            .spawn(move || warm_caller(&stop))
+            .unwrap()
+    };
     // Only the spinner is sampled: this thread, which polls and then
     // stops the profiler, would add samples in code that only the stop
     // runs (btprof's stop path, libc's join), each a load of its own.
@@ -80,9 +79,7 @@ fn record(warm_up: bool, ready: impl Fn(&Profiler) -> bool) -> Profile {
     let profile = profiler.stop().unwrap();
     drop(excluded);
     stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
+    worker.join().unwrap();
     if warm_up {
         println!("warm-up: {stats:?}");
     }
@@ -115,17 +112,18 @@ fn after_a_warm_up_the_stop_loads_no_dwarf_and_finds_the_same_frames() {
     // 300 samples has been resolved: everything it runs was resolved
     // before the stop. (Not "a pass found nothing new": passes are made
     // only for new stacks, and one spinner's loop soon has none.)
-    let first_copy = Mutex::new(None);
-    let last = Mutex::new((0u64, 0u64));
+    let first_copy = Cell::new(None);
+    let last = Cell::new((0, 0));
     let warm = record(true, |profiler| {
         let stats = profiler.warm_up_stats();
-        *last.lock().unwrap() = (stats.passes, stats.addresses);
-        let first = *first_copy.lock().unwrap().get_or_insert(stats.copies);
+        last.set((stats.passes, stats.addresses));
+        let first = first_copy.get().unwrap_or(stats.copies);
+        first_copy.set(Some(first));
         stats.copies >= first + 2 && stats.caught_up
     });
     let warm_loads = btprof::test_hooks::stop_dwarf_loads();
     println!("stop loads: cold {cold_loads}, after the warm-up {warm_loads}");
-    let (passes, addresses) = *last.lock().unwrap();
+    let (passes, addresses) = last.get();
     assert!(passes >= 1, "the warm-up made no pass");
     assert!(addresses > 0, "the warm-up resolved nothing");
     // Only the spinner is sampled (btprof's threads never are, the
