@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
+use btprof_testkit::svg::flamegraph_frames;
 use btprof_testkit::temp_dir::TempDir;
 
 use serde_json::Value;
@@ -290,6 +291,97 @@ fn differential_flamegraphs_are_written() {
         negated_svg.contains("old (400 samples"),
         "vanished code shows"
     );
+}
+
+/// A fixture folded file of another tool's, from `tests/fixtures`.
+fn fixture(kind: &str, name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(kind)
+        .join(name)
+}
+
+/// Functions of a JSON report or diff, by name: the same data whatever
+/// order equal rows came in.
+fn functions_by_name(run: &Run, key: &str) -> Vec<Value> {
+    let mut rows = json(run)[key].as_array().expect(key).clone();
+    rows.sort_by_key(|row| row["name"].to_string());
+    rows
+}
+
+#[test]
+fn two_count_files_from_inferno_read_as_the_runs_they_compare() {
+    let dir = TempDir::new("btprof-compare-test", "two_counts");
+    let pairs = [
+        (
+            fixture("compare", "base.folded"),
+            fixture("compare", "new.folded"),
+        ),
+        (
+            fixture("folded", "awkward-names.folded"),
+            fixture("folded", "unsorted-duplicates.folded"),
+        ),
+    ];
+    for (base, new) in pairs {
+        let (base, new) = (path_str(&base), path_str(&new));
+        // What `inferno-diff-folded BASE NEW > two.folded` writes: its
+        // library on the files, at its defaults.
+        let mut text = Vec::new();
+        inferno::differential::from_files(Default::default(), base, new, &mut text).unwrap();
+        let two = dir.file("two.folded", std::str::from_utf8(&text).unwrap());
+
+        // The diff of the one file is the diff of the two it was made from.
+        let of_two = btprof(&dir, &["diff", &two, "--format", "json"]);
+        let of_pair = btprof(&dir, &["diff", base, new, "--format", "json"]);
+        assert_eq!(of_two.code, of_pair.code, "{}", of_two.describe());
+        assert!(matches!(of_two.code, Some(0 | 1)), "{}", of_two.describe());
+        assert_eq!(
+            functions_by_name(&of_two, "functions"),
+            functions_by_name(&of_pair, "functions"),
+            "{base} {new}"
+        );
+
+        // A report reads the new run, and says so.
+        let report = btprof(&dir, &["report", &two, "--format", "json", "--top", "0"]);
+        let report_new = btprof(&dir, &["report", new, "--format", "json", "--top", "0"]);
+        report.assert_stderr(0, "read the second count, the new run's");
+        assert_eq!(json(&report)["samples"], json(&report_new)["samples"]);
+        assert_eq!(
+            functions_by_name(&report, "top_by_total"),
+            functions_by_name(&report_new, "top_by_total")
+        );
+
+        // A flamegraph of it is differential, with the frames
+        // inferno-flamegraph draws of the same file.
+        let svg = dir.path("two.svg");
+        let drawn = btprof(&dir, &["flamegraph", &two, "-o", path_str(&svg)]);
+        drawn.assert_stdout(0, &["differential"]);
+        let mut theirs = Vec::new();
+        let mut options = inferno::flamegraph::Options::default();
+        inferno::flamegraph::from_reader(&mut options, &text[..], &mut theirs).unwrap();
+        let ours = fs::read_to_string(&svg).unwrap();
+        // Every frame but its height on the page: btprof's graph has a
+        // subtitle (what the colours mean), which moves all frames down.
+        let placed = |svg: &str| -> Vec<_> {
+            flamegraph_frames(svg)
+                .into_iter()
+                .map(|(name, samples, x, _y, width)| (name, samples, x, width))
+                .collect()
+        };
+        assert_eq!(
+            placed(&ours),
+            placed(&String::from_utf8(theirs).unwrap()),
+            "{base} {new}"
+        );
+        assert!(ours.contains("(base) \u{2192} "), "title names the base");
+    }
+
+    // One file of one count per line is not a comparison.
+    let one = btprof(
+        &dir,
+        &["diff", path_str(&fixture("compare", "base.folded"))],
+    );
+    one.assert_stderr(2, "has one count per line: give the new profile too");
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use btprof_testkit::svg::flamegraph_frames;
 use btprof_testkit::temp_dir::TempDir;
 
 use serde_json::Value;
@@ -162,33 +163,6 @@ fn every_fixture_passes_report_flamegraph_and_diff_against_itself() {
     }
 }
 
-/// `(name, samples, x, y, width)` of every frame of an inferno SVG.
-fn svg_frames(svg: &str) -> Vec<(String, String, String, String, String)> {
-    let attr = |tag: &str, name: &str| -> String {
-        let start = tag.find(&format!(" {name}=\"")).expect(name) + name.len() + 3;
-        tag[start..start + tag[start..].find('"').unwrap()].to_owned()
-    };
-    let mut frames: Vec<_> = svg
-        .split("<g><title>")
-        .skip(1)
-        .map(|g| {
-            let (title, rest) = g.split_once("</title>").unwrap();
-            let rect = &rest[..rest.find("/>").unwrap()];
-            let (name, count) = title.rsplit_once(" (").unwrap();
-            let count = count.split(' ').next().unwrap().to_owned();
-            (
-                name.to_owned(),
-                count,
-                attr(rect, "x"),
-                attr(rect, "y"),
-                attr(rect, "width"),
-            )
-        })
-        .collect();
-    frames.sort();
-    frames
-}
-
 #[test]
 fn svg_frames_match_inferno_for_every_fixture() {
     let dir = TempDir::new("btprof-interop", "svg_parity");
@@ -196,7 +170,7 @@ fn svg_frames_match_inferno_for_every_fixture() {
         let out = dir.path("btprof.svg");
         let run = btprof(&["flamegraph", s(&file), "-o", s(&out)]);
         assert_eq!(run.code, Some(0), "{}", run.describe());
-        let ours = svg_frames(&fs::read_to_string(&out).unwrap());
+        let ours = flamegraph_frames(&fs::read_to_string(&out).unwrap());
 
         // What `inferno-flamegraph FILE` draws: its library on the file,
         // at its defaults.
@@ -207,7 +181,7 @@ fn svg_frames_match_inferno_for_every_fixture() {
         let mut theirs_svg = Vec::new();
         let mut options = inferno::flamegraph::Options::default();
         inferno::flamegraph::from_reader(&mut options, text.as_bytes(), &mut theirs_svg).unwrap();
-        let theirs: Vec<_> = svg_frames(&String::from_utf8(theirs_svg).unwrap())
+        let theirs: Vec<_> = flamegraph_frames(&String::from_utf8(theirs_svg).unwrap())
             .into_iter()
             // inferno draws an empty frame with no name; btprof names it
             // [unknown], so that a frame without a symbol still has a name to
@@ -247,7 +221,7 @@ fn min_width_is_inferno_percent_of_the_width() {
         args.extend(extra);
         let run = btprof(&args);
         assert_eq!(run.code, Some(0), "{}", run.describe());
-        let names: Vec<String> = svg_frames(&fs::read_to_string(out).unwrap())
+        let names: Vec<String> = flamegraph_frames(&fs::read_to_string(out).unwrap())
             .into_iter()
             .map(|f| f.0)
             .collect();
@@ -429,8 +403,22 @@ fn malformed_input_names_file_line_and_text_and_exits_2() {
 
     let huge = fixtures("malformed").join("huge-count.folded");
     assert_refused(&["report", s(&huge)], &["huge-count.folded:2: ", "2^53"]);
-    let diff2 = fixtures("malformed").join("differential.folded");
-    assert_refused(&["report", s(&diff2)], &["differential"]);
+    let mixed = fixtures("malformed").join("mixed-counts.folded");
+    for command in [
+        &["report"][..],
+        &["flamegraph", "-o", "/dev/null"],
+        &["diff"],
+    ] {
+        let mut args = command.to_vec();
+        args.push(s(&mixed));
+        assert_refused(
+            &args,
+            &[
+                "mixed-counts.folded:2: ",
+                "one sample count at the end, but the first stack (line 1) had two",
+            ],
+        );
+    }
 }
 
 /// Runs `btprof ARGS` and asserts it refused its input (exit 2) with an

@@ -47,8 +47,8 @@ pub const UNKNOWN_FRAME: &str = "[unknown]";
 /// - whitespace at either end is dropped (readers trim a line's ends);
 /// - a name ending in whitespace and a number (`ends with number 42`)
 ///   gets `_` for that whitespace (`ends with number_42`): as the leaf,
-///   it would otherwise read as a second count, which inferno draws as a
-///   differential frame and btprof rejects;
+///   it would otherwise read as a second count: a two-count
+///   (differential) line to inferno and to btprof;
 /// - an empty name becomes `[unknown]`, as readers take an empty frame.
 ///
 /// Sanitising a sanitised name changes nothing.

@@ -1,16 +1,18 @@
 //! `btprof diff BASE NEW`: compare two folded profiles and gate on
-//! regressions.
+//! regressions; `btprof diff FILE` compares the two runs of a two-count
+//! (differential) file.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use btprof::analysis::functions::SelfFrame;
 use btprof::diff::{compare, DiffOptions, Metric};
+use btprof::folded::FoldedFile;
 use btprof::formats::flamegraph::write_differential;
-use btprof::{report, FlamegraphOptions};
+use btprof::{report, FlamegraphOptions, Profile};
 use clap::{Args, ValueEnum};
 
-use super::{fail, read_profile, write_file, FormatArg, InputArgs};
+use super::{fail, read_folded_file, read_profile, write_file, FormatArg, InputArgs};
 
 /// Compare two folded profiles; exit 1 if a function regressed
 ///
@@ -44,6 +46,10 @@ use super::{fail, read_profile, write_file, FormatArg, InputArgs};
 /// load), which the threshold guards against. A share that fell by the
 /// mirror rule is reported as improved and never fails the gate.
 ///
+/// With one file, it is a two-count file (`frame;...;frame BEFORE AFTER`,
+/// as inferno-diff-folded and difffolded.pl write): its first counts are
+/// the base run, its second the new one.
+///
 /// Exit status: 0 no regression, 1 regression, 2 bad input or usage.
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -51,7 +57,8 @@ use super::{fail, read_profile, write_file, FormatArg, InputArgs};
   btprof diff base.folded new.folded
   btprof diff base.folded new.folded -o diff.svg --negated-output diff-negated.svg
   btprof diff base.folded new.folded --format markdown >> \"$GITHUB_STEP_SUMMARY\"
-  btprof diff base.folded new.folded --share total --skip-root --threshold 5")]
+  btprof diff base.folded new.folded --share total --skip-root --threshold 5
+  btprof diff diff.folded                 one two-count file: BEFORE AFTER columns")]
 pub struct DiffArgs {
     /// The base (before) profile: a folded file from btprof,
     /// inferno-collapse-* or FlameGraph's stackcollapse*, or another
@@ -59,8 +66,9 @@ pub struct DiffArgs {
     pub base: PathBuf,
 
     /// The new (after) profile, in the same format. Either side (not
-    /// both) can be `-`, standard input.
-    pub new: PathBuf,
+    /// both) can be `-`, standard input. Left out, BASE is a two-count
+    /// file holding both runs.
+    pub new: Option<PathBuf>,
 
     /// How the input files are read.
     #[command(flatten)]
@@ -161,6 +169,31 @@ fn parse_alpha(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The two runs: two files, or one two-count file's two columns.
+fn read_runs(args: &DiffArgs) -> Result<(Profile, Profile), String> {
+    let Some(new) = &args.new else {
+        return match read_folded_file(&args.base, args.input)? {
+            FoldedFile {
+                profile,
+                base: Some(base),
+            } => Ok((base, profile)),
+            FoldedFile { profile, .. } => Err(format!(
+                "{} has one count per line: give the new profile too (btprof diff BASE NEW), \
+                 or one two-count file (`frame;...;frame BEFORE AFTER` lines, as \
+                 inferno-diff-folded writes)",
+                profile.source()
+            )),
+        };
+    };
+    if args.base.as_os_str() == "-" && new.as_os_str() == "-" {
+        return Err("only one side of a diff can be standard input (-)".to_owned());
+    }
+    Ok((
+        read_profile(&args.base, args.input)?,
+        read_profile(new, args.input)?,
+    ))
+}
+
 /// Compares, prints the report and writes the flamegraphs asked for.
 pub fn run(args: &DiffArgs) -> ExitCode {
     let options = DiffOptions {
@@ -180,15 +213,9 @@ pub fn run(args: &DiffArgs) -> ExitCode {
     if let Err(message) = options.validate() {
         return fail(message);
     }
-    if args.base.as_os_str() == "-" && args.new.as_os_str() == "-" {
-        return fail("only one side of a diff can be standard input (-)");
-    }
-    let (base, new) = match (
-        read_profile(&args.base, args.input),
-        read_profile(&args.new, args.input),
-    ) {
-        (Ok(base), Ok(new)) => (base, new),
-        (Err(message), _) | (_, Err(message)) => return fail(message),
+    let (base, new) = match read_runs(args) {
+        Ok(both) => both,
+        Err(message) => return fail(message),
     };
     let diff = compare(&base, &new, &options);
     let rows = (args.top != 0).then_some(args.top);

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::{fail, output_and_profile, write_file, InputArgs};
+use super::{fail, output_path, read_profile, write_file, InputArgs};
 
 /// Convert a folded file to pprof (gzipped profile.proto)
 ///
@@ -55,11 +55,12 @@ pub enum ExportFormat {
 
 /// Writes the export: exit 0, or 2 on bad input or an unwritable output.
 pub fn run(args: &ExportArgs) -> ExitCode {
-    let (output, profile) =
-        match output_and_profile(&args.file, args.output.as_deref(), "pb.gz", args.input) {
-            Ok(both) => both,
-            Err(message) => return fail(message),
-        };
+    let read = output_path(&args.file, args.output.as_deref(), "pb.gz")
+        .and_then(|output| Ok((output, read_profile(&args.file, args.input)?)));
+    let (output, profile) = match read {
+        Ok(both) => both,
+        Err(message) => return fail(message),
+    };
     let ExportFormat::Pprof = args.format;
     if let Err(message) = write_file(&output, |w| profile.write_pprof_with(args.thread_root, w)) {
         return fail(message);

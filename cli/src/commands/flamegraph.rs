@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use btprof::formats::flamegraph::DEFAULT_MIN_WIDTH;
+use btprof::folded::FoldedFile;
+use btprof::formats::flamegraph::{write_differential, DEFAULT_MIN_WIDTH};
 use btprof::FlamegraphOptions;
 use clap::Args;
 
-use super::{fail, output_and_profile, write_file, InputArgs};
+use super::{fail, output_path, read_folded_file, write_file, InputArgs};
 
 /// Draw a folded file as an SVG flamegraph.
 ///
@@ -18,11 +19,18 @@ use super::{fail, output_and_profile, write_file, InputArgs};
 /// inferno-flamegraph leaves them out, so both draw the same graph.
 /// Colours are a hash of each
 /// function's name, so a function looks the same in every graph.
+///
+/// A two-count file (`frame;...;frame BEFORE AFTER`, as inferno-diff-folded
+/// and difffolded.pl write) is drawn as a differential flamegraph: the new
+/// run's stacks, red where samples grew and blue where they shrank, the
+/// base scaled to the new run's total first (as `btprof diff -o` draws).
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   btprof flamegraph btprof.folded                 writes btprof.svg
   btprof flamegraph run.folded -o run.svg --title 'nightly run' --inverted
-  perf script | btprof flamegraph - -o perf.svg")]
+  perf script | btprof flamegraph - -o perf.svg
+  inferno-diff-folded base.folded new.folded > diff.folded
+  btprof flamegraph diff.folded                   writes diff.svg, differential")]
 pub struct FlamegraphArgs {
     /// The folded file to draw (or another profiler's raw output, like
     /// `perf script`); `-` reads standard input (then give -o).
@@ -68,11 +76,12 @@ fn parse_min_width(text: &str) -> Result<f64, String> {
 /// Writes the flamegraph: exit 0, or 2 on bad input or an unwritable
 /// output.
 pub fn run(args: &FlamegraphArgs) -> ExitCode {
-    let (output, profile) =
-        match output_and_profile(&args.file, args.output.as_deref(), "svg", args.input) {
-            Ok(both) => both,
-            Err(message) => return fail(message),
-        };
+    let read = output_path(&args.file, args.output.as_deref(), "svg")
+        .and_then(|output| Ok((output, read_folded_file(&args.file, args.input)?)));
+    let (output, file) = match read {
+        Ok(both) => both,
+        Err(message) => return fail(message),
+    };
     let style = FlamegraphOptions {
         title: args.title.clone(),
         merge_threads: false,
@@ -81,9 +90,22 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
         min_width: args.min_width,
         image_width: Some(args.width as usize),
     };
-    if let Err(message) = write_file(&output, |w| profile.write_flamegraph_with(&style, w)) {
+    let FoldedFile { profile, base } = &file;
+    let (written, what) = match base {
+        None => (
+            write_file(&output, |w| profile.write_flamegraph_with(&style, w)),
+            "",
+        ),
+        Some(base) => (
+            write_file(&output, |w| {
+                write_differential(base, profile, &style, false, w)
+            }),
+            " (differential: the new run's stacks; red grew, blue shrank)",
+        ),
+    };
+    if let Err(message) = written {
         return fail(message);
     }
-    println!("wrote {}", output.display());
+    println!("wrote {}{what}", output.display());
     ExitCode::SUCCESS
 }

@@ -18,7 +18,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use btprof::folded::ReadOptions;
+use btprof::folded::{FoldedFile, ReadOptions};
 use btprof::formats::output_file::PendingFile;
 use btprof::report::Format;
 use btprof::{Profile, RunInfo};
@@ -107,17 +107,16 @@ pub const STDIN_NAME: &str = "<stdin>";
 
 /// For the commands that turn one folded file into another format: where
 /// to write (`output`, or `file` with `extension`, which standard input
-/// and a file that already ends so cannot give) and the profile read.
-pub(crate) fn output_and_profile(
+/// and a file that already ends so cannot give).
+pub(crate) fn output_path(
     file: &Path,
     output: Option<&Path>,
     extension: &str,
-    input: InputArgs,
-) -> Result<(PathBuf, Profile), String> {
-    let output = match output {
-        Some(path) => path.to_path_buf(),
+) -> Result<PathBuf, String> {
+    match output {
+        Some(path) => Ok(path.to_path_buf()),
         None if file.as_os_str() == "-" => {
-            return Err("reading standard input: give the output with -o".to_owned())
+            Err("reading standard input: give the output with -o".to_owned())
         }
         None => {
             let derived = file.with_extension(extension);
@@ -127,10 +126,9 @@ pub(crate) fn output_and_profile(
                     file.display()
                 ));
             }
-            derived
+            Ok(derived)
         }
-    };
-    Ok((output, read_profile(file, input)?))
+    }
 }
 
 /// Reads a profile: a folded file (btprof's, inferno-collapse-*,
@@ -142,27 +140,64 @@ pub(crate) fn output_and_profile(
 /// names the file and what is wrong; a sidecar that cannot be read is
 /// only warned about, since the stacks are what is compared. What
 /// reading noticed (rounded counts, skipped lines) is printed as warnings.
+///
+/// A two-count (differential) file is read as its second counts, the new
+/// run, with a warning; [`read_folded_file`] reads both runs.
 pub(crate) fn read_profile(path: &Path, input: InputArgs) -> Result<Profile, String> {
+    Ok(read(path, input, false)?.profile)
+}
+
+/// [`read_profile`] for the commands that draw or compare both runs of a
+/// two-count (differential) file: the file as it is, one run or two.
+pub(crate) fn read_folded_file(path: &Path, input: InputArgs) -> Result<FoldedFile, String> {
+    read(path, input, true)
+}
+
+/// Reads `path` (or standard input), prints what reading noticed, and
+/// attaches a one-count file's sidecar. Unless `keep_both`, a two-count
+/// file's first counts are dropped, with a warning.
+fn read(path: &Path, input: InputArgs, keep_both: bool) -> Result<FoldedFile, String> {
     let options = ReadOptions {
         lenient: input.lenient,
     };
-    let ((profile, notes), info) = if path.as_os_str() == "-" {
-        let stdin = std::io::stdin().lock();
-        let read = Profile::read_folded_from_with(stdin, STDIN_NAME, options)
-            .map_err(|e| e.to_string())?;
-        (read, None)
+    let stdin = path.as_os_str() == "-";
+    let (file, mut notes) = if stdin {
+        FoldedFile::read_from_with(std::io::stdin().lock(), STDIN_NAME, options)
     } else {
-        let read = Profile::read_folded_with(path, options).map_err(|e| e.to_string())?;
-        let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
-            eprintln!("btprof: warning: ignoring the run metadata: {e}");
-            None
-        });
-        (read, info)
+        FoldedFile::read_with(path, options)
+    }
+    .map_err(|e| e.to_string())?;
+    // Warnings name the file, not one of a two-count file's runs.
+    let source = match &file.base {
+        None => file.profile.source().to_owned(),
+        Some(_) if stdin => STDIN_NAME.to_owned(),
+        Some(_) => path.display().to_string(),
     };
-    for warning in notes.warnings(profile.source()) {
+    // A two-count file has no sidecar of its own: its runs' sidecars are
+    // beside the files it was made from, if anywhere.
+    let sidecar = !stdin && file.base.is_none();
+    let file = if keep_both {
+        file
+    } else {
+        FoldedFile {
+            profile: file.into_profile(&mut notes),
+            base: None,
+        }
+    };
+    for warning in notes.warnings(&source) {
         eprintln!("btprof: warning: {warning}");
     }
-    Ok(profile.with_run_info(info))
+    if !sidecar {
+        return Ok(file);
+    }
+    let info = RunInfo::read_sidecar(path).unwrap_or_else(|e| {
+        eprintln!("btprof: warning: ignoring the run metadata: {e}");
+        None
+    });
+    Ok(FoldedFile {
+        profile: file.profile.with_run_info(info),
+        base: file.base,
+    })
 }
 
 /// Writes `path` with `write`, all or nothing: through a temporary file

@@ -6,8 +6,9 @@
 //! `perf_event_open` refused by a real seccomp filter, the measuring
 //! helpers of benchmarks that run variants in child processes, seeded
 //! synthetic profiles, named worker threads to profile, holding a
-//! thread to one CPU, blocking every signal in a thread, and the bars
-//! of statistical assertions (`stats`).
+//! thread to one CPU, blocking every signal in a thread, the bars
+//! of statistical assertions (`stats`), and the frames of a flamegraph
+//! SVG (`svg`).
 //!
 //! Not published and not part of btprof's API.
 
@@ -18,6 +19,7 @@ pub mod seccomp;
 #[cfg(unix)]
 pub mod signal_mask;
 pub mod stats;
+pub mod svg;
 pub mod synthetic;
 pub mod temp_dir;
 pub mod workers;

@@ -1,10 +1,18 @@
-//! One line of a folded file: `frame;frame;...;frame COUNT`.
+//! One line of a folded file: `frame;frame;...;frame COUNT`, or with two
+//! counts, `frame;...;frame BEFORE AFTER`.
 //!
 //! This is the format of btprof's own files, `inferno-collapse-*` and
 //! FlameGraph's `stackcollapse*` scripts: frames root first, separated by
 //! `;`, then whitespace and a sample count. Frames may contain spaces
 //! (`[unknown]`, `operator new`, thread names), so the count is the last
 //! whitespace-separated field and everything before it is the stack.
+//!
+//! Two-count ("differential folded") lines, as `inferno-diff-folded` and
+//! FlameGraph's `difffolded.pl` write them, carry the stack's samples in
+//! two runs: the base, then the new one. A stack whose last frame ends in
+//! a space and digits (`worker 3`) reads the same as a two-count line;
+//! the file's first stack line decides which kind the file is, and a line
+//! of the other kind is an error that says so.
 //!
 //! What other tools write is read as they mean it:
 //! - an empty frame (`a;;b`, a trailing `;`, from a perf sample with an
@@ -35,8 +43,13 @@ pub enum LineProblem {
     CountTooLarge(String),
     /// Only a count, no frames.
     NoFrames,
-    /// Two counts at the end: differential output, not a plain profile.
-    TwoCounts,
+    /// A one-count line in a two-count file, or the other way round.
+    MixedCounts {
+        /// The counts on this line: 1 or 2.
+        this_line: u8,
+        /// The 1-based line of the file's first stack, which set its kind.
+        first_stack_line: u64,
+    },
     /// The line is longer than any real stack (a binary or corrupt file).
     TooLong {
         /// The limit, in bytes.
@@ -61,10 +74,22 @@ impl fmt::Display for LineProblem {
                  count btprof reads exactly: the file is corrupt or was written after an overflow"
             ),
             LineProblem::NoFrames => write!(f, "no frames before the sample count ({SHAPE})"),
-            LineProblem::TwoCounts => f.write_str(
-                "two sample counts at the end: this looks like differential folded output; \
-                 btprof reads plain folded files with one count per line",
-            ),
+            LineProblem::MixedCounts {
+                this_line,
+                first_stack_line,
+            } => {
+                let (this, first) = if *this_line == 2 {
+                    ("two sample counts", "one")
+                } else {
+                    ("one sample count", "two")
+                };
+                write!(
+                    f,
+                    "{this} at the end, but the first stack (line {first_stack_line}) had \
+                     {first}: a folded file has one count per line (`frame;...;frame COUNT`) \
+                     or, as differential output, two on every line (`frame;...;frame BEFORE AFTER`)"
+                )
+            }
             LineProblem::TooLong { limit } => write!(
                 f,
                 "the line is longer than {} MiB: this does not look like a folded file",
@@ -80,12 +105,15 @@ impl fmt::Display for LineProblem {
 }
 
 /// A parsed line: the stack (frames joined by `;`; an empty frame means
-/// [`UNKNOWN_FRAME`]) and count.
+/// [`UNKNOWN_FRAME`]) and count; on a two-count line, `count` is the
+/// second (new) one and `before` the first.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Line<'a> {
     pub(crate) stack: &'a str,
     pub(crate) count: u64,
-    /// The count had a fractional part that was rounded away.
+    /// The first count of a two-count line.
+    pub(crate) before: Option<u64>,
+    /// A count had a fractional part that was rounded away.
     pub(crate) rounded: bool,
 }
 
@@ -117,15 +145,22 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<Line<'_>>, LineProblem> {
     };
     let (count, rounded) = parse_count(count)?;
     let stack = stack.trim_end_matches(is_space);
-    if stack
+    if let Some((frames, first)) = stack
         .rsplit_once(is_space)
-        .is_some_and(|(_, last)| is_count(last))
+        .filter(|(_, last)| is_count(last))
     {
-        return Err(LineProblem::TwoCounts);
+        let (before, first_rounded) = parse_count(first)?;
+        return Ok(Some(Line {
+            stack: frames.trim_end_matches(is_space),
+            count,
+            before: Some(before),
+            rounded: rounded || first_rounded,
+        }));
     }
     Ok(Some(Line {
         stack,
         count,
+        before: None,
         rounded,
     }))
 }
@@ -253,11 +288,40 @@ mod tests {
                 LineProblem::CountTooLarge("18446744073709551616".into()),
             ),
             ("42", LineProblem::NoFrames),
-            ("main;foo 10 12", LineProblem::TwoCounts),
+            ("main;foo 10 x12", LineProblem::BadCount("x12".into())),
         ];
         for (line, want) in cases {
             assert_eq!(parse_line(line), Err(want), "{line:?}");
         }
+    }
+
+    #[test]
+    fn two_count_lines_carry_both_runs() {
+        let two = |line| {
+            let l = parse_line(line).unwrap().unwrap();
+            (l.stack, l.before, l.count, l.rounded)
+        };
+        assert_eq!(two("main;foo 10 12"), ("main;foo", Some(10), 12, false));
+        assert_eq!(two("main;foo\t0  7\r\n"), ("main;foo", Some(0), 7, false));
+        // Decimal counts as in one-count files; a fraction in either counts.
+        assert_eq!(two("a;b 3.0 4.5"), ("a;b", Some(3), 5, true));
+        assert_eq!(two("a;b 2.5 4"), ("a;b", Some(3), 4, true));
+        // Frames may still contain spaces; blank frames are unknown.
+        assert_eq!(
+            two("Web Content;operator new(unsigned long) 1 2"),
+            ("Web Content;operator new(unsigned long)", Some(1), 2, false)
+        );
+        assert_eq!(frames("a;; 1 2"), ["a", UNKNOWN_FRAME, UNKNOWN_FRAME]);
+        // One number before the count is a one-frame stack, as it always was.
+        assert_eq!(two("12 34"), ("12", None, 34, false));
+        assert_eq!(
+            parse_line("a 1 99999999999999999999"),
+            Err(LineProblem::CountTooLarge("99999999999999999999".into()))
+        );
+        assert_eq!(
+            parse_line("a 99999999999999999999 1"),
+            Err(LineProblem::CountTooLarge("99999999999999999999".into()))
+        );
     }
 
     #[test]
@@ -279,7 +343,15 @@ mod tests {
     fn problems_say_what_was_expected() {
         let text = LineProblem::BadCount("bar".into()).to_string();
         assert!(text.contains("`bar`") && text.contains("COUNT"), "{text}");
-        assert!(LineProblem::TwoCounts.to_string().contains("differential"));
+        let mixed = LineProblem::MixedCounts {
+            this_line: 1,
+            first_stack_line: 3,
+        }
+        .to_string();
+        assert!(
+            mixed.starts_with("one sample count") && mixed.contains("(line 3) had two"),
+            "{mixed}"
+        );
         assert!(LineProblem::CountTooLarge("1".into())
             .to_string()
             .contains("2^53"));

@@ -1,6 +1,8 @@
 //! The folded-stack text format: `thread;root;...;leaf count`, read
 //! ([`Profile::read_folded`](crate::Profile::read_folded)) and written
-//! ([`Profile::write_folded`](crate::Profile::write_folded)).
+//! ([`Profile::write_folded`](crate::Profile::write_folded)); and its
+//! two-count (differential) form, `...;leaf before after`, read into the
+//! two runs it compares ([`FoldedFile`]).
 
 mod escape;
 mod line;
@@ -9,7 +11,7 @@ mod read_error;
 mod write;
 
 pub use line::{LineProblem, MAX_COUNT};
-pub use read::{ReadNotes, ReadOptions, MAX_LINE_BYTES};
+pub use read::{FoldedFile, ReadNotes, ReadOptions, MAX_LINE_BYTES};
 pub use read_error::ReadError;
 pub use write::FoldOptions;
 

@@ -1,7 +1,9 @@
 //! Reading folded files: from btprof, `inferno-collapse-*` or FlameGraph's
 //! `stackcollapse*` scripts, into a [`Profile`] with names only, with the
-//! quirks of what other tools write (see `line.rs`); and other profilers'
-//! raw output (`perf script`, ...), collapsed through `inferno` first.
+//! quirks of what other tools write (see `line.rs`); two-count
+//! (differential) files, into the two runs they compare; and other
+//! profilers' raw output (`perf script`, ...), collapsed through `inferno`
+//! first.
 //!
 //! Reading is streaming: a file is read one line at a time through a
 //! buffer and identical stacks are merged as they arrive, so a 100 MB file
@@ -27,24 +29,31 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// Read buffer size: big sequential reads without a big footprint.
 const READ_BUFFER_BYTES: usize = 256 << 10;
 
-impl Profile {
-    /// Reads the folded file at `path`; errors name it as given. What
-    /// reading noticed without failing is dropped: use
-    /// [`Profile::read_folded_with`] to show it.
-    pub fn read_folded(path: impl AsRef<Path>) -> Result<Profile, ReadError> {
-        Self::read_folded_with(path, ReadOptions::default()).map(|(profile, _)| profile)
-    }
+/// What a folded file holds: one profile, or, in a two-count
+/// (differential) file, the two runs it compares: `frame;...;frame BEFORE
+/// AFTER` lines, as `inferno-diff-folded` and FlameGraph's
+/// `difffolded.pl` write them.
+#[derive(Debug)]
+pub struct FoldedFile {
+    /// The file's profile: its counts, or a two-count file's second
+    /// counts, the new run (named `SOURCE (new)`).
+    pub profile: Profile,
+    /// A two-count file's first counts: the base run (named `SOURCE
+    /// (base)`); `None` for a file of one count per line.
+    pub base: Option<Profile>,
+}
 
-    /// [`Profile::read_folded`] with options, and what reading noticed
-    /// (rounded counts, skipped lines, raw input collapsed).
-    pub fn read_folded_with(
+impl FoldedFile {
+    /// Reads the folded file at `path`, of one or two counts per line;
+    /// errors name it as given.
+    pub fn read_with(
         path: impl AsRef<Path>,
         options: ReadOptions,
-    ) -> Result<(Profile, ReadNotes), ReadError> {
+    ) -> Result<(FoldedFile, ReadNotes), ReadError> {
         let path = path.as_ref();
         let source = escape(&path.display().to_string());
         match File::open(path) {
-            Ok(file) => Self::read_folded_from_with(
+            Ok(file) => Self::read_from_with(
                 BufReader::with_capacity(READ_BUFFER_BYTES, file),
                 source,
                 options,
@@ -57,34 +66,13 @@ impl Profile {
         }
     }
 
-    /// Reads folded lines from `reader`, naming it `source` in errors.
-    ///
-    /// Blank lines and `#` comment lines are skipped; empty frames are
-    /// read as `[unknown]`; decimal counts are read as integers (real
-    /// fractions rounded, and counted in [`ReadNotes`]). A line that is
-    /// not `frames COUNT`, a count above 2^53, a file with no stacks and a
-    /// file whose counts are all 0 are errors: a comparison against
-    /// nothing would only mislead. Invalid UTF-8 is replaced (U+FFFD)
-    /// rather than rejected, as `inferno` does.
-    ///
-    /// Input whose first stack line is not folded is tried as another
-    /// profiler's raw output (`perf script`, DTrace, macOS `sample`,
-    /// VTune, ...) with `inferno`'s collapsers and their format guesser.
-    pub fn read_folded_from<R: BufRead>(
-        reader: R,
-        source: impl Into<String>,
-    ) -> Result<Profile, ReadError> {
-        Self::read_folded_from_with(reader, source, ReadOptions::default())
-            .map(|(profile, _)| profile)
-    }
-
-    /// [`Profile::read_folded_from`] with options, and what reading
-    /// noticed.
-    pub fn read_folded_from_with<R: BufRead>(
+    /// Reads folded lines of one or two counts from `reader`, naming it
+    /// `source` in errors, as [`Profile::read_folded_from`] describes.
+    pub fn read_from_with<R: BufRead>(
         mut reader: R,
         source: impl Into<String>,
         options: ReadOptions,
-    ) -> Result<(Profile, ReadNotes), ReadError> {
+    ) -> Result<(FoldedFile, ReadNotes), ReadError> {
         let source = source.into();
         let io_error = |source: &str, error| ReadError::Io {
             source: source.to_owned(),
@@ -110,11 +98,74 @@ impl Profile {
             inferno::collapse::guess::Folder::default().collapse(&input[..], &mut collapsed);
         if guessed.is_ok() && !collapsed.is_empty() {
             drop(input);
-            let (profile, mut notes) = parse(&collapsed[..], source, options)?;
+            let (file, mut notes) = parse(&collapsed[..], source, options)?;
             notes.collapsed = true;
-            return Ok((profile, notes));
+            return Ok((file, notes));
         }
         parse(&input[..], source, options)
+    }
+
+    /// The one profile to show, where one is wanted (a report, an
+    /// export): a two-count file's new run, with
+    /// [`ReadNotes::first_counts_dropped`] set so the reader is told.
+    pub fn into_profile(self, notes: &mut ReadNotes) -> Profile {
+        notes.first_counts_dropped |= self.base.is_some();
+        self.profile
+    }
+}
+
+impl Profile {
+    /// Reads the folded file at `path`; errors name it as given. What
+    /// reading noticed without failing is dropped: use
+    /// [`Profile::read_folded_with`] to show it.
+    pub fn read_folded(path: impl AsRef<Path>) -> Result<Profile, ReadError> {
+        Self::read_folded_with(path, ReadOptions::default()).map(|(profile, _)| profile)
+    }
+
+    /// [`Profile::read_folded`] with options, and what reading noticed
+    /// (rounded counts, skipped lines, raw input collapsed, the first
+    /// counts of a two-count file left out).
+    pub fn read_folded_with(
+        path: impl AsRef<Path>,
+        options: ReadOptions,
+    ) -> Result<(Profile, ReadNotes), ReadError> {
+        let (file, mut notes) = FoldedFile::read_with(path, options)?;
+        Ok((file.into_profile(&mut notes), notes))
+    }
+
+    /// Reads folded lines from `reader`, naming it `source` in errors.
+    ///
+    /// Blank lines and `#` comment lines are skipped; empty frames are
+    /// read as `[unknown]`; decimal counts are read as integers (real
+    /// fractions rounded, and counted in [`ReadNotes`]). A line that is
+    /// not `frames COUNT`, a count above 2^53, a file with no stacks and a
+    /// file whose counts are all 0 are errors: a comparison against
+    /// nothing would only mislead. Invalid UTF-8 is replaced (U+FFFD)
+    /// rather than rejected, as `inferno` does.
+    ///
+    /// Input whose first stack line is not folded is tried as another
+    /// profiler's raw output (`perf script`, DTrace, macOS `sample`,
+    /// VTune, ...) with `inferno`'s collapsers and their format guesser.
+    ///
+    /// A two-count (differential) file is read as its second counts, the
+    /// new run; [`FoldedFile::read_from_with`] reads both.
+    pub fn read_folded_from<R: BufRead>(
+        reader: R,
+        source: impl Into<String>,
+    ) -> Result<Profile, ReadError> {
+        Self::read_folded_from_with(reader, source, ReadOptions::default())
+            .map(|(profile, _)| profile)
+    }
+
+    /// [`Profile::read_folded_from`] with options, and what reading
+    /// noticed.
+    pub fn read_folded_from_with<R: BufRead>(
+        reader: R,
+        source: impl Into<String>,
+        options: ReadOptions,
+    ) -> Result<(Profile, ReadNotes), ReadError> {
+        let (file, mut notes) = FoldedFile::read_from_with(reader, source, options)?;
+        Ok((file.into_profile(&mut notes), notes))
     }
 }
 
@@ -123,8 +174,14 @@ fn parse<R: BufRead>(
     mut reader: R,
     source: String,
     options: ReadOptions,
-) -> Result<(Profile, ReadNotes), ReadError> {
+) -> Result<(FoldedFile, ReadNotes), ReadError> {
     let mut builder = Builder::new();
+    // A two-count file's first counts; `None` until the file's first stack
+    // line says it is one.
+    let mut base: Option<Builder> = None;
+    // The line of the file's first stack, which set how many counts its
+    // lines have.
+    let mut first_stack_line = None;
     let mut notes = ReadNotes::default();
     let mut buf = Vec::with_capacity(1024);
     let (mut line_no, mut had_stacks) = (0u64, false);
@@ -156,6 +213,15 @@ fn parse<R: BufRead>(
         } else {
             line::parse_line(&text)
         };
+        let parsed = parsed.and_then(|line| match (line, first_stack_line) {
+            (Some(line), Some(first)) if line.before.is_some() != base.is_some() => {
+                Err(LineProblem::MixedCounts {
+                    this_line: if line.before.is_some() { 2 } else { 1 },
+                    first_stack_line: first,
+                })
+            }
+            (line, _) => Ok(line),
+        });
         let line = match parsed {
             Ok(Some(line)) => line,
             Ok(None) => continue,
@@ -172,28 +238,67 @@ fn parse<R: BufRead>(
             }
             Err(problem) => return Err(ReadError::malformed(&source, line_no, &buf, problem)),
         };
+        if first_stack_line.is_none() {
+            first_stack_line = Some(line_no);
+            if line.before.is_some() {
+                base = Some(Builder::new());
+            }
+        }
         had_stacks = true;
         notes.rounded_lines += u64::from(line.rounded);
         let bad = |problem| ReadError::malformed(&source, line_no, &buf, problem);
-        // Counts are at most 2^53 each; so is the total, which every
-        // consumer (shares, JSON) then holds exactly.
-        if builder.total_samples().saturating_add(line.count) > MAX_COUNT {
-            return Err(bad(LineProblem::TotalOverflow));
+        let columns = [
+            Some((&mut builder, line.count)),
+            base.as_mut().zip(line.before),
+        ];
+        for (builder, count) in columns.into_iter().flatten() {
+            // Counts are at most 2^53 each; so is the total, which every
+            // consumer (shares, JSON) then holds exactly.
+            if builder.total_samples().saturating_add(count) > MAX_COUNT {
+                return Err(bad(LineProblem::TotalOverflow));
+            }
+            builder
+                .add_folded(line.frames(), count)
+                // More than 4 billion distinct names would not fit in
+                // memory long before the ids run out; say so rather than
+                // wrap.
+                .map_err(|_| bad(LineProblem::TotalOverflow))?;
         }
-        builder
-            .add_folded(line.frames(), line.count)
-            // More than 4 billion distinct names would not fit in memory
-            // long before the ids run out; say so rather than wrap.
-            .map_err(|_| bad(LineProblem::TotalOverflow))?;
     }
-    if builder.total_samples() == 0 {
-        return Err(ReadError::Empty {
-            source,
-            lines: line_no,
-            had_stacks,
-        });
+    let empty = |source: String| ReadError::Empty {
+        source,
+        lines: line_no,
+        had_stacks,
+    };
+    let Some(base) = base else {
+        if builder.total_samples() == 0 {
+            return Err(empty(source));
+        }
+        let profile = builder.finish_read(source);
+        return Ok((
+            FoldedFile {
+                profile,
+                base: None,
+            },
+            notes,
+        ));
+    };
+    // Either run of a comparison empty would only mislead.
+    for (column, total) in [
+        ("base", base.total_samples()),
+        ("new", builder.total_samples()),
+    ] {
+        if total == 0 {
+            return Err(empty(format!("{source} ({column} counts)")));
+        }
     }
-    Ok((builder.finish_read(source), notes))
+    Ok((
+        FoldedFile {
+            profile: builder.finish_read(format!("{source} (new)")),
+            base: Some(base.finish_read(format!("{source} (base)"))),
+        },
+        notes,
+    ))
 }
 
 /// Whether the input's first stack line (after blank and comment lines)
@@ -237,6 +342,9 @@ pub struct ReadNotes {
     /// The input was another profiler's raw output (`perf script`,
     /// DTrace, ...), collapsed with `inferno`'s collapsers first.
     pub collapsed: bool,
+    /// The input had two counts per line and only the second, the new
+    /// run's, was read: where one profile was asked of a two-count file.
+    pub first_counts_dropped: bool,
 }
 
 /// How many skipped lines [`ReadNotes::first_skipped`] names.
@@ -251,6 +359,12 @@ impl ReadNotes {
                 "{source} is not a folded file: read it as another profiler's output, \
                  collapsed with inferno (for perf, counts are the samples' periods, as \
                  stackcollapse-perf.pl gives them)"
+            ));
+        }
+        if self.first_counts_dropped {
+            out.push(format!(
+                "{source} has two counts per line (differential folded output, as \
+                 inferno-diff-folded writes): read the second count, the new run's"
             ));
         }
         if self.rounded_lines > 0 {
@@ -387,6 +501,87 @@ mod tests {
             ),
             "{err:?}"
         );
+    }
+
+    fn read_file(text: &str) -> Result<(FoldedFile, ReadNotes), ReadError> {
+        FoldedFile::read_from_with(text.as_bytes(), "d.folded", ReadOptions::default())
+    }
+
+    #[test]
+    fn a_two_count_file_reads_as_its_two_runs() {
+        let text = "# inferno-diff-folded\nmain;a;b 3 5\nmain;a 2 0\n\nmain;a;b 1 1\nmain;c 0 4\n";
+        let (file, notes) = read_file(text).unwrap();
+        let (Some(base), new) = (file.base, file.profile) else {
+            panic!("read as one run");
+        };
+        assert_eq!(lines(&base), ["main;a;b 4", "main;a 2", "main;c 0"]);
+        assert_eq!(lines(&new), ["main;a;b 6", "main;a 0", "main;c 4"]);
+        assert_eq!(
+            (base.source(), new.source()),
+            ("d.folded (base)", "d.folded (new)")
+        );
+        assert!(!notes.first_counts_dropped);
+
+        // Asked for one profile, a reader gets the new run and is told.
+        let (profile, notes) =
+            Profile::read_folded_from_with(text.as_bytes(), "d.folded", ReadOptions::default())
+                .unwrap();
+        assert_eq!(profile.total_samples(), 10);
+        assert!(notes.first_counts_dropped);
+        let warnings = notes.warnings("d.folded").join("\n");
+        assert!(warnings.contains("read the second count"), "{warnings}");
+
+        // A one-count file stays one run, and says nothing of counts.
+        let (file, notes) = read_file("main;a 2\n").unwrap();
+        assert!(file.base.is_none(), "{file:?}");
+        assert!(notes.warnings("x").is_empty());
+    }
+
+    #[test]
+    fn a_file_mixing_one_and_two_counts_names_the_line() {
+        for (text, line, this_line, first) in [
+            ("main;a 1 2\n# note\nmain;b 3\n", 3, 1, 1),
+            ("\nmain;a 1\nmain;b 3 4\n", 3, 2, 2),
+        ] {
+            match read_file(text) {
+                Err(ReadError::Malformed {
+                    line: l,
+                    problem:
+                        LineProblem::MixedCounts {
+                            this_line: t,
+                            first_stack_line,
+                        },
+                    ..
+                }) => assert_eq!(
+                    (l, t, first_stack_line),
+                    (line, this_line, first),
+                    "{text:?}"
+                ),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+        // Lenient reading skips the odd line out and counts it.
+        let (file, notes) = FoldedFile::read_from_with(
+            &b"main;a 1 2\nmain;b 3\n"[..],
+            "m",
+            ReadOptions { lenient: true },
+        )
+        .unwrap();
+        assert!(file.base.is_some());
+        assert_eq!(notes.skipped_lines, 1);
+    }
+
+    #[test]
+    fn a_two_count_file_with_an_empty_run_is_an_error_naming_it() {
+        for (text, column) in [("a 0 3\nb 0 1\n", "base"), ("a 2 0\n", "new")] {
+            let err = read_file(text).unwrap_err();
+            assert_eq!(
+                err.source_name(),
+                format!("d.folded ({column} counts)"),
+                "{text:?}"
+            );
+            assert!(err.to_string().contains("count of 0"), "{err}");
+        }
     }
 
     #[test]
