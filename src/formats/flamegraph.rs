@@ -14,10 +14,9 @@
 
 use std::io::Write;
 
-use inferno::differential;
 use inferno::flamegraph::{self, Direction, Options};
 
-use super::folded::FoldOptions;
+use super::folded::{write_two_count, FoldOptions};
 use crate::profile::Profile;
 use crate::Error;
 
@@ -154,17 +153,9 @@ pub fn write_differential<W: Write>(
         merge_threads: options.merge_threads,
         hide_inlined: options.hide_inlined,
     };
-    let folded = |p: &Profile| folded_text(p, fold);
-    differential::from_readers(
-        differential::Options {
-            normalize: true,
-            strip_hex: false,
-        },
-        folded(before)?.as_bytes(),
-        folded(after)?.as_bytes(),
-        &mut lines,
-    )
-    .map_err(|e| Error::Render(e.to_string()))?;
+    write_two_count(before, after, fold, &mut lines)?;
+    // Every frame name came from a `str`, so this cannot fail; an error
+    // would only mean a bug here, reported rather than unwrapped.
     let lines = String::from_utf8(lines).map_err(|e| Error::Render(e.to_string()))?;
 
     let mut opts = options.inferno(|| {
@@ -183,16 +174,6 @@ pub fn write_differential<W: Write>(
     });
     opts.negate_differentials = negated;
     flamegraph::from_lines(&mut opts, lines.lines(), w).map_err(|e| Error::Render(e.to_string()))
-}
-
-/// The profile's folded lines as one string. Both profiles of a diff are
-/// needed this way by `inferno`; its size follows the distinct stacks.
-fn folded_text(profile: &Profile, options: FoldOptions) -> Result<String, Error> {
-    let mut text = Vec::new();
-    profile.write_folded_with(options, &mut text)?;
-    // Every frame name came from a `str`, so this cannot fail; an error
-    // would only mean a bug here, reported rather than unwrapped.
-    String::from_utf8(text).map_err(|e| Error::Render(e.to_string()))
 }
 
 #[cfg(test)]

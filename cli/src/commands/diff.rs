@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use btprof::analysis::functions::SelfFrame;
 use btprof::diff::{compare, DiffOptions, Metric};
-use btprof::folded::FoldedFile;
+use btprof::folded::{write_two_count, FoldedFile};
 use btprof::formats::flamegraph::write_differential;
-use btprof::{report, FlamegraphOptions, Profile};
+use btprof::{report, FlamegraphOptions, FoldOptions, Profile};
 use clap::{Args, ValueEnum};
 
 use super::{fail, read_folded_file, read_profile, write_file, FormatArg, InputArgs};
@@ -56,6 +56,7 @@ use super::{fail, read_folded_file, read_profile, write_file, FormatArg, InputAr
 #[command(after_help = "Examples:
   btprof diff base.folded new.folded
   btprof diff base.folded new.folded -o diff.svg --negated-output diff-negated.svg
+  btprof diff base.folded new.folded --folded-out diff.folded  # for inferno-flamegraph
   btprof diff base.folded new.folded --format markdown >> \"$GITHUB_STEP_SUMMARY\"
   btprof diff base.folded new.folded --share total --skip-root --threshold 5
   btprof diff diff.folded                 one two-count file: BEFORE AFTER columns")]
@@ -126,6 +127,13 @@ pub struct DiffArgs {
     #[arg(long, value_name = "SVG")]
     pub negated_output: Option<PathBuf>,
 
+    /// Write the comparison as a two-count folded file here
+    /// (`frame;...;frame BEFORE AFTER`, the base scaled to the new run's
+    /// total as inferno-diff-folded --normalize scales it), for
+    /// inferno-flamegraph, flamegraph.pl or `btprof diff FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub folded_out: Option<PathBuf>,
+
     /// Title of the flamegraphs.
     #[arg(long)]
     pub title: Option<String>,
@@ -167,6 +175,17 @@ fn parse_alpha(text: &str) -> Result<f64, String> {
             "`{text}` is not a probability: expected a number between 0 and 1, like 0.001"
         )),
     }
+}
+
+/// The files a diff can write besides its report.
+#[derive(Clone, Copy)]
+enum Output {
+    /// `-o`: the differential flamegraph.
+    Graph,
+    /// `--negated-output`: its negated companion.
+    NegatedGraph,
+    /// `--folded-out`: the two-count folded file.
+    TwoCountFile,
 }
 
 /// The two runs: two files, or one two-count file's two columns.
@@ -225,11 +244,17 @@ pub fn run(args: &DiffArgs) -> ExitCode {
         title: args.title.clone(),
         ..FlamegraphOptions::default()
     };
-    let outputs = [(&args.output, false), (&args.negated_output, true)];
-    for (path, negated) in outputs {
+    let outputs = [
+        (&args.output, Output::Graph),
+        (&args.negated_output, Output::NegatedGraph),
+        (&args.folded_out, Output::TwoCountFile),
+    ];
+    for (path, output) in outputs {
         let Some(path) = path else { continue };
-        let written = write_file(path, |w| {
-            write_differential(&base, &new, &style, negated, w)
+        let written = write_file(path, |w| match output {
+            Output::Graph => write_differential(&base, &new, &style, false, w),
+            Output::NegatedGraph => write_differential(&base, &new, &style, true, w),
+            Output::TwoCountFile => write_two_count(&base, &new, FoldOptions::default(), w),
         });
         match written {
             Ok(()) => eprintln!("btprof: wrote {}", path.display()),

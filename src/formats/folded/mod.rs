@@ -13,6 +13,6 @@ mod write;
 pub use line::{LineProblem, MAX_COUNT};
 pub use read::{FoldedFile, ReadNotes, ReadOptions, MAX_LINE_BYTES};
 pub use read_error::ReadError;
-pub use write::FoldOptions;
+pub use write::{write_two_count, FoldOptions};
 
 pub use crate::profile::{sanitize_frame, TABLE_FULL_FRAME, TRUNCATED_FRAME, UNKNOWN_FRAME};

@@ -1,11 +1,13 @@
 //! Writing folded stacks: `thread;root;...;leaf count`, one line per
-//! distinct stack.
+//! distinct stack; and the two-count (differential) file of two
+//! profiles, `...;leaf before after`.
 //!
 //! A recording's lines come sorted (see [`crate::profile::Builder::finish`]),
 //! so two profiles of the same program produce files that `diff` and
 //! `btprof diff` can compare line by line; a file read back is written in
 //! the order it was read.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use crate::profile::Profile;
@@ -118,6 +120,46 @@ impl Profile {
         result.map_err(Error::Io)?;
         w.flush().map_err(Error::Io)
     }
+}
+
+/// Writes the two-count (differential folded) file of `base` against
+/// `new`: `stack BEFORE AFTER` for every stack of either run, sorted by
+/// stack, the base counts first scaled to the new run's total and rounded
+/// down, exactly as `inferno-diff-folded --normalize` scales them, so a
+/// longer base run does not read as everything shrinking.
+///
+/// `inferno-flamegraph` and FlameGraph's `flamegraph.pl` draw such a file
+/// as a differential flamegraph; btprof reads it back as the two runs
+/// ([`FoldedFile`](super::FoldedFile)), the base at the new run's scale.
+pub fn write_two_count<W: Write>(
+    base: &Profile,
+    new: &Profile,
+    options: FoldOptions,
+    mut w: W,
+) -> Result<(), Error> {
+    let mut stacks: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let (mut base_total, mut new_total) = (0u64, 0u64);
+    base.each_folded_line(options, |line, count| {
+        stacks.entry(line.to_owned()).or_default().0 += count;
+        base_total += count;
+    });
+    new.each_folded_line(options, |line, count| {
+        stacks.entry(line.to_owned()).or_default().1 += count;
+        new_total += count;
+    });
+    // inferno's arithmetic, in f64 and truncated, so both tools write the
+    // same file; totals are below 2^53, so the products are exact enough.
+    let scaled = |count: u64| {
+        if base_total == new_total || base_total == 0 {
+            count
+        } else {
+            (count as f64 * new_total as f64 / base_total as f64) as u64
+        }
+    };
+    for (stack, (before, after)) in &stacks {
+        writeln!(w, "{stack} {} {after}", scaled(*before)).map_err(Error::Io)?;
+    }
+    w.flush().map_err(Error::Io)
 }
 
 #[cfg(test)]
@@ -320,5 +362,30 @@ mod tests {
             .expect("a recording knows how it was taken");
         assert_eq!((info.requested_hz, info.mode.as_str()), (250, "wall"));
         assert!(read.run_info().is_none() && read.stats().is_none());
+    }
+
+    #[test]
+    fn two_count_files_scale_the_base_as_inferno_does() {
+        let read = |text: &str| Profile::read_folded_from(text.as_bytes(), "t").unwrap();
+        // The base has 300 samples, the new run 100: base counts are
+        // scaled by a third, rounded down.
+        let base = read("t;a 200\nt;b 100\n");
+        let new = read("t;b 60\nt;c 40\n");
+        let mut ours = Vec::new();
+        write_two_count(&base, &new, FoldOptions::default(), &mut ours).unwrap();
+        let ours = String::from_utf8(ours).unwrap();
+        assert_eq!(ours, "t;a 66 0\nt;b 33 60\nt;c 0 40\n");
+
+        let mut theirs = Vec::new();
+        let normalize = inferno::differential::Options {
+            normalize: true,
+            strip_hex: false,
+        };
+        let (b, n) = ("t;a 200\nt;b 100\n", "t;b 60\nt;c 40\n");
+        inferno::differential::from_readers(normalize, b.as_bytes(), n.as_bytes(), &mut theirs)
+            .unwrap();
+        let mut theirs: Vec<_> = std::str::from_utf8(&theirs).unwrap().lines().collect();
+        theirs.sort_unstable();
+        assert_eq!(ours.lines().collect::<Vec<_>>(), theirs);
     }
 }
