@@ -126,6 +126,27 @@ fn differential_flamegraphs_are_written() {
         negated_svg.contains("old (400 samples"),
         "vanished code shows"
     );
+    assert!(
+        !dir.path("diff.base.svg").exists(),
+        "the companion was named"
+    );
+    // Each frame says how its total changed, leaves and callers alike.
+    assert!(diff_svg.contains("<title>main (1,000 samples, 100.00% \u{2192} 100.00% of samples"));
+    assert!(diff_svg.contains("fresh (400 samples, 0.00% \u{2192} 40.00% of samples"));
+
+    // Asked for the graph alone, a diff where code vanished writes the
+    // base run's graph beside it, and says why.
+    let run = btprof(&dir, &["diff", &base, &new, "-o", "only.svg"]);
+    run.assert_stderr(
+        1,
+        "only.base.svg: the base run's stacks, where the 1 function(s)",
+    );
+    let companion = fs::read_to_string(dir.path("only.base.svg")).expect("companion");
+    assert!(companion.contains("old (400 samples, 40.00% \u{2192} 0.00%"));
+    // Where nothing vanished, there is no companion to write.
+    let run = btprof(&dir, &["diff", &new, &new, "-o", "same.svg"]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert!(dir.path("same.svg").exists() && !dir.path("same.base.svg").exists());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! regressions; `btprof diff FILE` compares the two runs of a two-count
 //! (differential) file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use btprof::analysis::functions::SelfFrame;
@@ -117,13 +117,17 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N", default_value_t = 25)]
     pub top: usize,
 
-    /// Write the differential flamegraph (SVG) here: the new run's stacks,
-    /// red where samples grew, blue where they shrank.
+    /// Write the differential flamegraph (SVG) here: the new run's
+    /// stacks, each frame coloured by how its total changed against its
+    /// own share of the base run (red grew, blue shrank). When code
+    /// vanished, which has no width there, the companion graph of the
+    /// base run's stacks is written beside it too (NAME.base.svg) unless
+    /// --negated-output says where.
     #[arg(long, short, value_name = "SVG")]
     pub output: Option<PathBuf>,
 
-    /// Also write the negated companion (SVG) here: the base run's stacks,
-    /// so code that vanished is visible; red still means grew.
+    /// Also write the companion (SVG) here: the base run's stacks, so code
+    /// that vanished is visible, coloured the same way.
     #[arg(long, value_name = "SVG")]
     pub negated_output: Option<PathBuf>,
 
@@ -178,7 +182,7 @@ fn parse_alpha(text: &str) -> Result<f64, String> {
 }
 
 /// The files a diff can write besides its report.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Output {
     /// `-o`: the differential flamegraph.
     Graph,
@@ -244,9 +248,16 @@ pub fn run(args: &DiffArgs) -> ExitCode {
         title: args.title.clone(),
         ..FlamegraphOptions::default()
     };
+    // Vanished code has no width in the graph of the new run: show it in
+    // the base run's graph even when no one asked for that by name.
+    let vanished = diff.vanished_functions().count();
+    let companion = match (&args.output, &args.negated_output) {
+        (Some(graph), None) if vanished > 0 => Some(companion_path(graph)),
+        (_, named) => named.clone(),
+    };
     let outputs = [
         (&args.output, Output::Graph),
-        (&args.negated_output, Output::NegatedGraph),
+        (&companion, Output::NegatedGraph),
         (&args.folded_out, Output::TwoCountFile),
     ];
     for (path, output) in outputs {
@@ -257,9 +268,21 @@ pub fn run(args: &DiffArgs) -> ExitCode {
             Output::TwoCountFile => write_two_count(&base, &new, FoldOptions::default(), w),
         });
         match written {
+            Ok(()) if output == Output::NegatedGraph && args.negated_output.is_none() => eprintln!(
+                "btprof: wrote {}: the base run's stacks, where the {vanished} function(s) \
+                 that vanished show",
+                path.display()
+            ),
             Ok(()) => eprintln!("btprof: wrote {}", path.display()),
             Err(message) => return fail(message),
         }
     }
     ExitCode::from(u8::from(diff.regressed()))
+}
+
+/// `diff.svg` -> `diff.base.svg`: where the base run's graph goes when
+/// it was not named.
+fn companion_path(graph: &Path) -> PathBuf {
+    let stem = graph.file_stem().unwrap_or_default().to_string_lossy();
+    graph.with_file_name(format!("{stem}.base.svg"))
 }

@@ -5,18 +5,20 @@
 //! colour in every run and two flamegraphs can be compared by eye.
 //!
 //! A differential flamegraph is drawn with the *new* run's stacks and
-//! widths, each frame coloured by how its samples changed: red grew, blue
-//! shrank (the base run is first scaled to the new run's total, so a
-//! longer run does not paint everything red). Code that vanished has no
-//! width in the new run and cannot be seen there; the *negated* companion
-//! swaps the runs, so it has the base run's shape, and flips the hues, so
-//! red still means "grew".
+//! widths, each frame coloured by how its total changed: red grew, blue
+//! shrank. Code that vanished has no width in the new run and cannot be
+//! seen there; the *negated* companion has the base run's shape, coloured
+//! the same way (see `differential.rs`).
+
+mod differential;
 
 use std::io::Write;
 
 use inferno::flamegraph::{self, Direction, Options};
 
-use super::folded::{write_two_count, FoldOptions};
+pub use differential::write_differential;
+
+use super::folded::FoldOptions;
 use crate::profile::Profile;
 use crate::Error;
 
@@ -133,49 +135,6 @@ impl Profile {
     }
 }
 
-/// Renders the differential flamegraph of `base` against `new` into `w`:
-/// the new run's shape, coloured by change. With `negated`, the
-/// companion: the base run's shape, so vanished code shows, hues flipped
-/// so red still means "grew".
-pub fn write_differential<W: Write>(
-    base: &Profile,
-    new: &Profile,
-    options: &FlamegraphOptions,
-    negated: bool,
-    w: W,
-) -> Result<(), Error> {
-    if base.is_empty() || new.is_empty() {
-        return Err(Error::EmptyProfile);
-    }
-    let (before, after) = if negated { (new, base) } else { (base, new) };
-    let mut lines = Vec::new();
-    let fold = FoldOptions {
-        merge_threads: options.merge_threads,
-        hide_inlined: options.hide_inlined,
-    };
-    write_two_count(before, after, fold, &mut lines)?;
-    // Every frame name came from a `str`, so this cannot fail; an error
-    // would only mean a bug here, reported rather than unwrapped.
-    let lines = String::from_utf8(lines).map_err(|e| Error::Render(e.to_string()))?;
-
-    let mut opts = options.inferno(|| {
-        format!(
-            "btprof diff: {} \u{2192} {}{}",
-            base.source_name().unwrap_or("base"),
-            new.source_name().unwrap_or("new"),
-            if negated { " (negated)" } else { "" }
-        )
-    });
-    opts.subtitle = Some(if negated {
-        "widths: the base run, so vanished code shows; red grew, blue shrank".to_owned()
-    } else {
-        "widths: the new run; red grew, blue shrank (base scaled to the new run's samples)"
-            .to_owned()
-    });
-    opts.negate_differentials = negated;
-    flamegraph::from_lines(&mut opts, lines.lines(), w).map_err(|e| Error::Render(e.to_string()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,20 +182,6 @@ mod tests {
             plain.replace("Flame Graph", ""),
             icicle.replace("Icicle", "")
         );
-    }
-
-    #[test]
-    fn differential_shows_growth_and_the_negated_view_shows_vanished_code() {
-        let base = folded("main;old 50\nmain;keep 50\n", "base");
-        let new = folded("main;fresh 50\nmain;keep 50\n", "new");
-        let style = FlamegraphOptions::default();
-        let diff = svg(|w| write_differential(&base, &new, &style, false, w));
-        assert!(diff.contains("fresh (50 samples"), "new code drawn");
-        assert!(!diff.contains("old ("), "vanished code has no width here");
-        assert!(diff.contains("btprof diff: base \u{2192} new"));
-        let negated = svg(|w| write_differential(&base, &new, &style, true, w));
-        assert!(negated.contains("old (50 samples"), "vanished code drawn");
-        assert!(negated.contains("(negated)"));
     }
 
     #[test]
