@@ -21,9 +21,10 @@ use super::{fail, output_path, read_folded_file, write_file, InputArgs};
 /// function's name, so a function looks the same in every graph.
 ///
 /// A two-count file (`frame;...;frame BEFORE AFTER`, as inferno-diff-folded
-/// and difffolded.pl write) is drawn as a differential flamegraph: the new
-/// run's stacks, red where samples grew and blue where they shrank, the
-/// base scaled to the new run's total first (as `btprof diff -o` draws).
+/// and difffolded.pl write) is drawn as a differential flamegraph, as
+/// `btprof diff -o` draws one: the new run's stacks, each frame red where
+/// its total grew and blue where it shrank, against its own share of the
+/// base run.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   btprof flamegraph btprof.folded                 writes btprof.svg
