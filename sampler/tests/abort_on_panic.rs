@@ -4,7 +4,9 @@
 //!
 //! Likewise a `thread_resume` that fails with a code that does not say the
 //! thread is gone aborts, saying so with the code: the thread may still be
-//! frozen, holding a lock the whole process needs.
+//! frozen, holding a lock the whole process needs. And a one-shot capture
+//! (a thread dump, a watchdog's backtrace) in a process that never started
+//! the sampler aborts on such a panic too.
 //!
 //! The expected outcome is the death of the process, so this test binary
 //! has no libtest harness: it runs itself again as a child process, which
@@ -18,6 +20,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
 
+use btprof_sampler::control::capture_all;
+use btprof_sampler::walker::Arch;
 use btprof_sampler::Mode;
 
 use fake_control::driving::{sampling, OWN};
@@ -27,11 +31,13 @@ const CHILD_ENV: &str = "BTPROF_ABORT_ON_PANIC_CHILD";
 const UNWOUND: &str = "child: an ordinary panic unwound";
 const SURVIVED: &str = "child: survived a panic while a thread was stopped";
 const RESUME_SURVIVED: &str = "child: survived a failed resume";
+const CAPTURE_SURVIVED: &str = "child: survived a panic while a capture held a thread";
 
 fn main() {
     match std::env::var(CHILD_ENV).as_deref() {
         Ok("panic") => child(),
         Ok("resume") => resume_child(),
+        Ok("capture") => capture_child(),
         _ => parent(),
     }
 }
@@ -41,6 +47,17 @@ fn resume_child() {
     let mut lp = sampling(FakeControl::new(OWN, vec![frozen]), Mode::Wall);
     let _ = lp.tick();
     eprintln!("{RESUME_SURVIVED}");
+    std::process::exit(0);
+}
+
+/// A capture alone, with no sampling loop ever made in this process.
+fn capture_child() {
+    let panics = FakeThread::new(10, "panics").with_fault(Fault::PanicsWhileStopped);
+    let mut fake = FakeControl::new(OWN, vec![panics]);
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        capture_all(&mut fake, Arch::X86_64, &[], |_| false)
+    }));
+    eprintln!("{CAPTURE_SURVIVED}");
     std::process::exit(0);
 }
 
@@ -92,5 +109,14 @@ fn parent() {
         "{report}"
     );
     println!("abort_on_panic: a resume failing with an unknown code aborted the child (SIGABRT)");
-    println!("abort_on_panic: 2 passed, 0 failed");
+
+    let (status, stderr, report) = run_child("capture");
+    assert!(!stderr.contains(CAPTURE_SURVIVED), "{report}");
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{report}");
+    assert!(
+        stderr.contains("aborting, because unwinding could deadlock"),
+        "{report}"
+    );
+    println!("abort_on_panic: a panic while a capture held a thread aborted the child (SIGABRT)");
+    println!("abort_on_panic: 3 passed, 0 failed");
 }

@@ -13,6 +13,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::sampling_loop::{stopped_walk, Target};
+use super::stopped::install_abort_on_panic_hook;
 use super::{never_stop, rosetta_gate, ThreadControl, ThreadError, MAX_DEPTH};
 use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
 use crate::stack_window::StackWindow;
@@ -50,12 +51,18 @@ pub fn capture_all_gated<C: ThreadControl>(
 /// one whose stop or register read fails is reported with
 /// [`NotTaken::Unreadable`] (and, having been stopped, was resumed once).
 /// Fails only if the threads cannot be listed.
+///
+/// Installs the abort-on-panic hook first, as the sampler does: a dump or
+/// a watchdog's backtrace may be the only thing in the process that ever
+/// stops a thread, and a panic while one is stopped must abort there too.
 pub fn capture_all<C: ThreadControl>(
     control: &mut C,
     arch: Arch,
     frameless: &[Range<u64>],
     skip: impl Fn(u64) -> bool,
 ) -> Result<Vec<CapturedThread>, ThreadError> {
+    // Before any thread is stopped: installing a hook allocates and locks.
+    install_abort_on_panic_hook();
     let list = control.list_threads()?;
     let own = control.current_thread();
     let mut out = Vec::new();
