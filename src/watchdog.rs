@@ -18,7 +18,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::formats::output_file::write_atomically;
 use crate::profile::{sanitize_frame, Builder};
-use crate::{backtrace, Error, FlamegraphOptions, Thread};
+use crate::thread_dump::{capture, symbolize, symbolize_captured};
+use crate::{Error, FlamegraphOptions, Thread};
 
 type Callback = Arc<dyn Fn(&Stall) + Send + Sync + 'static>;
 
@@ -432,6 +433,9 @@ fn traced() -> bool {
 }
 
 fn run(shared: &Shared, config: &Config) {
+    // Load the symbol tables before watching, not in a stall's first
+    // backtrace. A failure shows again, in that backtrace.
+    let _ = symbolize(&[]);
     let mut ongoing: HashMap<usize, Ongoing> = HashMap::new();
     // Beats before this time are treated as taken at it: moved forward
     // when the whole process was paused or a debugger held it.
@@ -540,9 +544,15 @@ fn run(shared: &Shared, config: &Config) {
                 );
             }
             if let Some(o) = ongoing.get_mut(&k) {
+                // Only the capture holds the thread, so only it is counted
+                // up to a threshold; symbolising is this thread's own work
+                // (the first time, loading symbol tables), counted whole.
                 let started = now_ms();
-                let taken = backtrace(&e.thread);
-                working += now_ms().saturating_sub(started).min(config.threshold);
+                let captured = capture(&e.thread);
+                let symbolizing = now_ms();
+                let taken = captured.and_then(|raw| symbolize_captured(&raw));
+                working += symbolizing.saturating_sub(started).min(config.threshold)
+                    + now_ms().saturating_sub(symbolizing);
                 if let Ok(bt) = taken {
                     *o.stacks.entry(fold(&bt)).or_insert(0) += 1;
                     o.backtraces += 1;

@@ -181,6 +181,57 @@ fn stall_at_stop_is_unfinished() {
     assert!(!seen[0].4, "{seen:?}");
 }
 
+/// Set in the child run of the slow-symbol-load test.
+const SLOW_SYMBOLS_CHILD: &str = "BTPROF_WATCHDOG_SLOW_SYMBOLS_CHILD";
+
+/// A first symbol load that takes three thresholds (as hundreds of images
+/// can on a Mac) is the watchdog's own work, not a pause of the whole
+/// process: one stall, finished, whether the load happens when the
+/// watchdog starts or in the stall's first backtrace.
+#[test]
+fn a_slow_first_symbol_load_is_not_taken_for_a_pause() {
+    let test = "a_slow_first_symbol_load_is_not_taken_for_a_pause";
+    if std::env::var_os(SLOW_SYMBOLS_CHILD).is_some() {
+        // A fresh process: nothing has loaded the symbol tables yet.
+        let seen: Seen = Arc::default();
+        let wd = Arc::new(watchdog(&seen, None));
+        let w = Arc::clone(&wd);
+        std::thread::spawn(move || {
+            let hb = w.watch_current_thread("stally").unwrap();
+            // Past the load, if the watchdog does it as it starts.
+            beat_for(&hb, Duration::from_millis(1500));
+            stall_here(Duration::from_millis(600));
+            beat_for(&hb, Duration::from_millis(300));
+        })
+        .join()
+        .unwrap();
+        Arc::into_inner(wd).expect("only owner").stop();
+        for (_, _, backtraces, _, finished) in seen.lock().unwrap().iter() {
+            println!("WATCHDOG-STALL {finished} {backtraces}");
+        }
+        return;
+    }
+    let _serial = serial();
+    let _hogs = Hogs::start(2);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(SLOW_SYMBOLS_CHILD, "1")
+        .env("BTPROF_TEST_SLOW_RESOLVER_MS", "750")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let stalls: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("WATCHDOG-STALL "))
+        .collect();
+    // Not random: the 600 ms spin passes the 250 ms threshold whatever
+    // the load; taken for a pause, the load cut it into an unfinished
+    // stall and a second one.
+    assert_eq!(stalls.len(), 1, "{text}");
+    assert!(stalls[0].starts_with("true "), "{text}");
+}
+
 /// Which child run a test of a whole-process pause asked for.
 const PAUSE_CHILD: &str = "BTPROF_WATCHDOG_PAUSE_CHILD";
 

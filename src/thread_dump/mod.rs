@@ -25,6 +25,7 @@ use crate::record::{thread_names, walk_ends};
 use crate::{Error, Symbolize};
 
 pub use thread::{backtrace, Thread};
+pub(crate) use thread::{capture, symbolize_captured};
 
 /// Every thread of the process (btprof's own left out) at one moment.
 #[derive(Clone, Debug)]
@@ -252,6 +253,22 @@ impl Frame {
 /// symbol tables of every module, and its cache makes the next dump cheap.
 static RESOLVER: Mutex<Option<Resolver>> = Mutex::new(None);
 
+/// Makes the first resolver build of a process take as long as
+/// [`SLOW_RESOLVER_ENV`] says, in milliseconds: how a test on Linux, whose
+/// few modules load in milliseconds, stands in for a Mac's slow first
+/// symbol load.
+fn slow_first_build_for_tests() {
+    if let Some(ms) = std::env::var(SLOW_RESOLVER_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+/// See [`slow_first_build_for_tests`].
+pub(crate) const SLOW_RESOLVER_ENV: &str = "BTPROF_TEST_SLOW_RESOLVER_MS";
+
 /// A resolver over process `pid`'s modules.
 #[cfg(target_os = "linux")]
 fn process_resolver(pid: u32) -> Result<Resolver, Error> {
@@ -264,7 +281,9 @@ fn process_resolver(_pid: u32) -> Result<Resolver, Error> {
     Err(Error::Sampler(btprof_sampler::Error::Unsupported))
 }
 
-/// Symbolises captured threads, after every one of them runs again.
+/// Symbolises captured threads, after every one of them runs again. The
+/// first call in a process builds the resolver: on a Mac, symbol tables
+/// and debug maps of hundreds of images.
 pub(crate) fn symbolize(raw: &[CapturedThread]) -> Result<Vec<ThreadBacktrace>, Error> {
     let mut guard = RESOLVER.lock().unwrap_or_else(|e| e.into_inner());
     let resolver = match guard.as_mut() {
@@ -272,7 +291,10 @@ pub(crate) fn symbolize(raw: &[CapturedThread]) -> Result<Vec<ThreadBacktrace>, 
             resolver.refresh();
             resolver
         }
-        None => guard.insert(Resolver::for_current_process().map_err(Error::Symbols)?),
+        None => {
+            slow_first_build_for_tests();
+            guard.insert(Resolver::for_current_process().map_err(Error::Symbols)?)
+        }
     };
     let mut resolved = Vec::new();
     Ok(raw

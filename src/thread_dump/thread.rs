@@ -1,5 +1,7 @@
 //! Naming one thread ahead of time, and taking its backtrace.
 
+use btprof_sampler::one_shot::CapturedThread;
+
 use crate::Error;
 
 use super::ThreadBacktrace;
@@ -92,7 +94,19 @@ impl Thread {
 /// [`super::ThreadState::Gone`], not as an error. Refused like
 /// [`super::ThreadDump::capture`] under Rosetta 2.
 pub fn backtrace(thread: &Thread) -> Result<ThreadBacktrace, Error> {
-    let raw = btprof_sampler::one_shot::capture_thread(thread.tid)?;
-    let mut threads = super::symbolize(std::slice::from_ref(&raw))?;
+    symbolize_captured(&capture(thread)?)
+}
+
+/// The first step of [`backtrace`]: the thread stopped, walked and
+/// running again. Apart from the second so that a caller can time them
+/// apart: only this one holds the thread.
+pub(crate) fn capture(thread: &Thread) -> Result<CapturedThread, Error> {
+    Ok(btprof_sampler::one_shot::capture_thread(thread.tid)?)
+}
+
+/// The second step of [`backtrace`]: `raw`'s frames symbolised, which
+/// the first time in a process includes loading the symbol tables.
+pub(crate) fn symbolize_captured(raw: &CapturedThread) -> Result<ThreadBacktrace, Error> {
+    let mut threads = super::symbolize(std::slice::from_ref(raw))?;
     Ok(threads.remove(0))
 }
