@@ -55,6 +55,10 @@ pub fn capture_all_gated<C: ThreadControl>(
 /// Installs the abort-on-panic hook first, as the sampler does: a dump or
 /// a watchdog's backtrace may be the only thing in the process that ever
 /// stops a thread, and a panic while one is stopped must abort there too.
+///
+/// Its stops take turns with every other stop in the process, a
+/// sampler's or another capture's (see `stopped.rs`): two threads that
+/// stopped each other at once would both stay stopped for good.
 pub fn capture_all<C: ThreadControl>(
     control: &mut C,
     arch: Arch,

@@ -1,6 +1,16 @@
 //! The stopped window: the guard that resumes a stopped thread on every
-//! path, and the panic hook that aborts instead of unwinding while a thread
-//! is stopped.
+//! path, the lock that makes every stop in the process take turns, and
+//! the panic hook that aborts instead of unwinding while a thread is
+//! stopped.
+//!
+//! Mach's `thread_suspend` returns once its target is off the CPU, and a
+//! thread waiting inside its own `thread_suspend` is off the CPU. So if
+//! thread A suspended B while B suspended A (two threads dumping each
+//! other, or one taking the backtrace of the other's dump), both calls
+//! would return and each thread would then stay suspended by the other,
+//! for good. Every stopped window holds [`TURNS`], so no two overlap: a
+//! thread waiting for its turn is blocked, off the CPU, and the window
+//! that holds the lock may stop it and resumes it before letting go.
 //!
 //! A stopped thread may hold any lock of the process. If the sampler
 //! panicked then, unwinding would allocate the panic payload and run the
@@ -9,7 +19,7 @@
 //! only safe way out.
 
 use std::cell::Cell;
-use std::sync::Once;
+use std::sync::{Mutex, MutexGuard, Once};
 
 use super::{Resumed, ThreadControl, ThreadError};
 use crate::stack_window::CopyMemory;
@@ -100,6 +110,11 @@ fn write_stderr(msg: &[u8]) {
     }
 }
 
+/// Held for every stopped window of the process (see the module
+/// documentation). Taken before the stop, so a wait for it never holds a
+/// thread stopped.
+static TURNS: Mutex<()> = Mutex::new(());
+
 /// A thread stopped through `C`, resumed when this is dropped.
 ///
 /// Borrowing the control mutably for the whole window means nothing else
@@ -110,12 +125,18 @@ pub(crate) struct Stopped<'c, C: ThreadControl> {
     thread: C::Thread,
     /// Set once [`Stopped::resume`] ran, so the drop does not resume again.
     resumed: bool,
+    /// This window's turn; released after the resume, as fields drop
+    /// after [`Drop::drop`].
+    _turn: MutexGuard<'static, ()>,
 }
 
 impl<'c, C: ThreadControl> Stopped<'c, C> {
     /// Stops `thread`; the returned guard resumes it. A failed stop returns
     /// the error and nothing is resumed.
     pub(crate) fn stop(control: &'c mut C, thread: C::Thread) -> Result<Self, ThreadError> {
+        // A window that panicked aborted the process or resumed its thread
+        // while unwinding, so a poisoned lock guards nothing left undone.
+        let turn = TURNS.lock().unwrap_or_else(|e| e.into_inner());
         // Marked before the call: a panic inside `stop`, after the thread
         // may already be suspended, must abort too.
         HOLDING_STOPPED.set(true);
@@ -124,6 +145,7 @@ impl<'c, C: ThreadControl> Stopped<'c, C> {
                 control,
                 thread,
                 resumed: false,
+                _turn: turn,
             }),
             Err(e) => {
                 HOLDING_STOPPED.set(false);
