@@ -374,11 +374,15 @@ pub fn capture_thread(tid: u64) -> Result<CapturedThread, Error> {
 
 /// One capture: the lock, the signal and, without a profiler, the
 /// handler installed for it (restored on drop).
+///
+/// Fields drop in the order written: the lock goes last, once the
+/// handler is restored, or the next capture would find this one's
+/// handler still installed and take it for the program's.
 struct Session {
-    shared: MutexGuard<'static, Shared>,
     sender: SignalSender,
     _handler: Option<CaptureHandler>,
     reader: BlockedStackReader,
+    shared: MutexGuard<'static, Shared>,
 }
 
 impl Session {
