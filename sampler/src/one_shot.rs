@@ -39,6 +39,9 @@ pub enum Taken {
     /// Read from outside while it stayed blocked in a system call, at the
     /// pc and stack pointer the kernel reports; never interrupted.
     FromOutside,
+    /// The calling thread, which walked its own stack where it cannot be
+    /// stopped (macOS): never interrupted.
+    Itself,
     /// Not read: see [`NotTaken`].
     NotTaken(NotTaken),
 }

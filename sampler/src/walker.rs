@@ -276,6 +276,73 @@ pub fn walk<M: StackMemory>(
     Walk { depth, lr, end }
 }
 
+/// Walks the calling thread's own frame-pointer chain up to `stack_high`,
+/// the top of the thread's stack.
+///
+/// A thread cannot be stopped from outside by itself (Mach's
+/// `thread_suspend` of the calling thread would suspend it for good), and
+/// it needs no stopping: the frames above this call do not change while
+/// it walks them, and they lie on its own mapped stack, so they are read
+/// directly, within `[its stack pointer, stack_high)`.
+///
+/// The chain starts at the frame the frame pointer holds here: this
+/// function's, or its caller's where the compiler sets this function's
+/// frame up later, only on the path that needs it (shrink-wrapping). So
+/// `out[0]` is the return address into the caller, or into the caller's
+/// caller; every frame above is walked either way.
+#[inline(never)]
+pub fn walk_calling_thread(stack_high: u64, out: &mut [u64]) -> Walk {
+    let (fp, sp): (u64, u64);
+    // SAFETY: copies the frame pointer and the stack pointer into locals;
+    // no memory is touched.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!(
+            "mov {fp}, rbp",
+            "mov {sp}, rsp",
+            fp = out(reg) fp,
+            sp = out(reg) sp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        core::arch::asm!(
+            "mov {fp}, x29",
+            "mov {sp}, sp",
+            fp = out(reg) fp,
+            sp = out(reg) sp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    let arch = Arch::host();
+    let bounds = StackBounds {
+        low: sp,
+        high: stack_high,
+    };
+    let mut memory = DirectMemory;
+    // The first frame record: the next frame pointer and the return
+    // address into the function that made this frame's call.
+    let record = (fp % 8 == 0 && bounds.holds_record(fp))
+        .then(|| memory.read_record(fp))
+        .flatten();
+    let Some([caller_fp, ret]) = record else {
+        return Walk {
+            depth: 0,
+            lr: 0,
+            end: WalkEnd::OutOfBounds,
+        };
+    };
+    let regs = Registers {
+        pc: ret,
+        fp: caller_fp,
+        sp: fp + 16,
+        lr: 0,
+    };
+    walk(arch, &regs, Some(bounds), &mut memory, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,5 +581,81 @@ mod tests {
         for end in WalkEnd::ALL {
             assert_eq!(WalkEnd::from_u8(end as u8), end);
         }
+    }
+
+    /// The top of the calling thread's stack.
+    #[cfg(target_vendor = "apple")]
+    fn own_stack_top() -> u64 {
+        // SAFETY: the calling thread's own pthread; on macOS the stack
+        // address is the stack's highest address.
+        unsafe { libc::pthread_get_stackaddr_np(libc::pthread_self()) as u64 }
+    }
+
+    /// The top of the calling thread's stack.
+    #[cfg(target_os = "linux")]
+    fn own_stack_top() -> u64 {
+        // SAFETY: an attribute object filled in for the calling thread,
+        // read and destroyed.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+            let (mut addr, mut size) = (std::ptr::null_mut(), 0);
+            assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
+            libc::pthread_attr_destroy(&mut attr);
+            addr as u64 + size as u64
+        }
+    }
+
+    // Each does something after its call, so that the call is not made a
+    // tail call: the caller's frame must still be there to be walked.
+    #[inline(never)]
+    fn calls_the_walk(top: u64, out: &mut [u64]) -> Walk {
+        let walk = walk_calling_thread(top, out);
+        std::hint::black_box(out.as_ptr());
+        walk
+    }
+
+    #[inline(never)]
+    fn one_frame_up(top: u64, out: &mut [u64]) -> Walk {
+        let walk = calls_the_walk(top, out);
+        std::hint::black_box(out.as_ptr());
+        walk
+    }
+
+    #[test]
+    fn the_calling_thread_walks_its_own_callers() {
+        let mut out = [0u64; 64];
+        let walk = one_frame_up(own_stack_top(), &mut out);
+        // Frame 0 returns into calls_the_walk (or, where the walk's own
+        // frame was not set up yet, into one_frame_up); one_frame_up's
+        // caller, this test, comes next, and the chain goes on up to the
+        // thread's start.
+        let starts = [
+            (calls_the_walk as *const () as u64, "calls_the_walk"),
+            (one_frame_up as *const () as u64, "one_frame_up"),
+            (
+                the_calling_thread_walks_its_own_callers as *const () as u64,
+                "test",
+            ),
+        ];
+        // The function an address returns into: the known start nearest
+        // below it (these are small, and the test's call is near its top).
+        let owner = |addr: u64| {
+            starts
+                .iter()
+                .filter(|&&(start, _)| start < addr && addr - start < 4096)
+                .max_by_key(|&&(start, _)| start)
+                .map_or("?", |&(_, name)| name)
+        };
+        let frames = &out[..walk.depth];
+        let names: Vec<&str> = frames.iter().map(|&a| owner(a)).collect();
+        let report = format!("{frames:#x?} {names:?} {starts:#x?}");
+        let from = usize::from(names.first() == Some(&"calls_the_walk"));
+        assert_eq!(
+            names.get(from..from + 2),
+            Some(&["one_frame_up", "test"][..]),
+            "{report}"
+        );
+        assert!(walk.depth >= from + 3, "{report}");
     }
 }

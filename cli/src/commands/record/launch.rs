@@ -55,10 +55,18 @@ enum Kernel {
     Darwin,
 }
 
-#[cfg(target_vendor = "apple")]
-const KERNEL: Kernel = Kernel::Darwin;
-#[cfg(not(target_vendor = "apple"))]
-const KERNEL: Kernel = Kernel::Linux;
+impl Kernel {
+    /// The kernel this is built for.
+    const fn host() -> Kernel {
+        if cfg!(target_vendor = "apple") {
+            Kernel::Darwin
+        } else {
+            Kernel::Linux
+        }
+    }
+}
+
+const KERNEL: Kernel = Kernel::host();
 
 /// Whether a stop signal `btprof` caught goes on to the command: not when
 /// the terminal sent it, since the command got it too. `code` is the
