@@ -235,14 +235,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
         print_missing(&gathered, pid, died);
     }
     if gathered.parts.is_empty() {
-        eprintln!(
-            "btprof: no process wrote a profile{}",
-            if died.is_some() {
-                ""
-            } else {
-                " (see the lines above)"
-            }
-        );
+        let started = !gathered.missing.is_empty();
+        let why = no_profile_why(cfg!(target_vendor = "apple"), died, started, args.duration);
+        eprintln!("btprof: no process wrote a profile{why}");
     } else {
         // Threads and inlining were applied while merging (the threads)
         // and in each process (inlining): the files take the profile as
@@ -254,6 +249,38 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
         outputs.write(&profile, &options)?;
     }
     Ok(exit_code(status))
+}
+
+/// What follows "no process wrote a profile". Where no process even
+/// started the profiler and the command did not die, on macOS the likely
+/// cause is dyld ignoring `DYLD_INSERT_LIBRARIES`, which it does without a
+/// word (on Linux the preflight refuses the programs whose loader would).
+fn no_profile_why(
+    macos: bool,
+    died: Option<i32>,
+    started: bool,
+    duration: Option<Duration>,
+) -> String {
+    if died.is_some() {
+        return String::new();
+    }
+    if started || !macos {
+        return " (see the lines above)".to_owned();
+    }
+    let late = if duration.is_some() {
+        ", or it started after --duration had run out"
+    } else {
+        ""
+    };
+    format!(
+        ": no process loaded btprof's library, unless a line above says otherwise{late}. \
+         dyld ignores DYLD_INSERT_LIBRARIES in restricted programs: Apple's own (SIP), those \
+         signed with the hardened runtime and without the \
+         com.apple.security.cs.allow-dyld-environment-variables entitlement (see \
+         `codesign -dv --entitlements - PROGRAM`) and setuid ones; and a program started \
+         through /bin/sh (system(), popen, a #! script) drops it for all it starts. For a \
+         script, name its interpreter: btprof record -- python3 script.py"
+    )
 }
 
 /// The environment that injects the library and configures it.
@@ -495,5 +522,34 @@ impl Drop for RawDir {
         if self.remove {
             let _ = std::fs::remove_dir_all(&self.path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_where_no_process_started_names_dyld_on_macos() {
+        let second = Some(Duration::from_secs(1));
+        // The command died, or some process started and said why: as before.
+        assert_eq!(no_profile_why(true, Some(9), false, None), "");
+        assert_eq!(
+            no_profile_why(true, None, true, None),
+            " (see the lines above)"
+        );
+        // Linux: the preflight refused what the loader would ignore.
+        assert_eq!(
+            no_profile_why(false, None, false, None),
+            " (see the lines above)"
+        );
+        // macOS, nothing started: dyld's silent refusals are named.
+        let why = no_profile_why(true, None, false, None);
+        assert!(
+            why.contains("DYLD_INSERT_LIBRARIES") && why.contains("codesign -dv"),
+            "{why}"
+        );
+        assert!(!why.contains("--duration"), "{why}");
+        assert!(no_profile_why(true, None, false, second).contains("after --duration"));
     }
 }
