@@ -75,7 +75,7 @@ pub fn write_differential<W: Write>(
         .map_err(|e| Error::Render(e.to_string()))?;
     let svg = String::from_utf8(svg).map_err(render)?;
     let totals = Totals::of(base, new, fold);
-    w.write_all(relabel(&svg, &totals).as_bytes())
+    w.write_all(relabel(&svg, &totals, options.inverted).as_bytes())
         .map_err(Error::Io)?;
     w.flush().map_err(Error::Io)
 }
@@ -198,14 +198,24 @@ fn frames(svg: &str) -> Vec<Frame> {
     out
 }
 
-/// `svg` with every frame's title and colour from `totals`.
-fn relabel(svg: &str, totals: &Totals) -> String {
+/// `svg` with every frame's title and colour from `totals`; `inverted`
+/// for an icicle graph, whose root row is at the top.
+fn relabel(svg: &str, totals: &Totals, inverted: bool) -> String {
     let frames = frames(svg);
-    let Some(root) = frames.iter().position(|f| f.name == "all") else {
+    // The root is `all` in the outermost row: a function may be called
+    // `all` too, but it sits on a row above the root's.
+    let y = |f: &Frame| f.y.parse::<f64>().unwrap_or(0.0);
+    let roots = frames.iter().enumerate().filter(|(_, f)| f.name == "all");
+    let root = if inverted {
+        roots.min_by(|(_, a), (_, b)| y(a).total_cmp(&y(b)))
+    } else {
+        roots.max_by(|(_, a), (_, b)| y(a).total_cmp(&y(b)))
+    };
+    let Some((root, _)) = root else {
         return svg.to_owned();
     };
     // Rows by distance from the root's row: depth 0 is the root.
-    let root_y: f64 = frames[root].y.parse().unwrap_or(0.0);
+    let root_y = y(&frames[root]);
     let mut rows: Vec<&str> = frames.iter().map(|f| f.y.as_str()).collect();
     let distance = |y: &str| (y.parse::<f64>().unwrap_or(0.0) - root_y).abs();
     rows.sort_by(|a, b| distance(a).total_cmp(&distance(b)));
@@ -430,8 +440,9 @@ mod tests {
 
     #[test]
     fn names_that_need_escaping_and_icicles_are_matched() {
-        let base = folded("t;<Vec<u8> as Drop>::drop 10\nt;a&b 10\n", "b");
-        let new = folded("t;<Vec<u8> as Drop>::drop 30\nt;a&b 10\n", "n");
+        // A function called `all`, like the graph's root, is matched too.
+        let base = folded("t;<Vec<u8> as Drop>::drop 10\nt;a&b 10\nt;all 10\n", "b");
+        let new = folded("t;<Vec<u8> as Drop>::drop 30\nt;a&b 10\nt;all 20\n", "n");
         let options = FlamegraphOptions {
             inverted: true,
             ..FlamegraphOptions::default()
@@ -440,8 +451,16 @@ mod tests {
         write_differential(&base, &new, &options, false, &mut out).unwrap();
         let svg = String::from_utf8(out).unwrap();
         let (title, _) = frame(&svg, "&lt;Vec&lt;u8&gt; as Drop&gt;::drop");
-        assert!(title.contains("50.00% \u{2192} 75.00%"), "{title}");
+        assert!(title.contains("33.33% \u{2192} 50.00%"), "{title}");
         let (title, _) = frame(&svg, "a&amp;b");
-        assert!(title.contains("50.00% \u{2192} 25.00%"), "{title}");
+        assert!(title.contains("33.33% \u{2192} 16.67%"), "{title}");
+        assert!(
+            svg.contains("<title>all (20 samples, 33.33% \u{2192} 33.33%"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<title>all (60 samples, 100.00% \u{2192} 100.00%"),
+            "{svg}"
+        );
     }
 }
