@@ -62,12 +62,14 @@ pub fn write_differential<W: Write>(
             if negated { " (negated)" } else { "" }
         )
     });
-    opts.subtitle =
-        Some(format!(
-        "widths: the {} run's samples{}; colour: each frame's total against its own base share \
-         (red grew, blue shrank, full at 2x or new)",
-        if negated { "base" } else { "new" },
-        if negated { ", so vanished code shows" } else { "" },
+    let widths = if negated {
+        "the base run's samples, so vanished code shows"
+    } else {
+        "the new run's samples"
+    };
+    opts.subtitle = Some(format!(
+        "widths: {widths}; colour: each frame's total against its own base share \
+         (red grew, blue shrank, full at 2x or new)"
     ));
     opts.negate_differentials = negated;
     let mut svg = Vec::new();
