@@ -2,72 +2,23 @@
 //! flamegraph`: exit codes, the three output formats, flamegraph files,
 //! bad input, and a real regression made with `--slow`.
 
+mod run_support;
+
 use std::fs;
-use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::Mutex;
 
 use btprof_testkit::temp_dir::TempDir;
-
+use run_support::{path_str, run_in, Run};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 
 /// Every run of the binary takes its turn. The machine has two cores:
 /// another `btprof` running beside a profiling run would be profiled as
 /// contention (and the real-run test judges how alike two profiles are).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("temp path is UTF-8")
-}
-
-/// A finished run of the binary.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// Asserts the run exited with `code` and its stdout says each of `says`.
-    fn assert_stdout(&self, code: i32, says: &[&str]) {
-        assert_eq!(self.code, Some(code), "{}", self.describe());
-        for part in says {
-            assert!(self.stdout.contains(part), "{part:?}\n{}", self.describe());
-        }
-    }
-
-    /// Asserts the run exited with `code` and its stderr says `says`.
-    fn assert_stderr(&self, code: i32, says: &str) {
-        assert_eq!(self.code, Some(code), "{}", self.describe());
-        assert!(self.stderr.contains(says), "{says:?}\n{}", self.describe());
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "exit code: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
 fn btprof(dir: &TempDir, args: &[&str]) -> Run {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(BIN)
-        .args(args)
-        .current_dir(dir.root())
-        .output()
-        .expect("run btprof");
-    Run {
-        code: status.code(),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
+    run_in(dir, args)
 }
 
 /// Folded text for a program whose `hot` function has `hot` of 10,000
@@ -86,8 +37,7 @@ fn program(hot: u64) -> String {
 }
 
 fn json(run: &Run) -> Value {
-    serde_json::from_str(&run.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{}", run.describe()))
+    run.json()
 }
 
 /// A scratch directory `name` holding `base.folded` and `new.folded`

@@ -3,68 +3,20 @@
 //! files, read from what `inferno-diff-folded` writes and written as it
 //! writes them, drawn as `inferno-flamegraph` draws them.
 
+mod run_support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use btprof_testkit::svg::flamegraph_frames;
 use btprof_testkit::temp_dir::TempDir;
-
+use run_support::{path_str, run_in, Run};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_btprof");
-
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("temp path is UTF-8")
-}
-
-/// A finished run of the binary.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// Asserts the run exited with `code` and its stdout says each of `says`.
-    fn assert_stdout(&self, code: i32, says: &[&str]) {
-        assert_eq!(self.code, Some(code), "{}", self.describe());
-        for part in says {
-            assert!(self.stdout.contains(part), "{part:?}\n{}", self.describe());
-        }
-    }
-
-    /// Asserts the run exited with `code` and its stderr says `says`.
-    fn assert_stderr(&self, code: i32, says: &str) {
-        assert_eq!(self.code, Some(code), "{}", self.describe());
-        assert!(self.stderr.contains(says), "{says:?}\n{}", self.describe());
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "exit code: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{}", self.describe()))
-    }
-}
 
 /// Runs `btprof ARGS` in `dir`.
 fn btprof(dir: &TempDir, args: &[&str]) -> Run {
-    let out = Command::new(BIN)
-        .args(args)
-        .current_dir(dir.root())
-        .output()
-        .expect("run btprof");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run_in(dir, args)
 }
 
 /// A fixture folded file of another tool's, from `tests/fixtures`.
