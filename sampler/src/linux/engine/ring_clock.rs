@@ -175,9 +175,17 @@ impl SamplerLoop {
             Ok(born) => {
                 // The events sample the threads they were opened on too:
                 // those need no timer of their own, and take no signal.
+                // Their CPU time is counted from their event's opening, not
+                // from the listing's reading just before: what they ran in
+                // between (the opening takes a while, and a busy machine
+                // may preempt the sampler thread in it) is no sample's.
                 for tid in born.parents() {
                     if let Some(state) = self.threads.get_mut(&tid) {
                         state.ring.opened_on = true;
+                        if let Some(cpu_ns) = threads::thread_cpu_ns(tid) {
+                            state.accounted_ns = Some(cpu_ns);
+                            state.read_at_ns = monotonic_ns();
+                        }
                     }
                 }
                 self.ring.events = Some(born);
