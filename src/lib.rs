@@ -130,6 +130,8 @@ pub mod analysis;
 mod error;
 pub mod formats;
 pub mod profile;
+#[cfg(feature = "push")]
+pub mod push;
 pub mod record;
 pub mod thread_dump;
 pub mod watchdog;
@@ -146,6 +148,8 @@ pub use error::Error;
 pub use formats::flamegraph::FlamegraphOptions;
 pub use formats::folded::{self as folded, FoldOptions, ReadError};
 pub use profile::{Profile, RunInfo, Stack};
+#[cfg(feature = "push")]
+pub use push::{Push, PushStats};
 pub use record::lost_samples::signal_blocked_warnings;
 pub use record::scope::{self as scope, profile_scope, ProfileScope};
 pub use record::{

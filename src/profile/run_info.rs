@@ -244,7 +244,7 @@ pub(crate) fn program_name() -> String {
 }
 
 /// The host name, or `unknown`.
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: `buf` is writable for its length; gethostname writes at most
     // that many bytes.

@@ -58,6 +58,9 @@ pub struct DumpConfig {
     pub prefix: String,
     /// How windows are symbolised (the profiler's setting).
     pub symbolize: Symbolize,
+    /// Whether windows are written to files: not when they are cut only
+    /// to be pushed.
+    pub files: bool,
 }
 
 impl Default for DumpConfig {
@@ -69,6 +72,7 @@ impl Default for DumpConfig {
             svg: false,
             prefix: default_prefix(),
             symbolize: Symbolize::default(),
+            files: true,
         }
     }
 }
@@ -101,6 +105,9 @@ pub struct DumpStats {
     pub last_error: Option<String>,
     /// The folded file of the last window written.
     pub last_written: Option<PathBuf>,
+    /// What pushing did (`None` without [`crate::ProfilerBuilder::push`]).
+    #[cfg(feature = "push")]
+    pub push: Option<crate::PushStats>,
 }
 
 /// The running dump thread and the state it shares with the profiler.
@@ -131,6 +138,8 @@ pub(crate) struct State {
     seq: u64,
     kept: VecDeque<Vec<PathBuf>>,
     stats: DumpStats,
+    #[cfg(feature = "push")]
+    pusher: Option<crate::push::Pusher>,
 }
 
 impl Dumper {
@@ -141,6 +150,7 @@ impl Dumper {
         config: DumpConfig,
         poll_signal: bool,
         resolver: Arc<SharedResolver>,
+        #[cfg(feature = "push")] pusher: Option<crate::push::Pusher>,
     ) -> Result<Dumper, Error> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -151,6 +161,8 @@ impl Dumper {
                 seq: 0,
                 kept: VecDeque::new(),
                 stats: DumpStats::default(),
+                #[cfg(feature = "push")]
+                pusher,
             }),
             wake: Condvar::new(),
             requested: AtomicBool::new(false),
@@ -177,7 +189,7 @@ impl Dumper {
     }
 
     pub(crate) fn stats(&self) -> DumpStats {
-        self.shared.lock().stats.clone()
+        self.shared.lock().stats()
     }
 
     /// The state, for a snapshot or the final window.
@@ -284,6 +296,15 @@ impl State {
             self.stats.empty += 1;
             return;
         }
+        #[cfg(feature = "push")]
+        if let Some(pusher) = &self.pusher {
+            if let Some(window) = crate::push::Window::of(&profile) {
+                pusher.add(window);
+            }
+        }
+        if !self.config.files {
+            return;
+        }
         self.seq += 1;
         match self.write(&profile) {
             Ok(paths) => {
@@ -322,8 +343,25 @@ impl State {
         Ok(Some(Profile::from_raw_with(&total, &mut resolver, how)))
     }
 
-    pub(crate) fn stats(&self) -> &DumpStats {
-        &self.stats
+    /// The counters, pushing's included.
+    pub(crate) fn stats(&self) -> DumpStats {
+        #[allow(unused_mut)]
+        let mut stats = self.stats.clone();
+        #[cfg(feature = "push")]
+        if let Some(pusher) = &self.pusher {
+            stats.push = Some(pusher.stats());
+        }
+        stats
+    }
+
+    /// Sends the windows still queued, within the push's flush timeout
+    /// (nothing to do without pushing).
+    pub(crate) fn finish_push(&mut self) {
+        #[cfg(feature = "push")]
+        if let Some(pusher) = &mut self.pusher {
+            self.stats.push = Some(pusher.finish());
+            self.pusher = None;
+        }
     }
 
     fn record_failure(&mut self, error: String) {

@@ -13,6 +13,8 @@ pub(crate) mod walk_ends;
 mod warm_up;
 
 pub use dump::DumpStats;
+#[cfg(feature = "push")]
+pub(crate) use dump::MIN_INTERVAL;
 pub(crate) use profiler::stop_dwarf_loads;
 pub use profiler::{Profiler, ProfilerBuilder};
 pub use symbolize::Symbolize;

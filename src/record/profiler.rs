@@ -26,6 +26,8 @@ pub struct ProfilerBuilder {
     symbolize: Symbolize,
     per_thread_stacks: bool,
     warm_up: bool,
+    #[cfg(feature = "push")]
+    push: Option<crate::Push>,
 }
 
 impl Default for ProfilerBuilder {
@@ -37,6 +39,8 @@ impl Default for ProfilerBuilder {
             symbolize: Symbolize::default(),
             per_thread_stacks: false,
             warm_up: true,
+            #[cfg(feature = "push")]
+            push: None,
         }
     }
 }
@@ -164,7 +168,22 @@ impl ProfilerBuilder {
     }
 
     fn dump_config(&mut self) -> &mut DumpConfig {
-        self.dump.get_or_insert_with(DumpConfig::default)
+        let dump = self.dump.get_or_insert_with(DumpConfig::default);
+        dump.files = true;
+        dump
+    }
+
+    /// Sends each window to a profile server (Grafana Pyroscope): every
+    /// [`crate::Push::interval`], the window's stacks as pprof, from a
+    /// thread of btprof's own, with a bounded queue and retries while the
+    /// server is away. [`Profiler::stop`] sends the last window, waiting
+    /// at most [`crate::Push::flush_timeout`]. With dump files too, both
+    /// are cut at one interval. Without this call, `BTPROF_PUSH_URL` (and
+    /// the variables [`crate::Push::from_env`] lists) configure it.
+    #[cfg(feature = "push")]
+    pub fn push(mut self, push: crate::Push) -> Self {
+        self.push = Some(push);
+        self
     }
 
     /// How the profile, each dump and each snapshot are symbolised: by
@@ -209,6 +228,8 @@ impl ProfilerBuilder {
         // The caller's full name for its stacks' root (see
         // `register_current_thread`).
         super::thread_names::register_current_thread();
+        #[cfg(feature = "push")]
+        let pusher = self.start_push()?;
         if let Some(dump) = &mut self.dump {
             dump.symbolize = self.symbolize;
         }
@@ -225,6 +246,8 @@ impl ProfilerBuilder {
                 config,
                 signal.is_some(),
                 resolver.clone(),
+                #[cfg(feature = "push")]
+                pusher,
             )?),
             None => None,
         };
@@ -243,8 +266,50 @@ impl ProfilerBuilder {
     }
 }
 
+#[cfg(feature = "push")]
+impl ProfilerBuilder {
+    /// Checks the push settings (or reads them from the environment) and
+    /// starts the push thread; the windows are then cut at its interval.
+    fn start_push(&mut self) -> Result<Option<crate::push::Pusher>, Error> {
+        let invalid = |msg: String| Error::Sampler(btprof_sampler::Error::InvalidConfig(msg));
+        let push = match self.push.take() {
+            Some(push) => push,
+            None => match crate::Push::from_env().map_err(invalid)? {
+                Some(push) => push,
+                None => return Ok(None),
+            },
+        };
+        let mut push = push;
+        push.hz = self.config.hz;
+        push.wall = self.config.mode == Mode::Wall;
+        push.add_own_labels();
+        push.validate().map_err(invalid)?;
+        let files = self.dump.as_ref().is_some_and(|d| d.files);
+        let dump = self.dump.get_or_insert_with(DumpConfig::default);
+        dump.files = files;
+        match dump.every {
+            None => dump.every = Some(push.interval),
+            Some(every) if every != push.interval => {
+                return Err(invalid(format!(
+                    "the dump interval ({every:?}) and the push interval ({:?}) differ: \
+                     windows are cut once for both; give them the same interval",
+                    push.interval
+                )))
+            }
+            Some(_) => {}
+        }
+        crate::push::Pusher::start(push)
+            .map(Some)
+            .map_err(Error::Io)
+    }
+}
+
 fn validate_dump(dump: &DumpConfig, signal: Option<i32>) -> Result<(), Error> {
     let invalid = |msg: String| Err(Error::Sampler(btprof_sampler::Error::InvalidConfig(msg)));
+    if !dump.files {
+        // Windows cut only to be pushed: no file setting applies.
+        return Ok(());
+    }
     if dump.every.is_none() && signal.is_none() {
         // dump_dir, keep, dump_svg or dump_prefix alone: nothing would
         // ever write a dump, which the caller surely did not mean.
@@ -374,7 +439,8 @@ impl Profiler {
             Some(dumper) => {
                 let mut state = dumper.lock();
                 state.dump_window(last);
-                let stats = state.stats().clone();
+                state.finish_push();
+                let stats = state.stats();
                 let profile = state.take_total()?.ok_or(Error::EmptyProfile)?;
                 Ok((profile, stats))
             }
