@@ -7,6 +7,7 @@
 pub mod commands;
 pub mod duration;
 pub mod outputs;
+pub mod push_args;
 pub mod selfcheck;
 pub mod thread_dump;
 pub mod workload;

@@ -13,6 +13,7 @@ use btprof::{DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler}
 use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
 use btprof_cli::outputs::{OutputOptions, Outputs};
+use btprof_cli::push_args::{self, PushArgs};
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
 use btprof_cli::workload::{Work, Workload, FUNCTIONS};
 use clap::builder::PossibleValuesParser;
@@ -53,6 +54,7 @@ use clap::{Parser, ValueEnum};
   btprof --pid-self --hz 1000 --duration 500ms --output /tmp/p.svg
   btprof --pid-self --mode wall --merge-threads
   btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5
+  btprof --pid-self --push http://localhost:4040 --service-name demo --label env=dev
   btprof --pid-self --slow beta --folded slow.folded
   btprof --pid-self --dump-threads            what each thread is doing now
   btprof dump --pid 4242                  what each thread of process 4242 is doing now
@@ -115,6 +117,9 @@ struct Args {
     /// Also write an SVG flamegraph per window (needs --dump-every).
     #[arg(long, requires = "dump_every")]
     dump_svg: bool,
+
+    #[command(flatten)]
+    push: PushArgs,
 
     /// Most distinct stacks kept; samples of further stacks are counted
     /// under a "[btprof: stack table full]" frame, so memory stays bounded.
@@ -272,7 +277,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
     let workload =
         Workload::start_with(work).map_err(|e| format!("cannot start the workload: {e}"))?;
-    let profiler = builder(args).start().map_err(|e| e.to_string())?;
+    let mut builder = builder(args);
+    if let Some(push) = args.push.push()? {
+        builder = builder.push(push);
+    }
+    let profiler = builder.start().map_err(|e| e.to_string())?;
     workload.set_recording(true);
 
     let started = Instant::now();
@@ -306,6 +315,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     outputs.write(&profile, &output_options(args))?;
     if args.dump_every.is_some() {
         print_dumps(&dumps, args);
+    }
+    if let Some(push) = &dumps.push {
+        println!("{}", push_args::summary(push));
     }
     print_summary(&profile);
     warn_if_truncated(&profile);
@@ -442,6 +454,12 @@ fn print_status(profiler: &Profiler, elapsed: Duration, args: &Args) {
         line += &format!("   {} dumps", d.written);
         if d.failed > 0 {
             line += &format!(" ({} failed)", d.failed);
+        }
+    }
+    if let Some(push) = profiler.dump_stats().push {
+        line += &format!("   {} pushed", push.pushed);
+        if push.dropped > 0 {
+            line += &format!(" ({} dropped)", push.dropped);
         }
     }
     eprint!("{line} ");

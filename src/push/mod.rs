@@ -291,18 +291,7 @@ impl Push {
             })?;
             push = push.interval(every);
         }
-        if let Some(auth) = var("BTPROF_PUSH_BASIC_AUTH") {
-            let (user, password) = auth
-                .split_once(':')
-                .ok_or("BTPROF_PUSH_BASIC_AUTH: expected USER:PASSWORD")?;
-            push = push.basic_auth(user, password);
-        }
-        if let Some(token) = var("BTPROF_PUSH_TOKEN") {
-            push = push.bearer_token(token);
-        }
-        if let Some(tenant) = var("BTPROF_PUSH_TENANT") {
-            push = push.tenant(tenant);
-        }
+        push = push.credentials_from_vars(&var)?;
         match var("BTPROF_PUSH_PROTOCOL").as_deref() {
             None | Some("push") => {}
             Some("ingest") => push = push.protocol(Protocol::LegacyIngest),
@@ -315,9 +304,38 @@ impl Push {
         Ok(Some(push))
     }
 
+    /// Takes the credentials and the tenant from `BTPROF_PUSH_BASIC_AUTH`
+    /// (`user:password`), `BTPROF_PUSH_TOKEN` and `BTPROF_PUSH_TENANT`
+    /// where set: a command line can then keep secrets out of its
+    /// arguments, which the process list shows.
+    pub fn credentials_from_env(self) -> Result<Push, String> {
+        self.credentials_from_vars(&|name: &str| std::env::var(name).ok())
+    }
+
+    fn credentials_from_vars(
+        mut self,
+        var: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Push, String> {
+        if let Some(auth) = var("BTPROF_PUSH_BASIC_AUTH") {
+            let (user, password) = auth
+                .split_once(':')
+                .ok_or("BTPROF_PUSH_BASIC_AUTH: expected USER:PASSWORD")?;
+            self = self.basic_auth(user, password);
+        }
+        if let Some(token) = var("BTPROF_PUSH_TOKEN") {
+            self = self.bearer_token(token);
+        }
+        if let Some(tenant) = var("BTPROF_PUSH_TENANT") {
+            self = self.tenant(tenant);
+        }
+        Ok(self)
+    }
+
     /// Checks what can be checked before anything starts: the URL's
     /// scheme, the labels (against the server's rules), the numbers.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// [`crate::ProfilerBuilder::start`] does; a command line that hands
+    /// the settings to another process checks them first with this.
+    pub fn validate(&self) -> Result<(), String> {
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
             return Err(format!(
                 "push URL {:?} must start with http:// or https://",

@@ -6,6 +6,8 @@
 //! Its messages are its own, written from `api/push/v1/push.proto`, not
 //! btprof's, so a field number wrong in btprof fails here.
 
+#![allow(dead_code)]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -20,6 +20,7 @@ use clap::{Args, ValueEnum};
 use super::{fail, EXIT_BAD_INPUT};
 use crate::duration::parse_duration;
 use crate::outputs::{OutputOptions, Outputs};
+use crate::push_args::PushArgs;
 
 /// Profile a program: btprof record -- CMD [ARGS...]
 ///
@@ -44,7 +45,8 @@ use crate::outputs::{OutputOptions, Outputs};
   btprof record -- ./my-program --its-flag       writes btprof.svg and btprof.folded
   btprof record --hz 500 -o run.svg -- python3 script.py
   btprof record --no-follow -- make               only make's own process
-  btprof record --duration 10s --pprof run.pb.gz -- ./server")]
+  btprof record --duration 10s --pprof run.pb.gz -- ./server
+  btprof record --push http://localhost:4040 --service-name api --label env=dev -- ./server")]
 pub struct RecordArgs {
     /// Samples per second per thread (of its CPU time in cpu mode).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=20_000))]
@@ -127,6 +129,11 @@ pub struct RecordArgs {
     #[arg(long, short)]
     pub quiet: bool,
 
+    /// Each process pushes its windows itself (a `pid` label tells them
+    /// apart); problems are said on CMD's stderr.
+    #[command(flatten)]
+    pub push: PushArgs,
+
     /// The command to profile, and its arguments.
     #[arg(
         required = true,
@@ -186,6 +193,10 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
                 clock.clock().short_name()
             ));
         }
+    }
+    // Checked here, once, rather than in every process it would fail in.
+    if let Some(push) = args.push.push()? {
+        push.validate()?;
     }
     preflight::check(program)?;
     let library = library::find()?;
@@ -314,6 +325,9 @@ fn configure(command: &mut Command, args: &RecordArgs, library: &Path, dir: &Pat
         .env_remove(env::PARENT);
     if let Some(signal) = args.signal {
         command.env(env::SIGNAL, signal.to_string());
+    }
+    for (name, value) in args.push.env() {
+        command.env(name, value);
     }
     match (args.clock, args.no_thread_timers) {
         (Some(clock), _) => {
