@@ -43,7 +43,10 @@ impl Window {
             end_unix_nanos: start + info.map_or(0, |i| nanos(i.duration_secs)),
             samples: profile.total_samples(),
             id: random_uuid(),
-            clock: info.map_or_else(String::new, |i| i.clock.clone()),
+            // The names `--clock` takes (`perf`, `posix`, `thread`).
+            clock: info
+                .and_then(|i| btprof_sampler::SampleClock::from_name(&i.clock))
+                .map_or_else(String::new, |c| c.short_name().to_owned()),
         })
     }
 }
