@@ -1,12 +1,23 @@
 //! The profile of this process: started once per program image, written
 //! once when it ends (or before it `exec`s, or at the deadline), only by
 //! the process that started it.
+//!
+//! Starting is two steps, so that the exit hook is in place before
+//! anything says the process is profiled: [`prepare`] reads the settings
+//! and names the files, synchronously, before the program can exit; the
+//! caller then registers the exit hook, and only then [`begin`] writes
+//! the start marker and starts the profiler (on macOS from a thread that
+//! runs beside `main`). A process that exits while [`begin`] is still
+//! running waits for it a moment ([`finish_at_exit`]); if it is still
+//! not done, the process leaves an `.early` file, and `btprof record`
+//! reports it as having exited during btprof's start-up instead of
+//! taking it for one killed without `exit`.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use btprof::formats::output_file::write_atomically;
 use btprof::formats::process_record::ProcessRecord;
@@ -27,6 +38,24 @@ static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 static SEQ: AtomicU32 = AtomicU32::new(0);
 /// Problems already reported, so each is said once per process.
 static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+/// The files' stem [`prepare`] chose, until [`begin`] is done with it,
+/// and whether a start is under way (from [`prepare`] to the end of
+/// [`begin`]), with the condition [`finish_at_exit`] waits on.
+static STARTING: Mutex<Starting> = Mutex::new(Starting {
+    stem: None,
+    under_way: false,
+});
+static START_DONE: Condvar = Condvar::new();
+
+/// How long an exiting process waits for a start under way: longer than
+/// any start takes (a few milliseconds), short enough that a start stuck
+/// behind a lock the exit holds costs no more.
+const START_PATIENCE: Duration = Duration::from_secs(1);
+
+struct Starting {
+    stem: Option<PathBuf>,
+    under_way: bool,
+}
 
 struct Session {
     profiler: Profiler,
@@ -70,9 +99,11 @@ pub fn is_owner() -> bool {
     owner != 0 && owner == pid()
 }
 
-/// Reads the settings and starts profiling this process; `false` when it
-/// is not to be profiled or cannot be (said on stderr).
-pub fn start() -> bool {
+/// Reads the settings and names this process's files; `false` when it is
+/// not to be profiled (or the settings do not parse, said on stderr).
+/// Writes nothing: the caller registers the exit hook, then calls
+/// [`begin`].
+pub fn prepare() -> bool {
     let config = match Config::from_env() {
         Ok(Some(config)) => config,
         Ok(None) => return false,
@@ -85,11 +116,35 @@ pub fn start() -> bool {
         // Started after --duration ran out: nothing to sample.
         return false;
     }
+    let stem = next_stem(&config.dir);
     if CONFIG.set(config).is_err() {
         return false;
     }
     OWNER_PID.store(pid(), Ordering::Release);
-    begin()
+    *lock(&STARTING) = Starting {
+        stem: Some(stem),
+        under_way: true,
+    };
+    true
+}
+
+/// `DIR/PID-NANOS-SEQ`, new for each profile of this program image.
+fn next_stem(dir: &Path) -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("{}-{nanos}-{seq}", pid()))
+}
+
+/// Ends the start under way, whatever its outcome, and wakes an exit
+/// waiting for it.
+fn start_done() {
+    *lock(&STARTING) = Starting {
+        stem: None,
+        under_way: false,
+    };
+    START_DONE.notify_all();
 }
 
 /// The settings, once [`start`] read them.
@@ -98,16 +153,28 @@ pub fn config() -> Option<&'static Config> {
 }
 
 /// Starts a profiler for this program image (again after a failed
-/// `exec`).
+/// `exec`), in the files [`prepare`] named if they are not used yet.
 pub fn begin() -> bool {
+    let started = start_profiler();
+    start_done();
+    started
+}
+
+/// Says that the start [`prepare`] got ready will not happen (its thread
+/// could not be started). macOS only: Linux starts on the main thread.
+#[cfg(target_os = "macos")]
+pub fn abandon_start(why: impl std::fmt::Display) {
+    say_once("start", format_args!("not profiling this process: {why}"));
+    start_done();
+}
+
+fn start_profiler() -> bool {
     let Some(config) = CONFIG.get() else {
         return false;
     };
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let stem = config.dir.join(format!("{}-{nanos}-{seq}", pid()));
+    // Left in place for an exit that comes before this is done.
+    let prepared = lock(&STARTING).stem.clone();
+    let stem = prepared.unwrap_or_else(|| next_stem(&config.dir));
     // The marker tells `btprof record` that this process was profiled, so
     // a process that never writes its profile (`_exit`, SIGKILL) is
     // reported as missing; it also proves the directory writable before
@@ -136,16 +203,27 @@ pub fn begin() -> bool {
             let _ = std::fs::remove_file(stem.with_extension("started"));
             // The sampler's advice names its own option; here the choice
             // is `btprof record`'s.
-            let hint = match e {
-                btprof::Error::Sampler(btprof_sampler::Error::SignalInUse(_)) => {
-                    " (btprof record --signal N picks another)"
-                }
-                _ => "",
-            };
-            say_once(
-                "start",
-                format_args!("not profiling this process: {e}{hint}"),
-            );
+            match e {
+                // The sampler's message says to run the arm64 build: a
+                // child here is whatever the command started.
+                btprof::Error::Sampler(btprof_sampler::Error::Rosetta) => say_once(
+                    "start",
+                    format_args!(
+                        "not profiling this process: it is an x86_64 program running under \
+                         Rosetta 2, where suspending its threads can hang it (set {}=1 to \
+                         profile it anyway at that risk); processes of the native architecture \
+                         it starts are profiled",
+                        btprof_sampler::ALLOW_ROSETTA_ENV
+                    ),
+                ),
+                btprof::Error::Sampler(btprof_sampler::Error::SignalInUse(_)) => say_once(
+                    "start",
+                    format_args!(
+                        "not profiling this process: {e} (btprof record --signal N picks another)"
+                    ),
+                ),
+                _ => say_once("start", format_args!("not profiling this process: {e}")),
+            }
             false
         }
     }
@@ -230,6 +308,42 @@ pub fn finish(ended_by: &str) -> bool {
         ),
     }
     true
+}
+
+/// The exit hook's work: writes the profile, after waiting at most
+/// [`START_PATIENCE`] for a start still under way (on macOS it runs
+/// beside `main`, which may return first). A process whose start is
+/// still not done leaves `STEM.early`, its name in it, so that `btprof
+/// record` can say it exited during start-up.
+pub fn finish_at_exit() {
+    if !is_owner() {
+        return;
+    }
+    let give_up = std::time::Instant::now() + START_PATIENCE;
+    let mut starting = lock(&STARTING);
+    while starting.under_way {
+        let left = give_up.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        starting = START_DONE
+            .wait_timeout(starting, left)
+            .map_or_else(|e| e.into_inner().0, |(guard, _)| guard);
+    }
+    // The files of a start still under way (a session it stores from
+    // now on is written by `finish`, below).
+    let pending = if starting.under_way {
+        starting.stem.clone()
+    } else {
+        None
+    };
+    drop(starting);
+    if finish("exit") {
+        return;
+    }
+    if let Some(stem) = pending {
+        let _ = std::fs::write(stem.with_extension("early"), process_name());
+    }
 }
 
 /// Says, in one line, which threads lost most of their samples because

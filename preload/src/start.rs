@@ -14,21 +14,27 @@
 //!
 //! macOS has no such entry point to interpose through
 //! `DYLD_INSERT_LIBRARIES` without an interpose section; there a
-//! constructor starts one thread and returns at once, and that thread
-//! starts the profiler (waiting for dyld's lock, if it must, until the
-//! initialisers are done, but never holding anyone up).
+//! constructor reads the settings and registers the `atexit` handler
+//! (nothing that waits for anyone), starts one thread and returns at
+//! once, and that thread writes the start marker and starts the profiler
+//! (waiting for dyld's lock, if it must, until the initialisers are done,
+//! but never holding anyone up). The handler is registered before the
+//! marker is written on both systems, so a process that exits while the
+//! thread is still starting the profiler is caught by it
+//! (`session::finish_at_exit`).
 
 use crate::{session, signals};
 
-/// Starts profiling this process if `btprof record` asked for it, and
-/// arranges for the profile to be written at exit.
-fn start_profiling() {
-    let started = std::panic::catch_unwind(session::start).unwrap_or(false);
-    if !started {
-        return;
+/// The synchronous half of starting, run before the program's code can
+/// exit: reads the settings and registers the exit hook, so that a
+/// process that exits at once still writes its profile (or says it
+/// exited during start-up). `true` when [`begin`] is to follow.
+fn prepare() -> bool {
+    if !std::panic::catch_unwind(session::prepare).unwrap_or(false) {
+        return false;
     }
-    let deadline = session::config().and_then(|c| c.deadline);
-    signals::start(deadline);
+    // Before the start marker exists: a process with a marker always has
+    // its exit hook.
     // SAFETY: registers a plain `extern "C" fn()`; atexit has no other
     // preconditions.
     if unsafe { libc::atexit(at_exit) } != 0 {
@@ -38,12 +44,23 @@ fn start_profiling() {
              SIGINT and SIGTERM",
         );
     }
+    true
+}
+
+/// The rest: writes the start marker, starts the profiler and the helper
+/// thread that takes SIGINT/SIGTERM and the deadline.
+fn begin() {
+    if !std::panic::catch_unwind(session::begin).unwrap_or(false) {
+        return;
+    }
+    let deadline = session::config().and_then(|c| c.deadline);
+    signals::start(deadline);
 }
 
 /// Writes the profile when the process exits (`exit`, return from
 /// `main`). Never unwinds into the C library.
 extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(|| session::finish("exit"));
+    let _ = std::panic::catch_unwind(session::finish_at_exit);
 }
 
 #[cfg(target_os = "linux")]
@@ -107,7 +124,9 @@ mod linux {
         argv: *mut *mut c_char,
         envp: *mut *mut c_char,
     ) -> c_int {
-        super::start_profiling();
+        if super::prepare() {
+            super::begin();
+        }
         let main = REAL_MAIN.load(Ordering::Relaxed);
         // SAFETY: stored from the `main` the C start code passed, which
         // has this type.
@@ -119,12 +138,21 @@ mod linux {
 
 #[cfg(target_os = "macos")]
 mod macos {
-    /// Runs as the image's initialiser: starts the thread that starts the
-    /// profiler, and returns.
+    /// Runs as the image's initialiser: reads the settings and registers
+    /// the exit hook here, before `main` can run (let alone exit), then
+    /// starts the thread that starts the profiler, and returns.
     extern "C" fn on_load() {
-        let _ = std::thread::Builder::new()
-            .name("btprof-record-start".into())
-            .spawn(super::start_profiling);
+        let _ = std::panic::catch_unwind(|| {
+            if !super::prepare() {
+                return;
+            }
+            let spawned = std::thread::Builder::new()
+                .name("btprof-record-start".into())
+                .spawn(super::begin);
+            if let Err(e) = spawned {
+                crate::session::abandon_start(format_args!("cannot start a thread: {e}"));
+            }
+        });
     }
 
     #[used]

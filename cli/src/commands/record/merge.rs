@@ -2,7 +2,7 @@
 //! profile, each process under a root frame of its own: `name (pid)`, or
 //! `name` with `--merge-processes`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -19,10 +19,16 @@ pub struct Part {
 }
 
 /// A process that started profiling and wrote nothing.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Missing {
     pub pid: u32,
     pub name: String,
+    /// It exited while the library was still starting the profiler in it
+    /// (it left an `.early` file).
+    pub exited_in_start_up: bool,
+    /// A later program image of the same pid started profiling: this one
+    /// called `exec` without writing its profile.
+    pub execed: bool,
 }
 
 /// What the processes left in `dir`.
@@ -34,29 +40,52 @@ pub struct Gathered {
     pub unreadable: Vec<String>,
 }
 
+/// What one `PID-NANOS-SEQ` stem left: its files' extensions.
+#[derive(Default)]
+struct Left {
+    json: bool,
+    started: bool,
+    early: bool,
+}
+
+/// The pid and start time (nanoseconds since the epoch) a stem names.
+fn pid_and_nanos(stem: &Path) -> (u32, u128) {
+    let mut parts = stem
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .split('-');
+    let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let nanos = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (pid, nanos)
+}
+
 /// Reads `dir`: every `*.json` process record with its folded file, and
-/// every `*.started` marker no profile followed.
+/// every `*.started` marker (or `*.early` note) no profile followed.
 pub fn gather(dir: &Path) -> Gathered {
     let mut out = Gathered::default();
     let Ok(entries) = fs::read_dir(dir) else {
         return out;
     };
-    let mut stems: Vec<(PathBuf, bool)> = Vec::new();
+    let mut stems: BTreeMap<PathBuf, Left> = BTreeMap::new();
     for entry in entries.flatten() {
         let path = entry.path();
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("json") => stems.push((path.with_extension(""), true)),
-            Some("started") => stems.push((path.with_extension(""), false)),
-            _ => {}
-        }
+        let kind = path.extension().and_then(|e| e.to_str());
+        let (json, started, early) = match kind {
+            Some("json") => (true, false, false),
+            Some("started") => (false, true, false),
+            Some("early") => (false, false, true),
+            _ => continue,
+        };
+        let left = stems.entry(path.with_extension("")).or_default();
+        left.json |= json;
+        left.started |= started;
+        left.early |= early;
     }
-    let written: HashSet<PathBuf> = stems
-        .iter()
-        .filter(|(_, json)| *json)
-        .map(|(s, _)| s.clone())
-        .collect();
-    for (stem, json) in stems {
-        if json {
+    // Every program image that started, by pid, for telling an `exec`.
+    let images: Vec<(u32, u128)> = stems.keys().map(|s| pid_and_nanos(s)).collect();
+    for (stem, left) in &stems {
+        if left.json {
             match ProcessRecord::read(&stem.with_extension("json")) {
                 Ok(record) => out.parts.push(Part {
                     record,
@@ -64,15 +93,16 @@ pub fn gather(dir: &Path) -> Gathered {
                 }),
                 Err(e) => out.unreadable.push(e.to_string()),
             }
-        } else if !written.contains(&stem) {
-            let name = fs::read_to_string(stem.with_extension("started")).unwrap_or_default();
-            let pid = stem
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.split('-').next())
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
-            out.missing.push(Missing { pid, name });
+        } else if left.started || left.early {
+            let file = if left.started { "started" } else { "early" };
+            let name = fs::read_to_string(stem.with_extension(file)).unwrap_or_default();
+            let (pid, nanos) = pid_and_nanos(stem);
+            out.missing.push(Missing {
+                pid,
+                name,
+                exited_in_start_up: left.early,
+                execed: images.iter().any(|&(p, n)| p == pid && n > nanos),
+            });
         }
     }
     out.parts.sort_by(|a, b| {
@@ -276,6 +306,44 @@ mod tests {
             },
             folded: PathBuf::new(),
         }
+    }
+
+    /// A marker no profile followed is missing; one with an `.early` note
+    /// (or the note alone) exited during start-up; one whose pid has a
+    /// later image called `exec`.
+    #[test]
+    fn missing_processes_say_whether_they_exited_early_or_execed() {
+        let dir = std::env::temp_dir().join(format!("btprof-gather-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let files = [
+            ("10-100-0.started", "old"),
+            ("10-200-0.started", "new"),
+            ("11-100-0.started", "quick"),
+            ("11-100-0.early", "quick"),
+            ("12-100-0.early", "quicker"),
+            ("13-100-0.started", "killed"),
+        ];
+        for (file, name) in files {
+            fs::write(dir.join(file), name).unwrap();
+        }
+        let gathered = gather(&dir);
+        fs::remove_dir_all(&dir).unwrap();
+        let missing = |pid, name: &str, early, execed| Missing {
+            pid,
+            name: name.into(),
+            exited_in_start_up: early,
+            execed,
+        };
+        assert_eq!(
+            gathered.missing,
+            [
+                missing(10, "old", false, true),
+                missing(10, "new", false, false),
+                missing(11, "quick", true, false),
+                missing(12, "quicker", true, false),
+                missing(13, "killed", false, false),
+            ]
+        );
     }
 
     /// Each name once, and past the first few a count of the rest.

@@ -479,14 +479,49 @@ fn say_perf_refused(gathered: &merge::Gathered, args: &RecordArgs) {
 /// One line per process that was profiled and wrote no profile.
 fn print_missing(gathered: &merge::Gathered, child: u32, died: Option<i32>) {
     for m in &gathered.missing {
-        let why = match died {
-            Some(signal) if m.pid == child => format!("it died of {}", launch::signal_name(signal)),
-            _ if process_alive(m.pid) => {
-                "it is still running (started by CMD, not waited for)".to_owned()
-            }
-            _ => "it ended without exit: _exit, SIGKILL or a fatal signal".to_owned(),
-        };
+        let macos = cfg!(target_vendor = "apple");
+        let why = missing_why(m, child, died, process_alive(m.pid), macos);
         eprintln!("btprof: no profile from {} ({}): {why}", m.name, m.pid);
+    }
+}
+
+/// Why process `m` wrote no profile: `child` is the command's pid,
+/// `died` the signal it died of, `alive` whether `m` still runs. On macOS
+/// neither `exec` nor `_exit` is interposed, so a process ending either
+/// way writes nothing, and the last reason names both.
+fn missing_why(
+    m: &merge::Missing,
+    child: u32,
+    died: Option<i32>,
+    alive: bool,
+    macos: bool,
+) -> String {
+    match died {
+        Some(signal) if m.pid == child && !m.execed => {
+            return format!("it died of {}", launch::signal_name(signal));
+        }
+        _ => {}
+    }
+    if m.exited_in_start_up {
+        "it exited while btprof was still starting in it, before its first sample".to_owned()
+    } else if m.execed {
+        let lost = if macos {
+            " (exec is not intercepted on macOS)"
+        } else {
+            " (through a call btprof does not intercept)"
+        };
+        format!(
+            "it called exec before writing it{lost}, so its samples before the exec are lost; \
+             the new program's are under the same pid"
+        )
+    } else if alive {
+        "it is still running (started by CMD, not waited for)".to_owned()
+    } else if macos {
+        "it ended without exit: exec of a program btprof did not profile, _exit, SIGKILL or a \
+         fatal signal"
+            .to_owned()
+    } else {
+        "it ended without exit: _exit, SIGKILL or a fatal signal".to_owned()
     }
 }
 
@@ -542,6 +577,38 @@ impl Drop for RawDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_profile_names_an_early_exit_and_an_exec() {
+        let m = |pid, early, execed| merge::Missing {
+            pid,
+            name: "p".into(),
+            exited_in_start_up: early,
+            execed,
+        };
+        let why = |m: &merge::Missing, died, alive, macos| missing_why(m, 7, died, alive, macos);
+        assert_eq!(
+            why(&m(7, false, false), Some(9), false, false),
+            "it died of SIGKILL"
+        );
+        // The command's old image, replaced by one that then died.
+        assert!(why(&m(7, false, true), Some(9), false, true).starts_with("it called exec"));
+        for macos in [false, true] {
+            let early = why(&m(8, true, false), None, false, macos);
+            assert!(early.contains("while btprof was still starting"), "{early}");
+            let execed = why(&m(8, false, true), None, false, macos);
+            assert!(execed.contains("called exec"), "{execed}");
+            assert_eq!(
+                execed.contains("macOS"),
+                macos,
+                "{execed}: only macOS never intercepts exec"
+            );
+            let running = why(&m(8, false, false), None, true, macos);
+            assert!(running.contains("still running"), "{running}");
+        }
+        assert!(!why(&m(8, false, false), None, false, false).contains("exec"));
+        assert!(why(&m(8, false, false), None, false, true).contains("exec of a program"));
+    }
 
     #[test]
     fn a_run_where_no_process_started_names_dyld_on_macos() {
