@@ -13,6 +13,17 @@
 //! fresh build of optimised crates gains nothing from it): a quarter
 //! less time than a plain dev build, and a smaller executable.
 //!
+//! On macOS the library is universal: built for arm64 and x86_64 and
+//! joined into one file (`build/universal.rs`), because dyld kills a
+//! process whose inserted library has no slice for its architecture, and
+//! a command on Apple silicon may start x86_64 programs (Intel Homebrew
+//! under `/usr/local`, older tools). Where the other architecture's
+//! standard library is not installed, the build says so in a warning and
+//! embeds the host's alone; `btprof record` then refuses an x86_64
+//! command and warns that x86_64 children would be killed. (arm64e, which
+//! Apple's own programs run as, needs a nightly compiler's `build-std`:
+//! not built.)
+//!
 //! Nothing is embedded (and `btprof record` looks for the library beside
 //! the executable or in `BTPROF_PRELOAD`) when cross-compiling (there may
 //! be no linker for the nested build; `scripts/check-macos` only checks
@@ -23,6 +34,12 @@ use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "build/universal.rs"]
+mod universal;
+
+/// The Apple targets the universal library is built for.
+const APPLE_TARGETS: [&str; 2] = ["aarch64-apple-darwin", "x86_64-apple-darwin"];
 
 fn main() {
     println!("cargo:rerun-if-env-changed=BTPROF_EMBED_PRELOAD");
@@ -77,33 +94,81 @@ fn build_preload(workspace: &Path, out: &Path) -> Option<PathBuf> {
     let profile_dir = out.ancestors().nth(3)?;
     let target_dir = profile_dir.join("btprof-preload");
     let release = var("PROFILE") == "release";
+    let built = |triple: Option<&str>| {
+        let mut dir = target_dir.clone();
+        if let Some(triple) = triple {
+            dir.push(triple);
+        }
+        dir.join(if release { "release" } else { "debug" })
+            .join(file)
+    };
+    if !target.contains("apple") {
+        nested_build(workspace, &target_dir, release, &[]).unwrap_or_else(|e| panic!("{e}"));
+        return Some(built(None));
+    }
+    if let Err(e) = nested_build(workspace, &target_dir, release, &APPLE_TARGETS) {
+        let first = e
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or("")
+            .to_owned();
+        println!(
+            "cargo:warning=the preload library was not built for both arm64 and x86_64 ({first}); \
+             embedding the {target} one alone, so `btprof record` cannot profile programs of \
+             the other architecture (rustup target add {} and rebuild)",
+            APPLE_TARGETS.join(" ")
+        );
+        nested_build(workspace, &target_dir, release, &[&target]).unwrap_or_else(|e| panic!("{e}"));
+        return Some(built(Some(&target)));
+    }
+    let slices: Vec<Vec<u8>> = APPLE_TARGETS
+        .iter()
+        .map(|t| {
+            let path = built(Some(t));
+            fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect();
+    let joined = universal::universal(&slices).unwrap_or_else(|e| panic!("{e}"));
+    let lib = out.join(file);
+    fs::write(&lib, joined).expect("write into OUT_DIR");
+    Some(lib)
+}
+
+/// Builds the library in `target_dir`, for `targets` (the host when
+/// empty); the error is cargo's output.
+fn nested_build(
+    workspace: &Path,
+    target_dir: &Path,
+    release: bool,
+    targets: &[&str],
+) -> Result<(), String> {
     let profile = if release { "RELEASE" } else { "DEV" };
     let mut cargo = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cargo
         .args(["build", "--lib", "-p", "btprof-preload", "--manifest-path"])
         .arg(workspace.join("Cargo.toml"))
         .arg("--target-dir")
-        .arg(&target_dir)
+        .arg(target_dir)
         .env(format!("CARGO_PROFILE_{profile}_DEBUG"), "false")
         .env(format!("CARGO_PROFILE_{profile}_STRIP"), "debuginfo")
         .env("CARGO_INCREMENTAL", "0")
         // A plain build, whatever wraps the outer one.
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("CARGO_TARGET_DIR");
+    for target in targets {
+        cargo.args(["--target", target]);
+    }
     if release {
         cargo.arg("--release");
     }
     let output = cargo.output().expect("run cargo for the preload library");
     if !output.status.success() {
-        panic!(
+        return Err(format!(
             "building the preload library failed:\n{}",
             String::from_utf8_lossy(&output.stderr)
-        );
+        ));
     }
-    let lib = target_dir
-        .join(if release { "release" } else { "debug" })
-        .join(file);
-    Some(lib)
+    Ok(())
 }
 
 /// FNV-1a, 64 bits: names the extracted copy by its content.
