@@ -2,8 +2,13 @@
 //! linked program, and the processes it starts, by preloading btprof's
 //! sampler into them (see `docs/record.md`).
 
+// The Mach-O checks run on macOS only, and are tested everywhere.
+#[cfg(any(target_os = "macos", test))]
+mod dyld_rules;
 mod launch;
 mod library;
+#[cfg(any(target_os = "macos", test))]
+mod macho;
 mod merge;
 mod preflight;
 
@@ -198,8 +203,10 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
     if let Some(push) = args.push.push()? {
         push.validate()?;
     }
-    preflight::check(program)?;
     let library = library::find()?;
+    for note in preflight::check(program, &library, !args.no_follow)? {
+        eprintln!("btprof: {note}");
+    }
     // The outputs first: a typo in a path costs nothing.
     let outputs = Outputs::create(&args.folded, &args.output, args.pprof.as_deref())?;
     let raw = RawDir::create(args.raw_dir.as_deref())?;

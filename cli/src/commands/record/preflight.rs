@@ -3,7 +3,11 @@
 //! setgid one (the loader ignores `LD_PRELOAD` for them), a 32-bit one
 //! (a 64-bit library cannot load into it), and on macOS a program that
 //! System Integrity Protection covers (dyld strips
-//! `DYLD_INSERT_LIBRARIES` for it).
+//! `DYLD_INSERT_LIBRARIES` for it), one whose architecture btprof's
+//! library lacks (dyld would kill it) and one whose code signature makes
+//! dyld ignore or refuse the library (`dyld_rules.rs` decides, from the
+//! file). A `#!` script whose interpreter is refused is told to run the
+//! interpreter directly, on macOS.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -11,13 +15,29 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+#[cfg(target_os = "macos")]
+use super::dyld_rules;
+#[cfg(target_os = "macos")]
+use super::macho::Arch;
+
 /// The program `command` runs (searched in `PATH` as the shell would),
-/// checked; the error says why it cannot be profiled and what to do.
-pub fn check(command: &OsStr) -> Result<PathBuf, String> {
+/// checked for preloading `library` into it (and, `following`, into the
+/// processes it starts); the error says why it cannot be profiled and
+/// what to do. `Ok` holds lines to print before it runs (macOS: a
+/// program under Rosetta 2, a library lacking an architecture).
+pub fn check(command: &OsStr, library: &Path, following: bool) -> Result<Vec<String>, String> {
     let path = resolve(command)
         .ok_or_else(|| format!("{}: command not found", command.to_string_lossy()))?;
-    check_file(&path, 0)?;
-    Ok(path)
+    let context = Context { library, following };
+    check_file(&path, 0, &context)
+}
+
+/// What the checks of one program need besides its file.
+struct Context<'a> {
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+    library: &'a Path,
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+    following: bool,
 }
 
 /// The file `command` names: itself when it has a `/`, else the first
@@ -36,7 +56,9 @@ fn resolve(command: &OsStr) -> Option<PathBuf> {
         })
 }
 
-fn check_file(path: &Path, depth: u32) -> Result<(), String> {
+// Only the macOS checks read the context.
+#[cfg_attr(not(target_os = "macos"), allow(clippy::only_used_in_recursion))]
+fn check_file(path: &Path, depth: u32, context: &Context) -> Result<Vec<String>, String> {
     let shown = path.display();
     let meta = fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
     if meta.permissions().mode() & 0o6000 != 0 {
@@ -52,18 +74,35 @@ fn check_file(path: &Path, depth: u32) -> Result<(), String> {
     let mut file = fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
     let n = read_up_to(&mut file, &mut head).map_err(|e| format!("{shown}: {e}"))?;
     let head = &head[..n];
-    if let Some(interpreter) = shebang(head) {
+    if let Some((interpreter, argument)) = shebang(head) {
         // A script: what runs is its interpreter (one level is enough for
         // `#!/usr/bin/env python3`, whose `env` then runs the real one,
         // itself checked by nothing but usually dynamic).
         if depth > 2 {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        return check_file(&interpreter, depth + 1);
+        let checked = check_file(&interpreter, depth + 1, context);
+        #[cfg(target_os = "macos")]
+        let checked = checked.map_err(|why| {
+            script_refusal(
+                path,
+                &interpreter,
+                argument.as_deref(),
+                depth,
+                context,
+                &why,
+            )
+        });
+        #[cfg(not(target_os = "macos"))]
+        let _ = argument;
+        return checked;
     }
     #[cfg(target_os = "linux")]
     check_elf(path, head)?;
-    Ok(())
+    #[cfg(target_os = "macos")]
+    return check_macho(path, context);
+    #[cfg(not(target_os = "macos"))]
+    Ok(Vec::new())
 }
 
 fn read_up_to(file: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -77,13 +116,14 @@ fn read_up_to(file: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// The interpreter of a `#!` script.
-fn shebang(head: &[u8]) -> Option<PathBuf> {
+/// The interpreter of a `#!` script, and its first argument.
+fn shebang(head: &[u8]) -> Option<(PathBuf, Option<String>)> {
     let rest = head.strip_prefix(b"#!")?;
     let line = rest.split(|&b| b == b'\n').next()?;
     let line = String::from_utf8_lossy(line);
-    let interpreter = line.split_whitespace().next()?;
-    Some(PathBuf::from(interpreter))
+    let mut words = line.split_whitespace();
+    let interpreter = words.next()?;
+    Some((PathBuf::from(interpreter), words.next().map(str::to_owned)))
 }
 
 /// Refuses a 32-bit or statically linked ELF executable. Anything else
@@ -127,7 +167,10 @@ fn check_elf(path: &Path, head: &[u8]) -> Result<(), String> {
     ))
 }
 
-/// Refuses a program that System Integrity Protection covers.
+/// Refuses a program that System Integrity Protection covers. A copy
+/// would not help: Apple's programs are arm64e on Apple silicon (they
+/// load only arm64e libraries, which stable Rust cannot build), and most
+/// are signed with the hardened runtime.
 #[cfg(target_os = "macos")]
 fn check_sip(path: &Path) -> Result<(), String> {
     let real = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -137,14 +180,86 @@ fn check_sip(path: &Path) -> Result<(), String> {
         && !real.starts_with("/usr/local/");
     if protected {
         return Err(format!(
-            "{} is protected by System Integrity Protection: macOS strips \
-             DYLD_INSERT_LIBRARIES from its environment, so nothing can be preloaded into it. \
-             Copy it elsewhere (cp {} /tmp/ and run that; a copy is not protected, though a \
-             copy signed with the hardened runtime is not profiled either) or build the \
-             program yourself",
-            real.display(),
+            "{} is part of macOS, protected by System Integrity Protection: dyld ignores \
+             DYLD_INSERT_LIBRARIES in it, so nothing can be preloaded into it, nor into a copy \
+             (Apple's programs load only arm64e libraries on Apple silicon, and most are signed \
+             with the hardened runtime). Profile a program you built, or one installed apart \
+             from the system (by Homebrew, say)",
             real.display()
         ));
     }
     Ok(())
+}
+
+/// The Mach-O checks (`dyld_rules::check_program`) of the program at
+/// `path`.
+#[cfg(target_os = "macos")]
+fn check_macho(path: &Path, context: &Context) -> Result<Vec<String>, String> {
+    let shown = path.display().to_string();
+    let file = fs::read(path).map_err(|e| format!("{shown}: {e}"))?;
+    let library =
+        fs::read(context.library).map_err(|e| format!("{}: {e}", context.library.display()))?;
+    let library = dyld_rules::library_archs(&library);
+    // The sampler's opt-in (btprof_sampler::ALLOW_ROSETTA_ENV), which the
+    // command inherits.
+    let allow_rosetta = std::env::var_os("BTPROF_ALLOW_ROSETTA").is_some_and(|v| v == "1");
+    dyld_rules::check_program(
+        &shown,
+        &file,
+        &library,
+        host_arch(),
+        context.following,
+        allow_rosetta,
+    )
+}
+
+/// This Mac's CPU: an x86_64 btprof may itself run under Rosetta 2.
+#[cfg(target_os = "macos")]
+fn host_arch() -> Arch {
+    if cfg!(target_arch = "aarch64") {
+        return Arch::Arm64;
+    }
+    let mut arm64: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>();
+    // SAFETY: the name is NUL-terminated; the value is written into
+    // `arm64`, whose size `len` gives.
+    let rc = unsafe {
+        libc::sysctlbyname(
+            c"hw.optional.arm64".as_ptr(),
+            (&raw mut arm64).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc == 0 && arm64 == 1 {
+        Arch::Arm64
+    } else {
+        Arch::X86_64
+    }
+}
+
+/// The refusal of the script at `path` whose interpreter was refused for
+/// `why`, naming the program to run instead: for `#!/usr/bin/env NAME`,
+/// the `NAME` in `PATH` when that one can be profiled.
+#[cfg(target_os = "macos")]
+fn script_refusal(
+    path: &Path,
+    interpreter: &Path,
+    argument: Option<&str>,
+    depth: u32,
+    context: &Context,
+    why: &str,
+) -> String {
+    let direct = argument
+        .filter(|_| interpreter.ends_with("env"))
+        .and_then(|name| resolve(OsStr::new(name)))
+        .filter(|found| check_file(found, depth + 1, context).is_ok());
+    dyld_rules::script_refusal(
+        &path.display().to_string(),
+        &interpreter.display().to_string(),
+        argument,
+        direct.as_ref().map(|p| p.display().to_string()).as_deref(),
+        why,
+    )
 }
