@@ -129,3 +129,36 @@ fn execv_keeps_what_the_old_image_recorded() {
 fn execve_keeps_what_the_old_image_recorded() {
     keeps_samples_across(&Scratch::new("execve"), "execve");
 }
+
+/// An `exec` the library does not see (the system call made directly, as
+/// on macOS every `exec` is) leaves the old image's start marker with no
+/// profile; the new image, profiled under the same pid, shows it was an
+/// `exec`, and the summary says so instead of "ended without exit".
+#[test]
+fn an_exec_the_library_does_not_see_is_named_as_exec() {
+    let scratch = Scratch::new("exec-syscall");
+    let Some(exe) = framed_program(&scratch, "exec_after_work.c", "worker") else {
+        return;
+    };
+    let out = std::process::Command::new(BIN)
+        .current_dir(&scratch.0)
+        .env("EXEC_MARK", "1")
+        .args(["record", "--"])
+        .arg(&exe)
+        .arg("syscall")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_limited(out, Duration::from_secs(120));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", out.status);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("btprof: no profile from worker ("))
+        .unwrap_or_else(|| panic!("no line for the old image: {stderr}"));
+    assert!(line.contains("it called exec"), "{line}");
+    let lines = folded(&scratch.path("btprof.folded"));
+    assert!(samples_in(&lines, "after_exec") > 0, "{lines:?}");
+}

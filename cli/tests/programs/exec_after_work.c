@@ -2,8 +2,9 @@
  * argument `after`, which works a little in `after_exec` and exits.
  *
  * The first argument names the exec function to call (default execv):
- * execv, execve, execl, execle, execvp or execlp. The `p` ones are given
- * the file name alone, found on PATH. The new image gets five more
+ * execv, execve, execl, execle, execvp or execlp, or `syscall`: the
+ * execve system call made directly, which no preloaded library sees. The
+ * `p` ones are given the file name alone, found on PATH. The new image gets five more
  * arguments, so that a list function's arguments (and `execle`'s
  * environment) go past the six a call passes in registers on x86_64;
  * it checks them, and that EXEC_MARK=1 is in its environment when the
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "spin.h"
@@ -58,6 +60,8 @@ int main(int argc, char **argv) {
         execvp(file, args);
     else if (strcmp(how, "execlp") == 0)
         execlp(file, argv[0], "after", "x1", "x2", "x3", "x4", "x5", (char *)NULL);
+    else if (strcmp(how, "syscall") == 0)
+        syscall(SYS_execve, self, args, environ);
     else {
         fprintf(stderr, "unknown exec function %s\n", how);
         return 2;
