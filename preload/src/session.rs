@@ -147,7 +147,7 @@ fn start_done() {
     START_DONE.notify_all();
 }
 
-/// The settings, once [`start`] read them.
+/// The settings, once [`prepare`] read them.
 pub fn config() -> Option<&'static Config> {
     CONFIG.get()
 }
