@@ -32,26 +32,32 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// CPU nanoseconds of this process's threads named `btprof*`.
-fn btprof_cpu_ns() -> u64 {
-    let mut total = 0;
+/// CPU nanoseconds of this process's threads named `btprof*`, in all
+/// and by name.
+fn btprof_cpu_ns() -> (u64, Vec<(String, u64)>) {
+    let mut by_name: Vec<(String, u64)> = Vec::new();
     for task in std::fs::read_dir("/proc/self/task")
         .into_iter()
         .flatten()
         .flatten()
     {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
         if !comm.starts_with("btprof") {
             continue;
         }
         let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-        total += stat
+        let ns = stat
             .split_whitespace()
             .next()
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0);
+        match by_name.iter_mut().find(|(n, _)| n == comm) {
+            Some((_, total)) => *total += ns,
+            None => by_name.push((comm.to_owned(), ns)),
+        }
     }
-    total
+    (by_name.iter().map(|(_, ns)| ns).sum(), by_name)
 }
 
 #[inline(never)]
@@ -74,12 +80,18 @@ fn round(secs: u64, receiver: Option<&push_support::Receiver>) -> (f64, Option<(
     if let Some(r) = receiver {
         builder = builder.push(Push::pyroscope(r.url()).interval(Duration::from_secs(1)));
     }
-    let before = btprof_cpu_ns();
+    let (before, _) = btprof_cpu_ns();
     let began = Instant::now();
     let profiler = builder.start().expect("start");
     std::thread::sleep(Duration::from_secs(secs));
-    let used = btprof_cpu_ns().saturating_sub(before);
+    let (after, by_name) = btprof_cpu_ns();
+    let used = after.saturating_sub(before);
     let wall = began.elapsed().as_secs_f64();
+    let threads: Vec<String> = by_name
+        .iter()
+        .map(|(name, ns)| format!("{name} {:.3}%", *ns as f64 / 1e9 / wall * 100.0))
+        .collect();
+    println!("  by thread: {}", threads.join(", "));
     let (_, stats) = profiler.stop_with_dump_stats().expect("stop");
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
