@@ -52,9 +52,10 @@ pub fn refuse_perf_event_open(cmd: &mut Command, errno: i32) -> &mut Command {
 /// `nr` (and on x86_64 its x32 twin) fails with `errno`; everything else
 /// is allowed.
 fn refusing_program(nr: u32, errno: i32) -> Vec<libc::sock_filter> {
-    let mut refused = vec![nr];
     #[cfg(target_arch = "x86_64")]
-    refused.push(nr | X32_SYSCALL_BIT);
+    let refused = [nr, nr | X32_SYSCALL_BIT];
+    #[cfg(not(target_arch = "x86_64"))]
+    let refused = [nr];
     let load = |offset| stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, offset);
     let mut program = vec![
         load(ARCH_OFFSET),

@@ -46,7 +46,7 @@ extern "C" fn side_thread(arg: *mut libc::c_void) -> *mut libc::c_void {
     let end = btprof_testkit::thread_cpu() + job.cpu;
     while btprof_testkit::thread_cpu() < end {
         // SAFETY: `sp` lies in the mapped coroutine stack; the loop touches
-        // no memory and puts rsp and rbp back.
+        // no memory and puts the stack and frame pointers back.
         unsafe { super::cases::run_on_stack_with_fp(job.sp, job.fp, 1_000_000) };
     }
     job.done.store(1, Ordering::Release);
@@ -74,11 +74,6 @@ unsafe fn map_at(at: u64, len: usize) {
 }
 
 pub fn run() {
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        println!("measured: skipped: the stack switch is written for x86_64 only");
-        return;
-    }
     // SAFETY: an anonymous private mapping anywhere.
     let old = unsafe {
         libc::mmap(

@@ -79,7 +79,7 @@ extern "C" fn c_thread(arg: *mut libc::c_void) -> *mut libc::c_void {
     let end = btprof_testkit::thread_cpu() + job.cpu;
     while btprof_testkit::thread_cpu() < end {
         // SAFETY: `sp` lies inside this thread's own mapped stack; the loop
-        // touches no memory and puts rsp and rbp back.
+        // touches no memory and puts the stack and frame pointers back.
         unsafe { super::cases::run_on_stack_with_fp(job.sp, job.fp, 1_000_000) };
     }
     job.done.store(1, Ordering::Release);
@@ -198,11 +198,6 @@ fn stack_used(stack: &GuardedStack, interrupt: Interrupt) -> (usize, u64) {
 }
 
 pub fn run() {
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        println!("measured: skipped: the stack switch is written for x86_64 only");
-        return;
-    }
     let stack = GuardedStack::new();
     let (noop, signals) = stack_used(&stack, Interrupt::Noop);
     let (sampled, samples) = stack_used(&stack, Interrupt::Sampled);
