@@ -21,6 +21,8 @@ pub mod stack_table;
 pub mod stack_window;
 pub mod walker;
 
+#[cfg(all(test, target_os = "linux"))]
+mod emulation;
 mod exclusions;
 mod own_threads;
 mod profile;

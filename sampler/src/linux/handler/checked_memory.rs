@@ -262,6 +262,12 @@ mod tests {
     /// unmapped and a walk through it must stop, not fault.
     #[test]
     fn reads_what_is_mapped_and_stops_where_it_is_not() {
+        if crate::emulation::not_checked_under_qemu(
+            "reads through process_vm_readv",
+            "QEMU does not emulate process_vm_readv",
+        ) {
+            return;
+        }
         assert!(probe(), "process_vm_readv on our own pid");
         // SAFETY: an anonymous private mapping anywhere.
         let base = unsafe {

@@ -776,6 +776,12 @@ mod tests {
 
     #[test]
     fn a_pc_right_after_a_system_call_instruction_is_recognised() {
+        if crate::emulation::not_checked_under_qemu(
+            "the system-call instruction read through process_vm_readv",
+            "QEMU does not emulate process_vm_readv",
+        ) {
+            return;
+        }
         assert!(super::super::checked_memory::probe());
         #[cfg(target_arch = "x86_64")]
         let code: &[u8] = &[0x0f, 0x05];
