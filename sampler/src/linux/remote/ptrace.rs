@@ -11,7 +11,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use crate::walker::Registers;
+use crate::walker::{Arch, Registers};
 
 /// `PTRACE_EVENT_STOP`: the stop `PTRACE_INTERRUPT` (or a group stop)
 /// reports to a seizing tracer.
@@ -117,14 +117,14 @@ pub(super) fn stop(tid: i32) -> Result<Stopped, StopError> {
 impl Stopped {
     /// The stopped thread's registers.
     pub fn registers(&self) -> io::Result<Registers> {
-        // SAFETY: an all-zero register struct is valid.
-        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        let mut words = [0u64; PRSTATUS_WORDS];
         let mut iov = libc::iovec {
-            iov_base: (&raw mut regs).cast(),
-            iov_len: std::mem::size_of::<libc::user_regs_struct>(),
+            iov_base: words.as_mut_ptr().cast(),
+            iov_len: std::mem::size_of_val(&words),
         };
         // SAFETY: the thread is in a ptrace stop of ours; `iov` describes a
-        // writable buffer of the register set's size.
+        // writable buffer at least the register set's size, and the kernel
+        // writes no more than `iov_len` bytes.
         let rc = unsafe {
             libc::ptrace(
                 libc::PTRACE_GETREGSET,
@@ -136,7 +136,9 @@ impl Stopped {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(registers(&regs))
+        // The kernel set `iov_len` to the bytes it wrote.
+        prstatus_registers(Arch::host(), &words[..iov.iov_len / 8])
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
     }
 
     /// Lets the thread go on (with the signal it was stopped for, if any).
@@ -164,22 +166,98 @@ fn detach(tid: i32, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Words in the largest `NT_PRSTATUS` register set read here: aarch64's
+/// `user_pt_regs` (`x0` to `x30`, `sp`, `pc`, `pstate`); x86_64's
+/// `user_regs_struct` has 27.
+const PRSTATUS_WORDS: usize = 34;
+
+// The buffer holds the host's register set whole, and libc's struct of
+// the build's architecture puts the registers at the words read.
+const _: () = assert!(std::mem::size_of::<libc::user_regs_struct>() <= PRSTATUS_WORDS * 8);
 #[cfg(target_arch = "x86_64")]
-fn registers(r: &libc::user_regs_struct) -> Registers {
-    Registers {
-        pc: r.rip,
-        fp: r.rbp,
-        sp: r.rsp,
-        lr: 0,
-    }
+const _: () = {
+    use libc::user_regs_struct as R;
+    use std::mem::offset_of;
+    assert!(offset_of!(R, rbp) == 4 * 8);
+    assert!(offset_of!(R, rip) == 16 * 8);
+    assert!(offset_of!(R, rsp) == 19 * 8);
+};
+#[cfg(target_arch = "aarch64")]
+const _: () = {
+    use libc::user_regs_struct as R;
+    use std::mem::offset_of;
+    assert!(offset_of!(R, regs) == 0);
+    assert!(offset_of!(R, sp) == 31 * 8);
+    assert!(offset_of!(R, pc) == 32 * 8);
+};
+
+/// The walk's registers from the words of an `NT_PRSTATUS` register set
+/// of `arch`, in the layout of the kernel's `asm/ptrace.h`: x86_64's
+/// `user_regs_struct` (`rbp` word 4, `rip` 16, `rsp` 19), aarch64's
+/// `user_pt_regs` (`x29` word 29, `x30` the link register 30, `sp` 31,
+/// `pc` 32). Raw, as the thread had them: pointer-authentication bits are
+/// stripped by the caller. `None` if the set is too short to hold them.
+///
+/// Decoded from words, not from libc's struct of the build's
+/// architecture, so that each layout is tested on every machine.
+fn prstatus_registers(arch: Arch, words: &[u64]) -> Option<Registers> {
+    Some(match arch {
+        Arch::X86_64 => Registers {
+            pc: *words.get(16)?,
+            fp: *words.get(4)?,
+            sp: *words.get(19)?,
+            lr: 0,
+        },
+        Arch::Aarch64 { .. } => Registers {
+            pc: *words.get(32)?,
+            fp: *words.get(29)?,
+            sp: *words.get(31)?,
+            lr: *words.get(30)?,
+        },
+    })
 }
 
-#[cfg(target_arch = "aarch64")]
-fn registers(r: &libc::user_regs_struct) -> Registers {
-    Registers {
-        pc: r.pc,
-        fp: r.regs[29],
-        sp: r.sp,
-        lr: r.regs[30],
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An aarch64 `NT_PRSTATUS` set as the kernel fills it: `x0`..`x30`
+    /// (each holding its own number times 0x100 here, so a word taken
+    /// from the wrong index shows), `sp`, `pc`, `pstate`.
+    #[test]
+    fn an_aarch64_register_set_gives_pc_fp_sp_and_lr() {
+        let mut words: Vec<u64> = (0..31).map(|i| 0x100 * i).collect();
+        let (sp, pc) = (0xffff_f7ff_e000, 0xaaaa_c000_1234);
+        let fp = sp + 0x40;
+        // A signed return address in the link register: kept as it is.
+        let lr = 0x0035_aaaa_c000_0f00;
+        words[29] = fp;
+        words[30] = lr;
+        words.extend([sp, pc, 0x6000_0000]);
+        assert_eq!(words.len(), PRSTATUS_WORDS);
+        assert_eq!(
+            prstatus_registers(Arch::AARCH64_LINUX, &words),
+            Some(Registers { pc, fp, sp, lr })
+        );
+        // A set cut short (an older or foreign kernel) is refused, not
+        // read past.
+        assert_eq!(prstatus_registers(Arch::AARCH64_LINUX, &words[..32]), None);
+    }
+
+    #[test]
+    fn an_x86_64_register_set_gives_pc_fp_and_sp() {
+        let mut words: Vec<u64> = (0..27).map(|i| 0x100 * i).collect();
+        words[4] = 0x7ffc_0000_0040; // rbp
+        words[16] = 0x5555_0000_1234; // rip
+        words[19] = 0x7ffc_0000_0000; // rsp
+        assert_eq!(
+            prstatus_registers(Arch::X86_64, &words),
+            Some(Registers {
+                pc: 0x5555_0000_1234,
+                fp: 0x7ffc_0000_0040,
+                sp: 0x7ffc_0000_0000,
+                lr: 0,
+            })
+        );
     }
 }
