@@ -28,18 +28,37 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// aarch64 Linux. The mask is a conservative one, not the kernel's:
+    /// the low 48 bits, the user address space Linux gives a process
+    /// unless it asks `mmap` for addresses above 2^48 (52-bit kernels do
+    /// so only on request, and code is never put there). Return addresses
+    /// are signed in the bits above the virtual address size: bits 48 to
+    /// 54 and 56 to 63 with 48-bit addresses, the `insn_mask` of
+    /// 0xff7f_0000_0000_0000 the kernel reports in `NT_ARM_PAC_MASK`.
+    /// Clearing every bit from 48 up also clears bit 55, which selects the
+    /// kernel half and is 0 in every user address, and the top byte, which
+    /// user code addresses never use. Reading the kernel's mask would need
+    /// `ptrace` of another thread; the fixed mask costs nothing and differs
+    /// from it only for a process that maps code above 2^48.
+    pub const AARCH64_LINUX: Arch = Arch::Aarch64 {
+        code_mask: (1 << 48) - 1,
+    };
+
+    /// aarch64 macOS (arm64 and arm64e): user addresses have 47 bits.
+    pub const AARCH64_MACOS: Arch = Arch::Aarch64 {
+        code_mask: (1 << 47) - 1,
+    };
+
     /// The architecture this crate was compiled for, with the platform's
     /// user address mask.
     pub const fn host() -> Arch {
         #[cfg(target_arch = "aarch64")]
         {
             #[cfg(target_vendor = "apple")]
-            let bits = 47;
+            let arch = Arch::AARCH64_MACOS;
             #[cfg(not(target_vendor = "apple"))]
-            let bits = 48;
-            Arch::Aarch64 {
-                code_mask: (1u64 << bits) - 1,
-            }
+            let arch = Arch::AARCH64_LINUX;
+            arch
         }
         #[cfg(not(target_arch = "aarch64"))]
         {
@@ -68,6 +87,21 @@ pub struct Registers {
     pub sp: u64,
     /// The link register (`x30`) on aarch64; 0 on x86_64.
     pub lr: u64,
+}
+
+impl Registers {
+    /// The link register as a code address: pointer-authentication bits
+    /// stripped on aarch64, where a return address in it is signed as one
+    /// saved on the stack is; 0 on x86_64, which has none. What every
+    /// walk records beside its frames, whichever way the registers came
+    /// (a signal frame, a perf sample, `ptrace`).
+    #[inline]
+    pub const fn link_register(&self, arch: Arch) -> u64 {
+        match arch {
+            Arch::X86_64 => 0,
+            Arch::Aarch64 { .. } => arch.strip_code_address(self.lr),
+        }
+    }
 }
 
 /// The readable part of a thread's stack that live frames may occupy:
@@ -216,10 +250,7 @@ pub fn walk<M: StackMemory>(
     memory: &mut M,
     out: &mut [u64],
 ) -> Walk {
-    let lr = match arch {
-        Arch::X86_64 => 0,
-        Arch::Aarch64 { .. } => arch.strip_code_address(regs.lr),
-    };
+    let lr = regs.link_register(arch);
     let Some(first) = out.first_mut() else {
         return Walk {
             depth: 0,
@@ -540,6 +571,29 @@ mod tests {
         assert_eq!(frames, vec![0x1000, 0x1111, 0x2222, 0x3333]);
         assert_eq!(w.lr, 0x1111);
         assert_eq!(w.end, WalkEnd::Complete);
+    }
+
+    /// Linux signs return addresses in bits 48 to 54 and 56 to 63 (with
+    /// 48-bit addresses): every one of them is stripped, from the pc, the
+    /// link register and the saved return addresses.
+    #[test]
+    fn aarch64_linux_strips_every_signature_bit() {
+        let (mut s, mut regs) = three_frames();
+        let (f2, f3) = (s.addr(10), s.addr(20));
+        let all_signature_bits = 0xff7f_0000_0000_0000u64;
+        s.record(4, f2, 0x1111 | all_signature_bits);
+        s.record(10, f3, 0x2222 | 0x3a17_0000_0000_0000);
+        s.record(20, 0, 0x3333 | 0x0001_0000_0000_0000);
+        regs.pc = 0x1000;
+        regs.lr = 0x4444 | 0x8000_0000_0000_0000;
+        let (frames, w) = run(Arch::AARCH64_LINUX, &s, &regs, 32);
+        assert_eq!(frames, vec![0x1000, 0x1111, 0x2222, 0x3333]);
+        assert_eq!(w.lr, 0x4444);
+        assert_eq!(regs.link_register(Arch::AARCH64_LINUX), 0x4444);
+        assert_eq!(regs.link_register(Arch::X86_64), 0);
+        // The highest user code address keeps all its bits.
+        let top = (1u64 << 48) - 4;
+        assert_eq!(Arch::AARCH64_LINUX.strip_code_address(top | PAC), top);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use hashbrown::HashMap;
 
 use crate::exclusions;
-use crate::walker::WalkEnd;
+use crate::walker::{Arch, WalkEnd};
 
 use super::super::born_threads::{BornThreads, Settled};
 use super::super::handler::slots::Collected;
@@ -227,7 +227,7 @@ impl SamplerLoop {
                         .map(|regs| CopiedStack::from_parts(regs, regs.sp, sample.stack));
                     let collected = Collected {
                         frames: sample.frames,
-                        lr: sample.regs.map_or(0, |r| r.lr),
+                        lr: sample.regs.map_or(0, |r| r.link_register(Arch::host())),
                         end: sample.end,
                         copy,
                     };

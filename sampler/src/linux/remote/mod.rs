@@ -244,7 +244,7 @@ impl Session {
             state: RunState::Running,
             syscall: None,
             frames,
-            lr: Arch::host().strip_code_address(regs.lr),
+            lr: regs.link_register(Arch::host()),
             end,
             taken: Taken::Interrupted,
             held_ns: Some(held_ns),
