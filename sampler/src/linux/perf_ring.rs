@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::io;
 use std::sync::atomic::{fence, Ordering};
 
-use crate::walker::Registers;
+use crate::walker::{Arch, Registers};
 
 /// `perf_event_mmap_page`: the offsets of `data_head`, `data_tail`,
 /// `data_offset` and `data_size` (stable ABI).
@@ -31,31 +31,44 @@ const PERF_RECORD_SAMPLE: u32 = 9;
 /// (`PERF_CONTEXT_USER` and the like), not addresses.
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 
-/// The user registers a sample carries, in `sample_regs_user` bit order.
-#[cfg(target_arch = "x86_64")]
-mod regs {
-    /// `PERF_REG_X86_BP`, `_SP`, `_IP`.
-    pub const MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
-    pub const COUNT: usize = 3;
-    /// (pc, fp, sp, lr) from the values in bit order (bp, sp, ip).
-    pub fn unpack(v: &[u64]) -> (u64, u64, u64, u64) {
-        (v[2], v[0], v[1], 0)
+/// The user registers a sample of `arch` asks for: `sample_regs_user`,
+/// whose set bits are `PERF_REG_*` numbers of the architecture's
+/// `asm/perf_regs.h`. The kernel writes the values in bit order.
+///
+/// Both layouts are compiled everywhere, so that the aarch64 one is tested
+/// on x86_64 machines too, with records built to the kernel's layout.
+pub(super) const fn user_regs_mask(arch: Arch) -> u64 {
+    match arch {
+        // `PERF_REG_X86_BP` (6), `_SP` (7), `_IP` (8).
+        Arch::X86_64 => (1 << 6) | (1 << 7) | (1 << 8),
+        // `PERF_REG_ARM64_X29` (29), `_LR` (30), `_SP` (31), `_PC` (32).
+        Arch::Aarch64 { .. } => (1 << 29) | (1 << 30) | (1 << 31) | (1 << 32),
     }
 }
 
-#[cfg(target_arch = "aarch64")]
-mod regs {
-    /// `PERF_REG_ARM64_X29`, `_LR`, `_SP`, `_PC`.
-    pub const MASK: u64 = (1 << 29) | (1 << 30) | (1 << 31) | (1 << 32);
-    pub const COUNT: usize = 4;
-    /// (pc, fp, sp, lr) from the values in bit order (x29, lr, sp, pc).
-    pub fn unpack(v: &[u64]) -> (u64, u64, u64, u64) {
-        (v[3], v[0], v[2], v[1])
+/// The registers of a sample, from the values of [`user_regs_mask`] in
+/// bit order: (bp, sp, ip) on x86_64, (x29, lr, sp, pc) on aarch64. Raw,
+/// as the thread had them: pointer-authentication bits are stripped where
+/// a walk uses them.
+fn unpack_user_regs(arch: Arch, v: &[u64; 4]) -> Registers {
+    match arch {
+        Arch::X86_64 => Registers {
+            pc: v[2],
+            fp: v[0],
+            sp: v[1],
+            lr: 0,
+        },
+        Arch::Aarch64 { .. } => Registers {
+            pc: v[3],
+            fp: v[0],
+            sp: v[2],
+            lr: v[1],
+        },
     }
 }
 
 /// `sample_regs_user` for the registers [`Record::Sample`] carries.
-pub(super) const USER_REGS_MASK: u64 = regs::MASK;
+pub(super) const USER_REGS_MASK: u64 = user_regs_mask(Arch::host());
 
 /// One record, borrowed from the ring (or the reader's copy of it).
 #[derive(Debug, PartialEq, Eq)]
@@ -169,6 +182,12 @@ impl<'a> Record<'a> {
     /// user registers [`USER_REGS_MASK`] and `sample_id_all`. `None` for a
     /// record too short for what its header says it holds.
     pub(super) fn parse(bytes: &'a [u8]) -> Option<Record<'a>> {
+        Record::parse_for(Arch::host(), bytes)
+    }
+
+    /// [`Record::parse`] of a record written by a kernel of `arch`, whose
+    /// samples carry the registers of [`user_regs_mask`]`(arch)`.
+    fn parse_for(arch: Arch, bytes: &'a [u8]) -> Option<Record<'a>> {
         let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
         let mut f = Fields { bytes, at: 8 };
         // With sample_id_all, non-sample records end with (pid, tid), time.
@@ -199,12 +218,12 @@ impl<'a> Record<'a> {
                 };
                 let abi = f.u64()?;
                 let regs = if abi != 0 {
-                    let mut v = [0u64; regs::COUNT];
-                    for r in &mut v {
+                    let mut v = [0u64; 4];
+                    let count = user_regs_mask(arch).count_ones() as usize;
+                    for r in &mut v[..count] {
                         *r = f.u64()?;
                     }
-                    let (pc, fp, sp, lr) = regs::unpack(&v);
-                    Some(Registers { pc, fp, sp, lr })
+                    Some(unpack_user_regs(arch, &v))
                 } else {
                     None
                 };
@@ -385,6 +404,8 @@ impl Drop for PerfRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linux::unwind::stack_copy::CopiedStack;
+    use crate::walker::{walk, StackBounds, StackMemory, WalkEnd};
 
     /// A record of `kind` around `body`: the header says its size.
     fn record(kind: u32, body: &[u8]) -> Vec<u8> {
@@ -417,7 +438,7 @@ mod tests {
             &[pair(10, 11), 5_000, 4, user, 0x1000, 0x2000, 0x3000],
         );
         words(&mut body, &[2]); // abi 64
-        words(&mut body, &[0u64; regs::COUNT]);
+        words(&mut body, &vec![0u64; USER_REGS_MASK.count_ones() as usize]);
         words(&mut body, &[16, 7, 8, 12]); // 16 bytes of stack, 12 valid
         let rec = record(PERF_RECORD_SAMPLE, &body);
         let Some(Record::Sample {
@@ -447,6 +468,99 @@ mod tests {
             panic!("not a sample");
         };
         assert_eq!(callchain, vec![0x1000, 0x2000, 0x3000]);
+    }
+
+    /// A return address signed with pointer authentication on aarch64
+    /// Linux: the signature in bits 48 to 54 and 56 to 63, bit 55 clear.
+    const PAC: u64 = 0x3a17_0000_0000_0000;
+
+    /// Reads a frame record from a sample's stack copy.
+    struct FromCopy<'a>(&'a CopiedStack<'a>);
+
+    impl StackMemory for FromCopy<'_> {
+        fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
+            Some([self.0.read(addr)?, self.0.read(addr + 8)?])
+        }
+    }
+
+    /// A sample as an aarch64 kernel writes it (`PERF_SAMPLE_REGS_USER`
+    /// with x29, lr, sp, pc, in bit order; `PERF_SAMPLE_STACK_USER` from
+    /// sp), taken in a leaf that has not pushed its frame record: its
+    /// caller is only in the link register. The stack copy, walked as the
+    /// handler walks a stack, gives the frames of the kernel's own chain
+    /// (which, like every frame-record walk, misses that caller), and the
+    /// link register beside them, stripped of its signature, for the
+    /// symbol stage to make frame 1 (`docs/architecture.md`, rule 3).
+    #[test]
+    fn an_aarch64_sample_is_unwound_from_its_registers_and_stack_copy() {
+        let arch = Arch::AARCH64_LINUX;
+        let leaf = 0xaaaa_c000_1208u64; // pc, in the leaf
+        let into_caller = 0xaaaa_c000_2044u64; // lr: not saved anywhere
+        let into_outer = 0xaaaa_c000_3010u64; // the caller's record
+        let into_main = 0xaaaa_c000_4100u64; // the outer function's record
+        let sp = 0xffff_f7ff_e000u64;
+        // The copied stack, a word each: the leaf's locals, then the
+        // caller's frame record at sp + 0x20, the outer function's at
+        // sp + 0x60, and main's, which ends the chain, at sp + 0x80.
+        let mut stack = [0x5a5a_5a5a_5a5a_5a5au64; 20];
+        stack[4..6].copy_from_slice(&[sp + 0x60, into_outer | PAC]);
+        stack[12..14].copy_from_slice(&[sp + 0x80, into_main | PAC]);
+        stack[16..18].copy_from_slice(&[0, 0]);
+        let fp = sp + 0x20;
+
+        let user = (-512i64) as u64; // PERF_CONTEXT_USER
+        let mut body = Vec::new();
+        words(
+            &mut body,
+            &[pair(10, 11), 7_000, 4, user, leaf, into_outer, into_main],
+        );
+        words(&mut body, &[2]); // PERF_SAMPLE_REGS_ABI_64
+        words(&mut body, &[fp, into_caller | PAC, sp, leaf]); // x29, lr, sp, pc
+        let size = 8 * stack.len() as u64;
+        words(&mut body, &[size]);
+        words(&mut body, &stack);
+        words(&mut body, &[size]); // dyn_size: all of it valid
+        let rec = record(PERF_RECORD_SAMPLE, &body);
+        assert_eq!(
+            user_regs_mask(arch).count_ones(),
+            4,
+            "the sample asks for x29, lr, sp, pc"
+        );
+
+        let Some(Record::Sample {
+            callchain,
+            regs: Some(regs),
+            stack: copied,
+            ..
+        }) = Record::parse_for(arch, &rec)
+        else {
+            panic!("not a sample with registers");
+        };
+        let signed_lr = into_caller | PAC;
+        assert_eq!(
+            regs,
+            Registers {
+                pc: leaf,
+                fp,
+                sp,
+                lr: signed_lr
+            }
+        );
+        assert_eq!(copied.len(), stack.len() * 8);
+
+        let copied = words_in_place(copied).expect("the record's words are aligned");
+        let copy = CopiedStack::from_parts(regs, regs.sp, copied);
+        let bounds = StackBounds {
+            low: sp,
+            high: copy.end(),
+        };
+        let mut out = [0u64; 16];
+        let w = walk(arch, &regs, Some(bounds), &mut FromCopy(&copy), &mut out);
+        assert_eq!(w.end, WalkEnd::Complete);
+        assert_eq!(out[..w.depth], [leaf, into_outer, into_main]);
+        assert_eq!(out[..w.depth], callchain[..], "the kernel's chain");
+        assert_eq!(w.lr, into_caller, "the leaf's caller, beside the walk");
+        assert_eq!(regs.link_register(arch), into_caller);
     }
 
     /// A context marker after the first frame (a chain that crossed from
