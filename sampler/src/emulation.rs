@@ -8,6 +8,9 @@
 //! `perf_event_open`). A test of those is skipped under QEMU, saying
 //! NOT CHECKED and why; run natively it checks as before.
 
+/// Why a test of `process_vm_readv` is not checked under QEMU.
+pub(crate) const NO_VM_READV: &str = "QEMU does not emulate process_vm_readv";
+
 /// Whether this process is QEMU running a guest program: its main
 /// thread's name, which `/proc` reports from the host, is QEMU's (a test
 /// binary's own main thread is named after the binary).

@@ -264,7 +264,7 @@ mod tests {
     fn reads_what_is_mapped_and_stops_where_it_is_not() {
         if crate::emulation::not_checked_under_qemu(
             "reads through process_vm_readv",
-            "QEMU does not emulate process_vm_readv",
+            crate::emulation::NO_VM_READV,
         ) {
             return;
         }

@@ -776,10 +776,7 @@ mod tests {
 
     #[test]
     fn a_pc_right_after_a_system_call_instruction_is_recognised() {
-        if crate::emulation::not_checked_under_qemu(
-            "the system-call instruction read through process_vm_readv",
-            "QEMU does not emulate process_vm_readv",
-        ) {
+        if crate::emulation::not_checked_under_qemu("reading code", crate::emulation::NO_VM_READV) {
             return;
         }
         assert!(super::super::checked_memory::probe());
