@@ -127,6 +127,7 @@
 //! sampler's one-shot capture and the same symbol resolver.
 
 pub mod analysis;
+pub mod duration;
 mod error;
 pub mod formats;
 pub mod profile;

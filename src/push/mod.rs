@@ -286,9 +286,8 @@ impl Push {
             }
         }
         if let Some(every) = var("BTPROF_PUSH_INTERVAL") {
-            let every = parse_duration(&every).ok_or_else(|| {
-                format!("BTPROF_PUSH_INTERVAL: {every:?} is not a time like 10s or 500ms")
-            })?;
+            let every = crate::duration::parse_duration(&every)
+                .map_err(|e| format!("BTPROF_PUSH_INTERVAL: {e}"))?;
             push = push.interval(every);
         }
         push = push.credentials_from_vars(&var)?;
@@ -382,21 +381,6 @@ impl Push {
             "process_cpu"
         }
     }
-}
-
-/// `10s`, `500ms`, `2m`, or plain seconds.
-fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        _ => return None,
-    };
-    Duration::try_from_secs_f64(seconds).ok()
 }
 
 #[cfg(test)]

@@ -51,21 +51,23 @@ impl Window {
     }
 }
 
+/// 64 random bits: each `RandomState` is keyed from the OS's randomness
+/// (then incremented per state in a thread), and hashing the time with it
+/// mixes them. No cryptographic need: profile ids and back-off jitter.
+pub(super) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
 /// A random (version 4) UUID, the form the server parses profile ids in.
 fn random_uuid() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    // Each `RandomState` is seeded afresh from the OS's randomness (then
-    // incremented per state in a thread): two hashes give 128 bits.
-    let word = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        h.finish()
-    };
-    let (hi, lo) = (word(), word());
+    let (hi, lo) = (random_u64(), random_u64());
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&hi.to_be_bytes());
     b[8..].copy_from_slice(&lo.to_be_bytes());

@@ -187,7 +187,6 @@ impl State {
 /// The push thread's loop.
 fn run(shared: &Shared, config: &Push) {
     let agent = agent();
-    let mut jitter = JitterSource::new();
     let mut state = shared.lock();
     loop {
         let now = Instant::now();
@@ -210,14 +209,7 @@ fn run(shared: &Shared, config: &Push) {
                 let req = request::build(config, &window);
                 let outcome = send(&agent, &req, limit);
                 state = shared.lock();
-                settle(
-                    &mut state,
-                    config,
-                    &window,
-                    req.body.len(),
-                    outcome,
-                    &mut jitter,
-                );
+                settle(&mut state, config, &window, req.body.len(), outcome);
                 continue;
             }
         };
@@ -238,14 +230,7 @@ fn run(shared: &Shared, config: &Push) {
 
 /// Counts what one attempt did, and takes the window out where it is done
 /// with (sent, or never to be accepted).
-fn settle(
-    state: &mut State,
-    config: &Push,
-    window: &Window,
-    bytes: usize,
-    outcome: Outcome,
-    jitter: &mut JitterSource,
-) {
+fn settle(state: &mut State, config: &Push, window: &Window, bytes: usize, outcome: Outcome) {
     match outcome {
         Outcome::Sent => {
             state.outbox.remove(&window.id);
@@ -279,7 +264,7 @@ fn settle(
         }
         Outcome::Failed(why) => {
             state.stats.retried += 1;
-            let wait = state.outbox.failed(jitter.next());
+            let wait = state.outbox.failed(request::random_u64());
             state.retry_at = Some(Instant::now() + wait);
             let message = format!("{why}; retrying (the queue keeps the newest windows)");
             state.report("failing", &message, config);
@@ -338,26 +323,5 @@ fn send(agent: &ureq::Agent, req: &request::Request, limit: Duration) -> Outcome
             }
         }
         Err(e) => Outcome::Failed(e.to_string()),
-    }
-}
-
-/// Jitter for the back-off: splitmix64 seeded from the clock and the
-/// process id (no cryptographic need).
-struct JitterSource(u64);
-
-impl JitterSource {
-    fn new() -> JitterSource {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        JitterSource(nanos ^ u64::from(std::process::id()).rotate_left(32))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
