@@ -2,8 +2,8 @@
 //! (2, 8, 32, 128, 512) that wait on a barrier while an embedded cpu-mode
 //! [`btprof_sampler::Sampler`] starts at 1000 Hz, then share a fixed
 //! amount of arithmetic (2-3 CPU-seconds in all), on the
-//! ring clock and on the POSIX clock, interleaved with the same pool
-//! unprofiled.
+//! perf clock and on the sampler-thread clock, interleaved with the same
+//! pool unprofiled.
 //!
 //! Per pool size and clock, medians over `BTPROF_BENCH_RUNS` rounds
 //! (default 3): samples per worker CPU-second (weighted: each sample
@@ -26,7 +26,7 @@ fn main() {
 
 #[cfg(not(target_os = "linux"))]
 fn main() {
-    println!("many_threads: the ring and POSIX clocks are Linux only; not measured");
+    println!("many_threads: the perf and sampler-thread clocks are Linux only; not measured");
 }
 
 #[cfg(target_os = "linux")]
@@ -46,7 +46,7 @@ mod linux {
     /// pool's own CPU clocks measure less, about 0.7 of it: the table's
     /// unprofiled CPU column).
     const WORK: Duration = Duration::from_secs(3);
-    const CLOCKS: [SampleClock; 2] = [SampleClock::ThreadTimers, SampleClock::PosixTimers];
+    const CLOCKS: [SampleClock; 2] = [SampleClock::Perf, SampleClock::SamplerThread];
 
     /// A serial multiply-xorshift chain the optimiser cannot fold away.
     #[inline(never)]

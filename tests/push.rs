@@ -121,7 +121,7 @@ fn every_window_arrives_once_with_its_labels() {
             assert!(p.label(own).is_some(), "{own} missing: {:?}", p.labels);
         }
         let clock = p.label("clock").unwrap_or("none");
-        assert!(["perf", "posix", "thread"].contains(&clock), "{clock}");
+        assert!(["perf", "thread"].contains(&clock), "{clock}");
         assert!(p
             .headers
             .contains(&("x-scope-orgid".into(), "team-a".into())));

@@ -6,8 +6,8 @@
 //! filter can refuse it perf events; the baseline runs the same way. Rows:
 //! perf's (`perf record -e cpu-clock -F <hz> --call-graph fp`, skipped
 //! with a message where perf is missing or refused), btprof's default
-//! clock (the ring clock where perf events are allowed), the POSIX clock
-//! and the sampler-thread clock forced, and btprof's default under a
+//! clock (the perf clock where perf events are allowed), the
+//! sampler-thread clock forced, and btprof's default under a
 //! seccomp filter that refuses `perf_event_open` (what detection then
 //! picks).
 
@@ -40,10 +40,9 @@ enum Who {
 }
 
 impl Who {
-    const ALL: [Who; 5] = [
+    const ALL: [Who; 4] = [
         Who::Perf,
         Who::Btprof(None, false),
-        Who::Btprof(Some(SampleClock::PosixTimers), false),
         Who::Btprof(Some(SampleClock::SamplerThread), false),
         Who::Btprof(None, true),
     ];
@@ -52,9 +51,8 @@ impl Who {
         match self {
             Who::Perf => "perf record",
             Who::Btprof(None, false) => "btprof default",
-            Who::Btprof(Some(SampleClock::PosixTimers), _) => "btprof --clock posix",
             Who::Btprof(Some(SampleClock::SamplerThread), _) => "btprof --clock thread",
-            Who::Btprof(Some(SampleClock::ThreadTimers), _) => "btprof --clock perf",
+            Who::Btprof(Some(SampleClock::Perf), _) => "btprof --clock perf",
             Who::Btprof(None, true) => "btprof, perf refused",
         }
     }
@@ -296,7 +294,6 @@ impl ClocksResult {
     /// The summary lines: each target, met or not.
     pub(crate) fn print_summary(&self) {
         let ring = Who::Btprof(None, false);
-        let posix = Who::Btprof(Some(SampleClock::PosixTimers), false);
         let noise = |hz: u32| self.noise_us[usize::from(hz == 1000)];
         let judged = |ok: bool, near: bool| {
             if near {
@@ -343,31 +340,16 @@ impl ClocksResult {
                 judged(lo.worker_us <= limit, (lo.worker_us - limit).abs() <= noise(100))
             );
         }
-        for who in [ring, posix] {
-            if let Some(r) = self.find(who, 100) {
-                println!(
-                    "    {} wall at 100 Hz: {:+.2}% (target <= {WALL_AT_100_PCT}%) {}",
-                    who.label(),
-                    r.wall_pct,
-                    judged(
-                        r.wall_pct <= WALL_AT_100_PCT,
-                        (r.wall_pct - WALL_AT_100_PCT).abs() <= self.wall_noise_pct
-                    )
-                );
-            }
-        }
-        for hz in RATES {
-            if let (Some(p), Some(r)) = (self.find(posix, hz), self.find(ring, hz)) {
-                println!(
-                    "    POSIX clock per distinct sample at {hz} Hz: {:.2} us vs the ring clock's {:.2} us (target <=) {}",
-                    p.worker_distinct_us,
-                    r.worker_us,
-                    judged(
-                        p.worker_distinct_us <= r.worker_us,
-                        (p.worker_distinct_us - r.worker_us).abs() <= noise(hz)
-                    )
-                );
-            }
+        if let Some(r) = self.find(ring, 100) {
+            println!(
+                "    {} wall at 100 Hz: {:+.2}% (target <= {WALL_AT_100_PCT}%) {}",
+                ring.label(),
+                r.wall_pct,
+                judged(
+                    r.wall_pct <= WALL_AT_100_PCT,
+                    (r.wall_pct - WALL_AT_100_PCT).abs() <= self.wall_noise_pct
+                )
+            );
         }
         // Judged on the steady figures: a continuous profiler pays its
         // start-up once (shown beside them, as the whole run's).

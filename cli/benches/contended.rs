@@ -3,15 +3,14 @@
 //! `perf record -e cpu-clock -F 1000 --call-graph fp`, by btprof on its
 //! default clock (the ring clock where perf events are allowed), and by
 //! btprof with `perf_event_open` refused by a real seccomp filter (as in
-//! a container): its default there (the detection runs for real), the
-//! POSIX clock (`--clock posix`) and the sampler-thread clock
-//! (`--clock thread`).
+//! a container): its default there (the detection runs for real) and the
+//! sampler-thread clock forced (`--clock thread`).
 //!
 //! For each profiler and round: samples per CPU-second of each worker
 //! thread (against the CPU time the workers measured), weighted (each
 //! sample counted by the periods it stands for) and distinct (each
-//! counted once: fewer where one POSIX-timer signal stands for several
-//! periods), each workload function's leaf share against the share of
+//! counted once: fewer where one sampler-thread signal pays periods a
+//! thread was owed), each workload function's leaf share against the share of
 //! CPU time measured inside it (error in points), and the share of worker
 //! samples whose leaf is `clock_gettime` (where a sampler that signals
 //! threads waiting for a CPU piles its samples up). One quiet round (no
@@ -312,13 +311,12 @@ fn main() {
 
     // (name, btprof's extra arguments, perf_event_open refused); the last
     // row is perf's own.
-    let rows: [(&str, &[&str], bool); 4] = [
-        ("btprof default (ring)", &[], false),
+    let rows: [(&str, &[&str], bool); 3] = [
+        ("btprof default (perf)", &[], false),
         ("perf refused: default", &[], true),
-        ("perf refused: --clock posix", &["--clock", "posix"], true),
         ("perf refused: --clock thread", &["--clock", "thread"], true),
     ];
-    const PERF: usize = 4;
+    const PERF: usize = 3;
     let name = |i: usize| {
         if i == PERF {
             "perf cpu-clock"
@@ -326,7 +324,7 @@ fn main() {
             rows[i].0
         }
     };
-    let mut results: [Vec<Accuracy>; 5] = Default::default();
+    let mut results: [Vec<Accuracy>; PERF + 1] = Default::default();
     let mut perf_missing = None;
     {
         let _hogs = Hogs::start(2);
@@ -360,7 +358,7 @@ fn main() {
 
     println!();
     println!("SUMMARY (medians over rounds beside 2 hogs; reported, not enforced)");
-    let mut max_errors = [f64::NAN; 5];
+    let mut max_errors = [f64::NAN; PERF + 1];
     for (i, result) in results.iter().enumerate() {
         let name = name(i);
         if result.is_empty() {

@@ -4,6 +4,7 @@
 //! commands that read folded files
 //! (`diff`, `report`, `flamegraph`). `main.rs` wires them to `clap`.
 
+pub mod clock_arg;
 pub mod commands;
 pub mod duration;
 pub mod outputs;

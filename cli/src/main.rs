@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use btprof::{DumpStats, FlamegraphOptions, FoldOptions, Mode, Profile, Profiler};
+use btprof_cli::clock_arg::parse_clock;
 use btprof_cli::commands::Command;
 use btprof_cli::duration::parse_duration;
 use btprof_cli::outputs::{OutputOptions, Outputs};
@@ -158,15 +159,14 @@ struct Args {
     quiet: bool,
 
     /// The clock that paces cpu-mode samples (Linux), instead of the one
-    /// btprof chooses: perf (each thread's own perf CPU-time timer, the
-    /// default where perf events are allowed), posix (each thread's own
-    /// POSIX CPU timer, which works where perf events are refused), thread
-    /// (the sampler thread signals threads by the CPU time they used, the
-    /// default where perf events are refused). A clock the kernel refuses
-    /// is an error. The summary says which clock ran. Same as
-    /// BTPROF_CLOCK=perf|posix|thread.
-    #[arg(long, value_enum, value_name = "CLOCK")]
-    clock: Option<ClockArg>,
+    /// btprof chooses: perf (the kernel samples each thread by its own CPU
+    /// time into ring buffers, the default where perf events are allowed)
+    /// or thread (the sampler thread signals threads by the CPU time they
+    /// used, the default where perf events are refused). A clock the
+    /// kernel refuses is an error. The summary says which clock ran. Same
+    /// as BTPROF_CLOCK=perf|thread.
+    #[arg(long, value_parser = parse_clock, value_name = "perf|thread")]
+    clock: Option<btprof::SampleClock>,
 
     /// Same as --clock thread.
     #[arg(long, conflicts_with = "clock")]
@@ -195,23 +195,6 @@ struct Args {
 enum ModeArg {
     Cpu,
     Wall,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ClockArg {
-    Perf,
-    Posix,
-    Thread,
-}
-
-impl ClockArg {
-    fn clock(self) -> btprof::SampleClock {
-        match self {
-            ClockArg::Perf => btprof::SampleClock::ThreadTimers,
-            ClockArg::Posix => btprof::SampleClock::PosixTimers,
-            ClockArg::Thread => btprof::SampleClock::SamplerThread,
-        }
-    }
 }
 
 fn main() -> ExitCode {
@@ -389,7 +372,7 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
         .max_depth(args.max_depth as usize)
         .max_stacks(usize::try_from(args.max_stacks).unwrap_or(usize::MAX))
         .clock(match (args.clock, args.no_thread_timers) {
-            (Some(clock), _) => Some(clock.clock()),
+            (Some(clock), _) => Some(clock),
             (None, true) => Some(btprof::SampleClock::SamplerThread),
             (None, false) => None,
         });

@@ -495,9 +495,9 @@ fn a_forked_child_without_exec_gets_no_profile_and_leaves_the_parents_intact() {
     assert!(samples_in(&lines, "parent_work") >= 200, "{lines:?}");
 }
 
-/// A pool of short-lived threads on the POSIX clock: a thread gets its
-/// timer when a listing finds it, and most of these have ended by then
-/// (the ring clock samples them from birth). The CPU time no sample
+/// A pool of short-lived threads on the sampler-thread clock: a thread is
+/// sampled once a listing finds it, and many of these have ended by then
+/// (the perf clock samples them from birth). The CPU time no sample
 /// stands for is said in the status line and the merged sidecar, never
 /// dropped silently.
 #[test]
@@ -508,7 +508,7 @@ fn cpu_time_no_sample_covers_is_said() {
     };
     let out = record(
         &scratch,
-        &["--clock", "posix", "--", exe.to_str().unwrap()],
+        &["--clock", "thread", "--", exe.to_str().unwrap()],
         Duration::from_secs(120),
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -541,7 +541,7 @@ fn cpu_time_no_sample_covers_is_said() {
             "{stdout}"
         );
     } else {
-        println!("every thread got its timer in time: nothing to say was said");
+        println!("every thread was found in time: nothing to say was said");
         assert!(!stdout.contains("not covered by any sample"), "{stdout}");
     }
 }

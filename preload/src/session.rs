@@ -261,7 +261,7 @@ pub fn finish(ended_by: &str) -> bool {
         say_signal_blocked(&profile, stats);
         // On the rings alone no signal was sent: the program's handler
         // took none of btprof's, and no sample was lost to it.
-        let signalled = stats.clock != SampleClock::ThreadTimers || stats.timer_threads > 0;
+        let signalled = stats.clock != SampleClock::Perf || stats.timer_threads > 0;
         if let (Some(signal), true) = (replaced, signalled) {
             // Nothing else would ever tell: the samples stop, and the
             // program's handler gets btprof's signals.

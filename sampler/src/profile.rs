@@ -36,15 +36,7 @@ pub enum SampleClock {
     /// ([`SamplerStats::ring_threads`](crate::SamplerStats::ring_threads),
     /// [`SamplerStats::timer_threads`](crate::SamplerStats::timer_threads)).
     /// The sampler thread only collected.
-    ThreadTimers,
-    /// Each thread had its own POSIX CPU timer (Linux: `timer_create` on
-    /// the thread's CPU clock, signalling that thread), which needs no
-    /// privilege and works where perf events are refused. The kernel
-    /// checks such timers on its scheduler tick, so at rates above the
-    /// tick one signal stands for several periods (`1 + si_overrun`):
-    /// [`SamplerStats::samples`] counts periods, [`SamplerStats::recorded`]
-    /// the distinct signals.
-    PosixTimers,
+    Perf,
     /// A sampler thread ticked on absolute wall-clock deadlines and, in
     /// [`Mode::Cpu`], sampled a thread whenever the CPU time it used since
     /// its last sample reached one period (macOS; Linux in wall mode or
@@ -55,45 +47,53 @@ pub enum SampleClock {
 
 impl SampleClock {
     /// Every clock.
-    pub const ALL: [SampleClock; 3] = [
-        SampleClock::ThreadTimers,
-        SampleClock::PosixTimers,
-        SampleClock::SamplerThread,
-    ];
+    pub const ALL: [SampleClock; 2] = [SampleClock::Perf, SampleClock::SamplerThread];
 
-    /// `"thread-timers"`, `"posix-timers"` or `"sampler-thread"`, as in
-    /// the JSON sidecar.
+    /// `"perf"` or `"sampler-thread"`, as in the JSON sidecar.
     pub const fn as_str(self) -> &'static str {
         match self {
-            SampleClock::ThreadTimers => "thread-timers",
-            SampleClock::PosixTimers => "posix-timers",
+            SampleClock::Perf => "perf",
             SampleClock::SamplerThread => "sampler-thread",
         }
     }
 
     /// The short name users force the clock with (`--clock`,
-    /// [`CLOCK_ENV`]): `"perf"`, `"posix"` or `"thread"`.
+    /// [`CLOCK_ENV`]): `"perf"` or `"thread"`.
     pub const fn short_name(self) -> &'static str {
         match self {
-            SampleClock::ThreadTimers => "perf",
-            SampleClock::PosixTimers => "posix",
+            SampleClock::Perf => "perf",
             SampleClock::SamplerThread => "thread",
         }
     }
 
     /// The clock a short name ([`Self::short_name`]) or a sidecar name
-    /// ([`Self::as_str`]) stands for.
+    /// ([`Self::as_str`]) stands for. `"thread-timers"`, the perf clock's
+    /// sidecar name in older runs, still reads as [`SampleClock::Perf`].
     pub fn from_name(name: &str) -> Option<SampleClock> {
+        if name == "thread-timers" {
+            return Some(SampleClock::Perf);
+        }
         SampleClock::ALL
             .into_iter()
             .find(|c| c.short_name() == name || c.as_str() == name)
     }
 
+    /// Why `name` forces no clock, for an error message that names the
+    /// clocks there are.
+    pub fn unknown_name(name: &str) -> String {
+        let retired = if name == "posix" || name == "posix-timers" {
+            "the POSIX timer clock was retired (its samples came on the kernel's \
+             scheduler tick, not at the rate asked for): "
+        } else {
+            ""
+        };
+        format!("{name:?} names no clock: {retired}use perf or thread")
+    }
+
     /// A short human description, for status lines.
     pub const fn describe(self) -> &'static str {
         match self {
-            SampleClock::ThreadTimers => "perf events: kernel ring records per thread",
-            SampleClock::PosixTimers => "per-thread POSIX CPU timers",
+            SampleClock::Perf => "perf events: kernel ring records per thread",
             SampleClock::SamplerThread => "sampler-thread ticks",
         }
     }
@@ -117,8 +117,8 @@ impl fmt::Display for SampleClock {
 pub const FORCE_SAMPLER_THREAD_ENV: &str = "BTPROF_FORCE_SAMPLER_THREAD";
 
 /// The environment variable that forces a cpu-mode clock on Linux, as
-/// [`SamplerConfig::clock`] does (which wins when both are set): `perf`,
-/// `posix` or `thread` ([`SampleClock::short_name`]). For tests and
+/// [`SamplerConfig::clock`] does (which wins when both are set): `perf`
+/// or `thread` ([`SampleClock::short_name`]). For tests and
 /// comparisons of the clocks; its grandchildren inherit it.
 pub const CLOCK_ENV: &str = "BTPROF_CLOCK";
 
@@ -128,9 +128,7 @@ pub fn clock_from_env() -> Result<Option<SampleClock>, Error> {
     if let Some(name) = std::env::var_os(CLOCK_ENV).filter(|v| !v.is_empty()) {
         let name = name.to_string_lossy();
         return SampleClock::from_name(&name).map(Some).ok_or_else(|| {
-            Error::InvalidConfig(format!(
-                "{CLOCK_ENV}={name} names no clock: use perf, posix or thread"
-            ))
+            Error::InvalidConfig(format!("{CLOCK_ENV}: {}", SampleClock::unknown_name(&name)))
         });
     }
     let forced =

@@ -35,7 +35,7 @@ pub struct SamplerStats {
     pub start_time: SystemTime,
     /// Wall time from start to stop, measured (not derived from the rate).
     pub duration: Duration,
-    /// Ticks of the sampler thread that ran: with [`SampleClock::ThreadTimers`]
+    /// Ticks of the sampler thread that ran: with [`SampleClock::Perf`]
     /// the sampler thread only wakes to collect, and this counts those
     /// wake-ups. On the Linux fallback in [`Mode::Cpu`] it wakes at random
     /// moments, not on a fixed period, and at least once a period: with
@@ -104,7 +104,7 @@ pub struct SamplerStats {
     pub ring_threads: u64,
     /// Threads sampled through a timer of their own that signals them
     /// (a thread beyond the rings' descriptor budget, one deeper than the
-    /// kernel's call chains, or every thread on the POSIX clock).
+    /// kernel's call chains).
     pub timer_threads: u64,
     /// Linux sampler-thread clock, cpu mode: idle threads given a wake
     /// timer, a one-shot CPU timer that tells the sampler when the thread
@@ -125,8 +125,7 @@ pub struct SamplerStats {
     /// threads used after their last sample, counted on their last stacks
     /// when they exited or the profiler stopped (see `exit_tails`; a thread
     /// that lives 2 ms would otherwise lose a quarter to a half of its
-    /// time). On the POSIX clock, the periods a thread's timer ran out but
-    /// never signalled, likewise. Included in [`Self::samples`].
+    /// time). Included in [`Self::samples`].
     pub exit_samples: u64,
     /// Linux sampler-thread path, cpu mode: periods of CPU time the
     /// sampler read from threads that exited (or were still running at
@@ -222,7 +221,7 @@ impl SamplerStats {
     }
 
     /// Sampler-thread ticks per wall-clock second. With
-    /// [`SampleClock::ThreadTimers`] the sampler thread does not pace
+    /// [`SampleClock::Perf`] the sampler thread does not pace
     /// samples and this is its collection rate; on the Linux fallback in
     /// [`Mode::Cpu`] it counts random wakeups and those that look for new
     /// threads (see
@@ -276,8 +275,8 @@ impl SamplerStats {
     /// Distinct samples (signals or ring records, each counted once) per
     /// CPU-second of the sampled threads: below
     /// [`Self::samples_per_cpu_second`] where one sample stands for several
-    /// periods (POSIX timers on a kernel whose tick is slower than the
-    /// rate). What a share's statistical error depends on.
+    /// periods (the sampler thread's samples that pay periods a thread was
+    /// owed). What a share's statistical error depends on.
     pub fn distinct_per_cpu_second(&self) -> f64 {
         self.per_cpu_second(self.recorded)
     }

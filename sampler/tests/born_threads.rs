@@ -258,7 +258,7 @@ fn check(path: &str, want: SampleClock, in_spin_percent: u64) {
     // Every thread here is born under the inherited events, including one
     // a listing finds before its birth is read from the rings: none may be
     // handed to a signal timer of its own.
-    if want == SampleClock::ThreadTimers {
+    if want == SampleClock::Perf {
         assert_eq!(
             c.timer_threads, 0,
             "{path}: threads born under the events were put on signal timers"
@@ -272,7 +272,7 @@ fn threads_born_while_sampling_are_sampled_from_birth() {
         &format!("{THREADS} short threads"),
         Duration::from_secs(120),
         || {
-            check("per-thread timers", SampleClock::ThreadTimers, 90);
+            check("per-thread timers", SampleClock::Perf, 90);
             // This binary runs this one test, and the sampler reads the
             // variable when it starts.
             std::env::set_var(FORCE_SAMPLER_THREAD_ENV, "1");

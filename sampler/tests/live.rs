@@ -77,7 +77,7 @@ fn assert_rate(
     );
     let ratio = samples as f64 / expected;
     let low = match clock {
-        SampleClock::ThreadTimers | SampleClock::PosixTimers => 1.0 - tolerance,
+        SampleClock::Perf => 1.0 - tolerance,
         SampleClock::SamplerThread => 0.5,
     };
     // Not random: the timers' count is the thread's whole periods of CPU, +-2,
@@ -158,10 +158,8 @@ fn samples_a_busy_thread_with_the_spinning_function_as_leaf() {
     // only three quarters are required of it; the timers sample in user
     // code only, where the CPU time went.
     let required = match raw.stats.clock {
-        SampleClock::ThreadTimers => 95,
-        // Expiries on the tick are delivered on the return to user space,
-        // at a system call's exit too, where the spinner reads its clock.
-        SampleClock::PosixTimers | SampleClock::SamplerThread => 75,
+        SampleClock::Perf => 95,
+        SampleClock::SamplerThread => 75,
     };
     // On the rings, as if each sample fell at random: with 99% of its user
     // time in `spin` (all but the clock read's user side, every ~1 ms), walked

@@ -149,7 +149,7 @@ fn a_pool_of_512_threads_is_counted_on_the_perf_clock() {
     with_watchdog("512 threads, perf clock", Duration::from_secs(180), || {
         let _hogs = Hogs::start(2);
         if Sampler::start(SamplerConfig {
-            clock: Some(SampleClock::ThreadTimers),
+            clock: Some(SampleClock::Perf),
             ..SamplerConfig::default()
         })
         .and_then(Sampler::stop)
@@ -158,6 +158,6 @@ fn a_pool_of_512_threads_is_counted_on_the_perf_clock() {
             println!("NOT CHECKED: perf events are refused here");
             return;
         }
-        check(SampleClock::ThreadTimers);
+        check(SampleClock::Perf);
     });
 }

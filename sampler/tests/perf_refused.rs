@@ -143,7 +143,7 @@ fn clock_detection_falls_back_where_seccomp_refuses_perf() {
     let free = judged_child(None);
     assert_eq!(free.perf_errno == 0, allowed_here, "{free:?}");
     let expected = if allowed_here {
-        SampleClock::ThreadTimers
+        SampleClock::Perf
     } else {
         SampleClock::SamplerThread
     };

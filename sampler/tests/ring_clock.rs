@@ -57,7 +57,7 @@ fn rate_of(raw: &RawProfile, tid: u64) -> (u64, Duration, f64) {
 
 /// Whether the run used the perf ring clock; says so when it could not.
 fn on_rings(raw: &RawProfile) -> bool {
-    if raw.stats.clock != SampleClock::ThreadTimers {
+    if raw.stats.clock != SampleClock::Perf {
         println!(
             "NOT CHECKED: perf events are refused here (clock {}), so no thread is sampled \
              into a ring",

@@ -99,7 +99,7 @@ fn body(start_hogs: bool) {
         .unwrap_or_default()
         .saturating_sub(stolen_before);
     let stats = &raw.stats;
-    if stats.clock != SampleClock::ThreadTimers {
+    if stats.clock != SampleClock::Perf {
         println!(
             "measured: NOT CHECKED: perf events are refused to uid {uid} here (clock {})",
             stats.clock

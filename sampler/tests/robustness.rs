@@ -971,7 +971,7 @@ fn a_thread_that_names_itself_at_once_is_never_sampled_under_its_old_name() {
             0,
             "samples taken after the renames carried the name the threads dropped"
         );
-        if raw.stats.clock == btprof_sampler::SampleClock::ThreadTimers {
+        if raw.stats.clock == btprof_sampler::SampleClock::Perf {
             // Not a chance count, as above: a ring sample carries the last
             // name-change record before it.
             assert_eq!(

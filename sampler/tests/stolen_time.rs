@@ -57,7 +57,7 @@ fn counts_with_stolen_time_do_not_add_to_a_threads_cpu_time() {
     let raw = sampler.stop().expect("stop");
     test_hooks::add_stolen_time_to_counts(Duration::ZERO);
     let stats = &raw.stats;
-    if stats.clock != SampleClock::ThreadTimers {
+    if stats.clock != SampleClock::Perf {
         println!(
             "measured: NOT CHECKED: perf events are refused here (clock {})",
             stats.clock

@@ -36,10 +36,11 @@ pub struct RunInfo {
     /// sampled threads' CPU clocks in cpu mode, the monotonic clock in wall
     /// mode).
     pub achieved_hz: f64,
-    /// What paced the samples: `thread-timers` (each thread's own perf
-    /// CPU-time timer), `posix-timers` (each thread's own POSIX CPU timer)
-    /// or `sampler-thread` (the sampler thread's ticks). Empty in metadata
-    /// written before btprof recorded it.
+    /// What paced the samples: `perf` (the kernel, by each thread's own CPU
+    /// time) or `sampler-thread` (the sampler thread's ticks). Older
+    /// metadata may say `thread-timers` (the perf clock's former name) or
+    /// `posix-timers` (a retired clock), and is empty where written before
+    /// btprof recorded it.
     #[serde(default)]
     pub clock: String,
     /// Samples per CPU-second of the sampled threads, all together, each
@@ -56,7 +57,7 @@ pub struct RunInfo {
     /// CPU time the sampled threads used while sampled, seconds.
     #[serde(default)]
     pub sampled_cpu_secs: f64,
-    /// Sampler-thread ticks per wall-clock second (with `thread-timers`,
+    /// Sampler-thread ticks per wall-clock second (with `perf`,
     /// the rate at which the sampler thread collected; with
     /// `sampler-thread` in cpu mode, its wakeups when threads fell due and
     /// at random moments, not the sample rate).
@@ -417,17 +418,18 @@ mod tests {
     }
 
     /// Weighted samples (periods) and distinct ones are reported apart:
-    /// 100 POSIX timer signals standing for 400 periods in 0.4 CPU-s are
-    /// 1000 samples per CPU-second, but only 250 distinct ones.
+    /// 100 sampler-thread signals standing for 400 periods (a thread owed
+    /// periods) in 0.4 CPU-s are 1000 samples per CPU-second, but only 250
+    /// distinct ones.
     #[test]
     fn reports_weighted_and_distinct_rates_apart() {
         let mut stats = Stats::new(&btprof_sampler::SamplerConfig::default());
-        stats.clock = btprof_sampler::SampleClock::PosixTimers;
+        stats.clock = btprof_sampler::SampleClock::SamplerThread;
         stats.samples = 400;
         stats.recorded = 100;
         stats.add_thread_cpu(7, Duration::from_millis(400));
         let info = RunInfo::of_this_process(&stats, 0);
-        assert_eq!(info.clock, "posix-timers");
+        assert_eq!(info.clock, "sampler-thread");
         assert_eq!(info.samples, 400);
         assert_eq!(info.distinct_samples, 100);
         assert_eq!(info.samples_per_cpu_second, 1000.0);

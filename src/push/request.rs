@@ -43,7 +43,7 @@ impl Window {
             end_unix_nanos: start + info.map_or(0, |i| nanos(i.duration_secs)),
             samples: profile.total_samples(),
             id: random_uuid(),
-            // The names `--clock` takes (`perf`, `posix`, `thread`).
+            // The names `--clock` takes (`perf`, `thread`).
             clock: info
                 .and_then(|i| btprof_sampler::SampleClock::from_name(&i.clock))
                 .map_or_else(String::new, |c| c.short_name().to_owned()),

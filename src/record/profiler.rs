@@ -64,11 +64,10 @@ impl ProfilerBuilder {
     /// Linux, cpu mode: the clock that paces samples, instead of the one
     /// btprof chooses (`None`, the default: perf timers where perf events
     /// are allowed, the sampler thread where they are refused). Forcing
-    /// one is for tests and comparisons: [`SampleClock::PosixTimers`]
-    /// where perf events are refused, [`SampleClock::SamplerThread`] to
-    /// see the fallback. A forced kernel clock the kernel refuses fails
-    /// the start. The environment variable `BTPROF_CLOCK` (`perf`,
-    /// `posix`, `thread`) does the same. [`crate::Stats::clock`] says which
+    /// one is for tests and comparisons: [`SampleClock::SamplerThread`] to
+    /// see the fallback. A forced perf clock the kernel refuses fails the
+    /// start. The environment variable `BTPROF_CLOCK` (`perf`, `thread`)
+    /// does the same. [`crate::Stats::clock`] says which
     /// one ran.
     pub fn clock(mut self, clock: Option<SampleClock>) -> Self {
         self.config.clock = clock;

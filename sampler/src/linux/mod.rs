@@ -1,6 +1,6 @@
-//! Linux, own process: three clocks pace the samples ([`SampleClock`]).
+//! Linux, own process: two clocks pace the samples ([`SampleClock`]).
 //!
-//! **Perf events** ([`SampleClock::ThreadTimers`], the default in cpu mode
+//! **Perf events** ([`SampleClock::Perf`], the default in cpu mode
 //! where `perf_event_open` is allowed): the kernel samples every thread
 //! into ring buffers, with no signal ([`born_threads`]): the threads found
 //! at start through task-clock events opened on them, and every thread
@@ -13,14 +13,6 @@
 //! own ([`thread_timers`]: a perf task-clock event whose overflow raises
 //! the profiling signal in that thread), and the handler walks its stack
 //! into a static slot ([`slots`]).
-//!
-//! **POSIX CPU timers** ([`posix_timers`], `timer_create` on each thread's
-//! CPU clock) need no perf events. They take the timers' path (a
-//! [`CpuTimer`] per thread, the handler claiming a free slot), but their
-//! expiries come on the scheduler tick, so each sample carries the periods
-//! it stands for. They run when forced ([`SamplerConfig::clock`]); the
-//! default where perf events are refused stays the sampler thread, which
-//! measured as accurate.
 //!
 //! **The sampler thread** (where perf events are refused, when forced, and
 //! always in wall mode) paces the samples itself. In cpu mode it sends the
@@ -75,7 +67,6 @@ mod born_cpu;
 mod born_threads;
 mod context_anchor;
 mod cpu_debt;
-mod cpu_timer;
 mod cpu_wakeups;
 mod engine;
 mod exit_tails;
@@ -139,9 +130,7 @@ fn usable_signal(signal: i32) -> bool {
 
 /// The clock forced by the configuration or the environment, checked
 /// against what the kernel allows; else perf timers in cpu mode where perf
-/// events are allowed, and the sampler thread's ticks otherwise. (Where
-/// perf is refused the sampler thread stays the default: measured beside
-/// busy processes, POSIX timers were not more accurate than it.)
+/// events are allowed, and the sampler thread's ticks otherwise.
 fn choose_clock(config: &SamplerConfig) -> Result<SampleClock, Error> {
     let forced = match config.clock {
         Some(clock) => Some(clock),
@@ -161,32 +150,21 @@ fn choose_clock(config: &SamplerConfig) -> Result<SampleClock, Error> {
             "wall mode samples every thread from the sampler thread: the {} clock is for cpu mode",
             clock.short_name()
         ))),
-        Some(SampleClock::ThreadTimers) => thread_timers::available()
-            .map(|()| SampleClock::ThreadTimers)
-            .map_err(|e| refused(SampleClock::ThreadTimers, e)),
-        Some(SampleClock::PosixTimers) => posix_timers::available()
-            .map(|()| SampleClock::PosixTimers)
-            .map_err(|e| refused(SampleClock::PosixTimers, e)),
+        Some(SampleClock::Perf) => thread_timers::available()
+            .map(|()| SampleClock::Perf)
+            .map_err(|e| refused(SampleClock::Perf, e)),
         None if config.mode == Mode::Cpu && thread_timers::available().is_ok() => {
-            Ok(SampleClock::ThreadTimers)
+            Ok(SampleClock::Perf)
         }
         None => Ok(SampleClock::SamplerThread),
     }
 }
 
 /// What a running sampler undoes after its thread is joined, which
-/// deleted every timer before it returned: a POSIX timer signal still on
-/// its way is from then on stray, and then the installed signal handler's
+/// closed every timer before it returned: the installed signal handler's
 /// drop flushes pending signals and restores the previous action.
 pub(crate) struct Running {
     _handler: InstalledHandler,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // Before the handler goes: fields drop after this body.
-        posix_timers::end_run();
-    }
 }
 
 /// Refuses a profiling signal the sampler cannot use.
@@ -226,9 +204,6 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     let mut scratch = Vec::new();
     stack_regions::refresh(&mut scratch);
     let handler = InstalledHandler::install(signal)?;
-    if clock == SampleClock::PosixTimers {
-        posix_timers::begin_run();
-    }
     let running = Running { _handler: handler };
     let thread = SamplerThread::spawn(config.hz, move |cx| {
         signal::block_in_this_thread(signal);
@@ -236,7 +211,7 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
         // Only where it reads the rings: the sampler-thread clock's
         // accuracy was measured, and its wakeups placed, with the
         // thread at the weight of the threads it samples.
-        if clock == SampleClock::ThreadTimers {
+        if clock == SampleClock::Perf {
             scheduling::raise_weight();
         }
         SamplerLoop::new(config, clock, signal, cx.progress, cx.requests)?.run(&cx.stop)
@@ -246,11 +221,9 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     // their first moments (200 ms of one beside busy processes). The
     // listing takes no lock a caller could hold (it reads `/proc`, opens
     // perf events); the wait is bounded all the same.
-    // On the POSIX clock the listing opens the timers: a pool that bursts
-    // right after `start` got 385 samples per CPU-second of 512 threads
-    // without the wait. (Kernel-paced clocks only: the sampler thread's
-    // own clock lists the threads a period later, and it measured with
-    // `start` returning at once.)
+    // (The perf clock only: the sampler thread's own clock lists the
+    // threads a period later, and it measured with `start` returning at
+    // once.)
     let deadline = Instant::now() + FIRST_LISTING_WAIT;
     while clock.is_kernel_paced()
         && thread.progress().listings.load(Ordering::Acquire) == 0

@@ -1,72 +1,25 @@
-//! Per-thread POSIX CPU timers: `timer_create` on a thread's own CPU clock,
+//! One-shot POSIX CPU timers: `timer_create` on a thread's own CPU clock,
 //! whose expiry raises the profiling signal in that same thread.
 //!
 //! The clock for another thread of this process is built from its id as
 //! glibc's `pthread_getcpuclockid` does (`CLOCK_THREAD_CPUTIME_ID` of that
-//! thread), and `SIGEV_THREAD_ID` sends each expiry to the thread whose CPU
-//! time ran out, so the sample lands in the thread that used the CPU, at a
-//! point unrelated to the code it runs. Unlike perf events this needs no
-//! privilege, and the default container seccomp profiles allow it: it is
-//! the kernel-paced clock where `perf_event_open` is refused.
+//! thread), and `SIGEV_THREAD_ID` sends the expiry to that thread. The
+//! kernel checks a CPU timer only while its thread is on a CPU, so a timer
+//! that expires after its thread's next nanosecond of CPU time is a request
+//! only a running thread can take: wall mode's samples of running threads
+//! ([`PosixTimer::open_request`]), one-shot captures
+//! ([`PosixTimer::open_dump_request`]) and wake notices for idle threads
+//! ([`PosixTimer::open_wake`]). Each carries a tagged value in `si_value`
+//! that the handler classifies ([`requested_slot`], [`requested_dump`],
+//! [`wake_index`]); an `SI_TIMER` signal with no tag of ours is stray.
 //!
-//! The kernel checks CPU timers on the scheduler tick (CONFIG_HZ, often
-//! 250), so a period shorter than a tick expires once per tick, with
-//! `si_overrun` counting the further periods that expiry covered. Each
-//! sample therefore stands for `1 + si_overrun` periods ([`sample_weight`]);
-//! the stats report these weighted samples apart from the distinct ones.
-//! A thread that exits, or is running when sampling stops, may have run
-//! periods out since its last signal that no tick found it running for;
-//! the engine counts them then on its last sample's stack, as an overrun
-//! is counted.
-//!
-//! A timer can also stay silent while its thread runs and takes signals:
-//! on some kernels (seen on 6.18) the CPU timers of a process forked from
-//! one whose threads had CPU timers fire up to half a second of CPU time
-//! late, though armed and overdue. The engine samples such a thread
-//! itself and restarts its timer ([`PosixTimer::restart`]).
-//!
-//! Wall mode uses the same timers once per sample, as requests that only
-//! a running thread can take ([`PosixTimer::open_request`]).
-//!
-//! A timer's signal carries a cookie in `si_value` that names the running
-//! sampler: the handler takes an `SI_TIMER` signal as a sample only while
-//! that cookie is current, so a timer signal of the application's own, or
-//! one of a stopped sampler, is counted as stray instead.
+//! (Periodic POSIX CPU timers are no sampling clock: their expiries come on
+//! the scheduler tick, a few milliseconds apart whatever the rate asked for;
+//! see `docs/decisions/posix-clock.md`.)
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::threads;
-
-/// For btprof's own tests: timers armed while this is set fire only after
-/// [`HELD_BACK_NS`] of CPU time, as if the kernel held their expiries
-/// back (see the module docs).
-#[cfg(feature = "test-hooks")]
-pub(crate) static HOLD_BACK: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-/// An hour: longer than any test runs.
-#[cfg(feature = "test-hooks")]
-const HELD_BACK_NS: u64 = 3_600_000_000_000;
-
-/// The cookie of the running sampler's timers (0: none runs).
-static RUN_COOKIE: AtomicU64 = AtomicU64::new(0);
-/// Tells one sampler run's cookie from the next.
-static RUN_GENERATION: AtomicU64 = AtomicU64::new(1);
-/// The high bits of every cookie: no pointer an application would put in
-/// its own timers' `si_value` looks like this (not canonical on x86_64 or
-/// aarch64).
-const COOKIE_TAG: u64 = 0xb7b7 << 48;
-
-/// Makes the timers opened from now on, and only they, count as samples.
-pub(crate) fn begin_run() {
-    let generation = RUN_GENERATION.fetch_add(1, Relaxed) & 0xffff_ffff_ffff;
-    RUN_COOKIE.store(COOKIE_TAG | generation, Relaxed);
-}
-
-/// After the last timer is deleted: a signal still on its way is stray.
-pub(crate) fn end_run() {
-    RUN_COOKIE.store(0, Relaxed);
-}
 
 /// The CPU clock of thread `tid` of this process: the per-thread scheduler
 /// clock, as glibc builds it (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`).
@@ -100,29 +53,15 @@ struct TimerSpec {
 pub(crate) struct PosixTimer {
     /// The kernel's timer id.
     id: i32,
-    tid: i32,
-    /// The thread's CPU clock when the timer was created.
-    start_ns: u64,
 }
 
 impl PosixTimer {
-    /// Creates and arms a timer that raises `signal` in thread `tid` every
-    /// `period_ns` of that thread's CPU time. `ESRCH`/`EINVAL`: the thread
-    /// exited.
-    pub(crate) fn open(tid: i32, period_ns: u64, signal: libc::c_int) -> io::Result<PosixTimer> {
-        let mut timer = PosixTimer::open_unarmed(tid, signal, RUN_COOKIE.load(Relaxed))?;
-        timer.start_ns =
-            threads::thread_cpu_ns(tid).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
-        timer.restart(period_ns)?;
-        Ok(timer)
-    }
-
-    /// Sets the timer to expire first after `first` of the thread's CPU
-    /// time, then every `interval` (zero: once).
-    fn arm(&self, interval: libc::timespec, first: libc::timespec) -> io::Result<()> {
+    /// Sets the timer to expire once, after `after_ns` of the thread's CPU
+    /// time.
+    fn arm(&self, after_ns: u64) -> io::Result<()> {
         let spec = TimerSpec {
-            interval,
-            value: first,
+            interval: timespec(0),
+            value: timespec(after_ns),
         };
         // SAFETY: a timer id the kernel gave us and a valid spec; no old
         // value is asked for.
@@ -140,34 +79,12 @@ impl PosixTimer {
         }
         Ok(())
     }
-
-    /// Starts the timer's period again from the thread's CPU time now.
-    /// An expiry the kernel has not signalled yet is dropped with it, so
-    /// the periods a sample taken another way stood for are not counted
-    /// again as that signal's overrun when it finally comes.
-    pub(crate) fn restart(&self, period_ns: u64) -> io::Result<()> {
-        #[cfg(feature = "test-hooks")]
-        let period_ns = if HOLD_BACK.load(Relaxed) {
-            HELD_BACK_NS
-        } else {
-            period_ns
-        };
-        let period = timespec(period_ns);
-        self.arm(period, period)
-    }
-
-    /// The CPU time the thread used since the timer was created, in
-    /// nanoseconds; `None` once the thread exited.
-    pub(crate) fn cpu_ns(&self) -> Option<u64> {
-        threads::thread_cpu_ns(self.tid).map(|now| now.saturating_sub(self.start_ns))
-    }
 }
 
 impl Drop for PosixTimer {
     fn drop(&mut self) {
         // A signal the timer already queued is dropped by the kernel when
-        // its timer is deleted before delivery (and otherwise finds the
-        // run's cookie gone, or the handler replaced, and counts as stray).
+        // its timer is deleted before delivery.
         // SAFETY: deleting our own timer id once; failure leaves nothing
         // to undo.
         unsafe { libc::syscall(libc::SYS_timer_delete, self.id) };
@@ -239,14 +156,14 @@ impl PosixTimer {
     /// Arms the timer to expire once, after `after_ns` (at least 1) more of
     /// the thread's CPU time.
     pub(crate) fn arm_once(&self, after_ns: u64) -> io::Result<()> {
-        self.arm(timespec(0), timespec(after_ns.max(1)))
+        self.arm(after_ns.max(1))
     }
 
     /// A timer on thread `tid`'s CPU clock that expires once, after the
     /// first nanosecond of CPU time it uses from now.
     fn open_once(tid: i32, signal: libc::c_int, value: u64) -> io::Result<PosixTimer> {
         let timer = PosixTimer::open_unarmed(tid, signal, value)?;
-        timer.arm(timespec(0), timespec(1))?;
+        timer.arm(1)?;
         Ok(timer)
     }
 
@@ -280,16 +197,13 @@ impl PosixTimer {
                 e
             });
         }
-        Ok(PosixTimer {
-            id,
-            tid,
-            start_ns: 0,
-        })
+        Ok(PosixTimer { id })
     }
 }
 
 /// The high bits of a sample request's timer value ([`PosixTimer::
-/// open_request`]): apart from the run cookie's, and from any pointer.
+/// open_request`]): apart from any pointer (not canonical on x86_64 or
+/// aarch64).
 const REQUEST_TAG: u64 = 0xb7b6 << 48;
 /// The high bits of a one-shot capture's request ([`PosixTimer::
 /// open_dump_request`]), apart from a sample request's.
@@ -344,28 +258,6 @@ fn timer_value(info: &libc::siginfo_t) -> u64 {
     // SAFETY: `siginfo_t` is 128 bytes and an `SI_TIMER` signal fills its
     // `_timer` member at this offset; an unaligned read of an integer.
     unsafe { base.add(VALUE_AT).cast::<u64>().read_unaligned() }
-}
-
-/// The periods a timer signal stands for, `1 + si_overrun`, if it is one of
-/// the running sampler's timers (`si_code` `SI_TIMER` and its cookie in
-/// `si_value`); `None` for any other signal. Async-signal-safe.
-pub(crate) fn sample_weight(info: &libc::siginfo_t) -> Option<u64> {
-    if info.si_code != libc::SI_TIMER {
-        return None;
-    }
-    // `si_overrun` follows `si_tid` in the `_timer` member (see
-    // `timer_value`).
-    const OVERRUN_AT: usize = 20;
-    let base = (info as *const libc::siginfo_t).cast::<u8>();
-    // SAFETY: `siginfo_t` is 128 bytes and an `SI_TIMER` signal fills its
-    // `_timer` member at this offset; an unaligned read of an integer.
-    let overrun = unsafe { base.add(OVERRUN_AT).cast::<i32>().read_unaligned() };
-    let value = timer_value(info);
-    let cookie = RUN_COOKIE.load(Relaxed);
-    if cookie == 0 || value != cookie {
-        return None;
-    }
-    Some(1 + u64::from(overrun.max(0).unsigned_abs()))
 }
 
 #[cfg(test)]

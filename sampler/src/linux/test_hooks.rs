@@ -13,11 +13,11 @@ pub fn set_handler_delay(tid: u64, cpu: Duration) {
     super::handler::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
 }
 
-/// Makes the POSIX CPU timers armed from now on (while `on`) fire only
-/// after an hour of CPU time, as timers a kernel holds back do: the
-/// sampler must sample their threads another way.
-pub fn hold_back_posix_timers(on: bool) {
-    super::posix_timers::HOLD_BACK.store(on, Relaxed);
+/// While `on`, the perf clock opens ring events on no thread found at
+/// start but the one that owns the rings, as when the descriptor budget is
+/// spent: the others are handed to signal timers of their own.
+pub fn spend_the_ring_descriptor_budget(on: bool) {
+    super::born_threads::NO_FD_BUDGET.store(on, Relaxed);
 }
 
 /// While `on`, no listing of the threads falls due: what the sampler

@@ -137,7 +137,7 @@ pub fn check_clock(raw: &RawProfile) {
     let clock = raw.stats.clock;
     if let Some(forced) = forced {
         assert_eq!(clock, forced);
-    } else if clock != SampleClock::ThreadTimers {
+    } else if clock != SampleClock::Perf {
         println!("measured: perf events refused here: this run used the sampler thread too");
     }
     println!("measured: clock {clock:?}");
@@ -672,7 +672,7 @@ fn blocking_calls_never_fail_with_eintr() {
              samples, {blocked} of them blocked (not interrupted), {} reused",
             raw.stats.clock, profiled.eintr, profiled.calls, raw.stats.reused_samples
         );
-        if raw.stats.clock == SampleClock::ThreadTimers || mode == Mode::Wall {
+        if raw.stats.clock == SampleClock::Perf || mode == Mode::Wall {
             // Each thread's timer raises the signal only while it runs
             // user code (exclude_kernel): never inside a blocking call. In
             // wall mode a request's CPU timer fires on a tick of the
@@ -1185,7 +1185,7 @@ fn many_threads_and_mappings_keep_stacks_and_rate() {
     // measured 6-11%, so it is held to 20%. A cost, not a chance count: a
     // margin over that; reading every thread's clock each tick would cost
     // more than the period (see `signal_due_threads`).
-    let limit = if raw.stats.clock == SampleClock::ThreadTimers {
+    let limit = if raw.stats.clock == SampleClock::Perf {
         0.10
     } else {
         0.20

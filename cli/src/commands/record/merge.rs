@@ -374,7 +374,7 @@ mod tests {
             ..base.clone()
         };
         let thread = || run("cpu", SampleClock::SamplerThread);
-        let rings = || run("cpu", SampleClock::ThreadTimers);
+        let rings = || run("cpu", SampleClock::Perf);
         let paced = |parts: &[Part]| paced_without_perf(parts, 2);
         assert_eq!(paced(&[part(1, thread())]).as_deref(), Some("the samples"));
         assert_eq!(
@@ -392,10 +392,16 @@ mod tests {
             paced(&mixed).as_deref(),
             Some("the samples of 4 of 5 processes: p (2), p (3), and 2 more")
         );
+        // A sidecar of the retired POSIX clock, or of the perf clock under
+        // its old name: kernel-paced, not the sampler thread.
+        let named = |clock: &str| RunInfo {
+            clock: clock.into(),
+            ..rings()
+        };
         assert_eq!(
             paced(&[
-                part(1, rings()),
-                part(2, run("cpu", SampleClock::PosixTimers))
+                part(1, named("thread-timers")),
+                part(2, named("posix-timers"))
             ]),
             None
         );

@@ -23,6 +23,7 @@ use btprof::{Profile, RunInfo, SampleClock};
 use clap::{Args, ValueEnum};
 
 use super::{fail, EXIT_BAD_INPUT};
+use crate::clock_arg::parse_clock;
 use crate::duration::parse_duration;
 use crate::outputs::{OutputOptions, Outputs};
 use crate::push_args::PushArgs;
@@ -111,15 +112,14 @@ pub struct RecordArgs {
     pub signal: Option<i32>,
 
     /// The clock that paces cpu-mode samples in every process (Linux),
-    /// instead of the one each chooses: perf (each thread's own perf
-    /// CPU-time timer, the default where perf events are allowed), posix
-    /// (each thread's own POSIX CPU timer, which works where perf events
-    /// are refused), thread (the sampler thread, by the CPU time threads
-    /// used; the default where perf events are refused). A process whose
-    /// kernel refuses it is not profiled, and says so. The summary says
-    /// which clock ran. Same as BTPROF_CLOCK=perf|posix|thread.
-    #[arg(long, value_enum, value_name = "CLOCK")]
-    pub clock: Option<RecordClock>,
+    /// instead of the one each chooses: perf (the kernel samples each
+    /// thread by its own CPU time into ring buffers, the default where perf
+    /// events are allowed) or thread (the sampler thread, by the CPU time
+    /// threads used; the default where perf events are refused). A process
+    /// whose kernel refuses it is not profiled, and says so. The summary
+    /// says which clock ran. Same as BTPROF_CLOCK=perf|thread.
+    #[arg(long, value_parser = parse_clock, value_name = "perf|thread")]
+    pub clock: Option<SampleClock>,
 
     /// Same as --clock thread.
     #[arg(long, conflicts_with = "clock")]
@@ -156,24 +156,6 @@ pub enum RecordMode {
     Wall,
 }
 
-/// `--clock`: the names `BTPROF_CLOCK` takes.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum RecordClock {
-    Perf,
-    Posix,
-    Thread,
-}
-
-impl RecordClock {
-    fn clock(self) -> SampleClock {
-        match self {
-            RecordClock::Perf => SampleClock::ThreadTimers,
-            RecordClock::Posix => SampleClock::PosixTimers,
-            RecordClock::Thread => SampleClock::SamplerThread,
-        }
-    }
-}
-
 /// The environment variable the sampler in each process reads its forced
 /// clock from (`btprof_sampler::CLOCK_ENV`).
 const CLOCK_ENV: &str = "BTPROF_CLOCK";
@@ -191,11 +173,11 @@ fn record(args: &RecordArgs) -> Result<ExitCode, String> {
     if let (RecordMode::Wall, Some(clock)) = (args.mode, args.clock) {
         // Each process would ignore it: in wall mode the sampler thread
         // samples every thread.
-        if clock.clock().is_kernel_paced() {
+        if clock.is_kernel_paced() {
             return Err(format!(
                 "--clock {} is for cpu mode: wall mode samples every thread from the sampler \
                  thread",
-                clock.clock().short_name()
+                clock.short_name()
             ));
         }
     }
@@ -338,7 +320,7 @@ fn configure(command: &mut Command, args: &RecordArgs, library: &Path, dir: &Pat
     }
     match (args.clock, args.no_thread_timers) {
         (Some(clock), _) => {
-            command.env(CLOCK_ENV, clock.clock().short_name());
+            command.env(CLOCK_ENV, clock.short_name());
         }
         (None, true) => {
             command.env(CLOCK_ENV, SampleClock::SamplerThread.short_name());

@@ -67,10 +67,9 @@ impl OwnedWalk {
 
 /// The frame vectors of walks no longer needed (a thread's last walk
 /// replaced by its next), for the next samples' walks
-/// ([`OwnedWalk::of_reusing`]). Every clock keeps some walks per thread,
-/// and allocating one vector per sample and freeing the one it replaced
-/// was 15% of the sampler thread's time on the ring clock at 100 Hz and
-/// 10% on the POSIX clock.
+/// ([`OwnedWalk::of_reusing`]). Every clock keeps some walks per thread;
+/// allocating one vector per sample and freeing the one it replaced is a
+/// large share of the sampler thread's time at low rates.
 #[derive(Default)]
 pub(super) struct SpareFrames(Vec<Vec<u64>>);
 
@@ -125,7 +124,6 @@ impl SamplerLoop {
         } else {
             0
         };
-        let tick_paced = self.tick_paced_timers();
         for slot in 0..SLOTS {
             let Some(slot_use) = self.slot_uses[slot] else {
                 continue;
@@ -229,15 +227,6 @@ impl SamplerLoop {
                             spare.give(walks.remove(0));
                         }
                         walks.push(walk);
-                    }
-                    Some(state) if tick_paced => {
-                        // A held-back timer's sample (`sample_silent_timers`)
-                        // counts as one of its timer's.
-                        state.timer.samples += 1;
-                        state.timer.periods += weight;
-                        if let Some((_, replaced)) = state.timer.last.replace((key, walk)) {
-                            spare.give(replaced);
-                        }
                     }
                     _ => spare.give(walk),
                 }

@@ -44,14 +44,13 @@ use super::handler::slots::{self, SlotOwner, SLOTS};
 use super::handler::stack_regions;
 use super::monotonic_ns;
 use super::posix_timers;
-use super::split_mix::SplitMix64;
 use super::threads;
 use super::unwind::CfiWalker;
 use ring_clock::{RingState, RingThread};
 
 use collect::{OwnedWalk, SpareFrames};
 use pacing::{BlockedReads, CpuPacing, PacedThread};
-use signal_timers::{PosixExit, TimerThread};
+use signal_timers::TimerThread;
 use thread_list::Exit;
 
 /// A slot not taken by its thread within this time is cancelled and the
@@ -128,10 +127,9 @@ const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(100);
 /// thread count and every thread sampled, and no listing a new thread
 /// (where threads come and go the count can hold), the sampler thread
 /// wakes only every [`MAX_COLLECT_INTERVAL`] (or sooner if the slots or
-/// rings need it), not at every listing interval: at 100 Hz on the POSIX
-/// clock the wakeups every 20 ms, each with a look at the thread count
-/// and the threads' clocks, were half of the sampler thread's time with
-/// a steady set of threads. The first thread born after such a quiet
+/// rings need it), not at every listing interval: each wakeup looks at the
+/// thread count and the threads' clocks, which with a steady set of
+/// threads is most of the sampler thread's time. The first thread born after such a quiet
 /// spell gets its timer up to that much later; what it ran before is
 /// counted as not covered, and its birth brings back the shorter
 /// interval. A quarter second: a pool starts its threads within
@@ -226,7 +224,7 @@ struct ThreadState {
     gone_at_ns: Option<u64>,
     /// A `/proc` file that tells whether it runs, kept open: read before
     /// each signal the sampler thread sends it (on the sampler-thread
-    /// clock, and for a POSIX timer the kernel holds back). Its stat file
+    /// clock). Its stat file
     /// while it is young, which gives its name too, then the cheaper
     /// `syscall` file where the kernel shows it ([`ThreadState::run_state`]).
     state_file: Option<threads::StateFile>,
@@ -333,7 +331,7 @@ pub(super) struct SamplerLoop {
     steady_since: Option<Instant>,
     /// Timer samples copied out of their slots with the periods each
     /// stands for, reused between passes.
-    timer_walks: Vec<(i32, u64, OwnedWalk)>,
+    timer_walks: Vec<(i32, OwnedWalk)>,
     /// Frame vectors of walks replaced since, for the next samples'.
     spare_frames: SpareFrames,
     /// How often the thread list is read: `relist_floor`, or longer when a
@@ -367,10 +365,6 @@ pub(super) struct SamplerLoop {
     /// Threads that exited at the last listing, with what they still
     /// stand for, until [`Self::settle_exits`] counts it.
     exits: Vec<Exit>,
-    /// POSIX clock: threads that exited, with their last timer samples
-    /// and the periods they are owed, and the chance for a part of one.
-    posix_exits: Vec<PosixExit>,
-    tail_rng: SplitMix64,
     /// CFI unwinding of the handlers' stack copies; `None` with
     /// `frame_pointers_only`.
     cfi: Option<CfiWalker>,
@@ -455,8 +449,6 @@ impl SamplerLoop {
             spare_frames: SpareFrames::default(),
             rotation: 0,
             exits: Vec::new(),
-            posix_exits: Vec::new(),
-            tail_rng: SplitMix64::new(monotonic_ns() ^ 0x5eed),
             cpu_pacing,
             wall_requests,
             cfi,
@@ -473,8 +465,8 @@ impl SamplerLoop {
     // means rather than by which clock runs; the constructor builds the
     // state each clock keeps (`cpu_pacing`, `wall_requests`, `ring`).
 
-    /// Whether each thread has a timer of its own (perf or POSIX) and the
-    /// sampler thread only collects.
+    /// Whether the kernel paces each thread's samples (the perf clock) and
+    /// the sampler thread only collects.
     fn timers(&self) -> bool {
         self.clock.is_kernel_paced()
     }
@@ -482,15 +474,7 @@ impl SamplerLoop {
     /// Whether threads are sampled into the kernel's rings by perf events,
     /// the inherited ones covering the threads they create.
     fn rings_wanted(&self) -> bool {
-        self.clock == SampleClock::ThreadTimers
-    }
-
-    /// Whether the threads' timers expire on the scheduler tick (POSIX CPU
-    /// timers): a timer may then hold its signals back, for a thread's last
-    /// periods before it exits or for long stretches, and the sampler
-    /// thread stands in for what it held back.
-    fn tick_paced_timers(&self) -> bool {
-        self.clock == SampleClock::PosixTimers
+        self.clock == SampleClock::Perf
     }
 
     /// How long the sampler thread sleeps between two collections.
@@ -596,7 +580,7 @@ impl SamplerLoop {
         // Every CPU reading first, then no timer fires again. Periods
         // lost to a blocked signal since the last listing are counted too.
         if self.timers() {
-            self.watch_blocked_threads(false);
+            self.watch_blocked_threads();
         }
         self.account_cpu(true);
         if let Some(born) = self.ring.events.as_mut() {
@@ -606,12 +590,6 @@ impl SamplerLoop {
             state.timer.open = None;
         }
         self.drain();
-        // Every timer sample is in: what the POSIX timers ran out but
-        // never signalled.
-        for state in self.threads.values_mut() {
-            self.posix_exits.extend(PosixExit::of(state));
-        }
-        self.count_posix_tails();
         self.settle_at_stop();
         self.finish_born();
         result?;
@@ -681,7 +659,7 @@ impl SamplerLoop {
             self.forget_exited();
             self.settle_exits(unread);
             if self.timers() {
-                self.watch_blocked_threads(true);
+                self.watch_blocked_threads();
                 self.open_born_events();
                 self.open_timers();
             } else {

@@ -1,4 +1,4 @@
-//! The perf ring clock ([`crate::SampleClock::ThreadTimers`] where perf
+//! The perf ring clock ([`crate::SampleClock::Perf`] where perf
 //! events are allowed): the inherited task-clock events ([`BornThreads`])
 //! opened at the first listing, whose ring samples of every thread they
 //! cover are unwound in place and interned here; threads whose walks the
@@ -146,7 +146,6 @@ impl SamplerLoop {
     /// Timer path, first listing: opens the inherited events on the threads
     /// listed, so that threads they create are sampled from birth.
     pub(super) fn open_born_events(&mut self) {
-        // POSIX timers run where perf events are refused (or forced off).
         if self.ring.tried || !self.rings_wanted() {
             return;
         }

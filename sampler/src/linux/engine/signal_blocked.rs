@@ -8,14 +8,12 @@
 //! suspicion ([`SamplerLoop::watch_blocked_threads`]); on the
 //! sampler-thread path a signal not taken in time
 //! ([`SamplerLoop::cannot_take_signal`]) or the mask looked at before a
-//! thread's first signal. A silent POSIX timer on a thread that does not
-//! block the signal is one the kernel holds back: that thread is sampled
-//! by the sampler thread ([`SamplerLoop::sample_silent_timers`]).
+//! thread's first signal.
 
 use crate::{Mode, SamplerStats};
 
-use super::super::cpu_timer::CpuTimer;
 use super::super::handler::slots;
+use super::super::thread_timers::ThreadTimer;
 use super::super::threads;
 use super::{monotonic_ns, BlockedSince, SamplerLoop, ThreadState};
 
@@ -161,15 +159,8 @@ impl SamplerLoop {
     /// signals do not queue up on them; counts their CPU periods as failed
     /// samples while they block; and lets them have a timer again once
     /// they unblock.
-    ///
-    /// With `sample_silent` (a listing, not the stop), on the POSIX clock
-    /// in cpu mode, a silent timer on a thread that takes the signal is
-    /// one the kernel holds back: its thread is sampled by the sampler
-    /// thread instead ([`Self::sample_silent_timers`]).
-    pub(super) fn watch_blocked_threads(&mut self, sample_silent: bool) {
+    pub(super) fn watch_blocked_threads(&mut self) {
         let (period, signal, listing) = (self.period_ns, self.sender.signal(), self.listing);
-        let sample_silent = sample_silent && self.tick_paced_timers();
-        let mut held_back = Vec::new();
         for (&tid, state) in self.threads.iter_mut() {
             if let Some(blocked) = &mut state.blocked {
                 let Some(cpu) = threads::thread_cpu_ns(tid) else {
@@ -209,7 +200,7 @@ impl SamplerLoop {
                 }
                 continue;
             }
-            let Some(count) = state.timer.open.as_ref().and_then(CpuTimer::cpu_ns) else {
+            let Some(count) = state.timer.open.as_ref().and_then(ThreadTimer::cpu_ns) else {
                 continue;
             };
             let silent = state.silent_at(count, period);
@@ -246,35 +237,11 @@ impl SamplerLoop {
                 ));
                 continue;
             }
-            if silent && !suspect && sample_silent {
-                // Its periods stay owed until a listing finds it running
-                // (a signal sent into a blocking call could end it with
-                // `EINTR`), free to take the signal now, and with no sample
-                // of ours in flight. A thread inside btprof's handler has
-                // the signal blocked: a slow handler is silence too, and a
-                // signal sent then would wait, and time out as blocked.
-                let free = threads::signal_status(tid, signal)
-                    .is_some_and(|status| !status.blocked && !status.pending);
-                if state.pending
-                    || !free
-                    || state.run_state(tid, &mut self.thread_keys)
-                        != Some(threads::RunState::Running)
-                {
-                    continue;
-                }
-                // The part of a period left over is owed to the next one.
-                let silent_ns = count.saturating_sub(state.timer.checked_ns);
-                held_back.push((tid, silent_ns / period));
-                state.timer.checked_ns = count - silent_ns % period;
-                state.timer.samples = 0;
-                continue;
-            }
             if silent || state.timer.samples > 0 {
                 state.timer.checked_ns = count;
                 state.timer.samples = 0;
             }
         }
-        self.sample_silent_timers(&held_back);
     }
 
     /// Sampler-thread path: a signal sent to `tid` was not taken in time.

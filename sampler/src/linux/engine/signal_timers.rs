@@ -1,15 +1,13 @@
-//! Per-thread signal timers, for the threads the rings cannot take and
-//! on the POSIX clock: a [`CpuTimer`] per thread (a perf task-clock event
-//! that signals its thread, or a POSIX CPU timer), opened busiest thread
-//! first, and the samples their handlers left in free slots interned.
+//! Per-thread signal timers, for the threads the rings cannot take: a
+//! [`ThreadTimer`] per thread (a perf task-clock event that signals its
+//! thread), opened busiest thread first, and the samples their handlers
+//! left in free slots interned.
 
-use std::time::Instant;
-
-use super::super::cpu_timer::CpuTimer;
+use super::super::thread_timers::ThreadTimer;
 use super::super::threads;
 use super::collect::OwnedWalk;
 use super::signal_blocked::blocks_signal_now;
-use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse, ThreadState};
+use super::{monotonic_ns, BlockedSince, SamplerLoop};
 
 /// Sampler CPU time one listing may spend opening timers for threads that
 /// did not run since it read their clocks (see `open_timers`).
@@ -21,13 +19,12 @@ const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
 /// opens the timers of a thousand threads or more.
 const FIRST_TIMER_BUDGET_NS: u64 = 20_000_000;
 
-/// One thread's signal timer on the kernel-paced clocks (perf or POSIX),
-/// and what its samples say about it; left at its default on the
-/// sampler-thread clock.
+/// One thread's signal timer on the perf clock, and what its samples say
+/// about it; left at its default on the sampler-thread clock.
 #[derive(Default)]
 pub(super) struct TimerThread {
     /// The thread's timer, once opened.
-    pub(super) open: Option<CpuTimer>,
+    pub(super) open: Option<ThreadTimer>,
     /// Opening the timer failed once (counted once, retried each listing).
     pub(super) failed: bool,
     /// Counted in [`SamplerStats::timer_threads`](crate::SamplerStats::timer_threads).
@@ -42,33 +39,6 @@ pub(super) struct TimerThread {
     /// the signal only if the next look, a listing later, finds it silent
     /// and blocked again ([`blocks_signal_now`]).
     pub(super) suspect_since_ns: Option<u64>,
-    /// POSIX clock, cpu mode: the periods its timer's samples stood for
-    /// since the timer opened, and the last of them (its key and walk), on
-    /// which the periods its timer ran out but never signalled are counted
-    /// when it exits ([`SamplerLoop::count_posix_tails`]).
-    pub(super) periods: u64,
-    pub(super) last: Option<(u32, OwnedWalk)>,
-}
-
-/// A thread on the POSIX clock that exited: its last timer sample (key and
-/// walk), the periods its samples stood for, and its CPU time since its
-/// timer opened at its last reading.
-pub(super) struct PosixExit {
-    pub(super) last: (u32, OwnedWalk),
-    pub(super) periods: u64,
-    pub(super) cpu_ns: u64,
-}
-
-impl PosixExit {
-    /// What thread `state` leaves to count as it exits or sampling stops:
-    /// its last POSIX timer sample, if it had one.
-    pub(super) fn of(state: &mut ThreadState) -> Option<PosixExit> {
-        Some(PosixExit {
-            last: state.timer.last.take()?,
-            periods: state.timer.periods,
-            cpu_ns: state.accounted_ns.unwrap_or(0),
-        })
-    }
 }
 
 impl SamplerLoop {
@@ -132,7 +102,7 @@ impl SamplerLoop {
                     continue;
                 }
             }
-            match CpuTimer::open(self.clock, tid, period, signal) {
+            match ThreadTimer::open(tid, period, signal) {
                 Ok(timer) => {
                     // The timer counts from zero: CPU time is accounted from
                     // here, where samples can start. A (deep) born thread's
@@ -150,8 +120,6 @@ impl SamplerLoop {
                     state.timer.counted = true;
                     state.timer.samples = 0;
                     state.timer.checked_ns = 0;
-                    state.timer.periods = 0;
-                    state.timer.last = None;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
                     self.stats.exited_threads += 1;
@@ -166,56 +134,6 @@ impl SamplerLoop {
         self.timer_queue = wanted;
     }
 
-    /// POSIX clock, cpu mode: samples each thread in `held_back`, whose
-    /// timer ran the given number of periods of its CPU time without a
-    /// signal though the thread takes it (the kernel held the expiry back;
-    /// see [`super::super::posix_timers`]), with a signal of the sampler
-    /// thread's own standing for those periods, and restarts its timer
-    /// so that they are not counted again when the held-back signal comes.
-    /// The sample lands where the thread is when the signal arrives, at a
-    /// listing: a moment unrelated to its code.
-    pub(super) fn sample_silent_timers(&mut self, held_back: &[(i32, u64)]) {
-        for &(tid, periods) in held_back {
-            let Some(state) = self.threads.get_mut(&tid) else {
-                continue;
-            };
-            let Some(armed) = self.slots.arm(self.config.max_depth) else {
-                self.stats.slots_full += 1;
-                self.stats.skipped_samples += periods;
-                continue;
-            };
-            // No lateness check: a sample that waits for its thread to get
-            // a CPU again still lands in the thread's own code.
-            self.slots.mark_sent(armed.slot, 0, 0);
-            match self.sender.send(tid, armed.signal_value()) {
-                Ok(()) => {
-                    state.pending = true;
-                    self.slot_uses[armed.slot] = Some(SlotUse {
-                        tid,
-                        key: state.key,
-                        weight: periods,
-                        armed_at: Instant::now(),
-                        by_request: false,
-                    });
-                    if let Some(CpuTimer::Posix(timer)) = &state.timer.open {
-                        // Failing, the held-back signal may stand for these
-                        // periods again: at worst as if it came on time.
-                        let _ = timer.restart(self.period_ns);
-                    }
-                }
-                Err(e) => {
-                    // Nobody was signalled, so nobody can claim the slot.
-                    self.slots.cancel(armed.slot);
-                    if e.raw_os_error() == Some(libc::ESRCH) {
-                        self.stats.exited_threads += 1;
-                    } else {
-                        self.stats.failed_samples += periods;
-                    }
-                }
-            }
-        }
-    }
-
     /// Interns every sample a timer handler left; returns how many slots
     /// handlers are still writing.
     pub(super) fn collect_timer_samples(&mut self) -> usize {
@@ -223,29 +141,20 @@ impl SamplerLoop {
         walks.clear();
         let (cfi, stats, spare) = (&mut self.cfi, &mut self.stats, &mut self.spare_frames);
         let max_depth = self.config.max_depth;
-        let writing = self.slots.collect_claimed(|tid, weight, walk| {
+        let writing = self.slots.collect_claimed(|tid, walk| {
             let frames = spare.take();
             let walk = OwnedWalk::of_reusing(frames, &walk, cfi.as_mut(), max_depth, stats);
-            walks.push((tid, weight, walk));
+            walks.push((tid, walk));
         });
-        let keep_last = self.tick_paced_timers();
-        for (tid, weight, walk) in walks.drain(..) {
+        for (tid, walk) in walks.drain(..) {
             if let Some(state) = self.threads.get_mut(&tid) {
                 state.timer.samples += 1;
-                state.sampled_since_read += weight;
+                state.sampled_since_read += 1;
             }
             match self.key_for_sample(tid, None) {
                 Some(key) => {
-                    self.intern(key, &walk.as_collected(), weight);
-                    match self.threads.get_mut(&tid).filter(|_| keep_last) {
-                        Some(state) => {
-                            state.timer.periods += weight;
-                            if let Some((_, replaced)) = state.timer.last.replace((key, walk)) {
-                                self.spare_frames.give(replaced);
-                            }
-                        }
-                        None => self.spare_frames.give(walk),
-                    }
+                    self.intern(key, &walk.as_collected(), 1);
+                    self.spare_frames.give(walk);
                 }
                 // A thread this sampler never listed (it exited before):
                 // its sample cannot be named.
@@ -257,34 +166,5 @@ impl SamplerLoop {
         }
         self.timer_walks = walks;
         writing
-    }
-
-    /// POSIX clock, cpu mode: counts, for each thread that exited, the
-    /// periods of CPU time its timer ran out that no signal stood for, on
-    /// its last sample's stack ([`PosixExit`]).
-    ///
-    /// The kernel checks a CPU timer only on a scheduler tick that finds
-    /// its thread running, so a thread that runs a few milliseconds in all
-    /// may exit with periods its timer counted but never signalled: in a
-    /// pool of 512 threads of 4 ms each, most of its time. Those periods
-    /// are counted as the overrun of a signal is: on a stack the thread
-    /// was seen on. Added to the weighted count only, never as a distinct
-    /// sample; the CPU time after the thread's last clock reading is not
-    /// counted (nor in its CPU time).
-    pub(super) fn count_posix_tails(&mut self) {
-        let period = self.period_ns.max(1);
-        for exit in std::mem::take(&mut self.posix_exits) {
-            let (key, walk) = &exit.last;
-            let owed = (exit.cpu_ns / period).saturating_sub(exit.periods);
-            // The part of a period after the last one, at random by its
-            // fraction (none where the signals already stood for more).
-            let part = owed > 0 || exit.cpu_ns / period == exit.periods;
-            let extra = u64::from(part && self.tail_rng.chance(exit.cpu_ns % period, period));
-            let weight = owed + extra;
-            if weight > 0 {
-                self.intern_weight(*key, &walk.as_collected(), weight);
-                self.stats.exit_samples += weight;
-            }
-        }
     }
 }

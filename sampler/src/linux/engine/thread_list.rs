@@ -22,7 +22,6 @@ use super::super::handler::stack_regions;
 use super::super::threads;
 use super::collect::OwnedWalk;
 use super::pacing::{CpuPacing, IDLE_SLACK_NS};
-use super::signal_timers::PosixExit;
 use super::{monotonic_ns, SamplerLoop, ThreadState, LISTING_SHARE, RECENT_WALKS};
 use super::{PacedThread, RingThread, TimerThread, RELIST_INTERVAL, YOUNG};
 
@@ -248,10 +247,9 @@ impl SamplerLoop {
     /// whose timer fell silent, for the listing that finds out why
     /// ([`SamplerLoop::watch_blocked_threads`]).
     ///
-    /// Reading `/proc/self/task` and the listed threads' clocks was a
-    /// quarter of the sampler thread's time on the ring clock at 100 Hz
-    /// with a steady set of threads, and more on the POSIX clock, which
-    /// lists every two periods. The clocks of threads sampled since are
+    /// Reading `/proc/self/task` and the listed threads' clocks is most of
+    /// the sampler thread's time with a steady set of threads, so it is
+    /// skipped while nothing changed. The clocks of threads sampled since are
     /// read anyway ([`SamplerLoop::account_cpu`]), as after a listing.
     /// Looks that find nothing changed also tell how long the threads held
     /// still, which lengthens the wakeups ([`super::QUIET_AFTER`]).
@@ -643,7 +641,6 @@ impl SamplerLoop {
         let born_accounted = &mut self.ring.accounted;
         let (reckon, period, now) = (self.cpu_pacing.is_some(), self.period_ns, monotonic_ns());
         let (exits, stats) = (&mut self.exits, &mut self.stats);
-        let posix_exits = &mut self.posix_exits;
         let mut ring_exits = Vec::new();
         self.threads.retain(|&tid, s| {
             let keep = s.seen_listing == listing
@@ -689,14 +686,12 @@ impl SamplerLoop {
                 if s.ring.opened_on {
                     ring_exits.push((tid, s.accounted_ns.unwrap_or(0)));
                 }
-                posix_exits.extend(PosixExit::of(s));
             }
             keep
         });
         for (tid, cpu_ns) in ring_exits {
             self.count_parent_tail(tid, cpu_ns);
         }
-        self.count_posix_tails();
     }
 
     /// Sampler-thread path, cpu mode: counts on each thread that exited at

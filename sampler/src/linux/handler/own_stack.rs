@@ -1,9 +1,8 @@
 //! The part of the interrupted stack the handler may read directly.
 //!
 //! Reads through [`super::checked_memory`] never fault, but each is a
-//! system call: `process_vm_readv` pins the pages it copies, and on the
-//! POSIX clock it was about two thirds of the handler's time (`perf
-//! record` of the self-check's workers). One range is proven mapped
+//! system call: `process_vm_readv` pins the pages it copies, and it can be
+//! most of the handler's time. One range is proven mapped
 //! without it: the stack block of the thread the handler runs on.
 //!
 //! The C library (glibc, musl) maps each thread it creates one block

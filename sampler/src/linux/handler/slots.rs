@@ -16,9 +16,7 @@
 //! claims any `Idle` slot itself (`Idle` -> `Writing` with a fresh
 //! generation), records its thread id beside the walk and publishes it
 //! `Done`; the sampler collects such slots with
-//! [`SlotOwner::collect_claimed`]. POSIX CPU timers
-//! ([`posix_timers`]) take the same path; their expiry may stand
-//! for several periods, and the slot carries that weight. An idle
+//! [`SlotOwner::collect_claimed`]. An idle
 //! thread's wake timer takes no slot: its handler only notes the wake
 //! ([`wake_notices`]).
 
@@ -84,9 +82,6 @@ struct Slot {
     lr: AtomicU64,
     /// The thread that wrote the walk (timer samples).
     tid: AtomicI32,
-    /// Timer samples: the periods of CPU time the sample stands for (a
-    /// POSIX timer's expiry covers `1 + si_overrun`; a perf timer's, 1).
-    weight: AtomicU64,
     /// Armed slots in cpu mode: the target thread's CPU clock and
     /// `CLOCK_MONOTONIC` read together just before the signal was sent
     /// (0: no check). The handler gives up a sample taken at a system
@@ -105,7 +100,7 @@ struct Slot {
 impl Slot {
     /// All zeros, so that the table is zero-initialised memory (`.bss`),
     /// not 6 MiB of every embedding program's file: `max_depth` is set at
-    /// each arming and `weight` at each claim.
+    /// each arming.
     const fn new() -> Self {
         Slot {
             state: AtomicU64::new(IDLE),
@@ -114,7 +109,6 @@ impl Slot {
             end: AtomicU32::new(0),
             lr: AtomicU64::new(0),
             tid: AtomicI32::new(0),
-            weight: AtomicU64::new(0),
             sent_ns: AtomicU64::new(0),
             sent_cpu_ns: AtomicU64::new(0),
             late: AtomicU32::new(0),
@@ -362,8 +356,8 @@ impl SlotOwner {
     }
 
     /// Hands every walk a timer handler finished (slots nobody armed, now
-    /// `Done`) to `collect` with the thread that wrote it and the periods
-    /// it stands for, and frees those slots. Returns how many slots a
+    /// `Done`) to `collect` with the thread that wrote it, and frees those
+    /// slots. Returns how many slots a
     /// handler is still writing.
     ///
     /// Only the slots handlers claimed since the last look ([`CLAIMED`]),
@@ -371,7 +365,7 @@ impl SlotOwner {
     /// state sits on a page of its own, and reading all 256 cost tens of
     /// microseconds per collection, most of which find none or a few. The
     /// first look reads every slot, for walks a previous profiler left.
-    pub fn collect_claimed(&mut self, mut collect: impl FnMut(i32, u64, Collected<'_>)) -> usize {
+    pub fn collect_claimed(&mut self, mut collect: impl FnMut(i32, Collected<'_>)) -> usize {
         let mut writing = 0;
         for (word, claimed) in CLAIMED.iter().enumerate() {
             // Taken before the slots are read: a handler sets its bit after
@@ -399,11 +393,11 @@ impl SlotOwner {
                     }
                     _ => continue,
                 }
-                let (tid, weight) = (s.tid.load(Relaxed), s.weight.load(Relaxed).max(1));
+                let tid = s.tid.load(Relaxed);
                 // SAFETY: the slot is `Done` (loaded with `Acquire` above):
                 // its handler finished writing, and no handler claims a slot
                 // that is not `Idle`.
-                unsafe { hand_out(s, &mut self.scratch, |walk| collect(tid, weight, walk)) };
+                unsafe { hand_out(s, &mut self.scratch, |walk| collect(tid, walk)) };
             }
         }
         self.scanned_all = true;
@@ -501,7 +495,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             return;
         }
         if thread_timers::is_ours(fd) {
-            claim_free(1)
+            claim_free()
         } else {
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
@@ -524,15 +518,6 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         // wakeup (see `wake_notices`).
         wake_notices::note(index);
         return;
-    } else if info.si_code == libc::SI_TIMER {
-        // A POSIX CPU timer's expiry: ours only with the run's cookie.
-        match posix_timers::sample_weight(info) {
-            Some(weight) => claim_free(weight),
-            None => {
-                STRAY_SIGNALS.fetch_add(1, Relaxed);
-                None
-            }
-        }
     } else {
         STRAY_SIGNALS.fetch_add(1, Relaxed);
         None
@@ -651,8 +636,8 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
 }
 
 /// The first `Idle` slot, claimed `Idle -> Writing` with a fresh
-/// generation, for a timer sample standing for `weight` periods; counts
-/// the sample lost if every slot is taken.
+/// generation, for a timer sample; counts the sample lost if every slot
+/// is taken.
 ///
 /// The lowest free slot, not one further round each time: a slot's pages
 /// are the program's data until first written, and the first write of
@@ -660,7 +645,7 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// (an interrupt to each). Taken round the table, a handler paid that for
 /// its first 256 samples, most of a short run's; taken lowest first, only
 /// the few slots ever in use at once are.
-fn claim_free(weight: u64) -> Option<(&'static Slot, u64, usize)> {
+fn claim_free() -> Option<(&'static Slot, u64, usize)> {
     for (index, slot) in SLOT_TABLE.iter().enumerate() {
         let current = slot.state.load(Relaxed);
         if current & 3 != IDLE {
@@ -676,12 +661,11 @@ fn claim_free(weight: u64) -> Option<(&'static Slot, u64, usize)> {
             // SAFETY: gettid has no preconditions and is async-signal-safe.
             slot.tid.store(unsafe { libc::gettid() }, Relaxed);
             slot.late.store(0, Relaxed);
-            slot.weight.store(weight, Relaxed);
             let max_depth = (TIMER_MAX_DEPTH.load(Relaxed) as usize).min(MAX_DEPTH);
             return Some((slot, generation, max_depth));
         }
     }
-    NO_FREE_SLOT.fetch_add(weight, Relaxed);
+    NO_FREE_SLOT.fetch_add(1, Relaxed);
     None
 }
 
@@ -752,12 +736,12 @@ mod tests {
     /// Once the sampler has looked at every slot, a timer handler's walk
     /// left `Done` waits for its next look: arming a slot for a signal of
     /// the sampler's own takes another one, and the walk is collected
-    /// with its thread and weight.
+    /// with its thread.
     #[test]
     fn arming_never_takes_a_timer_walk_not_collected_yet() {
         let mut owner = SlotOwner::new();
-        owner.collect_claimed(|_, _, _| {});
-        let (slot, generation, _) = claim_free(3).expect("a free slot");
+        owner.collect_claimed(|_, _| {});
+        let (slot, generation, _) = claim_free().expect("a free slot");
         slot.depth.store(0, Relaxed);
         slot.state.store(state(generation, DONE), Release);
         let walk = SLOT_TABLE
@@ -767,10 +751,10 @@ mod tests {
         let armed = owner.arm(8).expect("a slot to arm");
         assert_ne!(armed.slot, walk, "armed over a timer walk");
         let mut collected = Vec::new();
-        owner.collect_claimed(|tid, weight, _| collected.push((tid, weight)));
+        owner.collect_claimed(|tid, _| collected.push(tid));
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
-        assert!(collected.contains(&(tid, 3)), "{collected:?}");
+        assert!(collected.contains(&tid), "{collected:?}");
         assert!(owner.cancel(armed.slot));
     }
 
