@@ -137,9 +137,10 @@ impl CapturedThread {
 }
 
 #[cfg(target_os = "linux")]
-pub use crate::linux::one_shot::{capture_signal, capture_thread, capture_threads};
+pub use crate::linux::dump::one_shot::{capture_thread, capture_threads};
 #[cfg(target_os = "linux")]
-pub use crate::linux::remote::capture_process;
+pub use crate::linux::dump::remote::capture_process;
+pub use crate::linux::signal::dump_slot::capture_signal;
 
 /// Another process's threads: only Linux has a backend (`ptrace`). On
 /// macOS it would need `task_for_pid`, which takes root or the debugger

@@ -1,34 +1,29 @@
 //! Linux, own process: two clocks pace the samples ([`SampleClock`]).
 //!
-//! **Perf events** ([`SampleClock::Perf`], the default in cpu mode
-//! where `perf_event_open` is allowed): the kernel samples every thread
-//! into ring buffers, with no signal ([`born_threads`]): the threads found
-//! at start through task-clock events opened on them, and every thread
-//! they create through the copies those events leave at creation, so a
-//! thread that lives 2 ms is sampled from its first instruction. The
-//! sampler thread reads the rings, unwinds each stack copy with CFI,
-//! lists threads and reads their CPU clocks. A thread the rings cannot
-//! take (beyond the descriptor budget, deeper than the kernel's call
-//! chains, or created by a thread no event covers) gets a timer of its
-//! own ([`thread_timers`]: a perf task-clock event whose overflow raises
-//! the profiling signal in that thread), and the handler walks its stack
-//! into a static slot ([`slots`]).
+//! **Perf** ([`SampleClock::Perf`], the default in cpu mode where
+//! `perf_event_open` is allowed): the kernel samples every thread into ring
+//! buffers by its own CPU time, with no signal ([`clocks::ring`]). The
+//! threads found at start get task-clock events, and every thread they
+//! create inherits a copy, so a thread that lives 2 ms is sampled from its
+//! first instruction. The sampler thread reads the rings, unwinds each
+//! stack copy with CFI, lists threads and reads their CPU clocks. A thread
+//! the rings cannot take (beyond the descriptor budget, deeper than the
+//! kernel's call chains, or created by a thread no event covers) gets a
+//! perf timer of its own that signals it ([`clocks::timers`]), and the
+//! handler walks its stack into a static slot ([`signal::slots`]).
 //!
 //! **The sampler thread** (where perf events are refused, when forced, and
-//! always in wall mode) paces the samples itself. In cpu mode it sends the
-//! profiling signal with `rt_tgsigqueueinfo` to every thread due: a thread
-//! is due when its CPU time since its last sample reaches one period, and
-//! the sampler wakes at the moment each thread will be due, plus at random
-//! moments ([`CpuWakeups`]), so that samples do not line up with where
-//! threads resume after waiting for a CPU. A thread that could not be
-//! sampled when due (it waited for a CPU, or the sampler ran late) is owed
-//! the periods, paid by later samples weighted as [`CpuDebt`] says. In wall
-//! mode it wakes on a fixed period and every thread is due: one that is
-//! off CPU is counted so without being interrupted, on the stack it is
-//! blocked on ([`blocked_stack`]), and a running one is asked for its
-//! sample with a one-shot CPU timer, which only a running thread can take.
-//! It never waits for a handler, so a thread that is slow to take its
-//! signal delays only its own sample.
+//! always in wall mode) paces the samples itself. In cpu mode it signals
+//! each thread whose CPU time since its last sample reached one period,
+//! waking when each falls due and at random moments, so that samples do
+//! not line up with where threads resume after waiting for a CPU; a thread
+//! that could not be sampled when due is owed the periods
+//! ([`clocks::paced`]). In wall mode every thread is due at each tick: one
+//! off CPU is counted on the stack it is blocked on without being
+//! interrupted ([`unwind::blocked_stack`]), and a running one is asked for
+//! its sample with a one-shot CPU timer ([`kernel::cpu_timers`]), which
+//! only a running thread can take. It never waits for a handler, so a
+//! thread slow to take its signal delays only its own sample.
 //!
 //! A `setitimer(ITIMER_PROF)` is no alternative: it fires at the kernel
 //! tick rate for the whole process, and its signal lands in whichever
@@ -38,55 +33,27 @@
 //!
 //! - This file: choosing the clock, installing the handler and starting
 //!   the sampler thread ([`spawn`]).
-//! - [`engine`]: the sampler thread's [`SamplerLoop`], split by clock and
-//!   responsibility (collecting samples, listing threads, the ring clock,
-//!   signal timers, threads that block the signal, the sampler thread's
-//!   own pacing).
-//! - [`handler`]: the signal handler and everything it touches, under the
+//! - [`engine`]: the sampler thread's loop: collecting samples, listing
+//!   threads and accounting their CPU time, and each clock's part of a
+//!   wakeup.
+//! - [`clocks`]: each clock's own state and arithmetic.
+//! - [`signal`]: the signal handler and everything it touches, under the
 //!   async-signal-safety rules stated there.
-//! - The clocks' kernel interfaces: [`born_threads`], [`perf_ring`] and
-//!   [`perf_attr`] (the ring clock); [`thread_timers`], [`task_clock`],
-//!   [`posix_timers`] and [`cpu_timer`] (signal timers).
-//! - The sampler-thread clock's arithmetic: [`cpu_debt`], [`cpu_wakeups`],
-//!   [`unseen_cpu`], [`exit_tails`] (and [`split_mix`], their random
-//!   numbers, which the ring clock shares).
-//! - Reading threads: [`threads`] (`/proc/self/task`: listing, CPU clocks,
-//!   names, signal masks), [`blocked_stack`] (the stack of a thread blocked
-//!   in a system call, from outside), [`unwind`] (CFI for the stack copies),
-//!   [`scheduling`] (the sampler thread's own priority).
-//! - One-shot captures: [`one_shot`] (this process) and [`remote`] (another
-//!   process, through `ptrace`).
-//!
-//! [`CpuTimer`]: cpu_timer::CpuTimer
-//! [`CpuWakeups`]: cpu_wakeups::CpuWakeups
-//! [`CpuDebt`]: cpu_debt::CpuDebt
+//! - [`kernel`]: thin wrappers over perf events, task clocks, CPU timers,
+//!   `/proc` and scheduling.
+//! - [`unwind`]: CFI over the handlers' and the rings' stack copies, and
+//!   the stacks of blocked threads.
+//! - [`dump`]: one-shot captures of this process and, through `ptrace`, of
+//!   another.
 
 pub mod bench_support;
-mod blocked_stack;
-mod born_cpu;
-mod born_threads;
-mod context_anchor;
-mod cpu_debt;
-mod cpu_wakeups;
+mod clocks;
+pub(crate) mod dump;
 mod engine;
-mod exit_tails;
-pub(crate) mod handler;
-mod new_threads;
-pub(crate) mod one_shot;
-mod perf_attr;
-mod perf_ring;
-mod posix_timers;
-pub(crate) mod remote;
-mod ring_samples;
-mod ring_size;
-mod scheduling;
-mod split_mix;
-pub(crate) mod task_clock;
+pub(crate) mod kernel;
+pub(crate) mod signal;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
-mod thread_timers;
-mod threads;
-mod unseen_cpu;
 mod unwind;
 
 use std::sync::atomic::Ordering;
@@ -95,11 +62,13 @@ use std::time::{Duration, Instant};
 use crate::sampler_thread::SamplerThread;
 use crate::{Error, Mode, SampleClock, SamplerConfig};
 
-pub use handler::slots::MAX_DEPTH;
+pub use signal::slots::MAX_DEPTH;
 
+use clocks::timers::thread_timers;
 use engine::SamplerLoop;
-use handler::signal::{self, InstalledHandler};
-use handler::{checked_memory, own_stack, slots, stack_regions};
+use kernel::{scheduling, threads};
+use signal::install::{self, InstalledHandler};
+use signal::{checked_memory, own_stack, slots, stack_copy, stack_regions};
 
 /// The longest `start` waits for the sampler thread's first listing.
 const FIRST_LISTING_WAIT: Duration = Duration::from_millis(500);
@@ -195,7 +164,7 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     // Where the thread pointer cannot be read cheaply, every read stays
     // checked.
     own_stack::probe();
-    unwind::stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
+    stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
     slots::TIMER_MAX_DEPTH.store(
         config.max_depth.clamp(1, MAX_DEPTH) as u32,
         Ordering::Relaxed,
@@ -206,7 +175,7 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     let handler = InstalledHandler::install(signal)?;
     let running = Running { _handler: handler };
     let thread = SamplerThread::spawn(config.hz, move |cx| {
-        signal::block_in_this_thread(signal);
+        install::block_in_this_thread(signal);
         scheduling::request_short_slice();
         // Only where it reads the rings: the sampler-thread clock's
         // accuracy was measured, and its wakeups placed, with the

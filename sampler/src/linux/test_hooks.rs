@@ -9,15 +9,15 @@ use std::time::Duration;
 /// Makes every handler on thread `tid` spend `cpu` of its CPU time after
 /// it claimed its slot (zero: off), as a slow walk would.
 pub fn set_handler_delay(tid: u64, cpu: Duration) {
-    super::handler::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
-    super::handler::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
+    super::signal::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
+    super::signal::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
 }
 
 /// While `on`, the perf clock opens ring events on no thread found at
 /// start but the one that owns the rings, as when the descriptor budget is
 /// spent: the others are handed to signal timers of their own.
 pub fn spend_the_ring_descriptor_budget(on: bool) {
-    super::born_threads::NO_FD_BUDGET.store(on, Relaxed);
+    super::clocks::ring::born_threads::NO_FD_BUDGET.store(on, Relaxed);
 }
 
 /// While `on`, no listing of the threads falls due: what the sampler
@@ -47,7 +47,7 @@ pub fn kernel_counts_only(on: bool) {
 /// virtual machine whose host stopped the CPU under the thread that long:
 /// the counts include such time, the thread's CPU clock does not.
 pub fn add_stolen_time_to_counts(stolen: Duration) {
-    super::task_clock::TEST_STOLEN_NS.store(stolen.as_nanos() as u64, Relaxed);
+    super::kernel::task_clock::TEST_STOLEN_NS.store(stolen.as_nanos() as u64, Relaxed);
 }
 
 /// Runs `hook` (while set) on the sampler thread as the ring events are

@@ -10,8 +10,8 @@ use crate::stack_table::StackKey;
 use crate::walker::WalkEnd;
 use crate::{Mode, SamplerStats};
 
-use super::super::handler::slots::{Collected, Poll, SLOTS};
-use super::super::threads;
+use super::super::kernel::threads;
+use super::super::signal::slots::{Collected, Poll, SLOTS};
 use super::super::unwind::{self, CfiWalker};
 use super::{SamplerLoop, DRAIN_TIMEOUT, RECENT_WALKS, SAMPLE_TIMEOUT, YOUNG};
 

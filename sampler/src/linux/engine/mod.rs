@@ -15,9 +15,10 @@
 //! [`ThreadState`] and [`BlockedSince`], whose fields every file reads),
 //! `new`, `run`, `tick` and the run's stats. Only the sampler thread
 //! touches any of it; the handlers see the static slots
-//! ([`super::handler`]) and nothing else.
+//! ([`super::signal`]) and nothing else.
 
 mod collect;
+mod new_threads;
 mod pacing;
 mod ring_clock;
 mod signal_blocked;
@@ -38,13 +39,13 @@ use crate::walker::Arch;
 use crate::window::{self, Window};
 use crate::{profile, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, SamplerStats};
 
-use super::born_threads::{BornThreads, TaskRecords};
-use super::handler::signal::SignalSender;
-use super::handler::slots::{self, SlotOwner, SLOTS};
-use super::handler::stack_regions;
+use super::clocks::ring::born_threads::{BornThreads, TaskRecords};
+use super::kernel::cpu_timers;
+use super::kernel::threads;
 use super::monotonic_ns;
-use super::posix_timers;
-use super::threads;
+use super::signal::install::SignalSender;
+use super::signal::slots::{self, SlotOwner, SLOTS};
+use super::signal::stack_regions;
 use super::unwind::CfiWalker;
 use ring_clock::{RingState, RingThread};
 
@@ -218,7 +219,7 @@ struct ThreadState {
     /// (monotonic ns), and when a reading first failed because it had
     /// exited.
     ///
-    /// [`ExitTails::saw`]: super::exit_tails::ExitTails::saw
+    /// [`ExitTails::saw`]: super::clocks::paced::exit_tails::ExitTails::saw
     read_ns: Option<u64>,
     read_at_ns: u64,
     gone_at_ns: Option<u64>,
@@ -357,7 +358,7 @@ pub(super) struct SamplerLoop {
     cpu_pacing: Option<CpuPacing>,
     /// Sampler-thread path, wall mode: a running thread's sample is asked
     /// for with a one-shot CPU timer
-    /// ([`PosixTimer::open_request`](posix_timers::PosixTimer::open_request)),
+    /// ([`PosixTimer::open_request`](cpu_timers::PosixTimer::open_request)),
     /// not a signal sent straight to it, so that no thread is ever
     /// signalled inside a blocking call; `false` where the kernel refuses
     /// the timers.
@@ -390,7 +391,7 @@ impl SamplerLoop {
         let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
         let wall_requests = config.mode == Mode::Wall
             && clock == SampleClock::SamplerThread
-            && posix_timers::available().is_ok();
+            && cpu_timers::available().is_ok();
         stats.clock = clock;
         let period_ns = TickSchedule::period_for_hz(config.hz);
         let cpu_pacing =

@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 use crate::walker::WalkEnd;
 use crate::{profile, Mode};
 
-use super::super::blocked_stack::{self, BlockedRead, BlockedStackReader, Syscall};
-use super::super::cpu_debt::CpuDebt;
-use super::super::cpu_wakeups::CpuWakeups;
-use super::super::exit_tails::ExitTails;
-use super::super::new_threads::NewThreads;
-use super::super::posix_timers::PosixTimer;
-use super::super::threads;
-use super::super::unseen_cpu::UnseenCpu;
+use super::super::clocks::paced::cpu_debt::CpuDebt;
+use super::super::clocks::paced::cpu_wakeups::CpuWakeups;
+use super::super::clocks::paced::exit_tails::ExitTails;
+use super::super::clocks::paced::unseen_cpu::UnseenCpu;
+use super::super::kernel::cpu_timers::PosixTimer;
+use super::super::kernel::threads;
+use super::super::unwind::blocked_stack::{self, BlockedRead, BlockedStackReader, Syscall};
 use super::collect::OwnedWalk;
+use super::new_threads::NewThreads;
 use super::signal_blocked::blocks_signal_now;
 use super::wake_timers::{WakeTimer, WakeTimers};
 use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse};
@@ -170,7 +170,7 @@ impl SamplerLoop {
     /// threshold. Nearly every wakeup then listed the threads, as far as
     /// the listings' share of the sampler's time allowed.
     ///
-    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
+    /// [`UnseenCpu`]: super::super::clocks::paced::unseen_cpu::UnseenCpu
     pub(super) fn unseen_thread_runs(&mut self) -> bool {
         if !self
             .cpu_pacing
@@ -201,7 +201,7 @@ impl SamplerLoop {
     /// CPU time and the signalling pass that follows it microseconds later
     /// share the reading.
     ///
-    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
+    /// [`UnseenCpu`]: super::super::clocks::paced::unseen_cpu::UnseenCpu
     fn look_at_clock(&mut self, tid: i32) -> Option<(u64, u64)> {
         let tick = self.tick;
         let state = self.threads.get_mut(&tid)?;

@@ -14,11 +14,11 @@ use hashbrown::HashMap;
 use crate::exclusions;
 use crate::walker::{Arch, WalkEnd};
 
-use super::super::born_threads::{BornThreads, Settled};
-use super::super::handler::slots::Collected;
-use super::super::ring_samples::{BornSample, HeldRecords};
-use super::super::threads;
-use super::super::unwind::stack_copy::{self, CopiedStack};
+use super::super::clocks::ring::born_threads::{BornThreads, Settled};
+use super::super::clocks::ring::ring_samples::{BornSample, HeldRecords};
+use super::super::kernel::threads;
+use super::super::signal::slots::Collected;
+use super::super::signal::stack_copy::{self, CopiedStack};
 use super::super::MAX_DEPTH;
 use super::collect::OwnedWalk;
 use super::{monotonic_ns, SamplerLoop};

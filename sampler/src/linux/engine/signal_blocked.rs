@@ -12,9 +12,9 @@
 
 use crate::{Mode, SamplerStats};
 
-use super::super::handler::slots;
-use super::super::thread_timers::ThreadTimer;
-use super::super::threads;
+use super::super::clocks::timers::thread_timers::ThreadTimer;
+use super::super::kernel::threads;
+use super::super::signal::slots;
 use super::{monotonic_ns, BlockedSince, SamplerLoop, ThreadState};
 
 impl BlockedSince {

@@ -3,8 +3,8 @@
 //! thread), opened busiest thread first, and the samples their handlers
 //! left in free slots interned.
 
-use super::super::thread_timers::ThreadTimer;
-use super::super::threads;
+use super::super::clocks::timers::thread_timers::ThreadTimer;
+use super::super::kernel::threads;
 use super::collect::OwnedWalk;
 use super::signal_blocked::blocks_signal_now;
 use super::{monotonic_ns, BlockedSince, SamplerLoop};

@@ -7,7 +7,7 @@
 //! on the sampler-thread clock, the CPU time an exited thread used after
 //! its last sample counted on its last stacks ([`ExitTails`]).
 //!
-//! [`ExitTails`]: super::super::exit_tails::ExitTails
+//! [`ExitTails`]: super::super::clocks::paced::exit_tails::ExitTails
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use crate::exclusions;
 use crate::thread_keys::ThreadKeys;
 
-use super::super::born_threads::BornThreads;
-use super::super::cpu_debt::MAX_OWED_PERIODS;
-use super::super::exit_tails::{share_out, ExitTail};
-use super::super::handler::stack_regions;
-use super::super::threads;
+use super::super::clocks::paced::cpu_debt::MAX_OWED_PERIODS;
+use super::super::clocks::paced::exit_tails::{share_out, ExitTail};
+use super::super::clocks::ring::born_threads::BornThreads;
+use super::super::kernel::threads;
+use super::super::signal::stack_regions;
 use super::collect::OwnedWalk;
 use super::pacing::{CpuPacing, IDLE_SLACK_NS};
 use super::{monotonic_ns, SamplerLoop, ThreadState, LISTING_SHARE, RECENT_WALKS};
@@ -338,8 +338,8 @@ impl SamplerLoop {
     /// A thread that blocks the signal keeps the listings coming: they
     /// look at its mask again.
     ///
-    /// [`NewThreads`]: super::super::new_threads::NewThreads
-    /// [`UnseenCpu`]: super::super::unseen_cpu::UnseenCpu
+    /// [`NewThreads`]: super::new_threads::NewThreads
+    /// [`UnseenCpu`]: super::super::clocks::paced::unseen_cpu::UnseenCpu
     fn paced_listing_can_wait(&mut self) -> bool {
         if self.cpu_pacing.is_none() {
             return false;
@@ -488,7 +488,7 @@ impl SamplerLoop {
 
     /// Sampler-thread clock, between listings spaced far apart (thousands
     /// of threads): registers the threads created since the last look
-    /// ([`NewThreads`](super::super::new_threads::NewThreads)) and looks
+    /// ([`NewThreads`](super::new_threads::NewThreads)) and looks
     /// at them from the next tick on, so a thread born just after a
     /// listing is not left unseen until the next.
     /// At most every [`NEW_THREADS_INTERVAL`], and spaced like listings by
@@ -632,7 +632,7 @@ impl SamplerLoop {
     /// and make its last stack, on which its last part of a period is
     /// counted.
     ///
-    /// [`BornThreads::drain`]: super::super::born_threads::BornThreads::drain
+    /// [`BornThreads::drain`]: super::super::clocks::ring::born_threads::BornThreads::drain
     pub(super) fn forget_exited(&mut self) {
         let listing = self.listing;
         self.departed.clear();
@@ -699,7 +699,7 @@ impl SamplerLoop {
     /// last sample: what it was owed at its last reading, and its share of
     /// the `unread_ns` nobody read since the last listing ([`ExitTails`]).
     ///
-    /// [`ExitTails`]: super::super::exit_tails::ExitTails
+    /// [`ExitTails`]: super::super::clocks::paced::exit_tails::ExitTails
     pub(super) fn settle_exits(&mut self, unread_ns: u64) {
         let Some(mut pacing) = self.cpu_pacing.take() else {
             return;

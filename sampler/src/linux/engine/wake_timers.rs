@@ -26,9 +26,9 @@
 
 use std::time::Duration;
 
-use super::super::handler::wake_notices::{self, WAKE_NOTICES};
-use super::super::posix_timers::PosixTimer;
-use super::super::threads;
+use super::super::kernel::cpu_timers::PosixTimer;
+use super::super::kernel::threads;
+use super::super::signal::wake_notices::{self, WAKE_NOTICES};
 use super::pacing::CpuPacing;
 use super::SamplerLoop;
 

@@ -17,7 +17,7 @@ use framehop::{FrameAddress, Unwinder};
 
 use crate::walker::Arch;
 
-use super::stack_copy::CopiedStack;
+use super::super::signal::stack_copy::CopiedStack;
 use super::{initial_regs, sp_fp, CfiWalker};
 
 /// Frames unwound with CFI before the frame pointer is first needed: the

@@ -3,7 +3,7 @@
 //!
 //! Two halves, split so the signal handler stays as small as it was:
 //!
-//! - the handler ([`stack_copy`]) records the interrupted registers,
+//! - the handler ([`stack_copy`](crate::linux::signal::stack_copy)) records the interrupted registers,
 //!   copies the top 16 KiB of the stack into its slot with the fault-safe
 //!   read, and walks the frame-pointer chain as before (through the copy);
 //! - the sampler thread ([`CfiWalker`]), before interning the sample,
@@ -33,8 +33,8 @@
 //! copy: see `born_threads`.)
 
 pub(crate) mod blocked;
+pub(crate) mod blocked_stack;
 pub(crate) mod modules;
-pub(crate) mod stack_copy;
 
 use std::time::{Duration, Instant};
 
@@ -43,10 +43,10 @@ use framehop::{FrameAddress, MayAllocateDuringUnwind, Unwinder};
 use crate::walker::{Arch, WalkEnd};
 use crate::SamplerStats;
 
-use super::handler::slots::Collected;
+use super::signal::slots::Collected;
 
+use crate::linux::signal::stack_copy::CopiedStack;
 use modules::ModuleList;
-use stack_copy::CopiedStack;
 
 type NativeCache = framehop::CacheNative<MayAllocateDuringUnwind>;
 

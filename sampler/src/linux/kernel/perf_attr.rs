@@ -1,13 +1,13 @@
 //! `struct perf_event_attr` (up to `PERF_ATTR_SIZE_VER5`, 112 bytes) and
 //! the flag bits btprof sets, from `<linux/perf_event.h>`, shared by the
 //! per-thread timers ([`super::task_clock`]) and the inherited events of
-//! threads born while sampling ([`super::born_threads`]).
+//! threads born while sampling ([`super::super::clocks::ring::born_threads`]).
 
 /// The attribute block passed to `perf_event_open`; zeroed fields are the
 /// kernel's defaults, and `size` tells the kernel how much of it there is.
 #[repr(C)]
 #[derive(Default)]
-pub(super) struct PerfEventAttr {
+pub(crate) struct PerfEventAttr {
     pub kind: u32,
     pub size: u32,
     pub config: u64,
@@ -32,7 +32,7 @@ pub(super) struct PerfEventAttr {
 impl PerfEventAttr {
     /// The software task clock of one thread: CPU time, overflowing every
     /// `period_ns` of it.
-    pub(super) fn task_clock(period_ns: u64, flags: u64) -> Self {
+    pub(crate) fn task_clock(period_ns: u64, flags: u64) -> Self {
         PerfEventAttr {
             kind: PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -45,7 +45,7 @@ impl PerfEventAttr {
 
     /// A software event that counts nothing and samples nothing, user
     /// space only (as unprivileged use requires), not inherited.
-    pub(super) fn dummy() -> Self {
+    pub(crate) fn dummy() -> Self {
         PerfEventAttr {
             kind: PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -57,7 +57,7 @@ impl PerfEventAttr {
 
     /// `perf_event_open(self, tid, cpu, group -1, flags)`: the new
     /// descriptor (close-on-exec).
-    pub(super) fn open(&self, tid: i32, cpu: i32) -> std::io::Result<libc::c_int> {
+    pub(crate) fn open(&self, tid: i32, cpu: i32) -> std::io::Result<libc::c_int> {
         // SAFETY: `self` is a valid, fully initialised perf_event_attr whose
         // `size` says how much of it there is; `tid` is a thread of this
         // process (0: the calling thread), `cpu` a CPU number or -1 (any),
@@ -86,38 +86,38 @@ const PERF_COUNT_SW_DUMMY: u64 = 9;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
 /// `disabled`.
-pub(super) const FLAG_DISABLED: u64 = 1 << 0;
+pub(crate) const FLAG_DISABLED: u64 = 1 << 0;
 /// `inherit`: threads created later by the thread get a copy of the event.
-pub(super) const FLAG_INHERIT: u64 = 1 << 1;
+pub(crate) const FLAG_INHERIT: u64 = 1 << 1;
 /// `exclude_kernel` and `exclude_hv`: user-space samples only, and what
 /// unprivileged use requires.
-pub(super) const FLAGS_EXCLUDE_KERNEL_HV: u64 = (1 << 5) | (1 << 6);
+pub(crate) const FLAGS_EXCLUDE_KERNEL_HV: u64 = (1 << 5) | (1 << 6);
 /// `exclude_hv` alone: samples in the kernel too, for those allowed them.
-pub(super) const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+pub(crate) const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 /// `comm`: a record when a thread changes its name.
-pub(super) const FLAG_COMM: u64 = 1 << 9;
+pub(crate) const FLAG_COMM: u64 = 1 << 9;
 /// `inherit_stat`: an inherited copy's count is recorded when its thread
 /// exits.
-pub(super) const FLAG_INHERIT_STAT: u64 = 1 << 11;
+pub(crate) const FLAG_INHERIT_STAT: u64 = 1 << 11;
 /// `task`: records of threads starting and exiting.
-pub(super) const FLAG_TASK: u64 = 1 << 13;
+pub(crate) const FLAG_TASK: u64 = 1 << 13;
 /// `sample_id_all`: every record ends with the sample's tid and time.
-pub(super) const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
+pub(crate) const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
 /// `exclude_callchain_kernel`.
-pub(super) const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
+pub(crate) const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
 /// `use_clockid`: record times on `clockid`.
-pub(super) const FLAG_USE_CLOCKID: u64 = 1 << 25;
+pub(crate) const FLAG_USE_CLOCKID: u64 = 1 << 25;
 /// `inherit_thread` (Linux 5.13): inherited by threads only, never by a
 /// forked child process.
-pub(super) const FLAG_INHERIT_THREAD: u64 = 1 << 35;
+pub(crate) const FLAG_INHERIT_THREAD: u64 = 1 << 35;
 /// `remove_on_exec` (Linux 5.13): gone when the thread calls `execve`.
-pub(super) const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;
+pub(crate) const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;
 
-pub(super) const PERF_SAMPLE_TID: u64 = 1 << 1;
-pub(super) const PERF_SAMPLE_TIME: u64 = 1 << 2;
-pub(super) const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
-pub(super) const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
-pub(super) const PERF_SAMPLE_STACK_USER: u64 = 1 << 13;
+pub(crate) const PERF_SAMPLE_TID: u64 = 1 << 1;
+pub(crate) const PERF_SAMPLE_TIME: u64 = 1 << 2;
+pub(crate) const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
+pub(crate) const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
+pub(crate) const PERF_SAMPLE_STACK_USER: u64 = 1 << 13;
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,7 @@
 //! to write into. Every slot and counter is static: a handler that runs
 //! after the profiler stopped touches only memory that still exists.
 //!
-//! With per-thread CPU timers ([`thread_timers`]) nobody arms: the
+//! With per-thread CPU timers ([`thread_timers`](crate::linux::clocks::timers::thread_timers)) nobody arms: the
 //! overflow of a thread's own timer signals that thread, and its handler
 //! claims any `Idle` slot itself (`Idle` -> `Writing` with a fresh
 //! generation), records its thread id beside the walk and publishes it
@@ -30,9 +30,10 @@ use crate::walker::{self, Arch, StackBounds, WalkEnd};
 
 use super::checked_memory::WINDOW_WORDS;
 use super::registers::registers;
-use super::{own_stack, stack_regions, wake_notices};
-use crate::linux::unwind::stack_copy::{CopiedStack, StackCopy};
-use crate::linux::{one_shot, posix_timers, thread_timers};
+use super::stack_copy::{CopiedStack, StackCopy};
+use super::timer_fds;
+use super::timer_values;
+use super::{dump_slot, own_stack, stack_regions, wake_notices};
 
 /// Slots in flight at once; more threads than this are sampled on the
 /// following ticks (and counted as skipped on this one). With per-thread
@@ -164,7 +165,7 @@ pub(crate) static HANDLER_TEST_DELAY_TID: AtomicI32 = AtomicI32::new(0);
 /// (the handler's first instructions, before it claims a slot) are left to
 /// the callers, which want the mask seen twice, at looks far enough apart.
 pub(crate) fn in_handler(tid: i32) -> bool {
-    one_shot::in_dump_handler(tid)
+    dump_slot::in_dump_handler(tid)
         || SLOT_TABLE.iter().any(|slot| {
             matches!(slot.state.load(Acquire) & 3, WRITING | DONE) && slot.tid.load(Relaxed) == tid
         })
@@ -461,11 +462,11 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     let claimed = if info.si_code == libc::SI_QUEUE {
         // SAFETY: si_pid and si_value are valid for SI_QUEUE signals.
         let (pid, value) = unsafe { (info.si_pid(), info.si_value().sival_ptr as usize) };
-        if pid == OWN_PID.load(Relaxed) && value & one_shot::DUMP_MARK != 0 {
+        if pid == OWN_PID.load(Relaxed) && value & dump_slot::DUMP_MARK != 0 {
             // A one-shot capture's request: its own slot, not a sample's.
             // SAFETY: `context` is the kernel's `ucontext_t` for this
             // delivery (checked non-null above).
-            unsafe { one_shot::on_dump_signal(value, context) };
+            unsafe { dump_slot::on_dump_signal(value, context) };
             return;
         }
         if pid != OWN_PID.load(Relaxed) {
@@ -480,40 +481,40 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     } else if POLL_CODES.contains(&info.si_code) {
         // SAFETY: a poll-band signal carries `si_band` and `si_fd`.
         let fd = unsafe { poll_fd(info) };
-        if one_shot::is_request_fd(fd) {
+        if dump_slot::is_request_fd(fd) {
             // A one-shot capture's request, raised by a perf event.
             // SAFETY: `context` is the kernel's `ucontext_t` for this
             // delivery (checked non-null above).
-            unsafe { one_shot::on_perf_request(context) };
+            unsafe { dump_slot::on_perf_request(context) };
             return;
         }
-        if info.si_signo == one_shot::capture_signal() {
+        if info.si_signo == dump_slot::capture_signal() {
             // A capture's request that fired before the capture gave up on
             // its thread (it did not run in time) and closed it: queued,
             // then taken now. The capture's business, not a sample and not
             // a profiler's stray signal; dropped.
             return;
         }
-        if thread_timers::is_ours(fd) {
+        if timer_fds::is_ours(fd) {
             claim_free()
         } else {
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         }
-    } else if let Some(generation) = posix_timers::requested_dump(info) {
+    } else if let Some(generation) = timer_values::requested_dump(info) {
         // A one-shot capture's request, raised by a one-shot CPU timer.
         // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
         // (checked non-null above).
-        unsafe { one_shot::on_dump_signal(one_shot::DUMP_MARK | generation as usize, context) };
+        unsafe { dump_slot::on_dump_signal(dump_slot::DUMP_MARK | generation as usize, context) };
         return;
-    } else if let Some(value) = posix_timers::requested_slot(info) {
+    } else if let Some(value) = timer_values::requested_slot(info) {
         // The sampler's request for one sample of a running thread, raised
         // by a one-shot CPU timer (see `PosixTimer::open_request`).
         // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
         // (checked non-null above).
         let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
         claim_armed(value, pc)
-    } else if let Some(index) = posix_timers::wake_index(info) {
+    } else if let Some(index) = timer_values::wake_index(info) {
         // An idle thread ran again: the sampler looks at it from its next
         // wakeup (see `wake_notices`).
         wake_notices::note(index);

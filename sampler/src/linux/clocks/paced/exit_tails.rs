@@ -30,7 +30,7 @@
 
 use std::collections::HashMap;
 
-use super::split_mix::SplitMix64;
+use super::super::split_mix::SplitMix64;
 
 /// The process's CPU time that no reading of a thread's clock covers.
 #[derive(Debug, Default)]

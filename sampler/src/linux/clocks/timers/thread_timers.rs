@@ -16,37 +16,15 @@
 //! a seccomp filter, no perf support) the sampler falls back to pacing
 //! samples from its own thread.
 //!
-//! Descriptors are recorded in a static bitmap ([`is_ours`]) before their
+//! Descriptors are recorded in a static bitmap (`signal::timer_fds`) before their
 //! signal is enabled and removed after it is disabled: the signal handler
 //! takes a poll-band signal as a sample only from a descriptor in it.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::task_clock::TaskClock;
-use super::threads;
-
-/// Timer descriptors below this number can be registered (a bit each).
-const MAX_FD: usize = 1 << 16;
-static OURS: [AtomicU64; MAX_FD / 64] = [const { AtomicU64::new(0) }; MAX_FD / 64];
-
-/// Whether `fd` is one of our timers. Async-signal-safe.
-pub(crate) fn is_ours(fd: i32) -> bool {
-    let Ok(fd) = usize::try_from(fd) else {
-        return false;
-    };
-    fd < MAX_FD && OURS[fd / 64].load(Relaxed) & (1 << (fd % 64)) != 0
-}
-
-fn set_ours(fd: i32, on: bool) {
-    let fd = fd as usize;
-    let bit = 1u64 << (fd % 64);
-    if on {
-        OURS[fd / 64].fetch_or(bit, Relaxed);
-    } else {
-        OURS[fd / 64].fetch_and(!bit, Relaxed);
-    }
-}
+use crate::linux::kernel::task_clock::TaskClock;
+use crate::linux::kernel::threads;
+use crate::linux::signal::timer_fds::{set_ours, MAX_FD};
 
 /// One thread's CPU-time timer; disabled, unregistered and closed on drop.
 #[derive(Debug)]

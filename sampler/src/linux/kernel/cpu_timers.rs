@@ -10,8 +10,8 @@
 //! ([`PosixTimer::open_request`]), one-shot captures
 //! ([`PosixTimer::open_dump_request`]) and wake notices for idle threads
 //! ([`PosixTimer::open_wake`]). Each carries a tagged value in `si_value`
-//! that the handler classifies ([`requested_slot`], [`requested_dump`],
-//! [`wake_index`]); an `SI_TIMER` signal with no tag of ours is stray.
+//! that the handler classifies (`signal::timer_values`); an `SI_TIMER`
+//! signal with no tag of ours is stray.
 //!
 //! (Periodic POSIX CPU timers are no sampling clock: their expiries come on
 //! the scheduler tick, a few milliseconds apart whatever the rate asked for;
@@ -20,6 +20,7 @@
 use std::io;
 
 use super::threads;
+use crate::linux::signal::timer_values::{request_value, DUMP_REQUEST_TAG, VALUE_MASK, WAKE_TAG};
 
 /// The CPU clock of thread `tid` of this process: the per-thread scheduler
 /// clock, as glibc builds it (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`).
@@ -134,7 +135,7 @@ impl PosixTimer {
     /// A one-shot capture's request for thread `tid`'s registers and
     /// stack: the same kind of timer as [`Self::open_request`], so that a
     /// capture, too, never interrupts a blocking call. Its signal carries
-    /// `generation` under a tag of its own ([`requested_dump`]).
+    /// `generation` under a tag of its own ([`requested_dump`](crate::linux::signal::timer_values::requested_dump)).
     pub(crate) fn open_dump_request(
         tid: i32,
         signal: libc::c_int,
@@ -145,7 +146,7 @@ impl PosixTimer {
 
     /// A wake notice for idle thread `tid`: a timer on its CPU clock that,
     /// armed with [`Self::arm_once`], raises `signal` in that thread once it
-    /// used that much more CPU time, carrying `index` ([`wake_index`]). Like
+    /// used that much more CPU time, carrying `index` ([`wake_index`](crate::linux::signal::timer_values::wake_index)). Like
     /// a request's, its signal is taken on the way back to user space after
     /// a scheduler tick of the thread's running, never inside a blocking
     /// call. See `handler::wake_notices`.
@@ -199,65 +200,6 @@ impl PosixTimer {
         }
         Ok(PosixTimer { id })
     }
-}
-
-/// The high bits of a sample request's timer value ([`PosixTimer::
-/// open_request`]): apart from any pointer (not canonical on x86_64 or
-/// aarch64).
-const REQUEST_TAG: u64 = 0xb7b6 << 48;
-/// The high bits of a one-shot capture's request ([`PosixTimer::
-/// open_dump_request`]), apart from a sample request's.
-const DUMP_REQUEST_TAG: u64 = 0xb7b5 << 48;
-/// The high bits of a wake notice's timer value ([`PosixTimer::
-/// open_wake`]).
-const WAKE_TAG: u64 = 0xb7b4 << 48;
-/// The bits below a tag.
-const VALUE_MASK: u64 = (1 << 48) - 1;
-
-/// The `si_value` of a request's timer for an armed slot's `value`.
-fn request_value(value: usize) -> u64 {
-    REQUEST_TAG | value as u64
-}
-
-/// The armed slot's value a request timer's signal carries, if `info` is
-/// one (`SI_TIMER` with the request tag). Async-signal-safe.
-pub(crate) fn requested_slot(info: &libc::siginfo_t) -> Option<usize> {
-    if info.si_code != libc::SI_TIMER {
-        return None;
-    }
-    let value = timer_value(info);
-    (value & !VALUE_MASK == REQUEST_TAG).then_some((value & VALUE_MASK) as usize)
-}
-
-/// The notice index a wake timer's signal carries, if `info` is one
-/// (`SI_TIMER` with the wake tag). Async-signal-safe.
-pub(crate) fn wake_index(info: &libc::siginfo_t) -> Option<usize> {
-    if info.si_code != libc::SI_TIMER {
-        return None;
-    }
-    let value = timer_value(info);
-    (value & !VALUE_MASK == WAKE_TAG).then_some((value & VALUE_MASK) as usize)
-}
-
-/// The generation a one-shot capture's request timer carries, if `info`
-/// is one (`SI_TIMER` with the capture's tag). Async-signal-safe.
-pub(crate) fn requested_dump(info: &libc::siginfo_t) -> Option<u64> {
-    if info.si_code != libc::SI_TIMER {
-        return None;
-    }
-    let value = timer_value(info);
-    (value & !VALUE_MASK == DUMP_REQUEST_TAG).then_some(value & VALUE_MASK)
-}
-
-/// The `si_value` of an `SI_TIMER` signal. On 64-bit Linux the `_timer`
-/// member starts at byte 16 of `siginfo_t`: `int si_tid; int si_overrun;
-/// sigval_t si_sigval;`.
-fn timer_value(info: &libc::siginfo_t) -> u64 {
-    const VALUE_AT: usize = 24;
-    let base = (info as *const libc::siginfo_t).cast::<u8>();
-    // SAFETY: `siginfo_t` is 128 bytes and an `SI_TIMER` signal fills its
-    // `_timer` member at this offset; an unaligned read of an integer.
-    unsafe { base.add(VALUE_AT).cast::<u64>().read_unaligned() }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use super::perf_attr::PerfEventAttr;
+use crate::linux::kernel::perf_attr::PerfEventAttr;
 
 /// A dummy event on one thread, not inherited; closed on drop.
 pub(crate) struct ContextAnchor {

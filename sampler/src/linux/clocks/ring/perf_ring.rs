@@ -37,7 +37,7 @@ const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 ///
 /// Both layouts are compiled everywhere, so that the aarch64 one is tested
 /// on x86_64 machines too, with records built to the kernel's layout.
-pub(super) const fn user_regs_mask(arch: Arch) -> u64 {
+pub(crate) const fn user_regs_mask(arch: Arch) -> u64 {
     match arch {
         // `PERF_REG_X86_BP` (6), `_SP` (7), `_IP` (8).
         Arch::X86_64 => (1 << 6) | (1 << 7) | (1 << 8),
@@ -68,11 +68,11 @@ fn unpack_user_regs(arch: Arch, v: &[u64; 4]) -> Registers {
 }
 
 /// `sample_regs_user` for the registers [`Record::Sample`] carries.
-pub(super) const USER_REGS_MASK: u64 = user_regs_mask(Arch::host());
+pub(crate) const USER_REGS_MASK: u64 = user_regs_mask(Arch::host());
 
 /// One record, borrowed from the ring (or the reader's copy of it).
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Record<'a> {
+pub(crate) enum Record<'a> {
     Sample {
         tid: i32,
         time: u64,
@@ -107,7 +107,7 @@ pub(super) enum Record<'a> {
 
 impl Record<'_> {
     /// The record's time (`CLOCK_MONOTONIC` ns), where it carries one.
-    pub(super) fn time(&self) -> Option<u64> {
+    pub(crate) fn time(&self) -> Option<u64> {
         match self {
             Record::Sample { time, .. }
             | Record::Fork { time, .. }
@@ -158,7 +158,7 @@ fn frames_of(words: impl Iterator<Item = u64>) -> Vec<u64> {
 /// `bytes` as native-endian words without copying, where they are 8-aligned
 /// and whole words: a record's fields always are in the ring, whose records
 /// are 8-aligned; the contiguous copy of a wrapped record may not be.
-pub(super) fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
+pub(crate) fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
     // SAFETY: every bit pattern is a valid u64, and `align_to` only puts
     // properly aligned, in-bounds bytes in the middle slice.
     let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
@@ -167,7 +167,7 @@ pub(super) fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
 
 /// A sample record's thread id and time, read without parsing the rest
 /// (most samples are dropped on these alone); `None` for other records.
-pub(super) fn sample_tid_time(bytes: &[u8]) -> Option<(i32, u64)> {
+pub(crate) fn sample_tid_time(bytes: &[u8]) -> Option<(i32, u64)> {
     if u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?) != PERF_RECORD_SAMPLE {
         return None;
     }
@@ -181,7 +181,7 @@ impl<'a> Record<'a> {
     /// `PERF_SAMPLE_TID | TIME | CALLCHAIN | REGS_USER | STACK_USER`,
     /// user registers [`USER_REGS_MASK`] and `sample_id_all`. `None` for a
     /// record too short for what its header says it holds.
-    pub(super) fn parse(bytes: &'a [u8]) -> Option<Record<'a>> {
+    pub(crate) fn parse(bytes: &'a [u8]) -> Option<Record<'a>> {
         Record::parse_for(Arch::host(), bytes)
     }
 
@@ -289,7 +289,7 @@ impl<'a> Record<'a> {
 }
 
 /// One event's mapped ring buffer; unmapped and closed on drop.
-pub(super) struct PerfRing {
+pub(crate) struct PerfRing {
     fd: libc::c_int,
     base: *mut u8,
     map_len: usize,
@@ -305,7 +305,7 @@ unsafe impl Send for PerfRing {}
 impl PerfRing {
     /// Maps `data_pages` (a power of two) pages of ring buffer for the
     /// perf event `fd`, taking ownership of `fd` (closed on failure too).
-    pub(super) fn map(fd: libc::c_int, data_pages: usize) -> io::Result<PerfRing> {
+    pub(crate) fn map(fd: libc::c_int, data_pages: usize) -> io::Result<PerfRing> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let map_len = page * (1 + data_pages);
@@ -337,18 +337,18 @@ impl PerfRing {
     }
 
     /// Bytes of record space.
-    pub(super) fn data_size(&self) -> u64 {
+    pub(crate) fn data_size(&self) -> u64 {
         self.data_size
     }
 
     /// The event's descriptor (for `PERF_EVENT_IOC_SET_OUTPUT`).
-    pub(super) fn fd(&self) -> libc::c_int {
+    pub(crate) fn fd(&self) -> libc::c_int {
         self.fd
     }
 
     /// Hands every record written so far to `each`, as contiguous bytes,
     /// and frees their space.
-    pub(super) fn read(&mut self, mut each: impl FnMut(&[u8])) {
+    pub(crate) fn read(&mut self, mut each: impl FnMut(&[u8])) {
         // SAFETY: `base` maps the metadata page; data_head is a u64 the
         // kernel updates, read volatile, and the fence orders the record
         // reads after it (the kernel's smp_store_release pairs with it).
@@ -404,7 +404,7 @@ impl Drop for PerfRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linux::unwind::stack_copy::CopiedStack;
+    use crate::linux::signal::stack_copy::CopiedStack;
     use crate::walker::{walk, StackBounds, StackMemory, WalkEnd};
 
     /// A record of `kind` around `body`: the header says its size.

@@ -59,10 +59,7 @@ impl InstalledHandler {
         // SAFETY: `sa_mask` is a valid sigset and both signals are valid.
         unsafe {
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaddset(
-                &mut action.sa_mask,
-                crate::linux::one_shot::capture_signal(),
-            );
+            libc::sigaddset(&mut action.sa_mask, super::dump_slot::capture_signal());
         };
         REGISTER_FORK_HANDLER.call_once(|| {
             // SAFETY: registering a child handler that only makes

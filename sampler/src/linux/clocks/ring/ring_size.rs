@@ -4,7 +4,7 @@
 //! page is allocated and locked at once) and the locked-memory limits of
 //! unprivileged users do not decide the cost.
 
-use super::unwind::stack_copy::COPY_WORDS;
+use crate::linux::signal::stack_copy::COPY_WORDS;
 
 /// Bytes of user stack each ring sample copies, for CFI unwinding: what a
 /// handler copies ([`COPY_WORDS`]). Frames without frame pointers sit at
@@ -12,7 +12,7 @@ use super::unwind::stack_copy::COPY_WORDS;
 /// cut the walks of a 300-frame recursion over a frameless leaf at 250
 /// frames, and of any system call made below `std::io::copy`'s 8 KiB
 /// buffer.
-pub(super) const STACK_BYTES: u32 = (COPY_WORDS * 8) as u32;
+pub(crate) const STACK_BYTES: u32 = (COPY_WORDS * 8) as u32;
 /// The copy in rings too small to hold [`MIN_RING_RECORDS`] records of
 /// [`STACK_BYTES`] (where locked memory is short).
 const SMALL_STACK_BYTES: u32 = 8 << 10;
@@ -42,7 +42,7 @@ const RING_MEMORY: usize = 16 << 20;
 /// `cpus` CPUs at one sample per `period_ns` on each: from what
 /// [`ring_pages_for`] needs (within [`RING_MEMORY`]) down to the
 /// smallest, where locked memory is short.
-pub(super) fn candidates(
+pub(crate) fn candidates(
     period_ns: u64,
     max_stack: usize,
     page: usize,
@@ -57,7 +57,7 @@ pub(super) fn candidates(
 
 /// The most a sample record takes: the whole stack copy, the registers
 /// and the longest call chain.
-pub(super) fn record_bytes(stack_bytes: u32, max_stack: usize) -> usize {
+pub(crate) fn record_bytes(stack_bytes: u32, max_stack: usize) -> usize {
     stack_bytes as usize + 8 * (max_stack + 32)
 }
 
@@ -77,7 +77,7 @@ fn ring_pages_for(period_ns: u64, max_stack: usize, page: usize) -> usize {
 
 /// Bytes of stack each sample copies in rings of `ring_bytes`: all of
 /// [`STACK_BYTES`] where they still hold [`MIN_RING_RECORDS`] records.
-pub(super) fn stack_bytes(ring_bytes: usize) -> u32 {
+pub(crate) fn stack_bytes(ring_bytes: usize) -> u32 {
     if ring_bytes / STACK_BYTES as usize >= MIN_RING_RECORDS {
         STACK_BYTES
     } else {

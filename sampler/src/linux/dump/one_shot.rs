@@ -28,36 +28,33 @@
 //! A thread that blocks the signal is not queued to (the signal would wait
 //! for it to unblock) and is reported with what `/proc` says.
 
-use core::cell::UnsafeCell;
 use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicU32, AtomicU64,
+    AtomicBool,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
-use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
+use crate::walker::{Registers, WalkEnd};
 use crate::Error;
 
-use super::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall, COPY_WORDS};
-use super::handler::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
-use super::handler::registers::registers;
-use super::handler::signal::{self, SignalSender};
-use super::posix_timers::PosixTimer;
-use super::task_clock::TaskClock;
-use super::threads::{self, TaskList};
-use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
-use super::unwind::CfiWalker;
+use super::super::kernel::cpu_timers::PosixTimer;
+use super::super::kernel::task_clock::TaskClock;
+use super::super::kernel::threads::{self, TaskList};
+use super::super::signal::checked_memory::{self};
+use super::super::signal::dump_slot::{
+    capture_signal, COPY_WORDS, DUMP_MARK, NEXT_GENERATION, REQUEST_FD, REQUEST_GENERATION,
+    REQUEST_TID, SLOT,
+};
+use super::super::signal::install::{self, SignalSender};
+use super::super::signal::stack_copy::CopiedStack;
+use super::super::unwind::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall};
+use super::super::unwind::CfiWalker;
 // The dump slot runs the same generation-tagged states as the samples'.
-use super::handler::slots::{state, ARMED, DONE, IDLE, WRITING};
-use super::handler::{own_stack, slots, stack_regions};
-use super::MAX_DEPTH;
-
-/// The bit of `si_value` that marks a one-shot capture's request; the
-/// profiler's values (a generation shifted by 8 and a slot index) never
-/// reach it.
-pub(crate) const DUMP_MARK: usize = 1 << (usize::BITS - 1);
+use super::super::signal::slots::{state, ARMED, DONE, IDLE};
+use super::super::signal::{own_stack, slots};
+use super::super::MAX_DEPTH;
 
 /// How long a signalled thread may take to run its handler before the
 /// request is withdrawn: a thread waiting for a CPU behind busy processes
@@ -69,80 +66,12 @@ const TRIES: usize = 4;
 /// handler to leave it before reading it as it is.
 const MAX_HANDLER_WAITS: u32 = 200;
 
-/// The one slot a capture's handler writes into; static, so a handler
-/// that runs after its request was withdrawn touches only valid memory
-/// (and finds the slot not armed for it).
-struct DumpSlot {
-    state: AtomicU64,
-    tid: AtomicI32,
-    depth: AtomicU32,
-    end: AtomicU32,
-    lr: AtomicU64,
-    held_ns: AtomicU64,
-    regs: [AtomicU64; 4],
-    base: AtomicU64,
-    len: AtomicU32,
-    frames: UnsafeCell<[u64; MAX_DEPTH]>,
-    window: UnsafeCell<[u64; WINDOW_WORDS]>,
-    words: UnsafeCell<[u64; COPY_WORDS]>,
-}
-
-// SAFETY: the buffers are written only by the handler that won
-// `Armed -> Writing` for the current generation, and read only by the
-// capturing thread after an `Acquire` load of `Done`, which that handler
-// stored with `Release`; the capture lock allows one capturing thread.
-unsafe impl Sync for DumpSlot {}
-
-static SLOT: DumpSlot = DumpSlot {
-    state: AtomicU64::new(IDLE),
-    tid: AtomicI32::new(0),
-    depth: AtomicU32::new(0),
-    end: AtomicU32::new(0),
-    lr: AtomicU64::new(0),
-    held_ns: AtomicU64::new(0),
-    regs: [const { AtomicU64::new(0) }; 4],
-    base: AtomicU64::new(0),
-    len: AtomicU32::new(0),
-    frames: UnsafeCell::new([0; MAX_DEPTH]),
-    window: UnsafeCell::new([0; WINDOW_WORDS]),
-    words: UnsafeCell::new([0; COPY_WORDS]),
-};
-
-static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
-
-/// The perf request in flight ([`Request::Perf`]): its descriptor (-1
-/// when none), the thread it was opened on, and its generation. A late
-/// signal of an earlier request whose descriptor number was reused lands
-/// in another thread, and is told apart by the thread id.
-static REQUEST_FD: AtomicI32 = AtomicI32::new(-1);
-static REQUEST_TID: AtomicI32 = AtomicI32::new(0);
-static REQUEST_GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Set once perf events were refused: later captures go straight to the
 /// POSIX timer.
 static PERF_REFUSED: AtomicBool = AtomicBool::new(false);
 /// A perf request's period: the shortest the kernel's software timer
 /// takes, so the thread is asked after 10 µs of its user-mode running.
 const REQUEST_PERIOD_NS: u64 = 10_000;
-
-/// Whether `fd` is the perf request in flight. Async-signal-safe.
-pub(crate) fn is_request_fd(fd: i32) -> bool {
-    fd >= 0 && REQUEST_FD.load(Acquire) == fd
-}
-
-/// The handler's part for a perf request's signal: the capture, if the
-/// request was for this thread. Async-signal-safe.
-///
-/// # Safety
-/// `context` must be the handler's `ucontext_t`.
-pub(crate) unsafe fn on_perf_request(context: *const libc::c_void) {
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    if REQUEST_TID.load(Acquire) != unsafe { libc::gettid() } {
-        return;
-    }
-    let generation = REQUEST_GENERATION.load(Acquire);
-    // SAFETY: the caller's promise.
-    unsafe { on_dump_signal(DUMP_MARK | generation as usize, context) };
-}
 
 /// How a running thread is asked for its registers: a kernel event on its
 /// own CPU time that raises the capture signal only while it runs user
@@ -193,82 +122,6 @@ impl Drop for Request {
             REQUEST_FD.store(-1, Release);
         }
     }
-}
-
-/// Whether thread `tid` is in the capture's handler (its signal mask then
-/// holds the profiling signal for a moment).
-pub(crate) fn in_dump_handler(tid: i32) -> bool {
-    SLOT.state.load(Acquire) & 3 == WRITING && SLOT.tid.load(Relaxed) == tid
-}
-
-/// The handler's part: copies registers and stack into the slot armed for
-/// `value`'s generation and walks the frame-pointer chain. Returns at once
-/// if the slot is not armed for it (a withdrawn request).
-/// Async-signal-safe: no allocation, lock or panic.
-///
-/// # Safety
-/// `context` must be the handler's `ucontext_t`.
-pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) {
-    let entered = slots::clock_ns(libc::CLOCK_MONOTONIC);
-    let generation = (value & !DUMP_MARK) as u64;
-    if SLOT
-        .state
-        .compare_exchange(
-            state(generation, ARMED),
-            state(generation, WRITING),
-            Acquire,
-            Relaxed,
-        )
-        .is_err()
-    {
-        return;
-    }
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    SLOT.tid.store(unsafe { libc::gettid() }, Relaxed);
-    // SAFETY: the caller's promise.
-    let regs = registers(unsafe { &*(context as *const libc::ucontext_t) });
-    let region = stack_regions::region_containing(regs.sp);
-    let high = region
-        .map(|(_, high)| high)
-        .unwrap_or(regs.sp.saturating_add(slots::UNKNOWN_STACK_SPAN));
-    let own_top = region.and_then(|region| own_stack::readable_top(regs.sp, region));
-    for (to, from) in SLOT.regs.iter().zip([regs.pc, regs.sp, regs.fp, regs.lr]) {
-        to.store(from, Relaxed);
-    }
-    let base = regs.sp & !7;
-    // SAFETY: we won `Writing`, so the buffers are ours until `Done`.
-    let (words, window, frames) = unsafe {
-        (
-            &mut *SLOT.words.get(),
-            &mut *SLOT.window.get(),
-            &mut *SLOT.frames.get(),
-        )
-    };
-    let len = checked_memory::copy_stack_top(base, high, own_top, &mut words[..]);
-    SLOT.base.store(base, Relaxed);
-    SLOT.len.store(len as u32, Relaxed);
-    let mut memory = CopyThenChecked::new(
-        base,
-        &words[..len],
-        CheckedMemory::new(window, regs.sp, high).with_own_stack(own_top),
-    );
-    let bounds = Some(StackBounds { low: regs.sp, high });
-    let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
-    SLOT.depth.store(walk.depth as u32, Relaxed);
-    SLOT.lr.store(walk.lr, Relaxed);
-    SLOT.end.store(walk.end as u32, Relaxed);
-    let left = slots::clock_ns(libc::CLOCK_MONOTONIC);
-    SLOT.held_ns.store(left.saturating_sub(entered), Relaxed);
-    SLOT.state.store(state(generation, DONE), Release);
-}
-
-/// The signal captures are requested with: `SIGRTMAX - 1`, a real-time
-/// signal (queued, never merged with another pending instance) that
-/// programs rarely use. A capture fails with [`Error::SignalInUse`] if the
-/// program installed a handler for it. Async-signal-safe (the handler
-/// tells a capture's late request by it).
-pub fn capture_signal() -> libc::c_int {
-    libc::SIGRTMAX() - 1
 }
 
 /// The capture signal's handler, installed for one capture: the shared
@@ -324,7 +177,7 @@ impl CaptureHandler {
 
 impl Drop for CaptureHandler {
     fn drop(&mut self) {
-        if !signal::handler_is_ours(self.signal) {
+        if !install::handler_is_ours(self.signal) {
             return;
         }
         // SAFETY: an all-zero sigaction with SIG_IGN set.
@@ -398,8 +251,8 @@ impl Session {
         // with a profiler's pending sample signal; if a profiler was given
         // that very signal, its handler serves both.
         let sig = capture_signal();
-        let installed = signal::INSTALLED_SIGNAL.load(Acquire);
-        let handler = if installed == sig && signal::handler_is_ours(sig) {
+        let installed = install::INSTALLED_SIGNAL.load(Acquire);
+        let handler = if installed == sig && install::handler_is_ours(sig) {
             None
         } else {
             Some(CaptureHandler::install(sig)?)

@@ -56,7 +56,7 @@ pub fn probe() -> bool {
 /// Copies `[addr, addr + 8 * out.len())` of this process into `out` with
 /// the fault-safe read; returns the words copied (a prefix up to the first
 /// unreadable page; 0 where `process_vm_readv` is refused). For the
-/// handler's stack copy ([`crate::linux::unwind::stack_copy`]).
+/// handler's stack copy ([`crate::linux::signal::stack_copy`]).
 /// Async-signal-safe.
 pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
     if !AVAILABLE.load(Relaxed) || out.is_empty() {

@@ -8,7 +8,7 @@
 //! `PT_GNU_EH_FRAME`; `.eh_frame_hdr` and `.eh_frame` are then copied out
 //! of the process with `process_vm_readv`, as the in-process list copies
 //! them out of this process's own mappings
-//! ([`super::super::unwind::modules`]). Reading the process's memory,
+//! ([`crate::linux::unwind::modules`]). Reading the process's memory,
 //! not the files on disk, also covers the vDSO and files deleted or
 //! replaced since they were mapped. Nothing here stops a thread.
 

@@ -35,13 +35,13 @@ use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
 use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, WalkEnd};
 use crate::Error;
 
-use super::blocked_stack::{parse_syscall, Syscall};
-use super::handler::checked_memory;
-use super::handler::stack_regions::parse_rw_regions;
-use super::unwind::modules::ModuleList;
-use super::unwind::stack_copy::CopiedStack;
-use super::unwind::CfiWalker;
-use super::MAX_DEPTH;
+use super::super::signal::checked_memory;
+use super::super::signal::stack_copy::CopiedStack;
+use super::super::signal::stack_regions::parse_rw_regions;
+use super::super::unwind::blocked_stack::{parse_syscall, Syscall};
+use super::super::unwind::modules::ModuleList;
+use super::super::unwind::CfiWalker;
+use super::super::MAX_DEPTH;
 
 use self::ptrace::StopError;
 
@@ -327,7 +327,7 @@ impl Session {
 
     /// The state letter of `/proc/PID/task/TID/stat`, `None` if gone.
     fn state_code(&self, tid: i32) -> Option<u8> {
-        super::threads::state_code(&self.pid.to_string(), tid)
+        super::super::kernel::threads::state_code(&self.pid.to_string(), tid)
     }
 }
 

@@ -63,26 +63,26 @@ impl<W> Default for HeldRecords<W> {
 
 impl<W> HeldRecords<W> {
     /// The records held, to be read with the rings' new ones.
-    pub(super) fn take(&mut self) -> Vec<(u64, Owned<W>)> {
+    pub(crate) fn take(&mut self) -> Vec<(u64, Owned<W>)> {
         std::mem::replace(&mut self.held, std::mem::take(&mut self.spare))
     }
 
     /// Moves the records of `sorted` newer than `horizon` here.
-    pub(super) fn keep(&mut self, sorted: &mut Vec<(u64, Owned<W>)>, horizon: u64) {
+    pub(crate) fn keep(&mut self, sorted: &mut Vec<(u64, Owned<W>)>, horizon: u64) {
         let newer = sorted.partition_point(|(time, _)| *time <= horizon);
         self.held.extend(sorted.drain(newer..));
     }
 
     /// The list [`Self::take`] gave, read to the end: kept for the next
     /// drain with its capacity.
-    pub(super) fn give_back(&mut self, mut list: Vec<(u64, Owned<W>)>) {
+    pub(crate) fn give_back(&mut self, mut list: Vec<(u64, Owned<W>)>) {
         list.clear();
         self.spare = list;
     }
 }
 
 /// A record copied out of the ring, for ordering the CPUs' records by time.
-pub(super) enum Owned<W> {
+pub(crate) enum Owned<W> {
     Sample(BornSample<W>),
     Fork { tid: i32, parent: i32 },
     Exit(i32),
@@ -92,7 +92,7 @@ pub(super) enum Owned<W> {
 
 /// Takes what the sampler needs out of a ring record while it is still in
 /// the ring: a sample is unwound there by `unwind`.
-pub(super) fn own<W>(
+pub(crate) fn own<W>(
     record: Record<'_>,
     own_pid: i32,
     max_stack: usize,

@@ -2,7 +2,7 @@
 //! a thread's own CPU time in user space and overflows once per period,
 //! optionally raising a real-time signal in that thread on each overflow.
 //!
-//! [`super::thread_timers`] builds the sampler's per-thread timers on it;
+//! [`super::super::clocks::timers::thread_timers`] builds the sampler's per-thread timers on it;
 //! the overhead benchmark's floor (`benches/support/floor.rs`) uses it to
 //! measure what the bare interrupt costs, so both measure the same event.
 

@@ -16,16 +16,13 @@
 
 use crate::walker::{self, Arch, StackBounds};
 
-use super::handler::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
-use super::handler::{slots, stack_regions};
-use super::unwind::stack_copy::{CopiedStack, CopyThenChecked};
-use super::unwind::{CfiWalker, Completed};
-use super::MAX_DEPTH;
+use super::super::signal::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::super::signal::stack_copy::{CopiedStack, CopyThenChecked};
+use super::super::signal::{slots, stack_regions};
+use super::super::MAX_DEPTH;
+use super::{CfiWalker, Completed};
 
-/// Stack copied per thread: 32 KiB, four times a sample's, since only one
-/// thread is copied at a time. Frames beyond it come from the frame-pointer
-/// walk.
-pub(crate) const COPY_WORDS: usize = 4096;
+pub(crate) use super::super::signal::dump_slot::COPY_WORDS;
 
 /// What reading a blocked thread's stack came to.
 pub(crate) enum BlockedRead<'a> {

@@ -5,10 +5,9 @@
 //! lock, in the middle of a `dlclose`, or on a stack with a few KiB left.
 //! The rest of the sampler (the engine, the clocks, CFI unwinding) runs on
 //! the sampler thread and may allocate; nothing outside this folder runs
-//! in the handler except the one-shot capture's entry points
-//! ([`super::one_shot`]) and the small classifiers of the timers' signals
-//! ([`super::thread_timers::is_ours`], [`super::posix_timers`]), which keep
-//! the same rules. The handler's code path is [`slots::on_signal`].
+//! in the handler, and nothing here imports from the rest of the sampler
+//! but plain data types (the walker's), so the rules below can be checked
+//! folder by folder. The handler's code path is [`slots::on_signal`].
 //!
 //! The rules (docs/architecture.md, rules 1, 2, 7 and 8), which every
 //! function reachable from the handler keeps:
@@ -32,23 +31,32 @@
 //!   (a thread without an alternate signal stack takes the signal on its
 //!   own); buffers are static, never locals.
 //! - **errno is saved and restored**; nothing is left pending that could
-//!   kill the process after `stop` or `exec` ([`signal`]).
+//!   kill the process after `stop` or `exec` ([`install`]).
 //! - **Static state only**: a handler that runs late, after the profiler
 //!   stopped, touches memory that still exists.
 //!
-//! - [`signal`]: installing the handler, sending the signal, restoring the
+//! - [`install`]: installing the handler, sending the signal, restoring the
 //!   previous action (runs on the sampler thread, and after `fork`).
 //! - [`slots`]: the handler itself and the slots it leaves its walk in.
 //! - [`registers`]: the interrupted registers, from the `ucontext_t`.
 //! - [`checked_memory`]: fault-safe reads of the stack.
 //! - [`own_stack`]: the part of the stack the handler reads directly.
 //! - [`stack_regions`]: the snapshot of mappings that bounds a walk.
+//! - [`stack_copy`]: the copy of the interrupted registers and stack top
+//!   that the sampler thread unwinds with CFI.
+//! - [`dump_slot`]: a one-shot capture's slot and the handler's part of it.
+//! - [`timer_fds`]: which perf descriptors are btprof's signal timers.
+//! - [`timer_values`]: what one-shot CPU timers carry in `si_value`.
 //! - [`wake_notices`]: which idle threads' wake timers fired.
 
 pub(crate) mod checked_memory;
+pub(crate) mod dump_slot;
+pub(crate) mod install;
 pub(crate) mod own_stack;
 pub(crate) mod registers;
-pub(crate) mod signal;
 pub(crate) mod slots;
+pub(crate) mod stack_copy;
 pub(crate) mod stack_regions;
+pub(crate) mod timer_fds;
+pub(crate) mod timer_values;
 pub(crate) mod wake_notices;

@@ -15,7 +15,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use super::threads::thread_exists;
+use super::super::kernel::threads::thread_exists;
 
 /// The most ids one look asks about: on a machine that starts processes
 /// quickly, more ids than this between two looks are left to the listing.

@@ -4,7 +4,7 @@
 //! ran since the last listing of the threads, and with thousands of threads
 //! listings come hundreds of milliseconds apart. An idle thread that
 //! starts to run in between is given a one-shot CPU timer at the listing
-//! that found it idle ([`crate::linux::posix_timers::PosixTimer::
+//! that found it idle ([`crate::linux::kernel::cpu_timers::PosixTimer::
 //! open_wake`]): once it used a period of CPU time, the timer raises the
 //! profiling signal in that thread, and the handler sets the timer's bit
 //! here. The sampler thread takes the bits at its next wakeup and looks

@@ -3,11 +3,11 @@
 //!
 //! The handler copies `[sp, sp + 16 KiB)` (cut at the stack's end) into
 //! the slot's static buffer, directly within the thread's own stack
-//! ([`super::super::handler::own_stack`]) and with the fault-safe read of
+//! ([`super::own_stack`]) and with the fault-safe read of
 //! [`super::super::checked_memory`] elsewhere, and walks its frame-pointer chain through that copy
 //! first ([`CopyThenChecked`]), so the copy costs no second read. The
 //! sampler thread later unwinds the copy with the modules' CFI
-//! ([`super::CfiWalker`]) and joins the handler's frame-pointer walk for
+//! ([`super::super::unwind::CfiWalker`]) and joins the handler's frame-pointer walk for
 //! what lies beyond it.
 
 use core::cell::UnsafeCell;
@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::walker::{Registers, StackMemory};
 
-use super::super::handler::checked_memory::{self, CheckedMemory};
+use super::checked_memory::{self, CheckedMemory};
 
 /// Words of stack copied per sample, at most: 16 KiB, and never past the
 /// stack's end, so a thread whose live stack is shallower (most: the

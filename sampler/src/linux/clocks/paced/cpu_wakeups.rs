@@ -43,7 +43,7 @@
 //!
 //! [`CpuDebt`]: super::cpu_debt::CpuDebt
 
-use super::split_mix::SplitMix64;
+use super::super::split_mix::SplitMix64;
 
 /// Random ticks come this many periods apart on average: a due thread
 /// waits about that long for the tick that samples it, so the thread's

@@ -56,19 +56,19 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
+use super::super::split_mix::SplitMix64;
 use super::born_cpu::ClockReading;
 use super::context_anchor::ContextAnchor;
-use super::split_mix::SplitMix64;
 
-use super::perf_attr::{
+use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
+use super::ring_samples::{own, BornSample, HeldRecords, Owned, RingSample};
+use super::ring_size::{self, record_bytes};
+use crate::linux::kernel::perf_attr::{
     PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_COMM, FLAG_EXCLUDE_CALLCHAIN_KERNEL,
     FLAG_EXCLUDE_HV, FLAG_INHERIT, FLAG_INHERIT_STAT, FLAG_INHERIT_THREAD, FLAG_REMOVE_ON_EXEC,
     FLAG_SAMPLE_ID_ALL, FLAG_TASK, FLAG_USE_CLOCKID, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
     PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
-use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
-use super::ring_samples::{own, BornSample, HeldRecords, Owned, RingSample};
-use super::ring_size::{self, record_bytes};
 
 /// Descriptors the inherited events may take in all (one per CPU per
 /// thread they are opened on, and its [`ContextAnchor`]: 455 threads on 8
@@ -167,7 +167,7 @@ struct Parent {
 impl Parent {
     fn opened(tid: i32) -> Parent {
         Parent {
-            cpu_at_open: super::threads::thread_cpu_ns(tid).unwrap_or(0),
+            cpu_at_open: crate::linux::kernel::threads::thread_cpu_ns(tid).unwrap_or(0),
             ..Parent::default()
         }
     }
@@ -502,7 +502,7 @@ impl BornThreads {
             }
             total += count;
         }
-        let stolen = super::task_clock::stolen_for_tests();
+        let stolen = crate::linux::kernel::task_clock::stolen_for_tests();
         Some(parent.cpu_at_open + total.saturating_sub(parent.children_ns) + stolen)
     }
 
@@ -559,7 +559,7 @@ impl BornThreads {
         self.pass += 1;
         let horizon = match everything {
             true => u64::MAX,
-            false => super::monotonic_ns().saturating_sub(RECORD_SETTLE_NS),
+            false => crate::linux::monotonic_ns().saturating_sub(RECORD_SETTLE_NS),
         };
         let mut records = held.take();
         let (own_pid, own_tid, max_stack) = (self.pid, self.own_tid, self.max_stack);
@@ -669,7 +669,8 @@ impl BornThreads {
 
     /// Sampling stops now: samples taken from here on are not counted.
     pub(crate) fn stop_sampling(&mut self) {
-        self.stopped_at_ns.get_or_insert(super::monotonic_ns());
+        self.stopped_at_ns
+            .get_or_insert(crate::linux::monotonic_ns());
     }
 
     /// Whether records taken before the stop may still be on their way
@@ -715,7 +716,7 @@ impl BornThreads {
         cpu_of: impl Fn(i32) -> Option<u64>,
     ) {
         let (pass, period, counts) = (self.pass, self.period_ns, self.rings.len());
-        let now_ns = super::monotonic_ns();
+        let now_ns = crate::linux::monotonic_ns();
         let rng = &mut self.rng;
         self.young.retain(|&tid, y| {
             if y.excluded {
@@ -795,7 +796,7 @@ fn fd_budget() -> usize {
     if NO_FD_BUDGET.load(std::sync::atomic::Ordering::Relaxed) {
         return 0;
     }
-    FD_BUDGET.min(super::threads::nofile_limit() / 8)
+    FD_BUDGET.min(crate::linux::kernel::threads::nofile_limit() / 8)
 }
 
 /// `/proc/sys/kernel/perf_event_max_stack`: the most frames a call chain
