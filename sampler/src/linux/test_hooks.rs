@@ -9,8 +9,8 @@ use std::time::Duration;
 /// Makes every handler on thread `tid` spend `cpu` of its CPU time after
 /// it claimed its slot (zero: off), as a slow walk would.
 pub fn set_handler_delay(tid: u64, cpu: Duration) {
-    super::signal::slots::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
-    super::signal::slots::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
+    super::signal::handler::HANDLER_TEST_DELAY_TID.store(tid as i32, Relaxed);
+    super::signal::handler::HANDLER_TEST_DELAY_NS.store(cpu.as_nanos() as u64, Relaxed);
 }
 
 /// While `on`, the perf clock opens ring events on no thread found at

@@ -42,7 +42,7 @@ use crate::Error;
 use super::super::kernel::cpu_timers::PosixTimer;
 use super::super::kernel::task_clock::TaskClock;
 use super::super::kernel::threads::{self, TaskList};
-use super::super::signal::checked_memory::{self};
+use super::super::signal::checked_memory;
 use super::super::signal::dump_slot::{
     capture_signal, COPY_WORDS, DUMP_MARK, NEXT_GENERATION, REQUEST_FD, REQUEST_GENERATION,
     REQUEST_TID, SLOT,
@@ -53,7 +53,7 @@ use super::super::unwind::blocked_stack::{read_syscall, BlockedRead, BlockedStac
 use super::super::unwind::CfiWalker;
 // The dump slot runs the same generation-tagged states as the samples'.
 use super::super::signal::slots::{state, ARMED, DONE, IDLE};
-use super::super::signal::{own_stack, slots};
+use super::super::signal::{handler, own_stack, slots};
 use super::super::MAX_DEPTH;
 
 /// How long a signalled thread may take to run its handler before the
@@ -149,7 +149,7 @@ impl CaptureHandler {
         }
         // SAFETY: as above.
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = slots::on_signal as *const () as usize;
+        action.sa_sigaction = handler::on_signal as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         // SAFETY: building a valid signal set in place.
         unsafe {

@@ -18,12 +18,14 @@
 //! ([`super::signal`]) and nothing else.
 
 mod collect;
+mod cpu_accounting;
 mod new_threads;
 mod pacing;
 mod ring_clock;
 mod signal_blocked;
 mod signal_timers;
 mod thread_list;
+mod thread_state;
 mod wake_timers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,12 +49,12 @@ use super::signal::install::SignalSender;
 use super::signal::slots::{self, SlotOwner, SLOTS};
 use super::signal::stack_regions;
 use super::unwind::CfiWalker;
-use ring_clock::{RingState, RingThread};
+use ring_clock::RingState;
 
 use collect::{OwnedWalk, SpareFrames};
-use pacing::{BlockedReads, CpuPacing, PacedThread};
-use signal_timers::TimerThread;
-use thread_list::Exit;
+use cpu_accounting::Exit;
+use pacing::{BlockedReads, CpuPacing};
+use thread_state::{BlockedSince, SlotUse, ThreadState};
 
 /// A slot not taken by its thread within this time is cancelled and the
 /// sample counted as failed (the thread has the signal blocked, or is
@@ -168,115 +170,6 @@ const RECENT_WALKS: usize = 4;
 
 /// How long `stop` waits for handlers still walking.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// What the sampler knows about one thread between ticks: what every
-/// clock uses here, and what only one clock's code reads in that clock's
-/// part ([`PacedThread`], [`TimerThread`], [`RingThread`]), left at its
-/// default on the other clocks.
-struct ThreadState {
-    /// Index into `RawProfile::threads` for the thread's current name.
-    key: u32,
-    /// The last reading of the thread's CPU time (its CPU clock, from its
-    /// timer's opening where it has one) added to
-    /// [`SamplerStats::thread_cpu`].
-    accounted_ns: Option<u64>,
-    /// Periods its timer's or the rings' samples stood for since
-    /// `accounted_ns` was last read: once it exits, the kernel's count for
-    /// its time after its clock's last reading is believed no further than
-    /// they stand for ([`SamplerLoop::account_cpu`]), and two periods more
-    /// the first time (`exit_counted` then).
-    sampled_since_read: u64,
-    exit_counted: bool,
-    /// A signal is in flight: don't send another.
-    pending: bool,
-    /// The listing the thread was last seen in, to forget exited threads.
-    seen_listing: u64,
-    /// When the sampler first saw the thread.
-    first_seen: Instant,
-    /// The collection pass that last re-read the name of this young thread.
-    name_pass: u64,
-    /// The listing at which to re-read the name: besides young threads'
-    /// names, names are re-read at growing intervals (renames later in life).
-    name_check_listing: u64,
-    name_check_interval: u64,
-    /// `accounted_ns` when the name was last read: a thread whose CPU time
-    /// has not moved since cannot have renamed itself, and another thread
-    /// rarely renames it, so its due re-read waits until it runs.
-    name_read_cpu_ns: Option<u64>,
-    /// The thread blocks the profiling signal: its timer is closed (so no
-    /// signals queue up on it), the sampler thread does not signal it, and
-    /// its due samples are counted in `signal_blocked_samples` until it
-    /// unblocks.
-    blocked: Option<BlockedSince>,
-    /// Its signal mask was looked at before its first signal or its timer
-    /// (a thread that blocks the signal from the start, as daemons and
-    /// `sigwait` loops do, is never signalled and gets no timer: the signal
-    /// would stay queued, or be taken by its `sigwait` as if it were its
-    /// own).
-    mask_checked: bool,
-    /// Cpu mode, on the sampler-thread clock and the rings: the latest
-    /// reading of its CPU clock ([`ExitTails::saw`]), when it was taken
-    /// (monotonic ns), and when a reading first failed because it had
-    /// exited.
-    ///
-    /// [`ExitTails::saw`]: super::clocks::paced::exit_tails::ExitTails::saw
-    read_ns: Option<u64>,
-    read_at_ns: u64,
-    gone_at_ns: Option<u64>,
-    /// A `/proc` file that tells whether it runs, kept open: read before
-    /// each signal the sampler thread sends it (on the sampler-thread
-    /// clock). Its stat file
-    /// while it is young, which gives its name too, then the cheaper
-    /// `syscall` file where the kernel shows it ([`ThreadState::run_state`]).
-    state_file: Option<threads::StateFile>,
-    /// Its `syscall` file was tried: where it could not be opened, the
-    /// stat file stays, not opened again at each read.
-    syscall_file_tried: bool,
-    /// Sampler-thread clock: its pacing ([`pacing`]).
-    paced: PacedThread,
-    /// Kernel-paced clocks: its signal timer ([`signal_timers`]).
-    timer: TimerThread,
-    /// Ring clock: whether the rings sample it, and how their walks went
-    /// ([`ring_clock`]).
-    ring: RingThread,
-}
-
-/// A thread found blocking the profiling signal.
-struct BlockedSince {
-    /// Its CPU clock when last counted.
-    cpu_ns: u64,
-    /// CPU time not yet counted as a whole failed period.
-    owed_ns: u64,
-    /// The listing at which to look at its signal mask again.
-    recheck_listing: u64,
-    /// Sampler-thread path: the earliest moment (monotonic ns) a tick
-    /// that finds the thread due looks at its mask again, whatever the
-    /// listings ([`ThreadState::look_again`]).
-    look_at_ns: u64,
-    /// Whether a second look agreed. A single look at `SigBlk` cannot tell
-    /// a thread that blocks the signal from one that is starting (glibc's
-    /// `pthread_create` runs a new thread's first instructions with every
-    /// signal blocked) or entering btprof's handler: until a second look
-    /// agrees (at the next listing, or on the sampler-thread clock at the
-    /// next tick that finds the thread due, if sooner), its failed periods
-    /// are held in `owed_ns`, not counted, and owed again if the thread
-    /// turns out to take signals.
-    confirmed: bool,
-}
-
-/// Which thread an armed slot belongs to.
-#[derive(Clone, Copy)]
-struct SlotUse {
-    tid: i32,
-    key: u32,
-    /// The periods of CPU time this sample stands for (1 in wall mode).
-    weight: u64,
-    armed_at: Instant,
-    /// Asked for with a one-shot CPU timer: it stands for the ticks that
-    /// found the thread running until it lands
-    /// ([`PacedThread::running_ticks`]).
-    by_request: bool,
-}
 
 pub(super) struct SamplerLoop {
     config: SamplerConfig,

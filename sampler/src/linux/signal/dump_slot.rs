@@ -12,6 +12,7 @@ use core::sync::atomic::{
 use crate::walker::{self, Arch, StackBounds};
 
 use super::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
+use super::handler;
 use super::registers::registers;
 use super::slots::MAX_DEPTH;
 use super::slots::{self, state, ARMED, DONE, IDLE, WRITING};
@@ -110,7 +111,7 @@ pub(crate) fn in_dump_handler(tid: i32) -> bool {
 /// # Safety
 /// `context` must be the handler's `ucontext_t`.
 pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) {
-    let entered = slots::clock_ns(libc::CLOCK_MONOTONIC);
+    let entered = handler::clock_ns(libc::CLOCK_MONOTONIC);
     let generation = (value & !DUMP_MARK) as u64;
     if SLOT
         .state
@@ -158,7 +159,7 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     SLOT.depth.store(walk.depth as u32, Relaxed);
     SLOT.lr.store(walk.lr, Relaxed);
     SLOT.end.store(walk.end as u32, Relaxed);
-    let left = slots::clock_ns(libc::CLOCK_MONOTONIC);
+    let left = handler::clock_ns(libc::CLOCK_MONOTONIC);
     SLOT.held_ns.store(left.saturating_sub(entered), Relaxed);
     SLOT.state.store(state(generation, DONE), Release);
 }

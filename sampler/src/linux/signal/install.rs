@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Once;
 
-use super::{slots, stack_regions};
+use super::{handler, slots, stack_regions};
 use crate::Error;
 
 /// The previous disposition of the profiling signal, restored on drop.
@@ -35,7 +35,7 @@ static SAVED_ACTION: SavedAction = SavedAction(UnsafeCell::new(MaybeUninit::zero
 static REGISTER_FORK_HANDLER: Once = Once::new();
 
 impl InstalledHandler {
-    /// Installs `slots::on_signal` for `signal` with
+    /// Installs `handler::on_signal` for `signal` with
     /// `SA_SIGINFO | SA_RESTART | SA_ONSTACK`. Refuses a signal that already
     /// has a handler: taking it over would break whoever installed it.
     pub fn install(signal: libc::c_int) -> Result<Self, Error> {
@@ -51,7 +51,7 @@ impl InstalledHandler {
         }
         // SAFETY: an all-zero sigaction is a valid starting point.
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = slots::on_signal as *const () as usize;
+        action.sa_sigaction = handler::on_signal as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         // The signal itself is blocked during the handler by default (no
         // SA_NODEFER); the one-shot capture's signal is held back too, so
@@ -92,7 +92,7 @@ pub(crate) fn handler_is_ours(signal: libc::c_int) -> bool {
     }
     // SAFETY: sigaction filled it in.
     let current = unsafe { current.assume_init() };
-    current.sa_sigaction == slots::on_signal as *const () as usize
+    current.sa_sigaction == handler::on_signal as *const () as usize
 }
 
 /// Puts the previous action back if ours is still installed; a handler

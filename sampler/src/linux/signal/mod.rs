@@ -7,7 +7,7 @@
 //! the sampler thread and may allocate; nothing outside this folder runs
 //! in the handler, and nothing here imports from the rest of the sampler
 //! but plain data types (the walker's), so the rules below can be checked
-//! folder by folder. The handler's code path is [`slots::on_signal`].
+//! folder by folder. The handler's code path is [`handler::on_signal`].
 //!
 //! The rules (docs/architecture.md, rules 1, 2, 7 and 8), which every
 //! function reachable from the handler keeps:
@@ -37,7 +37,8 @@
 //!
 //! - [`install`]: installing the handler, sending the signal, restoring the
 //!   previous action (runs on the sampler thread, and after `fork`).
-//! - [`slots`]: the handler itself and the slots it leaves its walk in.
+//! - [`handler`]: the handler itself.
+//! - [`slots`]: the slots it leaves its walk in, and the sampler's side.
 //! - [`registers`]: the interrupted registers, from the `ucontext_t`.
 //! - [`checked_memory`]: fault-safe reads of the stack.
 //! - [`own_stack`]: the part of the stack the handler reads directly.
@@ -51,6 +52,7 @@
 
 pub(crate) mod checked_memory;
 pub(crate) mod dump_slot;
+pub(crate) mod handler;
 pub(crate) mod install;
 pub(crate) mod own_stack;
 pub(crate) mod registers;
