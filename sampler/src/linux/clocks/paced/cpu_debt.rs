@@ -1,43 +1,31 @@
-//! How much CPU time each sample stands for where a sampler thread, not
-//! the kernel, decides when to sample (the Linux fallback; the Mach
-//! sampler weighs its samples its own way).
+//! How much CPU time each sample stands for where the sampler thread, not
+//! the kernel, decides when to sample (the Linux fallback in cpu mode).
 //!
-//! In cpu mode a thread is owed one sample per period of CPU time it uses:
-//! a sample is due when the CPU time used since the last one reaches a
-//! period, and the Linux fallback takes it at the next random tick that
-//! finds the thread running. On a busy machine that is often more than a
-//! period later: the thread is waiting for a CPU, or the sampler itself ran
-//! late. The owed time is carried, and the next
-//! sample that succeeds stands for more than one period, so samples per
-//! CPU-second stay at the requested rate.
+//! A thread is owed one sample per period of CPU time it uses. A sample
+//! that comes late (the thread waited for a CPU, or the sampler ran late)
+//! stands for more than one period, so samples per CPU-second stay at the
+//! requested rate.
 //!
-//! *Which* sample carries the extra weight matters. The first sample after
-//! a long wait lands near where the thread was preempted, so weighting it
-//! by that wait ("weight = everything owed now") moves CPU time towards
-//! the code that runs just after the preemption points: on a 2-core machine
-//! with two busy processes beside the profiler, that put 20 points of one
-//! function's share on another. Here a sample's weight comes from the debt
-//! left after the *previous* sample, paid off over [`SPREAD`] samples, and
-//! never from the wait just before it. Weights follow the thread's average
-//! wait, a single position's weight does not depend on its own wait, and
-//! every owed period is still paid (up to [`MAX_OWED_PERIODS`]).
+//! Rule: a sample's weight comes from the debt left after the *previous*
+//! sample, paid off over [`SPREAD`] samples, never from the wait just
+//! before it. The first sample after a long wait lands near where the
+//! thread was preempted; weighting it by that wait would move CPU time to
+//! the code after preemption points. Every owed period is still paid (up
+//! to [`MAX_OWED_PERIODS`]).
 //!
-//! A sample that was taken but given up (its signal found the thread at a
-//! system call's exit after a wait, a biased place) is not owed *sooner*:
-//! that would make the thread due again at once, and it would be sampled
-//! right where it resumes, which is that same biased place. Its periods
-//! are [lost](CpuDebt::refund) instead, and ride as extra weight on the
-//! next samples, which come at the thread's ordinary random ticks.
+//! A sample given up (found at a system call's exit after a wait, a biased
+//! place) does not make the thread due sooner, which would sample it at
+//! that same place again: its periods are [lost](CpuDebt::refund) and ride
+//! on the next samples' weights.
 
-/// A debt is paid off over about this many samples: large enough that one
-/// sample's weight barely depends on any one wait, small enough that
-/// weights follow a change of load within a few dozen milliseconds.
+/// A debt is paid off over about this many samples: enough that one
+/// sample's weight barely depends on any one wait, few enough that weights
+/// soon follow a change of load.
 pub const SPREAD: u64 = 8;
 
-/// The most periods a thread may be owed. Anything above is dropped and
-/// counted as skipped: a thread that could not be sampled for this long
-/// (its signal blocked, stuck, or starved of CPU for hundreds of periods)
-/// would otherwise have that stretch put on a handful of stacks.
+/// The most periods a thread may be owed; more are dropped and counted as
+/// skipped, lest a thread long unsampleable (signal blocked, starved) have
+/// that stretch put on a handful of stacks.
 pub const MAX_OWED_PERIODS: u64 = 20 * SPREAD;
 
 /// One thread's CPU time not yet stood for by a sample.
@@ -88,9 +76,8 @@ impl CpuDebt {
     }
 
     /// A sample paid for was given up: its periods ride on the next
-    /// samples' weights, and no sample becomes due sooner. Returns how many
-    /// periods had to be dropped because more than [`MAX_OWED_PERIODS`]
-    /// were lost.
+    /// samples' weights; no sample becomes due sooner. Returns the periods
+    /// dropped above [`MAX_OWED_PERIODS`].
     pub fn refund(&mut self, weight: u64) -> u64 {
         self.lost_periods += weight;
         let dropped = self.lost_periods.saturating_sub(MAX_OWED_PERIODS);
@@ -98,9 +85,9 @@ impl CpuDebt {
         dropped
     }
 
-    /// The thread exited: everything it was owed, in nanoseconds (periods
-    /// of given-up samples included), for a last reckoning on its last
-    /// stack ([`super::exit_tails`]). The debt is empty afterwards.
+    /// The thread exited: everything it was owed, in nanoseconds, lost
+    /// periods included, for its last stack ([`super::exit_tails`]).
+    /// Leaves the debt empty.
     pub fn take_all(&mut self, period_ns: u64) -> u64 {
         let ns = self
             .owed_ns
@@ -167,9 +154,7 @@ mod tests {
         assert_eq!(debt.due(P), Some(1));
     }
 
-    /// The sampler succeeds only every `gap` periods: weights grow until
-    /// they pay for the gap, and every period is paid but what is still
-    /// being spread at the end.
+    /// Every period is paid but what is still being spread at the end.
     #[test]
     fn weights_follow_the_average_wait_and_pay_every_period() {
         for gap in [2, 3, 5, 9] {
@@ -191,8 +176,6 @@ mod tests {
         }
     }
 
-    /// A given-up sample makes no sample due sooner: the thread would be
-    /// sampled where it resumes. Its periods ride on the next samples.
     #[test]
     fn a_refund_adds_weight_not_an_earlier_sample() {
         let mut debt = CpuDebt::default();
@@ -213,8 +196,6 @@ mod tests {
         assert_eq!((debt.owed_ns(), debt.lost_periods), (0, 0));
     }
 
-    /// Many lost periods are paid a [`SPREAD`]th at a time, every one of
-    /// them, and no more than the cap is kept.
     #[test]
     fn lost_periods_are_spread_and_capped() {
         let mut debt = CpuDebt::default();
@@ -240,12 +221,9 @@ mod tests {
         assert_eq!(debt.owed_ns(), MAX_OWED_PERIODS * P + 5);
     }
 
-    /// The case that mattered on busy machines: half the successful samples
-    /// come after a long wait and land at one place ("after a preemption"),
-    /// half after a short one and land elsewhere. Each success is at an
-    /// unbiased point of the thread's CPU time, so the truth is one half.
-    /// Weighting each sample by its own wait gives the first place 6/7;
-    /// the spread debt stays within a few points of one half.
+    /// Truth is one half: samples after a long wait (6 periods) and after a
+    /// short one (1) are equally many and each at an unbiased point of CPU
+    /// time. Weighting each by its own wait would give 6/7.
     #[test]
     fn a_sample_weight_does_not_follow_its_own_wait() {
         let mut rng = Lcg(7);

@@ -1,45 +1,21 @@
-//! When the sampler thread wakes in cpu mode on the Linux fallback: at
-//! random moments, and at least once a period or every 2 ms.
+//! When the sampler thread wakes in cpu mode on the Linux fallback.
 //!
-//! A sampler thread that samples at moments tied to when threads resumed
-//! samples a busy machine wrongly. Its own wakeup preempts a thread on its
-//! CPU, and when it sleeps again the scheduler often resumes a waiting
-//! thread right then. A thread preempted at a system call's exit (reading
-//! a clock can end its time slice) resumes there, at the start of whatever
-//! its code does next, and a sample taken a fixed time later lands a fixed
-//! distance into that code: the first stretch after each such point is
-//! rarely sampled. A fixed wall-clock period did that (4-15 points of share
-//! taken from the function after the workload's clock reads, beside two
-//! CPU-burning processes), and so did waking at the moment each thread was
-//! predicted to fall due, if it ran on from the last wakeup: a prediction
-//! is a fixed distance from where the thread resumed. At 100 Hz, where a
-//! period spans several time slices, that took 10 points from the same
-//! function.
+//! Samples are taken only at **random ticks**, exponentially distributed
+//! with a mean of [`RANDOM_TICK_MEAN_PERIODS`] periods. A sample taken a
+//! fixed time after a thread resumed (on a fixed period, or when the
+//! thread was predicted to fall due) lands a fixed distance into the code
+//! after its resumption points, such as a system call's exit, and misses
+//! the code right after them. An exponential wait has no memory, so a
+//! thread running at a tick is found at an unbiased point of its code. A
+//! thread is signalled at the first random tick that finds it due
+//! ([`CpuDebt`]) and running; the sample's weight covers what it owes.
 //!
-//! So samples are taken only at **random ticks**, exponentially distributed
-//! with a mean of [`RANDOM_TICK_MEAN_PERIODS`] periods. An exponential wait
-//! has no memory: wherever a thread resumed, the next tick is as likely at
-//! any later moment, so a thread running then is found at an unbiased
-//! point of its code. A thread is signalled at the first random tick that
-//! finds it due ([`CpuDebt`]) and running; the sample's weight stands for
-//! the periods it owes, so samples per CPU-second stay at the rate.
-//!
-//! A random tick signals a due thread only if its clock moved since the
-//! last look at the threads' clocks, as a sign that it runs now; a look
-//! older than a time slice says little about that, and a thread that ran
-//! since but waits for a CPU now takes its signal where it resumes, which
-//! is where it was preempted. So a random tick further away than
-//! [`MAX_LOOK_GAP_NS`] (or a period, if shorter) gets a **look** before
-//! it, at most that gap before it; the sampler also looks at least every
-//! [`MAX_GAP_PERIODS`] periods, to find new threads, and every gap while
-//! threads born during sampling are young. A look samples nothing. It
-//! used to look every 2 ms whatever came next: about 520 wakeups a second
-//! at 100 Hz, for 100 random ticks; now about 220.
-//!
-//! On a quiet machine a thread is then sampled at the first random tick
-//! after each period of its CPU time (measured at 1000 Hz with two busy
-//! threads: about 850 distinct samples per CPU-second, the rest carried
-//! as weight).
+//! A tick takes a thread as running if its clock moved since the last
+//! **look** at the threads' clocks, and a look older than a time slice says
+//! little about that: so a tick gets a look at most
+//! [`CpuWakeups::look_gap_ns`] before it. The sampler also looks at least
+//! every [`MAX_GAP_PERIODS`] periods, to find new threads, and every gap
+//! while threads born during sampling are young. A look samples nothing.
 //!
 //! [`CpuDebt`]: super::cpu_debt::CpuDebt
 
@@ -50,31 +26,29 @@ use super::super::split_mix::SplitMix64;
 /// distinct samples stay close to one per period of its CPU time.
 pub const RANDOM_TICK_MEAN_PERIODS: u64 = 1;
 
-/// No two wakeups are further apart than this many periods: each wakeup
-/// compares the process's CPU clock with the threads the sampler knows
-/// (`unseen_cpu`), and a thread born since is found while it still runs.
-/// Random ticks alone leave gaps of several periods, in which a thread of
-/// 2 ms came and went unseen.
+/// No two wakeups are further apart than this many periods, so that a
+/// thread born since the last (each wakeup looks for them, see
+/// `unseen_cpu`) is found while it still runs.
 pub const MAX_GAP_PERIODS: u64 = 1;
 
-/// A random tick comes at most this long (2 ms) after a look at the
-/// threads' clocks, so that the readings it judges "running" by are no
-/// older than about a time slice of a busy machine. At 100 Hz, with only a
-/// period between looks, beside two CPU-burning processes, three functions
-/// of the self-check leaned by 2-4 points on average over ten runs (they
-/// are then within 1). At 500 Hz and above a period is the shorter gap.
+/// A random tick comes at most this long (ns) after a look at the threads'
+/// clocks, so that the readings it judges "running" by are no older than
+/// about a time slice on a busy machine.
 pub const MAX_LOOK_GAP_NS: u64 = 2_000_000;
 
 /// The sampler thread's wakeup times in cpu mode on the fallback.
 #[derive(Clone, Debug)]
 pub struct CpuWakeups {
+    /// CPU time per sample, in nanoseconds.
     period_ns: u64,
     rng: SplitMix64,
     /// The deadline slept to was a random tick, not a look.
     random: bool,
     /// The random tick that a look is to come before.
     tick_at_ns: Option<u64>,
+    /// Wakeups so far.
     ticks: u64,
+    /// Whole periods overslept.
     missed: u64,
 }
 
@@ -99,17 +73,13 @@ impl CpuWakeups {
     /// work: the next random tick if it comes within the look gap of now,
     /// else a look before it; and at most [`MAX_GAP_PERIODS`] from now.
     ///
-    /// The look comes at a random moment of the look gap before the tick,
-    /// distributed as the last look before a random tick was when the
-    /// sampler looked every gap: there the random tick came an exponential
-    /// wait (of the ticks' mean) after a look, cut off at the gap.
+    /// The look precedes the tick by an exponential wait of the ticks' mean
+    /// cut off at the gap, as if the sampler looked every gap.
     ///
     /// With `young_threads` (threads born while sampling are running) it
-    /// looks every gap, as before: a thread's last reading before it exits
-    /// is then at most a gap old, and what it ran after that reading is
-    /// counted only as part of the CPU time nobody read. Looking only
-    /// before ticks left 3.7-5.6% of a pool of 15 ms threads at 100 Hz
-    /// unaccounted, against 1.3%.
+    /// looks every gap, so that such a thread's last reading before its
+    /// exit is at most a gap old: what it ran after that counts only as CPU
+    /// time nobody read.
     pub fn next(&mut self, now_ns: u64, young_threads: bool) -> u64 {
         let mean = RANDOM_TICK_MEAN_PERIODS * self.period_ns;
         let tick_at = match self.tick_at_ns.take() {
@@ -126,9 +96,8 @@ impl CpuWakeups {
         self.random = false;
         self.tick_at_ns = Some(tick_at);
         if gap >= most || young_threads {
-            // A look every gap (at 500 Hz and above a wakeup comes every
-            // gap anyway); the tick waits on, as an exponential wait has
-            // no memory.
+            // A look every gap; the tick waits on, as an exponential wait
+            // has no memory.
             return now_ns + gap;
         }
         let look_at = tick_at - self.exponential_within(mean, gap).max(1);
@@ -136,8 +105,7 @@ impl CpuWakeups {
             return look_at;
         }
         // Too far for one wait: a look on the way, more than a gap before
-        // the tick, so that the last look before it is still drawn as
-        // above.
+        // the tick, so the last look before it is still drawn as above.
         (now_ns + most).min(tick_at - gap - 1).max(now_ns + 1)
     }
 
@@ -171,7 +139,7 @@ impl CpuWakeups {
     }
 
     /// An exponentially distributed wait with the given mean, capped at 20
-    /// means (reached once in 500 million draws).
+    /// means (a draw reaches that with chance e^-20).
     fn exponential(&mut self, mean_ns: u64) -> u64 {
         let wait = -self.rng.unit().ln() * mean_ns as f64;
         (wait as u64).min(20 * mean_ns)
@@ -203,9 +171,7 @@ mod tests {
         let mean = waits.iter().sum::<u64>() as f64 / n as f64;
         let want = (RANDOM_TICK_MEAN_PERIODS * P) as f64;
         assert!((mean / want - 1.0).abs() < 0.03, "mean {mean} for {want}");
-        // No memory: of the waits longer than one mean, the part beyond it
-        // is again exponential with the same mean (a fixed or uniform wait
-        // would leave much less).
+        // No memory: the part of a wait beyond one mean has the same mean.
         let beyond: Vec<f64> = waits
             .iter()
             .filter(|&&t| t as f64 > want)
@@ -216,9 +182,7 @@ mod tests {
             (beyond_mean / want - 1.0).abs() < 0.06,
             "mean beyond one mean {beyond_mean} for {want}"
         );
-        // Short waits are as likely as the distribution says: about 1 - e^-0.05
-        // of them fall in the first 5% of a mean, where a sampler woken on a
-        // fixed period never looks.
+        // 1 - e^-0.05 of the waits fall in the first 5% of a mean.
         let short = waits.iter().filter(|&&t| (t as f64) < want * 0.05).count() as f64 / n as f64;
         assert!(
             (short - 0.0488).abs() < 0.005,
@@ -259,16 +223,15 @@ mod tests {
                 (rate / want - 1.0).abs() < 0.03,
                 "{rate} random ticks a second, not {want}"
             );
-            // Looks only where a tick needs one, or a period went by: at
-            // 100 Hz, about 2.3 wakeups per tick (a look every 2 ms made 5.5).
+            // Looks only where a tick needs one, or a period went by.
             let per_tick = wakeups.len() as f64 / ticks;
             println!("period {period}: {per_tick:.2} wakeups per random tick");
             assert!(
                 per_tick <= most_per_tick,
                 "{per_tick} wakeups per random tick"
             );
-            // A tick comes after its look as it did when the sampler looked
-            // every gap: an exponential wait of the ticks' mean, cut at the gap.
+            // After its look, a tick waits an exponential of the ticks'
+            // mean cut at the gap.
             let after_look: Vec<f64> = wakeups
                 .windows(2)
                 .filter(|w| !w[0].1 && w[1].1)

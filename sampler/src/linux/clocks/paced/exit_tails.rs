@@ -1,32 +1,22 @@
-//! The CPU time a thread used after its last sample, where a sampler
+//! The CPU time a thread used after its last sample, where the sampler
 //! thread decides when to sample (the Linux fallback, cpu mode).
 //!
-//! A thread is owed a sample for each period of CPU time it uses. What it
-//! used after its last sample is still owed when it exits, and was lost:
-//! half a period per thread on average, plus whatever it used after the
-//! sampler last read its clock (an exited thread's clock cannot be read).
-//! For a thread that lives 2 ms that is a quarter to a half of its CPU
-//! time. Where the kernel samples, an inherited event's final count says
-//! what ran after the last sample (`born_threads`). Here the process's CPU
-//! clock says it, in sum: it keeps the CPU time of exited threads. At a
-//! listing, once every live thread's clock has been read, the process's
-//! CPU time beyond what the sampler read from the threads and its own has
-//! grown by what the threads that exited since used after their last
-//! reading ([`UnreadCpu`]).
+//! What a thread used after its last sample is still owed when it exits,
+//! and more after its clock was last read (an exited thread's clock cannot
+//! be read); for a short-lived thread that is much of its CPU time. The
+//! process's CPU clock keeps exited threads' time: at a listing, with every
+//! live thread's clock read, its growth beyond what was read from the
+//! threads and the sampler's own is what the threads gone since used after
+//! their last reading ([`UnreadCpu`]).
 //!
-//! That growth is shared among those threads, each given at most the wall
-//! time from its last reading to the first one that found it gone
-//! ([`share_out`]). What is left (threads that came and went between two
-//! listings without being read) stays unsampled, and the stats say so.
-//! Each exited thread's owed time and share are then counted as whole
-//! periods, and the fraction of one as a whole sample with that
-//! probability ([`samples_for`]), so that on average it counts for exactly
-//! what it is. Each of those samples goes on one of the thread's last few
-//! stacks, picked at random ([`ExitTails::pick`]): its recent samples
-//! scaled up to all its time. The very last stack alone is too often in
-//! the thread's own exit (a system call's return in its teardown). For a
-//! short-lived thread those stacks are the work it was started for; for a
-//! longer one this is a period or two at the end of its life.
+//! That growth is shared among those threads, each getting at most the
+//! wall time from its last reading to the listing that found it gone
+//! ([`share_out`]); the rest stays unsampled, and the stats say so. Each
+//! thread's owed time and share become whole samples, a fraction of a
+//! period by chance ([`samples_for`]), so on average it counts for exactly
+//! what it is. Each sample goes on one of the thread's last few stacks at
+//! random ([`ExitTails::pick`]): the very last alone is too often in the
+//! thread's own teardown.
 
 use std::collections::HashMap;
 
@@ -35,19 +25,17 @@ use super::super::split_mix::SplitMix64;
 /// The process's CPU time that no reading of a thread's clock covers.
 #[derive(Debug, Default)]
 pub(crate) struct UnreadCpu {
+    /// The unread time (ns, may be negative) at the last listing.
     at_last_listing: Option<i128>,
 }
 
 impl UnreadCpu {
     /// At a listing, with every live thread's clock just read: the
     /// process's CPU clock (read after them), the sampler's own, and the
-    /// sum of the CPU time the sampler has read from threads (each counted
-    /// from when it started to follow that thread). Returns how much CPU time
-    /// went unread since the previous listing.
-    ///
-    /// The threads are read a little before the process's clock, so the
-    /// unread part is over-estimated by what they ran meanwhile: by about
-    /// as much at every listing, which cancels between two.
+    /// CPU time read from threads so far. Returns the CPU time unread since
+    /// the previous listing. What threads ran between their reading and the
+    /// process's is over-counted about equally at every listing, so it
+    /// cancels between two.
     pub(crate) fn at_listing(&mut self, process_ns: u64, own_ns: u64, read_ns: u64) -> u64 {
         let unread = i128::from(process_ns) - i128::from(own_ns) - i128::from(read_ns);
         let grew = self.at_last_listing.map_or(0, |last| unread - last);
@@ -60,9 +48,9 @@ impl UnreadCpu {
 #[derive(Debug)]
 pub(crate) struct ExitTails {
     unread: UnreadCpu,
-    /// CPU time read from the threads followed (each from when it started
-    /// to be followed: from zero for one born while sampling) and from
-    /// btprof's own excluded threads, which the process's clock counts too.
+    /// CPU time read from followed threads (each from when it was first
+    /// followed; from zero if born while sampling) and from btprof's own
+    /// excluded threads, which the process's clock counts too.
     read_ns: u64,
     /// Excluded threads' clocks at the last listing, and at this one.
     excluded: HashMap<i32, u64>,
@@ -175,14 +163,12 @@ mod tests {
         let mut unread = UnreadCpu::default();
         // The first listing sets the baseline.
         assert_eq!(unread.at_listing(50 * MS, 2 * MS, 30 * MS), 0);
-        // 10 ms more for the process: 0.5 the sampler's, 8 read from live
-        // threads, 1.5 unread (an exited thread's last moments).
+        // 10 ms more: 0.5 the sampler's, 8 read from threads, 1.5 unread.
         assert_eq!(
             unread.at_listing(60 * MS, 2 * MS + MS / 2, 38 * MS),
             3 * MS / 2
         );
-        // Readings a little ahead of the process clock one time are made
-        // up for at the next listing.
+        // Readings ahead of the process clock are made up for next time.
         assert_eq!(
             unread.at_listing(61 * MS, 2 * MS + MS / 2, 39 * MS + 100),
             0
@@ -202,8 +188,7 @@ mod tests {
         // An older reading, taken before a newer one was counted: nothing.
         tails.saw(&mut listed, 40 * MS + 1);
         tails.saw_excluded(7, 10 * MS, false);
-        // The process used 4 ms: 1 the listed thread's, 1 the excluded
-        // one's, 2 unread.
+        // 4 ms: 1 the listed thread's, 1 the excluded one's, 2 unread.
         assert_eq!(tails.at_listing(104 * MS, MS), 2 * MS);
         assert_eq!((listed, born), (Some(41 * MS), Some(2 * MS)));
     }

@@ -1,25 +1,19 @@
 //! CPU time of threads the sampler does not know yet, and when to list the
 //! threads early to find them.
 //!
-//! The sampler-thread path learns of a new thread only from a listing of
-//! the threads, every 10 ms or so (longer when listings are costly), and
-//! it has no other way to hear of one where perf events are refused. A
-//! thread that lives 2 ms was therefore mostly gone before it was seen.
-//! But its CPU time shows at once in the process's CPU clock: against the
-//! CPU time of the threads the sampler looked at (and its own), what is
-//! left ran on threads it does not know, or on known ones that were idle
-//! at the last listing. When that comes to a quarter of a period, the
-//! sampler lists the threads early.
+//! Where perf events are refused, the sampler learns of a new thread only
+//! from a listing, so a short-lived one may be gone before it is seen. Its
+//! CPU time shows at once in the process's CPU clock, though: what exceeds
+//! the time of the threads looked at and the sampler's own ran on threads
+//! it does not know (or on known ones idle at the last listing). When that
+//! reaches a quarter period, the threads are listed early.
 //!
-//! Both cost the sampler CPU time. Reading the process's CPU clock sums
-//! every thread's in the kernel, so with thousands of threads it costs;
-//! checks are spaced so that they take at most 1/[`SHARE`] of the time
-//! between them. Listings cost more, most of it in `/proc` reads for each
-//! new thread (50-100 µs a thread in a VM), and come in bursts when
-//! threads churn: they spend a credit that grows by 1/[`SHARE`] of the wall
-//! time, up to [`MAX_CREDIT`] banked. Spacing each listing by its own cost
-//! instead held them 1-3 ms apart, and a third of the 2 ms threads came and
-//! went unseen in between.
+//! Both cost the sampler CPU time. Reading the process's clock sums every
+//! thread's in the kernel, so checks are spaced to take at most
+//! 1/[`SHARE`] of the time between them. Listings cost more and come in
+//! bursts when threads churn: they spend a credit that grows by 1/[`SHARE`]
+//! of the wall time, up to [`MAX_CREDIT`] banked, so that a burst goes
+//! through at once rather than short threads dying between spaced listings.
 
 use std::time::Duration;
 
@@ -34,10 +28,13 @@ const MAX_CREDIT: Duration = Duration::from_millis(2);
 /// listing. Platform-independent: readings are passed in.
 #[derive(Debug)]
 pub(crate) struct UnseenCpu {
+    /// Unseen CPU time that makes a check suspect an unknown thread.
     threshold_ns: u64,
     /// No early listing sooner than this after the last listing.
     listing_gap_ns: u64,
+    /// The least time between checks, set by the last check's cost.
     interval_ns: u64,
+    /// When the last check, and the last listing, were (monotonic ns).
     checked_at_ns: u64,
     listed_at_ns: u64,
     /// Sampler CPU time listings may still spend, as of `credit_at_ns`
@@ -136,8 +133,7 @@ mod tests {
     fn cpu_time_nobody_saw_is_suspected() {
         let mut u = UnseenCpu::new(MS);
         u.reset(0, 10 * MS, MS);
-        // 2 ms of process CPU: 1.9 seen on known threads, 0.05 the
-        // sampler's own: 0.05 unseen, under a quarter period.
+        // 2 ms: 1.9 seen, 0.05 the sampler's, 0.05 unseen (< P/4).
         u.saw(1_900_000);
         assert!(!u.check(5 * MS, 12 * MS, MS + 50_000, 1_000));
         // 0.5 ms more that nobody saw.
@@ -156,8 +152,6 @@ mod tests {
         assert!(u.due(14 * MS));
     }
 
-    /// Listings in a burst (threads churning) draw on the credit; once it
-    /// is spent, they wait until the time since has earned it back.
     #[test]
     fn early_listings_spend_a_credit_earned_over_time() {
         let mut u = UnseenCpu::new(MS);
@@ -175,12 +169,10 @@ mod tests {
                 assert!(!u.due(now + MS / 8));
             }
         }
-        // The banked 2 ms and what 20 ms earned (1 ms): 3 ms, spent at
-        // 0.4 ms a listing, plus the one that overdrew it.
+        // 2 ms banked + 1 ms earned, at 0.4 ms each, + the one that overdrew.
         assert_eq!(listings, 8);
         assert!(!u.due(now + MS));
-        // Earned back at 1/20 of the time: the overdraft is 0.2 ms, so in
-        // over 4 ms.
+        // The overdraft is earned back at 1/SHARE of the time.
         let debt = -u.credit(now);
         assert!(!u.due(now + debt as u64 * SHARE));
         assert!(u.due(now + debt as u64 * SHARE + SHARE));

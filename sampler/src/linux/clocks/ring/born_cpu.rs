@@ -1,28 +1,19 @@
 //! A born thread's CPU time at its exit, in its own CPU clock's terms.
 //!
-//! The rings sample a born thread at each period of the kernel's perf task
-//! clock, and when it exits the kernel reports that clock's final count.
-//! On a virtual machine the task clock is not the thread's CPU clock: it
-//! runs on while the host has stopped the virtual CPU under the thread
-//! (stolen time, which the CPU clock leaves out with the kernel's steal
-//! accounting), and its timer skips the periods such a pause overran. So
-//! the final count can exceed the thread's CPU time by whatever the host
-//! stole: 7% of a recorded program's two threads in one CI run beside two
-//! busy processes, which then reported 934 samples per CPU-second for
-//! 998.
+//! The rings sample a born thread by the kernel's perf task clock, whose
+//! final count is reported at the exit. On a virtual machine that clock
+//! also runs while the host has stopped the virtual CPU (stolen time, which
+//! the thread's CPU clock leaves out), so the count can exceed the
+//! thread's CPU time.
 //!
-//! The sampler therefore reads the CPU clock of each born thread that has
-//! ring samples, at its first drain with samples and then now and then
-//! ([`ClockReading::due`]), and counts the samples taken after the last
-//! reading. At the exit its CPU time is that reading plus a period per
-//! later sample: the reading falls at a random point of a period, as does
-//! the exit, so the two partial periods cancel on average. A thread never
-//! read (it exited before the drain that took its first samples) keeps the
-//! kernel's count.
+//! So the thread's CPU clock is read at its first drain with samples and
+//! then now and then ([`ClockReading::due`]), and its CPU time at the exit
+//! is the last reading plus a period per sample after it: the reading and
+//! the exit each fall at a random point of a period, so the partial
+//! periods cancel on average. A thread never read keeps the kernel's count.
 
-/// How often a born thread's CPU clock is read again while it runs: the
-/// time after the last reading is estimated from its samples, which a
-/// stolen pause inflates only by the periods it did not skip.
+/// How often (ns) a born thread's CPU clock is read again while it runs,
+/// to bound the time estimated from samples, which stolen time inflates.
 const READ_AGAIN_NS: u64 = 100_000_000;
 /// Samples since the last reading before it is read again, so that with
 /// many threads the reads stay a small fraction of the samples.

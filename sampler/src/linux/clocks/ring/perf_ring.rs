@@ -1,14 +1,11 @@
 //! A perf event's ring buffer, read by the sampler thread, and the records
 //! btprof asks for in it.
 //!
-//! The kernel writes records at `data_head` of a shared mapping (one
-//! metadata page, then a power-of-two data area); the reader consumes up
-//! to it and publishes `data_tail`, which frees the space. A record may
-//! wrap around the end of the data area; [`PerfRing::read`] hands each one
-//! over contiguous (copied when it wraps). [`Record::parse`] reads the
-//! kinds [`super::born_threads`] asks for: samples with the thread id, a
-//! time, the user call chain, user registers and a copy of the top of the
-//! user stack; a thread's start, exit, name and final count.
+//! The kernel writes records up to `data_head` of a shared mapping (one
+//! metadata page, then a power-of-two data area); the reader publishes
+//! `data_tail` to free the space it consumed. [`PerfRing::read`] hands
+//! each record over contiguous (copied when it wraps). [`Record::parse`]
+//! reads the kinds [`super::born_threads`] asks for.
 
 use std::borrow::Cow;
 use std::io;
@@ -16,8 +13,8 @@ use std::sync::atomic::{fence, Ordering};
 
 use crate::walker::{Arch, Registers};
 
-/// `perf_event_mmap_page`: the offsets of `data_head`, `data_tail`,
-/// `data_offset` and `data_size` (stable ABI).
+/// `perf_event_mmap_page`: the offsets of `data_head` and `data_tail`
+/// (stable ABI).
 const DATA_HEAD_OFFSET: usize = 1024;
 const DATA_TAIL_OFFSET: usize = 1032;
 
@@ -32,11 +29,9 @@ const PERF_RECORD_SAMPLE: u32 = 9;
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 
 /// The user registers a sample of `arch` asks for: `sample_regs_user`,
-/// whose set bits are `PERF_REG_*` numbers of the architecture's
-/// `asm/perf_regs.h`. The kernel writes the values in bit order.
-///
-/// Both layouts are compiled everywhere, so that the aarch64 one is tested
-/// on x86_64 machines too, with records built to the kernel's layout.
+/// whose bits are `PERF_REG_*` numbers of `asm/perf_regs.h`; the kernel
+/// writes the values in bit order. Both layouts are compiled everywhere,
+/// so that the aarch64 one is tested on x86_64 too.
 pub(crate) const fn user_regs_mask(arch: Arch) -> u64 {
     match arch {
         // `PERF_REG_X86_BP` (6), `_SP` (7), `_IP` (8).
@@ -47,9 +42,8 @@ pub(crate) const fn user_regs_mask(arch: Arch) -> u64 {
 }
 
 /// The registers of a sample, from the values of [`user_regs_mask`] in
-/// bit order: (bp, sp, ip) on x86_64, (x29, lr, sp, pc) on aarch64. Raw,
-/// as the thread had them: pointer-authentication bits are stripped where
-/// a walk uses them.
+/// bit order: (bp, sp, ip) on x86_64, (x29, lr, sp, pc) on aarch64. Raw:
+/// pointer-authentication bits are stripped where a walk uses them.
 fn unpack_user_regs(arch: Arch, v: &[u64; 4]) -> Registers {
     match arch {
         Arch::X86_64 => Registers {
@@ -76,9 +70,8 @@ pub(crate) enum Record<'a> {
     Sample {
         tid: i32,
         time: u64,
-        /// Return addresses, pc first; the context markers left out.
-        /// Borrowed from the record where its words are aligned and the
-        /// markers all lead (the user chain alone has one, first), so that
+        /// Return addresses, pc first, without context markers. Borrowed
+        /// where the words are aligned and the markers all lead, so that
         /// taking a sample allocates nothing.
         callchain: Cow<'a, [u64]>,
         /// The interrupted user registers.
@@ -483,14 +476,10 @@ mod tests {
         }
     }
 
-    /// A sample as an aarch64 kernel writes it (`PERF_SAMPLE_REGS_USER`
-    /// with x29, lr, sp, pc, in bit order; `PERF_SAMPLE_STACK_USER` from
-    /// sp), taken in a leaf that has not pushed its frame record: its
-    /// caller is only in the link register. The stack copy, walked as the
-    /// handler walks a stack, gives the frames of the kernel's own chain
-    /// (which, like every frame-record walk, misses that caller), and the
-    /// link register beside them, stripped of its signature, for the
-    /// symbol stage to make frame 1 (`docs/architecture.md`, rule 3).
+    /// An aarch64 sample in a leaf that has not pushed its frame record:
+    /// walking its stack copy gives the kernel's chain, which misses the
+    /// caller, and beside it the link register, unsigned, for frame 1
+    /// (`docs/architecture.md`, rule 3).
     #[test]
     fn an_aarch64_sample_is_unwound_from_its_registers_and_stack_copy() {
         let arch = Arch::AARCH64_LINUX;
@@ -563,8 +552,6 @@ mod tests {
         assert_eq!(regs.link_register(arch), into_caller);
     }
 
-    /// A context marker after the first frame (a chain that crossed from
-    /// the kernel into user space again) is left out too.
     #[test]
     fn context_markers_anywhere_in_a_chain_are_left_out() {
         let mut body = Vec::new();

@@ -1,7 +1,6 @@
 //! What the sampler takes out of a perf ring's records: each sample is
-//! unwound while it is still in the ring (a CFI walk reads a few words of
-//! the copied stack, so only those are touched), and the rest of the
-//! record is kept only as far as ordering the CPUs' records by time needs.
+//! unwound while still in the ring, and the rest is kept only as far as
+//! ordering the CPUs' records by time needs.
 
 use std::sync::Arc;
 
@@ -11,13 +10,14 @@ use super::perf_ring::{words_in_place, Record};
 
 /// A ring sample as the kernel wrote it, borrowed from the ring, for the
 /// caller of [`drain`](super::born_threads::BornThreads::drain) to unwind
-/// there: a CFI walk reads a few of the copied stack's words, so only those
-/// are touched, where copying every record's whole stack out cost the
-/// sampler thread most of its time.
+/// there: a CFI walk touches only the few stack words it reads, where
+/// copying each record's whole stack out would be costly.
 pub(crate) struct RingSample<'a> {
     /// Return addresses by frame pointers, pc first.
     pub frames: &'a [u64],
+    /// [`WalkEnd::DepthCap`] where the kernel's chain was cut at its limit.
     pub end: WalkEnd,
+    /// The interrupted user registers, if the kernel gave them.
     pub regs: Option<Registers>,
     /// The copied stack words, from `regs.sp` up (empty if none).
     pub stack: &'a [u64],
@@ -29,24 +29,19 @@ pub(crate) struct BornSample<W> {
     pub tid: i32,
     /// When the kernel took it (`CLOCK_MONOTONIC` ns).
     pub time: u64,
-    /// [`WalkEnd::DepthCap`] where the kernel's call chain was cut at its
-    /// limit.
+    /// As [`RingSample::end`].
     pub end: WalkEnd,
     pub walk: Option<W>,
-    /// The thread's name when the sample was taken, from its last
-    /// name-change record (`None`: none seen since it was born, or since
-    /// the events were opened on it).
+    /// The thread's name then, from its last name-change record (`None`:
+    /// none seen since it was born or its events were opened).
     pub name: Option<Arc<str>>,
 }
 
 /// Records read from the rings that a drain did not take in yet, in time
 /// order: newer than what it could be sure every ring already held.
 ///
-/// Two vectors take turns, so that a drain allocates nothing once they
-/// have grown to a drain's records: the held ones become the drain's
-/// list ([`Self::take`]), the spare receives what it holds back again
-/// ([`Self::keep`]), and the emptied list becomes the spare
-/// ([`Self::give_back`]).
+/// Two vectors take turns (held, then the drain's list, then spare), so
+/// that a drain allocates nothing once they have grown to its records.
 pub(crate) struct HeldRecords<W> {
     held: Vec<(u64, Owned<W>)>,
     spare: Vec<(u64, Owned<W>)>,
@@ -178,8 +173,7 @@ mod tests {
         for round in 0..3 {
             drain_once(&mut held, 1 + round * 100);
         }
-        // From then on the list comes with room for a drain's records:
-        // nothing is allocated.
+        // From then on nothing is allocated.
         for round in 3..9 {
             let capacity = drain_once(&mut held, 1 + round * 100);
             assert!(capacity >= 110, "round {round}: capacity {capacity}");

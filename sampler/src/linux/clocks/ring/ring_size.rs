@@ -1,17 +1,14 @@
-//! How large the perf ring clock's rings are, and how much stack each of
-//! their samples copies: large enough to hold what a busy machine can keep
-//! the sampler thread from reading, small enough that mapping them (every
-//! page is allocated and locked at once) and the locked-memory limits of
-//! unprivileged users do not decide the cost.
+//! How large the perf clock's rings are, and how much stack each sample
+//! copies: large enough to hold what a busy machine can keep the sampler
+//! thread from reading, small enough that mapping them (every page is
+//! allocated and locked at once) stays cheap and within the locked-memory
+//! limits of unprivileged users.
 
 use crate::linux::signal::stack_copy::COPY_WORDS;
 
-/// Bytes of user stack each ring sample copies, for CFI unwinding: what a
-/// handler copies ([`COPY_WORDS`]). Frames without frame pointers sit at
-/// the top of the stack; the frame-pointer chain goes on beyond it. 8 KiB
-/// cut the walks of a 300-frame recursion over a frameless leaf at 250
-/// frames, and of any system call made below `std::io::copy`'s 8 KiB
-/// buffer.
+/// Bytes of user stack each ring sample copies for CFI unwinding: as much
+/// as a handler copies ([`COPY_WORDS`]), so that deep recursions and
+/// frames under large stack buffers are walked in full.
 pub(crate) const STACK_BYTES: u32 = (COPY_WORDS * 8) as u32;
 /// The copy in rings too small to hold [`MIN_RING_RECORDS`] records of
 /// [`STACK_BYTES`] (where locked memory is short).
@@ -19,21 +16,15 @@ const SMALL_STACK_BYTES: u32 = 8 << 10;
 /// Fewest records a ring should hold: at one sample per period on its
 /// CPU, the time the sampler thread has to read it.
 const MIN_RING_RECORDS: usize = 64;
-/// Data pages per CPU's ring, largest first: 8 MiB holds about 500 ms of
-/// one CPU's samples at 1000 Hz (each record reserves the whole
-/// [`STACK_BYTES`]), enough for a sampler thread kept off the CPU by a
-/// busy machine: 256 KiB lost a tenth of the samples beside load 6, and
-/// 1 MiB two thirds of them while 512 threads and two hogs shared two
-/// CPUs with the sampler thread. A ring is no larger than what holds
-/// [`RING_HOLDS_NS`] at the rate ([`ring_pages_for`]). At most
-/// [`RING_MEMORY`] in all; where locked memory is short (an unprivileged
-/// user gets `perf_event_mlock_kb`, 516 KiB per CPU by default, then
-/// `RLIMIT_MEMLOCK`), the next size is tried, down to 32 KiB.
+/// Data pages per CPU's ring, largest first; each record reserves the
+/// whole [`STACK_BYTES`]. A ring is no larger than what holds
+/// [`RING_HOLDS_NS`] at the rate ([`ring_pages_for`]), all of them at most
+/// [`RING_MEMORY`]; where locked memory is short (`perf_event_mlock_kb`
+/// per CPU, then `RLIMIT_MEMLOCK`), the next size is tried.
 const RING_PAGES: [usize; 9] = [2048, 1024, 512, 256, 128, 64, 32, 16, 8];
-/// How long a ring should hold at one sample per period on its CPU (and
-/// at least [`MIN_RING_RECORDS`]). Mapping a ring allocates and maps every
-/// page of it: 8 MiB rings were about half of the sampler thread's CPU in a
-/// 4-second run at 100 Hz, where 2 MiB hold more than a second.
+/// How long (ns) a ring should hold at one sample per period on its CPU
+/// (and at least [`MIN_RING_RECORDS`]): no more, as mapping a ring
+/// allocates every page of it.
 const RING_HOLDS_NS: u64 = 500_000_000;
 /// The most memory all the rings may take together.
 const RING_MEMORY: usize = 16 << 20;

@@ -1,24 +1,15 @@
 //! Per-thread CPU-time timers: a `perf_event_open` task-clock event per
-//! sampled thread whose overflow raises the profiling signal in that same
-//! thread.
+//! sampled thread, counting its own CPU time, whose overflow once per
+//! period raises the profiling signal in that same thread (`F_SETOWN_EX`
+//! with `F_OWNER_TID`, `F_SETSIG`, `O_ASYNC`: not `SIGIO` to the process).
+//! With `exclude_kernel` an overflow in kernel code is skipped, so every
+//! sample lands in user code where the CPU time was spent. Where the call
+//! is refused (`perf_event_paranoid` above 2, seccomp, no perf support)
+//! the sampler paces samples from its own thread.
 //!
-//! The event counts the thread's own CPU time (`pid` = its tid, `cpu` =
-//! -1) and overflows once per period of it, from the kernel's high-
-//! resolution timer while the thread is on a CPU. With `exclude_kernel` an
-//! overflow that falls in kernel code is skipped (the period restarts), so
-//! every sample lands in user code, at the instruction where the CPU time
-//! was spent, as `perf record -e cpu-clock` samples do. `F_SETOWN_EX`
-//! with `F_OWNER_TID`, `F_SETSIG` and `O_ASYNC` make the overflow a
-//! real-time signal to that thread rather than `SIGIO` to the process.
-//!
-//! Unprivileged self-monitoring with `exclude_kernel` is allowed up to
-//! `perf_event_paranoid` 2; where the call is refused (paranoid 3 and up,
-//! a seccomp filter, no perf support) the sampler falls back to pacing
-//! samples from its own thread.
-//!
-//! Descriptors are recorded in a static bitmap (`signal::timer_fds`) before their
-//! signal is enabled and removed after it is disabled: the signal handler
-//! takes a poll-band signal as a sample only from a descriptor in it.
+//! A descriptor is in the bitmap `signal::timer_fds` from before its
+//! signal is enabled until after it is disabled: the handler takes a
+//! poll-band signal as a sample only from a descriptor in it.
 
 use std::io;
 
@@ -61,18 +52,14 @@ impl ThreadTimer {
     /// The CPU time the thread used since the timer was opened, in
     /// nanoseconds, by its CPU clock; `None` once the thread exited.
     ///
-    /// Not the timer's own count: on a virtual machine the task clock runs
-    /// on while the host has stopped the virtual CPU under the thread
-    /// (stolen time, which the CPU clock leaves out), so its count can
-    /// exceed the thread's CPU time by whatever the host stole (seen: 100
-    /// ms more than the 120 ms a thread ran).
+    /// Not the timer's own count, which on a virtual machine also includes
+    /// time the host stole from the thread (the CPU clock leaves it out).
     pub(crate) fn cpu_ns(&self) -> Option<u64> {
         threads::thread_cpu_ns(self.tid).map(|now| now.saturating_sub(self.cpu_at_open))
     }
 
     /// The timer's own count since it was opened, in nanoseconds: readable
-    /// after the thread exited too, but with any time stolen from it
-    /// ([`Self::cpu_ns`]).
+    /// after the thread exited, but with stolen time ([`Self::cpu_ns`]).
     pub(crate) fn counted_ns(&self) -> Option<u64> {
         self.clock.cpu_ns()
     }
@@ -80,10 +67,9 @@ impl ThreadTimer {
 
 impl Drop for ThreadTimer {
     fn drop(&mut self) {
-        // Disabled first, then unregistered, then closed (when `clock`
-        // drops): a signal already queued is discarded when the handler is
-        // removed (SIG_IGN), and one taken before that finds the
-        // descriptor unregistered and is counted as stray.
+        // Disabled, then unregistered, then closed (as `clock` drops): a
+        // signal taken after this finds the descriptor unregistered and is
+        // counted as stray.
         self.clock.disable();
         set_ours(self.clock.fd(), false);
     }
