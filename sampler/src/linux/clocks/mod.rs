@@ -1,16 +1,14 @@
 //! The clocks that pace samples, each with the state it keeps per thread.
 //!
-//! - [`ring`]: the perf clock. The kernel samples every thread into ring
-//!   buffers by its own CPU time, with no signal.
-//! - [`timers`]: the perf clock's hand-offs. A thread the rings cannot
-//!   take gets a perf timer that signals it once per period of its CPU
-//!   time.
-//! - [`paced`]: the sampler-thread clock in cpu mode, where perf events
-//!   are refused. The sampler thread signals each thread as its CPU time
-//!   falls due.
+//! - [`ring`]: the perf clock; the kernel samples every thread into ring
+//!   buffers by its CPU time, with no signal.
+//! - [`timers`]: per-thread perf timers that signal the threads the rings
+//!   cannot take, once per period of their CPU time.
+//! - [`paced`]: cpu mode where perf events are refused; the sampler thread
+//!   signals each thread as its CPU time falls due.
 //!
-//! Wall mode has one clock, the sampler thread's ticks; its requests to
-//! running threads are one-shot CPU timers ([`super::kernel::cpu_timers`]).
+//! Wall mode's one clock is the sampler thread's ticks, with one-shot CPU
+//! timers for running threads ([`super::kernel::cpu_timers`]).
 
 pub(crate) mod paced;
 pub(crate) mod ring;

@@ -1,6 +1,5 @@
-//! Sebastiano Vigna's SplitMix64: a few lines of well-mixed 64-bit values,
-//! plenty for tick jitter and for rounding a fraction of a period to a
-//! whole sample at random. Not for anything that needs secrecy.
+//! Sebastiano Vigna's SplitMix64: well-mixed 64-bit values for tick jitter
+//! and random rounding. Not for anything that needs secrecy.
 
 /// The generator's state.
 #[derive(Clone, Debug)]
@@ -25,9 +24,8 @@ impl SplitMix64 {
         ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
     }
 
-    /// True with probability `part / whole` (always when `part >= whole`):
-    /// how a leftover fraction of a period becomes one whole sample or
-    /// none, so that on average it counts for exactly its fraction.
+    /// True with probability `part / whole` (always when `part >= whole`),
+    /// so a fraction of a period counts as a whole sample on average.
     pub(crate) fn chance(&mut self, part: u64, whole: u64) -> bool {
         self.next() % whole.max(1) < part
     }

@@ -1,31 +1,23 @@
 //! How much CPU time each sample stands for where the sampler thread, not
 //! the kernel, decides when to sample (the Linux fallback in cpu mode).
 //!
-//! A thread is owed one sample per period of CPU time it uses. A sample
-//! that comes late (the thread waited for a CPU, or the sampler ran late)
-//! stands for more than one period, so samples per CPU-second stay at the
-//! requested rate.
-//!
-//! Rule: a sample's weight comes from the debt left after the *previous*
-//! sample, paid off over [`SPREAD`] samples, never from the wait just
-//! before it. The first sample after a long wait lands near where the
-//! thread was preempted; weighting it by that wait would move CPU time to
-//! the code after preemption points. Every owed period is still paid (up
-//! to [`MAX_OWED_PERIODS`]).
-//!
-//! A sample given up (found at a system call's exit after a wait, a biased
-//! place) does not make the thread due sooner, which would sample it at
-//! that same place again: its periods are [lost](CpuDebt::refund) and ride
-//! on the next samples' weights.
+//! A thread is owed one sample per period of CPU time; a late sample
+//! stands for more, so samples per CPU-second stay at the rate. Rule: a
+//! sample's weight comes from the debt left after the *previous* sample,
+//! paid off over [`SPREAD`] samples, never from the wait just before it:
+//! the first sample after a long wait lands near where the thread was
+//! preempted, and weighting it by that wait would move CPU time there.
+//! A sample given up at a biased place (a system call's exit after a wait)
+//! does not make the thread due sooner, which would sample that place
+//! again: its periods are [lost](CpuDebt::refund) and ride on the next
+//! samples.
 
-/// A debt is paid off over about this many samples: enough that one
-/// sample's weight barely depends on any one wait, few enough that weights
-/// soon follow a change of load.
+/// A debt is paid off over about this many samples: enough that no weight
+/// hangs on one wait, few enough that weights soon follow the load.
 pub const SPREAD: u64 = 8;
 
 /// The most periods a thread may be owed; more are dropped and counted as
-/// skipped, lest a thread long unsampleable (signal blocked, starved) have
-/// that stretch put on a handful of stacks.
+/// skipped, lest a long unsampleable stretch land on a handful of stacks.
 pub const MAX_OWED_PERIODS: u64 = 20 * SPREAD;
 
 /// One thread's CPU time not yet stood for by a sample.
@@ -42,8 +34,8 @@ pub struct CpuDebt {
 }
 
 impl CpuDebt {
-    /// Adds `used_ns` of CPU time. Returns how many periods had to be
-    /// dropped because more than [`MAX_OWED_PERIODS`] were owed.
+    /// Adds `used_ns` of CPU time. Returns the periods dropped above
+    /// [`MAX_OWED_PERIODS`].
     pub fn accrue(&mut self, used_ns: u64, period_ns: u64) -> u64 {
         self.owed_ns = self.owed_ns.saturating_add(used_ns);
         let most = MAX_OWED_PERIODS * period_ns;
@@ -75,9 +67,8 @@ impl CpuDebt {
         self.settled_ns = self.owed_ns;
     }
 
-    /// A sample paid for was given up: its periods ride on the next
-    /// samples' weights; no sample becomes due sooner. Returns the periods
-    /// dropped above [`MAX_OWED_PERIODS`].
+    /// A sample paid for was given up: its periods ride on the next ones.
+    /// Returns the periods dropped above [`MAX_OWED_PERIODS`].
     pub fn refund(&mut self, weight: u64) -> u64 {
         self.lost_periods += weight;
         let dropped = self.lost_periods.saturating_sub(MAX_OWED_PERIODS);
@@ -85,9 +76,8 @@ impl CpuDebt {
         dropped
     }
 
-    /// The thread exited: everything it was owed, in nanoseconds, lost
-    /// periods included, for its last stack ([`super::exit_tails`]).
-    /// Leaves the debt empty.
+    /// The thread exited: empties the debt, returning all it was owed (ns,
+    /// lost periods included) for its last stacks ([`super::exit_tails`]).
     pub fn take_all(&mut self, period_ns: u64) -> u64 {
         let ns = self
             .owed_ns
@@ -221,9 +211,8 @@ mod tests {
         assert_eq!(debt.owed_ns(), MAX_OWED_PERIODS * P + 5);
     }
 
-    /// Truth is one half: samples after a long wait (6 periods) and after a
-    /// short one (1) are equally many and each at an unbiased point of CPU
-    /// time. Weighting each by its own wait would give 6/7.
+    /// Truth is one half: as many samples after a wait of 6 periods as of 1,
+    /// each at an unbiased point. Weighting by own wait would give 6/7.
     #[test]
     fn a_sample_weight_does_not_follow_its_own_wait() {
         let mut rng = Lcg(7);

@@ -1,29 +1,21 @@
 //! When the sampler thread wakes in cpu mode on the Linux fallback.
 //!
 //! Samples are taken only at **random ticks**, exponentially distributed
-//! with a mean of [`RANDOM_TICK_MEAN_PERIODS`] periods. A sample taken a
-//! fixed time after a thread resumed (on a fixed period, or when the
-//! thread was predicted to fall due) lands a fixed distance into the code
-//! after its resumption points, such as a system call's exit, and misses
-//! the code right after them. An exponential wait has no memory, so a
-//! thread running at a tick is found at an unbiased point of its code. A
-//! thread is signalled at the first random tick that finds it due
-//! ([`CpuDebt`]) and running; the sample's weight covers what it owes.
-//!
-//! A tick takes a thread as running if its clock moved since the last
-//! **look** at the threads' clocks, and a look older than a time slice says
-//! little about that: so a tick gets a look at most
-//! [`CpuWakeups::look_gap_ns`] before it. The sampler also looks at least
-//! every [`MAX_GAP_PERIODS`] periods, to find new threads, and every gap
-//! while threads born during sampling are young. A look samples nothing.
+//! with a mean of [`RANDOM_TICK_MEAN_PERIODS`] periods. A sample a fixed
+//! time after a thread resumed (a fixed period, or a predicted due time)
+//! lands a fixed distance past its resumption points, such as a system
+//! call's exit; an exponential wait has no memory, so a tick finds a
+//! running thread at an unbiased point. A thread is signalled at the first
+//! tick that finds it due ([`CpuDebt`]) and running: its clock moved since
+//! the last **look** at the threads' clocks, which is at most
+//! [`CpuWakeups::look_gap_ns`] before the tick. A look samples nothing.
 //!
 //! [`CpuDebt`]: super::cpu_debt::CpuDebt
 
 use super::super::split_mix::SplitMix64;
 
-/// Random ticks come this many periods apart on average: a due thread
-/// waits about that long for the tick that samples it, so the thread's
-/// distinct samples stay close to one per period of its CPU time.
+/// Random ticks come this many periods apart on average, so a due thread
+/// waits about that long for its sample.
 pub const RANDOM_TICK_MEAN_PERIODS: u64 = 1;
 
 /// No two wakeups are further apart than this many periods, so that a
@@ -46,9 +38,7 @@ pub struct CpuWakeups {
     random: bool,
     /// The random tick that a look is to come before.
     tick_at_ns: Option<u64>,
-    /// Wakeups so far.
     ticks: u64,
-    /// Whole periods overslept.
     missed: u64,
 }
 
@@ -69,17 +59,11 @@ impl CpuWakeups {
         }
     }
 
-    /// The deadline to sleep until, decided at `now_ns` after a wakeup's
-    /// work: the next random tick if it comes within the look gap of now,
-    /// else a look before it; and at most [`MAX_GAP_PERIODS`] from now.
-    ///
-    /// The look precedes the tick by an exponential wait of the ticks' mean
-    /// cut off at the gap, as if the sampler looked every gap.
-    ///
-    /// With `young_threads` (threads born while sampling are running) it
-    /// looks every gap, so that such a thread's last reading before its
-    /// exit is at most a gap old: what it ran after that counts only as CPU
-    /// time nobody read.
+    /// The deadline to sleep until, decided at `now_ns`: the next random
+    /// tick if within the look gap, else a look before it (by an exponential
+    /// wait of the ticks' mean cut at the gap), at most [`MAX_GAP_PERIODS`]
+    /// from now. With `young_threads` (threads born while sampling run) it
+    /// looks every gap, so their last reading before an exit is at most a gap old.
     pub fn next(&mut self, now_ns: u64, young_threads: bool) -> u64 {
         let mean = RANDOM_TICK_MEAN_PERIODS * self.period_ns;
         let tick_at = match self.tick_at_ns.take() {
@@ -96,8 +80,7 @@ impl CpuWakeups {
         self.random = false;
         self.tick_at_ns = Some(tick_at);
         if gap >= most || young_threads {
-            // A look every gap; the tick waits on, as an exponential wait
-            // has no memory.
+            // A look every gap; the tick waits on (no memory).
             return now_ns + gap;
         }
         let look_at = tick_at - self.exponential_within(mean, gap).max(1);
@@ -109,21 +92,18 @@ impl CpuWakeups {
         (now_ns + most).min(tick_at - gap - 1).max(now_ns + 1)
     }
 
-    /// The longest time from a look to the random tick after it:
-    /// [`MAX_LOOK_GAP_NS`], or a period if that is shorter.
+    /// The longest time from a look to its tick: [`MAX_LOOK_GAP_NS`] or a period.
     pub fn look_gap_ns(&self) -> u64 {
         self.period_ns.min(MAX_LOOK_GAP_NS)
     }
 
-    /// The sampler woke at `now_ns` for `deadline_ns`: counts the wakeup,
-    /// and the periods it overslept as missed.
+    /// Woke at `now_ns` for `deadline_ns`: counts it, and periods overslept.
     pub fn woke(&mut self, deadline_ns: u64, now_ns: u64) {
         self.ticks += 1;
         self.missed += now_ns.saturating_sub(deadline_ns) / self.period_ns;
     }
 
-    /// Whether the current wakeup is a random tick, the only kind at
-    /// which threads are sampled.
+    /// Whether this wakeup is a random tick, the only kind that samples.
     pub fn random_tick(&self) -> bool {
         self.random
     }
@@ -138,15 +118,13 @@ impl CpuWakeups {
         self.missed
     }
 
-    /// An exponentially distributed wait with the given mean, capped at 20
-    /// means (a draw reaches that with chance e^-20).
+    /// An exponential wait of the given mean, capped at 20 means.
     fn exponential(&mut self, mean_ns: u64) -> u64 {
         let wait = -self.rng.unit().ln() * mean_ns as f64;
         (wait as u64).min(20 * mean_ns)
     }
 
-    /// An exponentially distributed wait with the given mean, given that
-    /// it is at most `most_ns` (drawn by inverting that distribution).
+    /// An exponential wait of the given mean, given it is at most `most_ns`.
     fn exponential_within(&mut self, mean_ns: u64, most_ns: u64) -> u64 {
         let u = self.rng.unit();
         let below = 1.0 - (-(most_ns as f64) / mean_ns as f64).exp();
@@ -190,8 +168,7 @@ mod tests {
         );
     }
 
-    /// Follows the schedule for `seconds` of wakeups on time: the gaps
-    /// from each wakeup to the next, and whether the next was random.
+    /// The gaps between on-time wakeups over `seconds`, and which were random.
     fn follow(period: u64, seconds: u64, young: bool) -> Vec<(u64, bool)> {
         let mut w = CpuWakeups::new(period, 1);
         let (mut now, end) = (0, seconds * 1_000_000_000);
@@ -210,8 +187,7 @@ mod tests {
         for (period, gap, most_per_tick) in [(P, P, 1.65), (10 * P, MAX_LOOK_GAP_NS, 2.6)] {
             let wakeups = follow(period, 200, false);
             for &(wait, random) in &wakeups {
-                // A random tick comes within the gap of the wakeup before,
-                // which looked; no wait is longer than a period.
+                // A random tick comes within the gap of its look.
                 assert!(!random || wait <= gap, "random tick {wait} ns after a look");
                 assert!(wait <= MAX_GAP_PERIODS * period, "a wait of {wait} ns");
             }
@@ -230,8 +206,7 @@ mod tests {
                 per_tick <= most_per_tick,
                 "{per_tick} wakeups per random tick"
             );
-            // After its look, a tick waits an exponential of the ticks'
-            // mean cut at the gap.
+            // After its look, a tick waits an exponential cut at the gap.
             let after_look: Vec<f64> = wakeups
                 .windows(2)
                 .filter(|w| !w[0].1 && w[1].1)

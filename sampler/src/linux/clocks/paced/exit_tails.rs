@@ -1,22 +1,16 @@
-//! The CPU time a thread used after its last sample, where the sampler
-//! thread decides when to sample (the Linux fallback, cpu mode).
+//! The CPU time a thread used after its last sample, on the Linux
+//! fallback in cpu mode.
 //!
-//! What a thread used after its last sample is still owed when it exits,
-//! and more after its clock was last read (an exited thread's clock cannot
-//! be read); for a short-lived thread that is much of its CPU time. The
-//! process's CPU clock keeps exited threads' time: at a listing, with every
-//! live thread's clock read, its growth beyond what was read from the
-//! threads and the sampler's own is what the threads gone since used after
-//! their last reading ([`UnreadCpu`]).
-//!
-//! That growth is shared among those threads, each getting at most the
-//! wall time from its last reading to the listing that found it gone
-//! ([`share_out`]); the rest stays unsampled, and the stats say so. Each
-//! thread's owed time and share become whole samples, a fraction of a
-//! period by chance ([`samples_for`]), so on average it counts for exactly
-//! what it is. Each sample goes on one of the thread's last few stacks at
-//! random ([`ExitTails::pick`]): the very last alone is too often in the
-//! thread's own teardown.
+//! An exited thread's clock cannot be read, but the process's CPU clock
+//! keeps its time: at a listing, with every live thread read, what the
+//! process used beyond those readings and the sampler's own was used by
+//! threads gone since, after their last reading ([`UnreadCpu`]). It is
+//! shared among them, each at most the wall time from its last reading to
+//! the listing that found it gone ([`share_out`]); the rest stays
+//! unsampled, and is reported. Owed and shared time become whole samples,
+//! a fraction of a period by chance ([`samples_for`]), each on one of the
+//! thread's last few stacks at random ([`ExitTails::pick`]): the very last
+//! is too often in the thread's teardown.
 
 use std::collections::HashMap;
 
@@ -30,12 +24,9 @@ pub(crate) struct UnreadCpu {
 }
 
 impl UnreadCpu {
-    /// At a listing, with every live thread's clock just read: the
-    /// process's CPU clock (read after them), the sampler's own, and the
-    /// CPU time read from threads so far. Returns the CPU time unread since
-    /// the previous listing. What threads ran between their reading and the
-    /// process's is over-counted about equally at every listing, so it
-    /// cancels between two.
+    /// At a listing, all live threads just read (`read_ns`: total read from
+    /// threads): the CPU time unread since the last. What ran between the
+    /// threads' reading and the process's is counted alike each time, so cancels.
     pub(crate) fn at_listing(&mut self, process_ns: u64, own_ns: u64, read_ns: u64) -> u64 {
         let unread = i128::from(process_ns) - i128::from(own_ns) - i128::from(read_ns);
         let grew = self.at_last_listing.map_or(0, |last| unread - last);
@@ -48,9 +39,8 @@ impl UnreadCpu {
 #[derive(Debug)]
 pub(crate) struct ExitTails {
     unread: UnreadCpu,
-    /// CPU time read from followed threads (each from when it was first
-    /// followed; from zero if born while sampling) and from btprof's own
-    /// excluded threads, which the process's clock counts too.
+    /// CPU time read from followed threads and from btprof's own excluded
+    /// ones, which the process's clock counts too.
     read_ns: u64,
     /// Excluded threads' clocks at the last listing, and at this one.
     excluded: HashMap<i32, u64>,
@@ -69,9 +59,8 @@ impl ExitTails {
         }
     }
 
-    /// A thread's clock read `cpu_ns`; `last` is its reading before (`None`
-    /// for the first, which only sets where its count starts). Returns the
-    /// CPU time read that no earlier reading covered.
+    /// A thread's clock read `cpu_ns` after `last` (`None`: the first, which
+    /// only sets where it counts from). Returns the CPU time newly read.
     pub(crate) fn saw(&mut self, last: &mut Option<u64>, cpu_ns: u64) -> u64 {
         let new = last.map_or(0, |before| cpu_ns.saturating_sub(before));
         self.read_ns += new;
@@ -79,17 +68,14 @@ impl ExitTails {
         new
     }
 
-    /// At a listing: btprof's excluded thread `tid` read `cpu_ns`
-    /// (`born`: started while sampling, so counted from zero).
+    /// At a listing: excluded thread `tid` read `cpu_ns` (`born`: from zero).
     pub(crate) fn saw_excluded(&mut self, tid: i32, cpu_ns: u64, born: bool) {
         let mut last = self.excluded.get(&tid).copied().or(born.then_some(0));
         self.saw(&mut last, cpu_ns);
         self.excluded_now.insert(tid, cpu_ns);
     }
 
-    /// At a listing, after every live thread's clock was read (see
-    /// [`UnreadCpu::at_listing`]): the CPU time nobody read since the
-    /// last listing.
+    /// As [`UnreadCpu::at_listing`].
     pub(crate) fn at_listing(&mut self, process_ns: u64, own_ns: u64) -> u64 {
         std::mem::swap(&mut self.excluded, &mut self.excluded_now);
         self.excluded_now.clear();
@@ -110,11 +96,9 @@ impl ExitTails {
 /// One exited thread's last reckoning.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ExitTail {
-    /// CPU time it was owed at its last reading, not yet stood for by a
-    /// sample.
+    /// CPU time owed at its last reading, not yet stood for by a sample.
     pub owed_ns: u64,
-    /// The most it can have used after its last reading: the wall time
-    /// from then until it was found gone.
+    /// Most it can have used since its last reading: wall time till found gone.
     pub cap_ns: u64,
     /// Its share of the unread CPU time ([`share_out`]).
     pub unread_ns: u64,
@@ -213,7 +197,6 @@ mod tests {
         // More than the caps allow: the rest is left, unsampled.
         assert_eq!(share_out(10 * MS, &mut tails), 6 * MS);
         assert_eq!((tails[0].unread_ns, tails[1].unread_ns), (MS, 3 * MS));
-        // Nobody to give it to.
         assert_eq!(share_out::<ExitTail>(MS, &mut []), MS);
     }
 

@@ -1,19 +1,14 @@
 //! CPU time of threads the sampler does not know yet, and when to list the
 //! threads early to find them.
 //!
-//! Where perf events are refused, the sampler learns of a new thread only
-//! from a listing, so a short-lived one may be gone before it is seen. Its
-//! CPU time shows at once in the process's CPU clock, though: what exceeds
-//! the time of the threads looked at and the sampler's own ran on threads
-//! it does not know (or on known ones idle at the last listing). When that
-//! reaches a quarter period, the threads are listed early.
-//!
-//! Both cost the sampler CPU time. Reading the process's clock sums every
-//! thread's in the kernel, so checks are spaced to take at most
-//! 1/[`SHARE`] of the time between them. Listings cost more and come in
-//! bursts when threads churn: they spend a credit that grows by 1/[`SHARE`]
-//! of the wall time, up to [`MAX_CREDIT`] banked, so that a burst goes
-//! through at once rather than short threads dying between spaced listings.
+//! Where perf events are refused, a new thread is learnt of only from a
+//! listing, but its CPU time shows at once in the process's CPU clock:
+//! what exceeds the threads looked at and the sampler's own ran on threads
+//! it does not know. A quarter period of it triggers an early listing.
+//! Checks are spaced to take at most 1/[`SHARE`] of the time; listings,
+//! which come in bursts when threads churn, spend a credit earned at
+//! 1/[`SHARE`] of the wall time and banked up to [`MAX_CREDIT`], so that
+//! a burst is not spaced out while short threads come and go.
 
 use std::time::Duration;
 
@@ -24,8 +19,8 @@ const MIN_INTERVAL: Duration = Duration::from_micros(250);
 /// The most sampler CPU time listings may bank for a burst.
 const MAX_CREDIT: Duration = Duration::from_millis(2);
 
-/// The process's CPU time against what the sampler saw, since the last
-/// listing. Platform-independent: readings are passed in.
+/// The process's CPU time against what the sampler saw since the last
+/// listing (readings are passed in).
 #[derive(Debug)]
 pub(crate) struct UnseenCpu {
     /// Unseen CPU time that makes a check suspect an unknown thread.
@@ -37,8 +32,7 @@ pub(crate) struct UnseenCpu {
     /// When the last check, and the last listing, were (monotonic ns).
     checked_at_ns: u64,
     listed_at_ns: u64,
-    /// Sampler CPU time listings may still spend, as of `credit_at_ns`
-    /// (negative after a costly one).
+    /// Sampler CPU time listings may spend as of `credit_at_ns` (< 0: owed).
     credit_ns: i64,
     credit_at_ns: u64,
     /// The process's and the sampler's own CPU clocks at the last reset.
@@ -49,8 +43,8 @@ pub(crate) struct UnseenCpu {
 }
 
 impl UnseenCpu {
-    /// Suspects a thread it does not know once a quarter of `period_ns`
-    /// went unseen, and lists early at most every quarter period.
+    /// Suspects an unknown thread once a quarter of `period_ns` went unseen;
+    /// lists early at most every quarter period.
     pub(crate) fn new(period_ns: u64) -> Self {
         UnseenCpu {
             threshold_ns: (period_ns / 4).max(1),
@@ -71,8 +65,7 @@ impl UnseenCpu {
         self.seen_ns += ns;
     }
 
-    /// A listing starts at `now_ns` and will read every thread: counting
-    /// starts again from the process's and the sampler's clocks now.
+    /// A listing that will read every thread starts at `now_ns`.
     pub(crate) fn reset(&mut self, now_ns: u64, process_ns: u64, own_ns: u64) {
         self.listed_at_ns = now_ns;
         self.process_ns = process_ns;
@@ -80,24 +73,21 @@ impl UnseenCpu {
         self.seen_ns = 0;
     }
 
-    /// The listing cost `cost_ns` of the sampler's CPU time: spent from
-    /// the credit, whichever made it due.
+    /// The listing cost `cost_ns` of sampler CPU time, spent from the credit.
     pub(crate) fn listed(&mut self, now_ns: u64, cost_ns: u64) {
         self.credit_ns = self.credit(now_ns) - cost_ns as i64;
         self.credit_at_ns = now_ns;
     }
 
-    /// Whether a check, and an early listing after it, are allowed at
-    /// `now_ns` (monotonic).
+    /// Whether a check, and an early listing after it, may run at `now_ns`.
     pub(crate) fn due(&self, now_ns: u64) -> bool {
         now_ns >= self.checked_at_ns + self.interval_ns
             && now_ns >= self.listed_at_ns + self.listing_gap_ns
             && self.credit(now_ns) > 0
     }
 
-    /// A check at `now_ns` with the clocks read then, and what reading the
-    /// process's clock cost (`cost_ns` of the sampler's CPU time): whether
-    /// enough CPU time went to threads the sampler did not look at.
+    /// A check with the clocks read at `now_ns`, the process's at a cost of
+    /// `cost_ns`: whether enough CPU time went unseen to list early.
     pub(crate) fn check(
         &mut self,
         now_ns: u64,
@@ -112,8 +102,7 @@ impl UnseenCpu {
         used.saturating_sub(own).saturating_sub(self.seen_ns) >= self.threshold_ns
     }
 
-    /// The credit at `now_ns`: what it was, and 1/[`SHARE`] of the time
-    /// since, up to [`MAX_CREDIT`].
+    /// The credit at `now_ns`, earned at 1/[`SHARE`], up to [`MAX_CREDIT`].
     fn credit(&self, now_ns: u64) -> i64 {
         let earned = now_ns.saturating_sub(self.credit_at_ns) / SHARE;
         let most = MAX_CREDIT.as_nanos() as i64;

@@ -1,29 +1,25 @@
 //! A born thread's CPU time at its exit, in its own CPU clock's terms.
 //!
-//! The rings sample a born thread by the kernel's perf task clock, whose
-//! final count is reported at the exit. On a virtual machine that clock
-//! also runs while the host has stopped the virtual CPU (stolen time, which
-//! the thread's CPU clock leaves out), so the count can exceed the
-//! thread's CPU time.
-//!
-//! So the thread's CPU clock is read at its first drain with samples and
-//! then now and then ([`ClockReading::due`]), and its CPU time at the exit
-//! is the last reading plus a period per sample after it: the reading and
-//! the exit each fall at a random point of a period, so the partial
-//! periods cancel on average. A thread never read keeps the kernel's count.
+//! The kernel's final count of the task clock that paced its samples also
+//! includes, on a virtual machine, time the host stole (the thread's CPU
+//! clock leaves it out). So the CPU clock is read at the first drain with
+//! samples and then now and then ([`ClockReading::due`]); the CPU time at
+//! the exit is the last reading plus a period per later sample, the two
+//! partial periods cancelling on average. A thread never read keeps the
+//! kernel's count.
 
 /// How often (ns) a born thread's CPU clock is read again while it runs,
 /// to bound the time estimated from samples, which stolen time inflates.
 const READ_AGAIN_NS: u64 = 100_000_000;
-/// Samples since the last reading before it is read again, so that with
-/// many threads the reads stay a small fraction of the samples.
+/// Samples since the last reading before it is read again, so that reads
+/// stay a small fraction of the samples.
 const READ_AGAIN_SAMPLES: u64 = 8;
 
 /// A born thread's CPU clock as last read, and its samples taken since.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ClockReading {
-    /// Its CPU clock, and when it was read (`CLOCK_MONOTONIC` ns, the
-    /// clock the ring records are stamped with); `None` before the first.
+    /// Its CPU clock and when it was read (`CLOCK_MONOTONIC` ns, as ring
+    /// records are stamped); `None` before the first reading.
     read: Option<(u64, u64)>,
     /// Samples taken after that reading.
     samples_since: u64,
@@ -37,8 +33,7 @@ impl ClockReading {
         }
     }
 
-    /// Whether the thread's clock is to be read at `now_ns`, given that it
-    /// has had samples.
+    /// Whether its clock is to be read at `now_ns`, given it has samples.
     pub(crate) fn due(&self, now_ns: u64) -> bool {
         match self.read {
             None => true,
@@ -49,16 +44,15 @@ impl ClockReading {
         }
     }
 
-    /// Its clock read `cpu_ns` at `at_ns`. Samples already counted were
-    /// taken before: a drain takes in only records older than its start.
+    /// Its clock read `cpu_ns` at `at_ns`, after every sample counted so far
+    /// (a drain takes in only records older than its start).
     pub(crate) fn read(&mut self, cpu_ns: u64, at_ns: u64) {
         self.read = Some((cpu_ns, at_ns));
         self.samples_since = 0;
     }
 
-    /// Its CPU time at its exit: the last reading and a period for each
-    /// sample after it, or the kernel's count (`counted_ns`) if it was
-    /// never read.
+    /// Its CPU time at its exit: the last reading plus a period a sample
+    /// since, or the kernel's count (`counted_ns`) if never read.
     pub(crate) fn at_exit(&self, counted_ns: u64, period_ns: u64) -> u64 {
         match self.read {
             Some((cpu_ns, _)) => cpu_ns + self.samples_since * period_ns,

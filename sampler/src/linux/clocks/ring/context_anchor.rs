@@ -1,16 +1,12 @@
 //! Keeps the kernel from passing one thread's inherited events to another.
 //!
-//! A new thread gets copies of its creator's inherited events, and if all
-//! the creator's events were inherited the kernel marks the two sets as
-//! clones. Cloned sets that follow each other on a CPU are swapped instead
-//! of stopped and started, so a sampling period one thread began ends on
-//! the other, and periods no longer follow each thread's own CPU time.
-//!
-//! So each thread the ring clock opens inherited events on also gets an
-//! anchor: a dummy software event, not inherited, that counts nothing. The
-//! threads it creates are then not clones and keep their own events.
-//! Threads those create are clones of their creator's again (btprof opens
-//! nothing on a thread born while sampling).
+//! If all of a creator's events are inherited, the kernel marks the new
+//! thread's copies as a clone of its set, and cloned sets that follow each
+//! other on a CPU are swapped instead of stopped: a period one thread began
+//! ends on the other. So each thread the ring clock opens inherited events
+//! on gets an anchor, a dummy event that is not inherited, and the threads
+//! it creates keep their own events. (Their children are clones again;
+//! btprof opens nothing on threads born while sampling.)
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};

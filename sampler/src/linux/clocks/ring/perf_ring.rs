@@ -1,11 +1,9 @@
 //! A perf event's ring buffer, read by the sampler thread, and the records
 //! btprof asks for in it.
 //!
-//! The kernel writes records up to `data_head` of a shared mapping (one
+//! The kernel writes records up to `data_head` of a shared mapping (a
 //! metadata page, then a power-of-two data area); the reader publishes
-//! `data_tail` to free the space it consumed. [`PerfRing::read`] hands
-//! each record over contiguous (copied when it wraps). [`Record::parse`]
-//! reads the kinds [`super::born_threads`] asks for.
+//! `data_tail` to free what it consumed.
 
 use std::borrow::Cow;
 use std::io;
@@ -13,8 +11,7 @@ use std::sync::atomic::{fence, Ordering};
 
 use crate::walker::{Arch, Registers};
 
-/// `perf_event_mmap_page`: the offsets of `data_head` and `data_tail`
-/// (stable ABI).
+/// Offsets of `data_head` and `data_tail` in `perf_event_mmap_page`.
 const DATA_HEAD_OFFSET: usize = 1024;
 const DATA_TAIL_OFFSET: usize = 1032;
 
@@ -24,14 +21,11 @@ const PERF_RECORD_EXIT: u32 = 4;
 const PERF_RECORD_FORK: u32 = 7;
 const PERF_RECORD_READ: u32 = 8;
 const PERF_RECORD_SAMPLE: u32 = 9;
-/// Call-chain entries at or above this are context markers
-/// (`PERF_CONTEXT_USER` and the like), not addresses.
+/// Call-chain entries at or above this are context markers, not addresses.
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 
-/// The user registers a sample of `arch` asks for: `sample_regs_user`,
-/// whose bits are `PERF_REG_*` numbers of `asm/perf_regs.h`; the kernel
-/// writes the values in bit order. Both layouts are compiled everywhere,
-/// so that the aarch64 one is tested on x86_64 too.
+/// `sample_regs_user` for `arch`: bits are `PERF_REG_*` numbers, values
+/// come in bit order. Both compiled everywhere, to test aarch64 on x86_64.
 pub(crate) const fn user_regs_mask(arch: Arch) -> u64 {
     match arch {
         // `PERF_REG_X86_BP` (6), `_SP` (7), `_IP` (8).
@@ -41,9 +35,8 @@ pub(crate) const fn user_regs_mask(arch: Arch) -> u64 {
     }
 }
 
-/// The registers of a sample, from the values of [`user_regs_mask`] in
-/// bit order: (bp, sp, ip) on x86_64, (x29, lr, sp, pc) on aarch64. Raw:
-/// pointer-authentication bits are stripped where a walk uses them.
+/// A sample's registers from the values of [`user_regs_mask`], raw
+/// (pointer-authentication bits are stripped where a walk uses them).
 fn unpack_user_regs(arch: Arch, v: &[u64; 4]) -> Registers {
     match arch {
         Arch::X86_64 => Registers {
@@ -70,9 +63,8 @@ pub(crate) enum Record<'a> {
     Sample {
         tid: i32,
         time: u64,
-        /// Return addresses, pc first, without context markers. Borrowed
-        /// where the words are aligned and the markers all lead, so that
-        /// taking a sample allocates nothing.
+        /// Return addresses, pc first, without context markers; borrowed
+        /// where possible, so taking a sample allocates nothing.
         callchain: Cow<'a, [u64]>,
         /// The interrupted user registers.
         regs: Option<Registers>,
@@ -112,8 +104,8 @@ impl Record<'_> {
     }
 }
 
-/// Reads native-endian words and ids from a record's bytes; `None` past its
-/// end (a malformed record is skipped, never read beyond).
+/// Reads native-endian words from a record; `None` past its end, so a
+/// malformed record is skipped, never read beyond.
 struct Fields<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -142,15 +134,13 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// The return addresses among a call chain's words: the context markers
-/// left out.
+/// A call chain's words without the context markers.
 fn frames_of(words: impl Iterator<Item = u64>) -> Vec<u64> {
     words.filter(|&ip| ip < PERF_CONTEXT_MAX).collect()
 }
 
-/// `bytes` as native-endian words without copying, where they are 8-aligned
-/// and whole words: a record's fields always are in the ring, whose records
-/// are 8-aligned; the contiguous copy of a wrapped record may not be.
+/// `bytes` as native-endian words without copying, if 8-aligned and whole
+/// words (always in the ring; a wrapped record's copy may not be).
 pub(crate) fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
     // SAFETY: every bit pattern is a valid u64, and `align_to` only puts
     // properly aligned, in-bounds bytes in the middle slice.
@@ -158,8 +148,8 @@ pub(crate) fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
     (head.is_empty() && tail.is_empty()).then_some(words)
 }
 
-/// A sample record's thread id and time, read without parsing the rest
-/// (most samples are dropped on these alone); `None` for other records.
+/// A sample record's thread id and time, without parsing the rest;
+/// `None` for other records.
 pub(crate) fn sample_tid_time(bytes: &[u8]) -> Option<(i32, u64)> {
     if u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?) != PERF_RECORD_SAMPLE {
         return None;
@@ -170,16 +160,14 @@ pub(crate) fn sample_tid_time(bytes: &[u8]) -> Option<(i32, u64)> {
 }
 
 impl<'a> Record<'a> {
-    /// Parses one record (header included) written with the sample type
-    /// `PERF_SAMPLE_TID | TIME | CALLCHAIN | REGS_USER | STACK_USER`,
-    /// user registers [`USER_REGS_MASK`] and `sample_id_all`. `None` for a
-    /// record too short for what its header says it holds.
+    /// Parses one record (header included) of sample type `TID | TIME |
+    /// CALLCHAIN | REGS_USER | STACK_USER`, registers [`USER_REGS_MASK`],
+    /// `sample_id_all`. `None` for one shorter than its contents.
     pub(crate) fn parse(bytes: &'a [u8]) -> Option<Record<'a>> {
         Record::parse_for(Arch::host(), bytes)
     }
 
-    /// [`Record::parse`] of a record written by a kernel of `arch`, whose
-    /// samples carry the registers of [`user_regs_mask`]`(arch)`.
+    /// [`Record::parse`] for a kernel of `arch` ([`user_regs_mask`]`(arch)`).
     fn parse_for(arch: Arch, bytes: &'a [u8]) -> Option<Record<'a>> {
         let kind = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
         let mut f = Fields { bytes, at: 8 };
@@ -296,8 +284,8 @@ pub(crate) struct PerfRing {
 unsafe impl Send for PerfRing {}
 
 impl PerfRing {
-    /// Maps `data_pages` (a power of two) pages of ring buffer for the
-    /// perf event `fd`, taking ownership of `fd` (closed on failure too).
+    /// Maps `data_pages` (a power of two) pages of ring for event `fd`,
+    /// which it owns from now on, closing it on failure.
     pub(crate) fn map(fd: libc::c_int, data_pages: usize) -> io::Result<PerfRing> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
@@ -339,12 +327,11 @@ impl PerfRing {
         self.fd
     }
 
-    /// Hands every record written so far to `each`, as contiguous bytes,
-    /// and frees their space.
+    /// Hands every record written so far to `each`, contiguous, and frees it.
     pub(crate) fn read(&mut self, mut each: impl FnMut(&[u8])) {
-        // SAFETY: `base` maps the metadata page; data_head is a u64 the
-        // kernel updates, read volatile, and the fence orders the record
-        // reads after it (the kernel's smp_store_release pairs with it).
+        // SAFETY: `base` maps the metadata page; data_head is read volatile
+        // and the fence, pairing with the kernel's release, orders the
+        // record reads after it.
         let head =
             unsafe { std::ptr::read_volatile(self.base.add(DATA_HEAD_OFFSET).cast::<u64>()) };
         fence(Ordering::Acquire);
@@ -378,8 +365,8 @@ impl PerfRing {
             tail = tail.wrapping_add(size as u64);
         }
         fence(Ordering::Release);
-        // SAFETY: publishing how far we read; the fence orders our record
-        // reads before it, so the kernel never overwrites what we read.
+        // SAFETY: the fence orders our record reads before publishing the
+        // tail, so the kernel never overwrites what we still read.
         unsafe { std::ptr::write_volatile(self.base.add(DATA_TAIL_OFFSET).cast::<u64>(), tail) };
     }
 }
@@ -463,8 +450,7 @@ mod tests {
         assert_eq!(callchain, vec![0x1000, 0x2000, 0x3000]);
     }
 
-    /// A return address signed with pointer authentication on aarch64
-    /// Linux: the signature in bits 48 to 54 and 56 to 63, bit 55 clear.
+    /// A pointer-authentication signature (bits 48-54, 56-63; 55 clear).
     const PAC: u64 = 0x3a17_0000_0000_0000;
 
     /// Reads a frame record from a sample's stack copy.
@@ -476,10 +462,8 @@ mod tests {
         }
     }
 
-    /// An aarch64 sample in a leaf that has not pushed its frame record:
-    /// walking its stack copy gives the kernel's chain, which misses the
-    /// caller, and beside it the link register, unsigned, for frame 1
-    /// (`docs/architecture.md`, rule 3).
+    /// A leaf without its frame record: the walk gives the kernel's chain and
+    /// the stripped link register for frame 1 (`docs/architecture.md`, rule 3).
     #[test]
     fn an_aarch64_sample_is_unwound_from_its_registers_and_stack_copy() {
         let arch = Arch::AARCH64_LINUX;
@@ -488,9 +472,7 @@ mod tests {
         let into_outer = 0xaaaa_c000_3010u64; // the caller's record
         let into_main = 0xaaaa_c000_4100u64; // the outer function's record
         let sp = 0xffff_f7ff_e000u64;
-        // The copied stack, a word each: the leaf's locals, then the
-        // caller's frame record at sp + 0x20, the outer function's at
-        // sp + 0x60, and main's, which ends the chain, at sp + 0x80.
+        // Frame records at sp + 0x20, + 0x60 and (ending the chain) + 0x80.
         let mut stack = [0x5a5a_5a5a_5a5a_5a5au64; 20];
         stack[4..6].copy_from_slice(&[sp + 0x60, into_outer | PAC]);
         stack[12..14].copy_from_slice(&[sp + 0x80, into_main | PAC]);

@@ -8,10 +8,9 @@ use crate::walker::{Registers, WalkEnd};
 
 use super::perf_ring::{words_in_place, Record};
 
-/// A ring sample as the kernel wrote it, borrowed from the ring, for the
-/// caller of [`drain`](super::born_threads::BornThreads::drain) to unwind
-/// there: a CFI walk touches only the few stack words it reads, where
-/// copying each record's whole stack out would be costly.
+/// A ring sample borrowed from the ring, for the caller of
+/// [`drain`](super::born_threads::BornThreads::drain) to unwind in place:
+/// a CFI walk touches few stack words, where copying all out is costly.
 pub(crate) struct RingSample<'a> {
     /// Return addresses by frame pointers, pc first.
     pub frames: &'a [u64],
@@ -23,8 +22,7 @@ pub(crate) struct RingSample<'a> {
     pub stack: &'a [u64],
 }
 
-/// A ring sample of a listed or born thread, unwound by the caller into
-/// `W`; `walk` is `None` where the caller found nothing to count.
+/// A ring sample, unwound by the caller into `W` (`None`: nothing to count).
 pub(crate) struct BornSample<W> {
     pub tid: i32,
     /// When the kernel took it (`CLOCK_MONOTONIC` ns).
@@ -32,16 +30,12 @@ pub(crate) struct BornSample<W> {
     /// As [`RingSample::end`].
     pub end: WalkEnd,
     pub walk: Option<W>,
-    /// The thread's name then, from its last name-change record (`None`:
-    /// none seen since it was born or its events were opened).
+    /// The thread's name then, from its last name record (`None`: none seen).
     pub name: Option<Arc<str>>,
 }
 
-/// Records read from the rings that a drain did not take in yet, in time
-/// order: newer than what it could be sure every ring already held.
-///
-/// Two vectors take turns (held, then the drain's list, then spare), so
-/// that a drain allocates nothing once they have grown to its records.
+/// Records a drain held back, newer than what every ring surely held, in
+/// time order. Two vectors take turns, so that drains stop allocating.
 pub(crate) struct HeldRecords<W> {
     held: Vec<(u64, Owned<W>)>,
     spare: Vec<(u64, Owned<W>)>,
@@ -68,8 +62,7 @@ impl<W> HeldRecords<W> {
         self.held.extend(sorted.drain(newer..));
     }
 
-    /// The list [`Self::take`] gave, read to the end: kept for the next
-    /// drain with its capacity.
+    /// The list [`Self::take`] gave, read: kept for its capacity.
     pub(crate) fn give_back(&mut self, mut list: Vec<(u64, Owned<W>)>) {
         list.clear();
         self.spare = list;
@@ -85,8 +78,7 @@ pub(crate) enum Owned<W> {
     Read(i32, u64),
 }
 
-/// Takes what the sampler needs out of a ring record while it is still in
-/// the ring: a sample is unwound there by `unwind`.
+/// What the sampler needs of a ring record; a sample is unwound in place.
 pub(crate) fn own<W>(
     record: Record<'_>,
     own_pid: i32,
@@ -153,8 +145,7 @@ pub(crate) fn own<W>(
 mod tests {
     use super::*;
 
-    /// One drain's handling of its list: the held records, 100 new ones,
-    /// the newest 10 held back again.
+    /// One drain: 100 new records, the newest 10 held back.
     fn drain_once(held: &mut HeldRecords<()>, first: u64) -> usize {
         let mut list = held.take();
         let capacity = list.capacity();

@@ -1,38 +1,29 @@
-//! How large the perf clock's rings are, and how much stack each sample
-//! copies: large enough to hold what a busy machine can keep the sampler
-//! thread from reading, small enough that mapping them (every page is
-//! allocated and locked at once) stays cheap and within the locked-memory
-//! limits of unprivileged users.
+//! How large the perf clock's rings are: enough to hold what a busy machine
+//! keeps the sampler thread from reading, few enough pages to map cheaply
+//! (each is allocated and locked) within unprivileged locked-memory limits.
 
 use crate::linux::signal::stack_copy::COPY_WORDS;
 
-/// Bytes of user stack each ring sample copies for CFI unwinding: as much
-/// as a handler copies ([`COPY_WORDS`]), so that deep recursions and
-/// frames under large stack buffers are walked in full.
+/// Bytes of user stack a ring sample copies for CFI unwinding: as much as
+/// a handler ([`COPY_WORDS`]), for deep stacks and large stack buffers.
 pub(crate) const STACK_BYTES: u32 = (COPY_WORDS * 8) as u32;
 /// The copy in rings too small to hold [`MIN_RING_RECORDS`] records of
 /// [`STACK_BYTES`] (where locked memory is short).
 const SMALL_STACK_BYTES: u32 = 8 << 10;
-/// Fewest records a ring should hold: at one sample per period on its
-/// CPU, the time the sampler thread has to read it.
+/// Fewest records a ring should hold, so that at a slow rate the sampler
+/// thread still has time to read it.
 const MIN_RING_RECORDS: usize = 64;
-/// Data pages per CPU's ring, largest first; each record reserves the
-/// whole [`STACK_BYTES`]. A ring is no larger than what holds
-/// [`RING_HOLDS_NS`] at the rate ([`ring_pages_for`]), all of them at most
-/// [`RING_MEMORY`]; where locked memory is short (`perf_event_mlock_kb`
-/// per CPU, then `RLIMIT_MEMLOCK`), the next size is tried.
+/// Data pages per CPU's ring, largest first; where locked memory is short
+/// (`perf_event_mlock_kb`, then `RLIMIT_MEMLOCK`), the next is tried.
 const RING_PAGES: [usize; 9] = [2048, 1024, 512, 256, 128, 64, 32, 16, 8];
-/// How long (ns) a ring should hold at one sample per period on its CPU
-/// (and at least [`MIN_RING_RECORDS`]): no more, as mapping a ring
-/// allocates every page of it.
+/// How long (ns) a ring should hold at one sample per period on its CPU,
+/// and no longer, as mapping allocates every page.
 const RING_HOLDS_NS: u64 = 500_000_000;
 /// The most memory all the rings may take together.
 const RING_MEMORY: usize = 16 << 20;
 
-/// The ring sizes to try, in data pages per CPU, largest first, for
-/// `cpus` CPUs at one sample per `period_ns` on each: from what
-/// [`ring_pages_for`] needs (within [`RING_MEMORY`]) down to the
-/// smallest, where locked memory is short.
+/// The ring sizes to try in pages per CPU, largest first: from what
+/// [`ring_pages_for`] needs (within [`RING_MEMORY`]) down to the smallest.
 pub(crate) fn candidates(
     period_ns: u64,
     max_stack: usize,
@@ -52,9 +43,8 @@ pub(crate) fn record_bytes(stack_bytes: u32, max_stack: usize) -> usize {
     stack_bytes as usize + 8 * (max_stack + 32)
 }
 
-/// The most pages a ring needs at one sample per `period_ns` on its CPU:
-/// the fewest of [`RING_PAGES`] that hold [`RING_HOLDS_NS`] of records,
-/// and at least [`MIN_RING_RECORDS`].
+/// The fewest of [`RING_PAGES`] that hold [`RING_HOLDS_NS`] of records at
+/// one per `period_ns`, and at least [`MIN_RING_RECORDS`].
 fn ring_pages_for(period_ns: u64, max_stack: usize, page: usize) -> usize {
     let records = (RING_HOLDS_NS / period_ns.max(1)).max(MIN_RING_RECORDS as u64) as usize;
     let bytes = records.saturating_mul(record_bytes(STACK_BYTES, max_stack));

@@ -1,10 +1,7 @@
-//! Per-thread CPU-time timers: a `perf_event_open` task-clock event per
-//! sampled thread, counting its own CPU time, whose overflow once per
-//! period raises the profiling signal in that same thread (`F_SETOWN_EX`
-//! with `F_OWNER_TID`, `F_SETSIG`, `O_ASYNC`: not `SIGIO` to the process).
-//! With `exclude_kernel` an overflow in kernel code is skipped, so every
-//! sample lands in user code where the CPU time was spent. Where the call
-//! is refused (`perf_event_paranoid` above 2, seccomp, no perf support)
+//! Per-thread CPU-time timers: a task-clock perf event per thread whose
+//! overflow, once per period of its CPU time, signals that thread
+//! (`F_SETOWN_EX` with `F_OWNER_TID`, not `SIGIO` to the process). With
+//! `exclude_kernel` every sample lands in user code. Where perf is refused
 //! the sampler paces samples from its own thread.
 //!
 //! A descriptor is in the bitmap `signal::timer_fds` from before its
@@ -49,17 +46,13 @@ impl ThreadTimer {
         Ok(timer)
     }
 
-    /// The CPU time the thread used since the timer was opened, in
-    /// nanoseconds, by its CPU clock; `None` once the thread exited.
-    ///
-    /// Not the timer's own count, which on a virtual machine also includes
-    /// time the host stole from the thread (the CPU clock leaves it out).
+    /// CPU time (ns) since the timer was opened, by the thread's CPU clock,
+    /// which leaves out time a VM's host stole; `None` once it exited.
     pub(crate) fn cpu_ns(&self) -> Option<u64> {
         threads::thread_cpu_ns(self.tid).map(|now| now.saturating_sub(self.cpu_at_open))
     }
 
-    /// The timer's own count since it was opened, in nanoseconds: readable
-    /// after the thread exited, but with stolen time ([`Self::cpu_ns`]).
+    /// The timer's own count (ns): readable after the exit, stolen time in.
     pub(crate) fn counted_ns(&self) -> Option<u64> {
         self.clock.cpu_ns()
     }
@@ -67,9 +60,8 @@ impl ThreadTimer {
 
 impl Drop for ThreadTimer {
     fn drop(&mut self) {
-        // Disabled, then unregistered, then closed (as `clock` drops): a
-        // signal taken after this finds the descriptor unregistered and is
-        // counted as stray.
+        // Disabled, unregistered, then closed (as `clock` drops): a signal
+        // taken after this is counted as stray.
         self.clock.disable();
         set_ours(self.clock.fd(), false);
     }
