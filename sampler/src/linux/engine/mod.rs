@@ -17,6 +17,7 @@
 //! touches any of it; the handlers see the static slots
 //! ([`super::signal`]) and nothing else.
 
+mod blocked_reads;
 mod collect;
 mod cpu_accounting;
 mod new_threads;
@@ -51,9 +52,10 @@ use super::signal::stack_regions;
 use super::unwind::CfiWalker;
 use ring_clock::RingState;
 
+use blocked_reads::BlockedReads;
 use collect::{OwnedWalk, SpareFrames};
 use cpu_accounting::Exit;
-use pacing::{BlockedReads, CpuPacing};
+use pacing::CpuPacing;
 use thread_state::{BlockedSince, SlotUse, ThreadState};
 
 /// A slot not taken by its thread within this time is cancelled and the

@@ -22,12 +22,12 @@ pub(super) struct ThreadState {
     pub(super) key: u32,
     /// The last reading of the thread's CPU time (its CPU clock, from its
     /// timer's opening where it has one) added to
-    /// [`SamplerStats::thread_cpu`].
+    /// [`SamplerStats::thread_cpu`](crate::SamplerStats::thread_cpu).
     pub(super) accounted_ns: Option<u64>,
     /// Periods its timer's or the rings' samples stood for since
     /// `accounted_ns` was last read: once it exits, the kernel's count for
     /// its time after its clock's last reading is believed no further than
-    /// they stand for ([`SamplerLoop::account_cpu`]), and two periods more
+    /// they stand for ([`SamplerLoop::account_cpu`](super::SamplerLoop::account_cpu)), and two periods more
     /// the first time (`exit_counted` then).
     pub(super) sampled_since_read: u64,
     pub(super) exit_counted: bool,
@@ -63,7 +63,7 @@ pub(super) struct ThreadState {
     /// (monotonic ns), and when a reading first failed because it had
     /// exited.
     ///
-    /// [`ExitTails::saw`]: super::clocks::paced::exit_tails::ExitTails::saw
+    /// [`ExitTails::saw`]: crate::linux::clocks::paced::exit_tails::ExitTails::saw
     pub(super) read_ns: Option<u64>,
     pub(super) read_at_ns: u64,
     pub(super) gone_at_ns: Option<u64>,
@@ -76,12 +76,12 @@ pub(super) struct ThreadState {
     /// Its `syscall` file was tried: where it could not be opened, the
     /// stat file stays, not opened again at each read.
     pub(super) syscall_file_tried: bool,
-    /// Sampler-thread clock: its pacing ([`pacing`]).
+    /// Sampler-thread clock: its pacing ([`super::pacing`]).
     pub(super) paced: PacedThread,
-    /// Kernel-paced clocks: its signal timer ([`signal_timers`]).
+    /// Kernel-paced clocks: its signal timer ([`super::signal_timers`]).
     pub(super) timer: TimerThread,
     /// Ring clock: whether the rings sample it, and how their walks went
-    /// ([`ring_clock`]).
+    /// ([`super::ring_clock`]).
     pub(super) ring: RingThread,
 }
 

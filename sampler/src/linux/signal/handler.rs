@@ -2,10 +2,7 @@
 //! sampler asked for, a timer's sample, a capture's request, a wake
 //! notice, or a stray) and walks the interrupted stack into a slot.
 
-use core::sync::atomic::{
-    AtomicI32, AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
-};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::walker::{self, Arch, StackBounds};
 
@@ -22,10 +19,12 @@ use super::{dump_slot, own_stack, stack_regions, timer_fds, timer_values, wake_n
 /// their `SigBlk`). Production builds have neither the statics nor the
 /// check in the handler.
 #[cfg(feature = "test-hooks")]
-pub(crate) static HANDLER_TEST_DELAY_NS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static HANDLER_TEST_DELAY_NS: core::sync::atomic::AtomicU64 =
+    core::sync::atomic::AtomicU64::new(0);
 /// The one thread whose handlers take [`HANDLER_TEST_DELAY_NS`].
 #[cfg(feature = "test-hooks")]
-pub(crate) static HANDLER_TEST_DELAY_TID: AtomicI32 = AtomicI32::new(0);
+pub(crate) static HANDLER_TEST_DELAY_TID: core::sync::atomic::AtomicI32 =
+    core::sync::atomic::AtomicI32::new(0);
 
 /// How long a thread may have been off CPU between the sampler's decision
 /// and the signal's delivery and still be sampled at a system call's exit.

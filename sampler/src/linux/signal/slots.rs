@@ -18,7 +18,7 @@
 //! `Done`; the sampler collects such slots with
 //! [`SlotOwner::collect_claimed`]. An idle
 //! thread's wake timer takes no slot: its handler only notes the wake
-//! ([`wake_notices`]).
+//! ([`super::wake_notices`]).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
@@ -84,7 +84,7 @@ pub(super) struct Slot {
     /// `CLOCK_MONOTONIC` read together just before the signal was sent
     /// (0: no check). The handler gives up a sample taken at a system
     /// call's exit after the thread spent more than
-    /// [`SYSCALL_EXIT_LATE_NS`] off CPU since.
+    /// `handler::SYSCALL_EXIT_LATE_NS` off CPU since.
     pub(super) sent_ns: AtomicU64,
     pub(super) sent_cpu_ns: AtomicU64,
     /// The handler found the signal late and walked nothing.
@@ -217,7 +217,7 @@ pub(crate) enum Poll {
     /// The walk is done and was handed to the callback; the slot is free.
     Collected,
     /// The signal found its thread at a system call's exit after a wait
-    /// ([`SYSCALL_EXIT_LATE_NS`]) and nothing was walked; the slot is free.
+    /// (`handler::SYSCALL_EXIT_LATE_NS`) and nothing was walked; the slot is free.
     Late,
 }
 

@@ -1,6 +1,6 @@
 //! The perf ring clock: every thread sampled by the kernel, with no signal.
 //!
-//! At start, each thread found by the first listing (up to [`FD_BUDGET`]
+//! At start, each thread found by the first listing (up to [`FD_BUDGET`](open::FD_BUDGET)
 //! descriptors) gets a task-clock perf event per CPU, opened with
 //! `inherit`: every thread it creates later gets a copy at creation, and
 //! so on down. Each CPU's events write into one ring buffer
@@ -56,6 +56,11 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
+mod open;
+
+#[cfg(feature = "test-hooks")]
+pub(crate) use open::NO_FD_BUDGET;
+
 use super::super::split_mix::SplitMix64;
 use super::born_cpu::ClockReading;
 use super::context_anchor::ContextAnchor;
@@ -70,11 +75,6 @@ use crate::linux::kernel::perf_attr::{
     PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
-/// Descriptors the inherited events may take in all (one per CPU per
-/// thread they are opened on, and its [`ContextAnchor`]: 455 threads on 8
-/// CPUs), and at most an eighth of the process's descriptor limit
-/// ([`fd_budget`]), so the application keeps its own.
-const FD_BUDGET: usize = 4096;
 /// How long after a born thread's exit record its final counts may still
 /// come (it was preempted on its way out) before it is settled without.
 const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
@@ -91,9 +91,6 @@ const FINAL_COUNTS_GRACE_NS: u64 = 5_000_000;
 /// takes in: a sample read from one ring is never counted before the
 /// rename that preceded it, written into a ring read a moment earlier.
 const RECORD_SETTLE_NS: u64 = 2_000_000;
-/// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
-const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
-
 /// A born thread whose ring samples are all in (it exited, was handed to a
 /// timer, or sampling stopped): its CPU time, and whether the part of a
 /// period after its last sample counts as one more sample (at random, see
@@ -215,172 +212,6 @@ pub(crate) struct BornThreads {
 }
 
 impl BornThreads {
-    /// Opens the inherited events on `tids` (this process's threads, not
-    /// `own_tid`), as many as [`FD_BUDGET`] allows, in order. Fails when
-    /// the kernel refuses them (before 5.13, or perf events not allowed).
-    pub(crate) fn open(
-        tids: &[i32],
-        own_tid: i32,
-        period_ns: u64,
-        max_depth: usize,
-        seed: u64,
-    ) -> io::Result<BornThreads> {
-        let max_stack = kernel_max_stack()
-            .min(max_depth)
-            .clamp(1, u16::MAX as usize);
-        let mut attr = PerfEventAttr::task_clock(
-            period_ns,
-            FLAG_EXCLUDE_HV
-                | FLAG_INHERIT
-                | FLAG_INHERIT_THREAD
-                | FLAG_REMOVE_ON_EXEC
-                | FLAG_INHERIT_STAT
-                | FLAG_TASK
-                | FLAG_COMM
-                | FLAG_SAMPLE_ID_ALL
-                | FLAG_EXCLUDE_CALLCHAIN_KERNEL
-                | FLAG_USE_CLOCKID,
-        );
-        attr.sample_type = PERF_SAMPLE_TID
-            | PERF_SAMPLE_TIME
-            | PERF_SAMPLE_CALLCHAIN
-            | PERF_SAMPLE_REGS_USER
-            | PERF_SAMPLE_STACK_USER;
-        attr.sample_regs_user = USER_REGS_MASK;
-        attr.clockid = libc::CLOCK_MONOTONIC;
-        attr.sample_max_stack = max_stack as u16;
-        // SAFETY: sysconf and getpid have no preconditions.
-        let (cpus, pid) = unsafe { (libc::sysconf(libc::_SC_NPROCESSORS_CONF), libc::getpid()) };
-        let mut born = BornThreads {
-            rings: Vec::new(),
-            redirected: Vec::new(),
-            parents: HashMap::new(),
-            sampled_threads: 0,
-            young: HashMap::new(),
-            pid,
-            own_tid,
-            period_ns: period_ns.max(1),
-            max_stack,
-            stack_bytes: ring_size::STACK_BYTES,
-            pass: 0,
-            births: 0,
-            exits: 0,
-            anchors: Vec::new(),
-            rng: SplitMix64::new(seed),
-            stopped_at_ns: None,
-        };
-        // Samples in the kernel too where allowed: CPU time is the
-        // thread's user and system time, and a sample taken in a system
-        // call stands for it on the user stack that made the call (no
-        // signal is involved, so nothing is interrupted). Unprivileged
-        // users (`perf_event_paranoid` 2) may sample user code only.
-        if attr.open(0, -1).map(close).is_err() {
-            attr.flags |= FLAGS_EXCLUDE_KERNEL_HV;
-        }
-        let mut ring_cpus = Vec::new();
-        let mut tids = tids.iter().copied().filter(|&t| t != own_tid);
-        // The first thread whose events open owns the rings, one per CPU.
-        let mut first_error = None;
-        let mut first = None;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
-        let cpu_count = cpus.max(1) as usize;
-        let mut sizes = ring_size::candidates(period_ns, max_stack, page, cpu_count).peekable();
-        while let (Some(pages), Some(tid)) = (sizes.peek().copied(), tids.clone().next()) {
-            let mut short_of_memory = false;
-            born.stack_bytes = ring_size::stack_bytes(pages * page);
-            attr.sample_stack_user = born.stack_bytes;
-            for cpu in 0..cpus.max(1) as i32 {
-                let mapped = match attr.open(tid, cpu) {
-                    Ok(fd) => PerfRing::map(fd, pages).inspect_err(|e| {
-                        // Out of locked memory: smaller rings for every CPU.
-                        short_of_memory |=
-                            matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM));
-                    }),
-                    // An offline CPU refuses; another error refuses on all.
-                    Err(e) => Err(e),
-                };
-                match mapped {
-                    Ok(ring) => {
-                        born.rings.push(ring);
-                        ring_cpus.push(cpu);
-                    }
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            if short_of_memory {
-                // Never rings on some CPUs only: a thread's samples on the
-                // others would be lost without a trace.
-                born.rings.clear();
-                ring_cpus.clear();
-                sizes.next();
-                continue;
-            }
-            tids.next();
-            if !born.rings.is_empty() {
-                first = Some(tid);
-                break;
-            }
-            // Refused on every CPU: the next thread if this one exited,
-            // else the kernel refuses the events altogether.
-            if first_error.as_ref().and_then(io::Error::raw_os_error) != Some(libc::ESRCH) {
-                break;
-            }
-        }
-        let Some(first) = first else {
-            return Err(first_error.unwrap_or_else(|| io::Error::other("no thread to open on")));
-        };
-        let mut parent = Parent::opened(first);
-        parent.fds = born.rings.iter().map(PerfRing::fd).collect();
-        born.parents.insert(first, parent);
-        born.anchor(first);
-        let per_thread = born.rings.len();
-        let budget = fd_budget();
-        for tid in tids {
-            let taken = born.redirected.len() + born.rings.len() + born.anchors.len();
-            if taken + per_thread + 1 > budget {
-                break;
-            }
-            let mut opened = Vec::with_capacity(per_thread);
-            for (ring, &cpu) in born.rings.iter().zip(&ring_cpus) {
-                let Ok(fd) = attr.open(tid, cpu) else {
-                    break;
-                };
-                opened.push(fd);
-                // SAFETY: an ioctl on our own new descriptor naming another
-                // of ours on the same CPU with the same clock.
-                if unsafe { libc::ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ring.fd()) } != 0 {
-                    break;
-                }
-            }
-            if opened.len() == per_thread {
-                let mut parent = Parent::opened(tid);
-                parent.fds = opened.clone();
-                born.parents.insert(tid, parent);
-                born.redirected.extend(opened);
-                born.anchor(tid);
-            } else {
-                // Exited meanwhile, or refused: none of its events stay.
-                for fd in opened {
-                    // SAFETY: closing a descriptor we just opened.
-                    unsafe { libc::close(fd) };
-                }
-            }
-        }
-        Ok(born)
-    }
-
-    /// Gives thread `tid`, whose events just opened, its anchor. Without
-    /// one (refused, or the thread gone) the threads it creates may swap
-    /// events, as before anchors.
-    fn anchor(&mut self, tid: i32) {
-        if let Ok(anchor) = ContextAnchor::open(tid) {
-            self.anchors.push(anchor);
-        }
-    }
-
     /// Whether thread `tid` was born under the events and has not been
     /// handed off to a timer: its samples come from the rings.
     pub(crate) fn is_young(&self, tid: i32) -> bool {
@@ -776,34 +607,4 @@ impl Drop for BornThreads {
             unsafe { libc::close(fd) };
         }
     }
-}
-
-/// Closes a descriptor this module opened.
-fn close(fd: libc::c_int) {
-    // SAFETY: `fd` is ours and used nowhere else.
-    unsafe { libc::close(fd) };
-}
-
-/// For btprof's own tests: while set, no thread found at start but the
-/// rings' owner gets events, as if the descriptor budget were spent.
-#[cfg(feature = "test-hooks")]
-pub(crate) static NO_FD_BUDGET: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// [`FD_BUDGET`], or an eighth of `RLIMIT_NOFILE` when that is less.
-fn fd_budget() -> usize {
-    #[cfg(feature = "test-hooks")]
-    if NO_FD_BUDGET.load(std::sync::atomic::Ordering::Relaxed) {
-        return 0;
-    }
-    FD_BUDGET.min(crate::linux::kernel::threads::nofile_limit() / 8)
-}
-
-/// `/proc/sys/kernel/perf_event_max_stack`: the most frames a call chain
-/// may ask for (127 by default).
-fn kernel_max_stack() -> usize {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(127)
 }
