@@ -1,32 +1,13 @@
 //! One-shot captures on Linux: every thread's stack, or one thread's, now.
 //!
-//! A thread that is running (`R` in `/proc`) is asked for its registers
-//! with an event on its own CPU time ([`Request`]): a perf task-clock
-//! event good for one overflow in user code, or where perf events are
-//! refused a one-shot POSIX CPU timer ([`PosixTimer::open_dump_request`],
-//! which waits for a scheduler tick). Either raises the capture signal
-//! only while the thread is on a CPU, on its way back to user code, so the
-//! request can never end a `poll` or `nanosleep` with EINTR, even when the
-//! thread entered one after it was seen running, or waits for a CPU inside
-//! one after its timeout. (The calling thread, and any thread where no timer
-//! can be created, are sent the signal with `si_code == SI_QUEUE` and
-//! [`DUMP_MARK`] instead.) The handler a running profiler shares tells
-//! either from a sample's signal; it copies the registers and the top of
-//! the stack into the dump's own static slot and walks the frame-pointer
-//! chain there, as for a sample, and the capturing thread unwinds the copy
-//! with call frame information afterwards. No profiler's slot, counter or
-//! handler is touched. Without a profiler the handler is installed for the
-//! capture and the previous action put back after (any signal still
-//! pending is discarded on the way, see `signal.rs`).
-//!
-//! A thread that is not running is never signalled: its stack is read
-//! from outside ([`BlockedStackReader`]); if it moved meanwhile, the read
-//! is tried again, and marked [`NotTaken::Moved`] after that. A thread
-//! that goes to sleep before its request fires has the request closed
-//! (with any signal it queued) and is read from outside too.
-//!
-//! A thread that blocks the signal is not queued to (the signal would wait
-//! for it to unblock) and is reported with what `/proc` says.
+//! A running thread is asked for its registers by an event on its own CPU
+//! time ([`Request`]), raised only on its way back to user code, so no
+//! blocking call ends with `EINTR` (the calling thread, and one no event
+//! opens for, get an `SI_QUEUE` signal with [`DUMP_MARK`]). The handler
+//! fills the dump's own static slot, touching no profiler state, and the
+//! capturing thread unwinds the copy with CFI. A thread not running is read
+//! from outside ([`BlockedStackReader`]), retried if it moved, then marked
+//! [`NotTaken::Moved`]; one that blocks the signal is reported from `/proc`.
 
 use core::sync::atomic::{
     AtomicBool,
@@ -51,39 +32,32 @@ use super::super::signal::install::{self, SignalSender};
 use super::super::signal::stack_copy::CopiedStack;
 use super::super::unwind::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall};
 use super::super::unwind::CfiWalker;
-// The dump slot runs the same generation-tagged states as the samples'.
+// The dump slot uses the samples' generation-tagged states.
 use super::super::signal::slots::{state, ARMED, DONE, IDLE};
 use super::super::signal::{handler, own_stack, slots};
 use super::super::MAX_DEPTH;
 
-/// How long a signalled thread may take to run its handler before the
-/// request is withdrawn: a thread waiting for a CPU behind busy processes
-/// takes milliseconds.
+/// How long a signalled thread may take to reply before the request is
+/// withdrawn.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tries at reading a blocked thread that keeps moving.
 const TRIES: usize = 4;
-/// Milliseconds to wait for a thread blocked inside a profiler's sample
-/// handler to leave it before reading it as it is.
+/// Milliseconds to wait for a thread to leave a profiler's sample
+/// handler before reading it as it is.
 const MAX_HANDLER_WAITS: u32 = 200;
 
-/// Set once perf events were refused: later captures go straight to the
-/// POSIX timer.
+/// Set once perf events were refused: later captures use POSIX timers.
 static PERF_REFUSED: AtomicBool = AtomicBool::new(false);
-/// A perf request's period: the shortest the kernel's software timer
-/// takes, so the thread is asked after 10 µs of its user-mode running.
+/// A perf request's period: the shortest the software clock takes.
 const REQUEST_PERIOD_NS: u64 = 10_000;
 
-/// How a running thread is asked for its registers: a kernel event on its
-/// own CPU time that raises the capture signal only while it runs user
-/// code, so the request never ends a blocking call with EINTR. Closed (and
-/// its signal stopped) on drop.
+/// How a running thread is asked for its registers; closed, with any
+/// signal it queued, on drop.
 enum Request {
-    /// A perf task-clock event good for one overflow after 10 µs of the
-    /// thread's user-mode CPU time (where perf events are allowed).
+    /// A perf task-clock event good for one overflow.
     Perf(TaskClock),
-    /// A POSIX CPU timer, checked on the scheduler tick: up to a tick of
-    /// the thread's running (4 ms at 250 Hz) before it fires. Held for
-    /// its drop, which deletes the timer.
+    /// A POSIX CPU timer where perf is refused (it waits for a tick); held
+    /// for its drop.
     Timer(#[allow(dead_code)] PosixTimer),
 }
 
@@ -116,21 +90,16 @@ impl Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if let Request::Perf(clock) = self {
-            // Disabled before it is forgotten, so no signal of it can come
-            // after; the descriptor closes when `clock` drops.
+            // Disabled before it is forgotten, so no signal of it follows.
             clock.disable();
             REQUEST_FD.store(-1, Release);
         }
     }
 }
 
-/// The capture signal's handler, installed for one capture: the shared
-/// handler (`slots::on_signal`) with every signal but the synchronous
-/// fault signals blocked while it runs, so a profiler's handler never
-/// runs inside it (and a fault still crashes visibly). Dropping it
-/// discards any instance still pending (`SIG_IGN` first: a late real-time
-/// signal meeting `SIG_DFL` would end the process) and puts the previous
-/// action back, if ours is still in place.
+/// The capture signal's handler for one capture: the shared handler with
+/// all but fault signals blocked, so no profiler handler runs inside it
+/// and faults still crash. Drop restores the action as `install` does.
 struct CaptureHandler {
     signal: libc::c_int,
     previous: libc::sigaction,
@@ -138,7 +107,7 @@ struct CaptureHandler {
 
 impl CaptureHandler {
     fn install(sig: libc::c_int) -> Result<CaptureHandler, Error> {
-        // SAFETY: an all-zero sigaction is valid; querying into it.
+        // SAFETY: an all-zero sigaction is valid.
         let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: a valid signal and out-pointer.
         if unsafe { libc::sigaction(sig, std::ptr::null(), &mut previous) } != 0 {
@@ -191,17 +160,15 @@ impl Drop for CaptureHandler {
     }
 }
 
-/// What the capturing side keeps between captures: the CFI unwinder (its
-/// module list is costly to build). Its lock also makes captures take
-/// turns, as they share one slot.
+/// The CFI unwinder kept between captures (its module list is costly);
+/// the lock makes captures take turns on the one slot.
 struct Shared {
     cfi: Option<CfiWalker>,
 }
 
 static SHARED: Mutex<Shared> = Mutex::new(Shared { cfi: None });
 
-/// The raw stack of every thread of this process but btprof's own (the
-/// calling thread included), in one pass.
+/// The raw stack of every thread of this process but btprof's own.
 pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
     let mut session = Session::open()?;
     let mut tids = Vec::new();
@@ -218,19 +185,16 @@ pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
     Ok(out)
 }
 
-/// The raw stack of thread `tid` of this process; a thread that is not (or
-/// no longer) one of ours comes back [`RunState::Gone`].
+/// The raw stack of thread `tid` of this process ([`RunState::Gone`] if
+/// not ours).
 pub fn capture_thread(tid: u64) -> Result<CapturedThread, Error> {
     let tid = i32::try_from(tid).map_err(|_| Error::InvalidConfig(format!("no thread {tid}")))?;
     Ok(Session::open()?.capture(tid))
 }
 
-/// One capture: the lock, the signal and, without a profiler, the
-/// handler installed for it (restored on drop).
-///
-/// Fields drop in the order written: the lock goes last, once the
-/// handler is restored, or the next capture would find this one's
-/// handler still installed and take it for the program's.
+/// One capture: the lock, the signal and, without a profiler, a handler.
+/// Fields drop in order: the lock last, or the next capture would take
+/// this one's handler for the program's.
 struct Session {
     sender: SignalSender,
     _handler: Option<CaptureHandler>,
@@ -247,9 +211,8 @@ impl Session {
         own_stack::probe();
         let cfi = shared.cfi.get_or_insert_with(CfiWalker::new);
         cfi.refresh_modules();
-        // The capture has a signal of its own, so its requests never merge
-        // with a profiler's pending sample signal; if a profiler was given
-        // that very signal, its handler serves both.
+        // Its own signal never merges with a pending sample signal; a
+        // profiler given that signal serves both.
         let sig = capture_signal();
         let installed = install::INSTALLED_SIGNAL.load(Acquire);
         let handler = if installed == sig && install::handler_is_ours(sig) {
@@ -277,9 +240,7 @@ impl Session {
             let Some(code) = state_code(tid) else {
                 return gone(name);
             };
-            // Off CPU inside a profiler's sample handler (its stack read
-            // can wait in the kernel): what it runs is btprof's, not the
-            // program's. The handler is short; wait for it to return.
+            // Inside a profiler's short sample handler: wait for it.
             if code != b'R' && slots::in_handler(tid) && handler_waits < MAX_HANDLER_WAITS {
                 handler_waits += 1;
                 std::thread::sleep(Duration::from_millis(1));
@@ -289,7 +250,7 @@ impl Session {
             let state = match code {
                 b'R' => match self.by_signal(tid, &name) {
                     Some(captured) => return captured,
-                    // It blocked meanwhile: read it from outside.
+                    // It blocked meanwhile.
                     None => continue,
                 },
                 b'T' | b't' => RunState::Stopped,
@@ -298,7 +259,7 @@ impl Session {
             };
             match read_syscall(tid) {
                 None => return gone(name),
-                // It started running again: look at its state again.
+                // Running again: look again.
                 Some(Syscall::Running) => continue,
                 Some(Syscall::At { nr, sp, pc }) => {
                     let syscall = (nr >= 0).then_some(nr);
@@ -313,9 +274,7 @@ impl Session {
         CapturedThread::not_taken(tid as u64, name, state, syscall, NotTaken::Moved)
     }
 
-    /// A running thread: through the handler.
-    /// A running thread: through the handler. `None` if it is no longer
-    /// running when the signal is about to go.
+    /// A running thread, through the handler; `None` if it stops running.
     fn by_signal(&mut self, tid: i32, name: &str) -> Option<CapturedThread> {
         let sig = self.sender.signal();
         let not_taken = |state, why| {
@@ -327,15 +286,11 @@ impl Session {
                 why,
             ))
         };
-        // A thread inside a handler has the signal in its mask for a
-        // moment; one that blocks it shows so at every look. A look counts
-        // only if the thread ran since the one before: on a busy machine a
-        // thread preempted inside a profiler's handler (after its sample
-        // was collected, so `in_handler` no longer knows it) keeps the
-        // signal masked for whole time slices without running, and three
-        // such looks in a row called a spinner beside two CPU hogs "blocks
-        // the capture signal". One that still has an earlier, withdrawn
-        // request pending is given time to take it.
+        // A thread that blocks the signal shows it masked at every look,
+        // one in a handler only for a moment. A look counts only if the
+        // thread ran since the last: one preempted in a profiler's handler
+        // stays masked without running. A withdrawn request still pending is
+        // given time to land.
         let mut blocked_looks = 0;
         let mut cpu_at_last_look = None;
         let mut waits = 0;
@@ -352,8 +307,7 @@ impl Session {
                     }
                 }
                 cpu_at_last_look = cpu;
-                // It went to sleep with the signal masked: read it from
-                // outside.
+                // Asleep with the signal masked: read it from outside.
                 if state_code(tid)? != b'R' {
                     return None;
                 }
@@ -366,22 +320,14 @@ impl Session {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        // The state is looked at last, just before the signal goes, so the
-        // moment in which a running thread can enter a blocking call and
-        // still be signalled is as short as it can be (see the module
-        // documentation).
+        // Checked last, to keep the window for blocking as short as can be.
         if state_code(tid)? != b'R' {
             return None;
         }
         let generation = NEXT_GENERATION.fetch_add(1, Relaxed);
-        // Idle: every earlier request was collected or withdrawn under
-        // the lock this session holds.
+        // Idle: earlier requests were settled under this session's lock.
         SLOT.state.store(state(generation, ARMED), Release);
-        // Another thread is asked through an event on its own CPU time,
-        // which it takes only on a CPU on its way back to user code: a
-        // signal sent straight to it could land while it waits for a CPU
-        // inside `poll`, or just after it entered one, and end the call
-        // with EINTR. The calling thread is on a CPU in user code now.
+        // The calling thread is on a CPU in user code now.
         let mut request = None;
         let sent = if tid == threads::gettid() {
             self.sender.send(tid, DUMP_MARK | generation as usize)
@@ -391,8 +337,7 @@ impl Session {
                     request = Some(opened);
                     Ok(())
                 }
-                // No event for it (a seccomp filter, or the process's
-                // timer limit): the signal, with the race it leaves.
+                // No event (seccomp, timer limit): a plain signal.
                 Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
                     self.sender.send(tid, DUMP_MARK | generation as usize)
                 }
@@ -421,20 +366,15 @@ impl Session {
                 break;
             }
             if now == state(generation, ARMED) {
-                // Every 16th poll (about every 0.3 ms once it sleeps): a
-                // short-lived thread that exits before its timer fires is
-                // let go at once, not after milliseconds.
+                // Now and then: let go of a thread that exited.
                 let look = polls % 16 == 15;
                 let exited = look && !threads::thread_exists(tid);
-                // A timer's request waits for the thread to run; one that
-                // went to sleep meanwhile is read from outside instead.
+                // One that went to sleep is read from outside instead.
                 let asleep = look && request.is_some() && state_code(tid) != Some(b'R');
                 if exited || asleep || start.elapsed() > REPLY_TIMEOUT {
-                    // Deleted first: a signal it queued goes with it (and
-                    // one already on its way finds the slot withdrawn).
+                    // Closed first, with any signal it queued.
                     drop(request.take());
-                    // Withdraw; a handler that claimed it meanwhile is
-                    // waited for.
+                    // Withdraw; a handler that claimed it is waited for.
                     if SLOT
                         .state
                         .compare_exchange(now, IDLE, Relaxed, Relaxed)
@@ -457,8 +397,8 @@ impl Session {
                 std::thread::sleep(Duration::from_micros(20));
             }
         }
-        // SAFETY: the slot is `Done` for our generation (Acquire above):
-        // its handler finished and none can claim it until we arm it again.
+        // SAFETY: `Done` for our generation (Acquire): no handler claims
+        // the slot until we arm it again.
         let (frames, words) = unsafe { (&*SLOT.frames.get(), &*SLOT.words.get()) };
         let depth = (SLOT.depth.load(Relaxed) as usize).min(MAX_DEPTH);
         let len = (SLOT.len.load(Relaxed) as usize).min(COPY_WORDS);
@@ -487,8 +427,8 @@ impl Session {
         Some(captured)
     }
 
-    /// A thread that is not running: its stack read from outside at the
-    /// kernel's sp and pc. `None` if it moved meanwhile.
+    /// A thread not running, read from outside at the kernel's sp and pc;
+    /// `None` if it moved.
     fn read_from_outside(
         &mut self,
         tid: i32,

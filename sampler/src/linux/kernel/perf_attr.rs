@@ -1,10 +1,9 @@
 //! `struct perf_event_attr` (up to `PERF_ATTR_SIZE_VER5`, 112 bytes) and
-//! the flag bits btprof sets, from `<linux/perf_event.h>`, shared by the
-//! per-thread timers ([`super::task_clock`]) and the inherited events of
-//! threads born while sampling ([`super::super::clocks::ring::born_threads`]).
+//! the flag bits btprof sets, from `<linux/perf_event.h>`, for
+//! [`super::task_clock`] and [`super::super::clocks::ring::born_threads`].
 
-/// The attribute block passed to `perf_event_open`; zeroed fields are the
-/// kernel's defaults, and `size` tells the kernel how much of it there is.
+/// The attribute block passed to `perf_event_open`; zero is the kernel's
+/// default, and `size` says how much of it there is.
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct PerfEventAttr {
@@ -30,8 +29,7 @@ pub(crate) struct PerfEventAttr {
 }
 
 impl PerfEventAttr {
-    /// The software task clock of one thread: CPU time, overflowing every
-    /// `period_ns` of it.
+    /// One thread's software task clock, overflowing every `period_ns`.
     pub(crate) fn task_clock(period_ns: u64, flags: u64) -> Self {
         PerfEventAttr {
             kind: PERF_TYPE_SOFTWARE,
@@ -43,8 +41,8 @@ impl PerfEventAttr {
         }
     }
 
-    /// A software event that counts nothing and samples nothing, user
-    /// space only (as unprivileged use requires), not inherited.
+    /// A software event that counts and samples nothing, user space only
+    /// (as unprivileged use requires), not inherited.
     pub(crate) fn dummy() -> Self {
         PerfEventAttr {
             kind: PERF_TYPE_SOFTWARE,
@@ -55,13 +53,10 @@ impl PerfEventAttr {
         }
     }
 
-    /// `perf_event_open(self, tid, cpu, group -1, flags)`: the new
-    /// descriptor (close-on-exec).
+    /// `perf_event_open` with no group; the new descriptor is close-on-exec.
     pub(crate) fn open(&self, tid: i32, cpu: i32) -> std::io::Result<libc::c_int> {
-        // SAFETY: `self` is a valid, fully initialised perf_event_attr whose
-        // `size` says how much of it there is; `tid` is a thread of this
-        // process (0: the calling thread), `cpu` a CPU number or -1 (any),
-        // no group leader.
+        // SAFETY: `self` is initialised and `size` its length; `tid` is our
+        // thread (0: the caller), `cpu` a CPU or -1.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
@@ -89,15 +84,14 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 pub(crate) const FLAG_DISABLED: u64 = 1 << 0;
 /// `inherit`: threads created later by the thread get a copy of the event.
 pub(crate) const FLAG_INHERIT: u64 = 1 << 1;
-/// `exclude_kernel` and `exclude_hv`: user-space samples only, and what
-/// unprivileged use requires.
+/// `exclude_kernel` and `exclude_hv`: user space only, as unprivileged
+/// use requires.
 pub(crate) const FLAGS_EXCLUDE_KERNEL_HV: u64 = (1 << 5) | (1 << 6);
-/// `exclude_hv` alone: samples in the kernel too, for those allowed them.
+/// `exclude_hv` alone: kernel samples too, where allowed.
 pub(crate) const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 /// `comm`: a record when a thread changes its name.
 pub(crate) const FLAG_COMM: u64 = 1 << 9;
-/// `inherit_stat`: an inherited copy's count is recorded when its thread
-/// exits.
+/// `inherit_stat`: an inherited copy's count is recorded at thread exit.
 pub(crate) const FLAG_INHERIT_STAT: u64 = 1 << 11;
 /// `task`: records of threads starting and exiting.
 pub(crate) const FLAG_TASK: u64 = 1 << 13;
@@ -107,8 +101,7 @@ pub(crate) const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
 pub(crate) const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
 /// `use_clockid`: record times on `clockid`.
 pub(crate) const FLAG_USE_CLOCKID: u64 = 1 << 25;
-/// `inherit_thread` (Linux 5.13): inherited by threads only, never by a
-/// forked child process.
+/// `inherit_thread` (Linux 5.13): inherited by threads, not by children.
 pub(crate) const FLAG_INHERIT_THREAD: u64 = 1 << 35;
 /// `remove_on_exec` (Linux 5.13): gone when the thread calls `execve`.
 pub(crate) const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;

@@ -1,10 +1,9 @@
-//! One thread's task clock: a `perf_event_open` software event that counts
-//! a thread's own CPU time in user space and overflows once per period,
-//! optionally raising a real-time signal in that thread on each overflow.
-//!
-//! [`super::super::clocks::timers::thread_timers`] builds the sampler's per-thread timers on it;
-//! the overhead benchmark's floor (`benches/support/floor.rs`) uses it to
-//! measure what the bare interrupt costs, so both measure the same event.
+//! One thread's task clock: a perf software event counting the thread's
+//! user-space CPU time and overflowing once per period, optionally
+//! signalling that thread. The sampler's per-thread timers
+//! ([`super::super::clocks::timers::thread_timers`]) and the overhead
+//! benchmark's floor (`benches/support/floor.rs`) share it, so both measure
+//! the same event.
 
 use std::io;
 
@@ -18,15 +17,13 @@ const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
 const F_OWNER_TID: libc::c_int = 0;
 
-/// For btprof's own tests: what every count read seems to hold more
-/// ([`stolen_for_tests`]).
+/// For btprof's own tests: see [`stolen_for_tests`].
 #[cfg(feature = "test-hooks")]
 pub(crate) static TEST_STOLEN_NS: std::sync::atomic::AtomicU64 =
     std::sync::atomic::AtomicU64::new(0);
 
-/// What btprof's tests make every task-clock count read seem to hold
-/// more, as time the host stole while the thread was on the CPU, which
-/// the count includes on a virtual machine; zero otherwise.
+/// What btprof's tests add to every task-clock read, standing for time a
+/// VM host stole (which the count includes); else zero.
 pub(crate) fn stolen_for_tests() -> u64 {
     #[cfg(feature = "test-hooks")]
     return TEST_STOLEN_NS.load(std::sync::atomic::Ordering::Relaxed);
@@ -47,8 +44,8 @@ pub struct TaskClock {
 }
 
 impl TaskClock {
-    /// Opens a disabled task clock on thread `tid` of this process (0: the
-    /// calling thread) that overflows every `period_ns` of its CPU time.
+    /// Opens a disabled task clock on thread `tid` (0: the caller) that
+    /// overflows every `period_ns` of its CPU time.
     pub fn open(tid: i32, period_ns: u64) -> io::Result<TaskClock> {
         // `disabled`: enabled only once the signal is routed to the thread.
         let mut attr =
@@ -58,17 +55,16 @@ impl TaskClock {
         Ok(TaskClock { fd })
     }
 
-    /// Makes each overflow raise `signal` in thread `tid` (which must be
-    /// the thread the clock counts). Call before [`Self::enable`].
+    /// Makes each overflow raise `signal` in `tid`, the counted thread.
+    /// Call before [`Self::enable`].
     pub fn signal_thread(&self, tid: i32, signal: libc::c_int) -> io::Result<()> {
         let owner = FOwnerEx {
             kind: F_OWNER_TID,
             pid: tid,
         };
-        // SAFETY: plain fcntls on our own descriptor; `owner` outlives the
-        // call. Order matters: the owner and the signal are set before
-        // `O_ASYNC`, so an overflow can never raise `SIGIO` (which would
-        // terminate the process) or go to another thread.
+        // SAFETY: fcntls on our own descriptor; `owner` outlives the call.
+        // Owner and signal are set before `O_ASYNC`, so an overflow never
+        // raises `SIGIO` (fatal) or reaches another thread.
         unsafe {
             check(libc::fcntl(self.fd, F_SETOWN_EX, &owner as *const FOwnerEx))?;
             check(libc::fcntl(self.fd, F_SETSIG, signal))?;
@@ -78,11 +74,10 @@ impl TaskClock {
         Ok(())
     }
 
-    /// Starts counting until the next overflow, which raises the signal
-    /// once and disables the event again (`PERF_EVENT_IOC_REFRESH` 1).
+    /// Counts until the next overflow, which signals once and disables
+    /// the event (`PERF_EVENT_IOC_REFRESH` 1).
     pub fn enable_for_one_overflow(&self) -> io::Result<()> {
-        // SAFETY: an ioctl on our own perf descriptor with an integer
-        // argument.
+        // SAFETY: an ioctl with an integer argument on our perf descriptor.
         check(unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_REFRESH, 1) }).map(drop)
     }
 
@@ -97,12 +92,10 @@ impl TaskClock {
         self.fd
     }
 
-    /// The CPU time counted since it was enabled, in nanoseconds (readable
-    /// after the thread exited too).
+    /// CPU nanoseconds counted since enabled (readable after thread exit).
     pub fn cpu_ns(&self) -> Option<u64> {
         let mut ns = 0u64;
-        // SAFETY: reading one u64 counter (no read_format flags) from our own
-        // perf descriptor into a u64.
+        // SAFETY: reading one u64 counter (no read_format) into a u64.
         let n = unsafe { libc::read(self.fd, (&mut ns as *mut u64).cast(), 8) };
         (n == 8).then(|| ns + stolen_for_tests())
     }

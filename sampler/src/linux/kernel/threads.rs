@@ -1,8 +1,5 @@
-//! The threads of this process: listing, CPU clocks and names.
-//!
-//! Listing runs every tick, so it reuses one open `/proc/self/task`
-//! directory and one buffer (`lseek` + `getdents64`) instead of opening and
-//! allocating each time.
+//! The threads of this process: listing, CPU clocks, names and states.
+//! Listing runs every tick, so it reuses one open `/proc/self/task`.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -34,16 +31,12 @@ impl TaskList {
         })
     }
 
-    /// How many threads the process has now, from one `fstat` of the
-    /// directory: procfs gives a process's task directory a link count of
-    /// two plus its number of threads. Far cheaper than [`Self::read`],
-    /// which looks up every entry, so it can tell whether a listing could
-    /// find anything new.
+    /// How many threads the process has now, from one cheap `fstat`: the
+    /// task directory's link count is two plus its threads.
     pub fn count(&self) -> io::Result<u64> {
-        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+        // SAFETY: an all-zero `stat` is valid.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `dir` is an open descriptor and `st` a valid `stat` to
-        // write.
+        // SAFETY: `dir` is open and `st` a valid `stat` to write.
         if unsafe { libc::fstat(self.dir.as_raw_fd(), &mut st) } < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -62,8 +55,7 @@ impl TaskList {
             return Err(io::Error::last_os_error());
         }
         loop {
-            // SAFETY: the buffer is valid for `len` bytes; getdents64 writes
-            // at most that many.
+            // SAFETY: getdents64 writes at most `len` bytes to the buffer.
             let n = unsafe {
                 libc::syscall(
                     libc::SYS_getdents64,
@@ -84,9 +76,6 @@ impl TaskList {
 }
 
 /// Appends the numeric names in a `getdents64` buffer.
-///
-/// Each record is `d_ino: u64, d_off: i64, d_reclen: u16, d_type: u8`,
-/// then a NUL-terminated name.
 fn parse_dirents(mut records: &[u8], out: &mut Vec<i32>) {
     const NAME_AT: usize = 19;
     while records.len() >= NAME_AT {
@@ -116,8 +105,7 @@ pub(crate) fn gettid() -> i32 {
     unsafe { libc::gettid() }
 }
 
-/// Reads `clock` in nanoseconds, or `None` if it does not exist (a thread
-/// CPU clock of a thread that exited). Async-signal-safe.
+/// Reads `clock` in nanoseconds; `None` if it is gone. Async-signal-safe.
 pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -130,40 +118,34 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
-/// CPU time consumed by thread `tid` of this process, in nanoseconds, or
-/// `None` if the thread is gone.
+/// CPU time of thread `tid` in nanoseconds; `None` if it is gone.
 pub(crate) fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    // The per-thread scheduler CPU clock, as glibc's pthread_getcpuclockid
-    // builds it from a tid: ((~tid) << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED.
+    // (~tid << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED, as glibc builds it.
     clock_ns((!tid << 3) | 4 | 2)
 }
 
-/// The CPUs the kernel is configured for: at most this many of the
-/// process's threads run at once, whatever their affinity.
+/// The configured CPUs: at most this many threads run at once.
 pub(crate) fn configured_cpus() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
     u64::try_from(cpus).unwrap_or(1).max(1)
 }
 
-/// The calling thread's CPU time in nanoseconds.
-/// Whether thread `tid` is one of this process's now (signal 0 only looks
-/// the thread up and sends nothing).
+/// Whether thread `tid` is one of this process's now.
 pub(crate) fn thread_exists(tid: i32) -> bool {
-    // SAFETY: tgkill with signal 0 has no effect beyond the lookup.
+    // SAFETY: tgkill with signal 0 only looks the thread up.
     unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) == 0 }
 }
 
+/// The calling thread's CPU time in nanoseconds.
 pub(crate) fn own_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
 }
 
-/// A thread name this long (in bytes) may have been cut: the kernel keeps
-/// 15 bytes of it (`TASK_COMM_LEN` less its NUL).
+/// A thread name this long may have been cut (`TASK_COMM_LEN` less NUL).
 pub(crate) const NAME_CUT_LEN: usize = 15;
 
-/// The state letter of `/proc/PROC/task/TID/stat` (`PROC` a pid, or
-/// `self`), `None` if the thread is gone.
+/// The state letter of `/proc/PROC/task/TID/stat`, `None` if gone.
 pub(crate) fn state_code(proc: &str, tid: i32) -> Option<u8> {
     let stat = std::fs::read(format!("/proc/{proc}/task/{tid}/stat")).ok()?;
     // `pid (comm) S ...`: comm may hold spaces and parentheses.
@@ -177,8 +159,7 @@ pub(crate) fn thread_name(tid: i32) -> Option<String> {
     Some(name.trim_end_matches('\n').to_owned())
 }
 
-/// Whether thread `tid` has `signal` blocked (its `SigBlk` mask in
-/// `/proc`), or `None` if it exited.
+/// Whether thread `tid` has `signal` in `SigBlk`; `None` if it exited.
 pub(crate) fn blocks_signal(tid: i32, signal: libc::c_int) -> Option<bool> {
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
     let mask = status
@@ -188,28 +169,23 @@ pub(crate) fn blocks_signal(tid: i32, signal: libc::c_int) -> Option<bool> {
     Some(mask & (1u64 << (signal - 1)) != 0)
 }
 
-/// Whether a thread is running user code or blocked in the kernel.
+/// Whether a thread runs user code or is blocked in the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RunState {
-    /// Running or runnable (`R` in `/proc`): interrupting it interrupts
-    /// user code (or a system call that is not blocking).
+    /// `R` in `/proc`: on a CPU or waiting for one.
     Running,
-    /// Sleeping, in uninterruptible wait, stopped or traced: interrupting
-    /// it would make a blocking call fail with `EINTR`.
+    /// Anything else: a signal could end a blocking call with `EINTR`.
     Blocked,
 }
 
-/// What a thread's state file says: its state, and its name (`comm`, as
-/// `/proc/self/task/TID/comm` has it; `None` if not UTF-8, or read from a
-/// file that does not give it).
+/// A state file's run state, and `comm` (`None` if not UTF-8 or absent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stat<'a> {
     pub state: RunState,
     pub name: Option<&'a str>,
 }
 
-/// The state and name of thread `tid` (fields 2 and 3 of
-/// `/proc/self/task/TID/stat`) read into `buf`, or `None` if it exited.
+/// The state and name of thread `tid` from its stat file, read into `buf`.
 pub(crate) fn stat(tid: i32, buf: &mut [u8; 512]) -> Option<Stat<'_>> {
     parse_stat(read_small(&stat_path(tid), buf)?)
 }
@@ -218,44 +194,32 @@ fn stat_path(tid: i32) -> String {
     format!("/proc/self/task/{tid}/stat\0")
 }
 
-/// A `/proc` file of one thread kept open to tell its run state again and
-/// again: the sampler-thread clock reads one before each signal it sends,
-/// and reading it again with `pread` costs a third of opening, reading and
-/// closing it (7 against 20 µs here). Once the thread is gone the read
-/// fails, as the path would.
-///
-/// Two files say whether the thread runs. Its stat file also gives its
-/// name, which a young thread may have changed since it was listed; its
-/// `syscall` file says only `running` or the call it is blocked in, and
-/// costs far less to read (the kernel formats one word instead of 52
-/// fields: 0.9 against 2.6 µs a read of a running thread on this
-/// project's VM). Both read `R` alike: on a CPU or waiting for one.
+/// A thread's `/proc` state file kept open for cheap `pread`s (read before
+/// each signal); fails once the thread is gone. The stat file also gives
+/// the name; the `syscall` file is cheaper for the kernel to format.
 pub(crate) struct StateFile {
     fd: OwnedFd,
     names: bool,
 }
 
 /// State files open at once: at most a sixteenth of the descriptor limit,
-/// so that the program keeps its own; threads beyond it are read by path.
+/// leaving the program its own; threads beyond are read by path.
 static OPEN_STATE_FILES: AtomicUsize = AtomicUsize::new(0);
 const STATE_FILES_MOST: usize = 1024;
 
 impl StateFile {
-    /// Opens thread `tid`'s stat file, which gives its name too, or `None`
-    /// when the thread is gone or the budget spent.
+    /// Opens thread `tid`'s stat file; `None` if gone or over budget.
     pub(crate) fn open_stat(tid: i32) -> Option<StateFile> {
         Self::open(&stat_path(tid), true)
     }
 
-    /// Opens thread `tid`'s `syscall` file, the cheaper one, or `None`
-    /// when the thread is gone, the budget spent or the kernel does not
-    /// show the file to this process.
+    /// Opens thread `tid`'s `syscall` file; `None` if gone, over budget or
+    /// not shown to this process.
     pub(crate) fn open_syscall(tid: i32) -> Option<StateFile> {
         Self::open(&format!("/proc/self/task/{tid}/syscall\0"), false)
     }
 
-    /// Asked again at each read of a thread beyond the budget, so the
-    /// budget is worked out once, not with a system call each time.
+    /// The budget is computed once, not per call.
     fn open(path: &str, names: bool) -> Option<StateFile> {
         static BUDGET: OnceLock<usize> = OnceLock::new();
         let budget = *BUDGET.get_or_init(|| STATE_FILES_MOST.min(nofile_limit() / 16));
@@ -292,10 +256,7 @@ impl Drop for StateFile {
     }
 }
 
-/// The run state in the text of a `syscall` file: `running` for a thread
-/// on a CPU or waiting for one; otherwise the number of the call it is
-/// blocked in, or `-1` when it is blocked outside one (stopped, or gone
-/// with its stack).
+/// The run state in a `syscall` file's text (`running` or a call number).
 fn parse_syscall_state(text: &[u8]) -> RunState {
     if text.starts_with(b"running") {
         RunState::Running
@@ -320,8 +281,7 @@ pub(crate) fn nofile_limit() -> usize {
 
 /// The state and name in the text of a stat file.
 fn parse_stat(stat: &[u8]) -> Option<Stat<'_>> {
-    // `pid (comm) S ...`: comm may hold spaces and parentheses; it starts
-    // after the first '(' and the state follows the last ')'.
+    // `pid (comm) S ...`: comm may hold spaces and parentheses.
     let open = stat.iter().position(|&b| b == b'(')?;
     let close = stat.iter().rposition(|&b| b == b')')?;
     let state = if *stat.get(close + 2)? == b'R' {
@@ -335,8 +295,8 @@ fn parse_stat(stat: &[u8]) -> Option<Stat<'_>> {
     Some(Stat { state, name })
 }
 
-/// The pc of the system call thread `tid` is blocked in (the last field
-/// of `/proc/self/task/TID/syscall`), or `None` if it is running or gone.
+/// The pc of the system call thread `tid` is blocked in; `None` if it
+/// runs or is gone.
 pub(crate) fn blocked_syscall_pc(tid: i32) -> Option<u64> {
     let mut buf = [0u8; 256];
     let text = read_small(&format!("/proc/self/task/{tid}/syscall\0"), &mut buf)?;
@@ -353,8 +313,7 @@ fn open_proc(path: &str) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Reads a small `/proc` file into `buf` with one open, read and close
-/// (no allocation beyond the path). `path` must end with a NUL.
+/// Reads a small `/proc` file into `buf`. `path` must end with a NUL.
 fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a [u8]> {
     let fd = open_proc(path)?;
     // SAFETY: `buf` is valid for its length; `fd` is ours (closed on drop).
@@ -362,16 +321,14 @@ fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a [u8]> {
     (n > 0).then(|| &buf[..n as usize])
 }
 
-/// What a thread's `/proc` status says about one signal.
+/// A thread's `SigBlk` and (thread-directed) `SigPnd` bit for a signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SignalStatus {
-    /// In its `SigBlk` mask.
     pub blocked: bool,
-    /// Queued for it and not yet taken (`SigPnd`, thread-directed).
     pub pending: bool,
 }
 
-/// Thread `tid`'s mask and pending set for `signal`, or `None` if it exited.
+/// Thread `tid`'s [`SignalStatus`] for `signal`; `None` if it exited.
 pub(crate) fn signal_status(tid: i32, signal: libc::c_int) -> Option<SignalStatus> {
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
     let field = |name: &str| {
@@ -391,10 +348,7 @@ pub(crate) fn signal_status(tid: i32, signal: libc::c_int) -> Option<SignalStatu
 mod tests {
     use super::*;
 
-    /// The count from the directory's link count is the number of entries
-    /// a listing finds. Other tests start and end threads meanwhile, and a
-    /// listing can catch one thread's exit and another's birth both under
-    /// way, so only some of the tries need to agree.
+    /// The link count matches the listing (some tries may race threads).
     #[test]
     fn the_count_is_the_number_of_threads_listed() {
         let mut tasks = TaskList::open().unwrap();
@@ -412,9 +366,8 @@ mod tests {
         panic!("count, listed, count again never agreed: {seen:?}");
     }
 
-    /// A kept-open state file, of either kind, tells a blocked thread from
-    /// a running one each time it is read, and fails once the thread is
-    /// gone; the stat file gives the name the thread has then.
+    /// A kept-open state file tells blocked from running and fails once
+    /// the thread is gone; stat gives the name.
     #[test]
     fn a_state_file_follows_its_thread() {
         for names in [true, false] {
@@ -444,10 +397,7 @@ mod tests {
             // A name may hold spaces and parentheses.
             let name = file.read(&mut buf).and_then(|s| s.name);
             assert_eq!(name, names.then_some("btp st) (x"));
-            // The reading thread itself is inside `pread`: its stat file
-            // says `R`, its `syscall` file that call (the sampler never
-            // reads its own; a spinning thread reads as running in both,
-            // below).
+            // The reading thread is in `pread`, yet its stat file says `R`.
             if names {
                 assert_eq!(
                     open(gettid()).and_then(|f| state(&f, &mut buf)),
@@ -466,8 +416,7 @@ mod tests {
         }
     }
 
-    /// A thread that spins in user code reads as running through its
-    /// `syscall` file, as through its stat file, while it runs.
+    /// A spinning thread reads as running through both files.
     #[test]
     fn a_spinning_thread_reads_as_running_in_both_files() {
         if crate::emulation::not_checked_under_qemu(
@@ -499,7 +448,7 @@ mod tests {
         });
         stop.store(true, Ordering::Relaxed);
         spinner.join().unwrap();
-        // Beside busy processes it waits for a CPU at times: still `R`.
+        // Waiting for a CPU is `R` too.
         assert_eq!(running, [200, 200], "reads as running, of 200");
     }
 
@@ -525,9 +474,7 @@ mod tests {
         assert!(thread_cpu_ns(other).is_some());
         done_tx.send(()).unwrap();
         t.join().unwrap();
-        // `join` returns when the kernel clears the thread's tid, in its
-        // exit but before it leaves the thread group: a listing right after
-        // may still hold it for a moment (it did beside two CPU hogs).
+        // `join` returns before the thread leaves the group; wait a bit.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             tasks.read(&mut tids).unwrap();

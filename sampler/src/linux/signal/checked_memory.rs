@@ -1,29 +1,11 @@
 //! Reading the interrupted thread's stack without ever faulting.
 //!
-//! The handler walks the stack of the thread it interrupted, bounded by a
-//! snapshot of the process's mappings ([`super::stack_regions`]). A
-//! snapshot is no proof that memory is still mapped when it is read:
-//! coroutine and green-thread runtimes unmap stacks and map smaller ones
-//! at the same address, and a plain load through a frame pointer into the
-//! part that is gone kills the process inside the handler. So every read
-//! goes through `process_vm_readv` on our own pid, which copies with the
-//! kernel's fault-safe user copy: an unmapped (or unreadable) page makes
-//! the call stop short or fail with `EFAULT`, never a `SIGSEGV`. It takes
-//! no lock and allocates nothing, so it is allowed in a signal handler.
-//!
-//! A system call per frame record would cost more than the rest of the
-//! walk, so the reader copies a window of the stack at once into the
-//! slot's preallocated buffer (never onto the handler's stack): the first
-//! copy runs from the stack pointer, which covers most walks in one call,
-//! and a record beyond the window is read with another window starting at
-//! it. A window that crosses into unmapped memory is cut at the last page
-//! copied. The walk through the window is the copy, taken at the moment
-//! of the read.
-//!
-//! Where `process_vm_readv` is refused (a seccomp profile that forbids it,
-//! checked once at start by [`probe`]), nothing past the interrupted pc is
-//! read: walks keep one frame and end [`WalkEnd::Unreadable`], counted as
-//! truncated, instead of trusting the snapshot.
+//! A mappings snapshot ([`super::stack_regions`]) does not prove memory is
+//! mapped when read (coroutine runtimes remap stacks). So reads go through
+//! `process_vm_readv` on our own pid, which fails instead of faulting and
+//! takes no lock; each call copies a window, as a call per record would
+//! cost more than the walk. Where it is refused ([`probe`]), walks keep
+//! only the pc and end [`WalkEnd::Unreadable`].
 //!
 //! [`WalkEnd::Unreadable`]: crate::walker::WalkEnd::Unreadable
 
@@ -32,17 +14,14 @@ use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use crate::walker::StackMemory;
 
-/// Words per copy window: 4 KiB, one page, covers the live stack of most
-/// walks (measured: the self-check's deepest workload stack uses about
-/// 1.5 KiB); the 256 slots' windows are 1 MiB of zeroed memory, of which
-/// only the slots in use at once are ever touched.
+/// Words per copy window: one page, enough for most walks.
 pub const WINDOW_WORDS: usize = 512;
 
 /// Whether `process_vm_readv` works on our own pid here.
 static AVAILABLE: AtomicBool = AtomicBool::new(false);
 
-/// Checks once (at sampler start, outside any handler) that
-/// `process_vm_readv` can read this process; returns whether it can.
+/// Checks once, outside any handler, that `process_vm_readv` can read
+/// this process; returns whether it can.
 pub fn probe() -> bool {
     let word = [0x5a5a_5a5a_5a5a_5a5au64; 1];
     let mut out = [0u64; 1];
@@ -53,11 +32,8 @@ pub fn probe() -> bool {
     works
 }
 
-/// Copies `[addr, addr + 8 * out.len())` of this process into `out` with
-/// the fault-safe read; returns the words copied (a prefix up to the first
-/// unreadable page; 0 where `process_vm_readv` is refused). For the
-/// handler's stack copy ([`crate::linux::signal::stack_copy`]).
-/// Async-signal-safe.
+/// Copies `[addr, addr + 8 * out.len())` with the fault-safe read; returns
+/// the words copied (0 where refused). Async-signal-safe.
 pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
     if !AVAILABLE.load(Relaxed) || out.is_empty() {
         return 0;
@@ -67,13 +43,10 @@ pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
     bytes / 8
 }
 
-/// Copies the top of the interrupted stack into `out`: from `base` (the
-/// stack pointer rounded down to a word) up to `high`, at most
-/// `out.len()` words. Within the thread's own stack (`own_top`, from
-/// [`own_stack::readable_top`]) it reads directly and stops at its top,
-/// which holds no frames; otherwise it copies with the checked read.
-/// Returns the words copied. Async-signal-safe; only for the thread the
-/// handler runs on.
+/// Copies the interrupted stack from `base` (sp rounded down) up to `high`
+/// into `out`; returns the words copied. Below `own_top`
+/// ([`own_stack::readable_top`]) it reads directly. Async-signal-safe;
+/// only on the interrupted thread.
 ///
 /// [`own_stack::readable_top`]: super::own_stack::readable_top
 pub(crate) fn copy_stack_top(base: u64, high: u64, own_top: Option<u64>, out: &mut [u64]) -> usize {
@@ -83,18 +56,14 @@ pub(crate) fn copy_stack_top(base: u64, high: u64, own_top: Option<u64>, out: &m
         return copy_words(base, &mut out[..room]);
     }
     for (i, word) in out[..room].iter_mut().enumerate() {
-        // SAFETY: `[base, base + 8 * room)` lies in the calling thread's own
-        // stack block, below its thread pointer: mapped while the thread
-        // runs, and the thread is running this code. Volatile, as the
-        // memory is not ours and another thread may write to it.
+        // SAFETY: the calling thread's own stack block, mapped while it
+        // runs. Volatile: other threads may write it.
         *word = unsafe { (base as *const u64).add(i).read_volatile() };
     }
     room
 }
 
-/// Copies up to `bytes` bytes at `addr` of this process into `out`, with
-/// `process_vm_readv`. Returns how many bytes were copied: a prefix up to
-/// the first unreadable page, 0 if none (or on any error).
+/// [`read_process`] on this process.
 ///
 /// # Safety
 /// `out` must be valid for writes of `bytes` bytes.
@@ -103,10 +72,9 @@ unsafe fn read_self(addr: u64, out: *mut u64, bytes: usize) -> usize {
     unsafe { read_process(libc::getpid(), addr, out.cast(), bytes) }
 }
 
-/// Copies up to `bytes` bytes at `addr` of process `pid` into `out`, with
-/// `process_vm_readv`: [`read_self`] for this process, and another
-/// process's stacks and unwind tables for `btprof dump --pid`. Returns how
-/// many bytes were copied, as [`read_self`] does. Async-signal-safe.
+/// Copies up to `bytes` bytes at `addr` of process `pid` into `out`;
+/// returns the bytes copied (up to the first unreadable page, 0 on
+/// error). Async-signal-safe.
 ///
 /// # Safety
 /// `out` must be valid for writes of `bytes` bytes.
@@ -124,10 +92,8 @@ pub(crate) unsafe fn read_process(
         iov_base: addr as *mut libc::c_void,
         iov_len: bytes,
     };
-    // SAFETY: one local iovec valid for `bytes` bytes (the caller's
-    // promise); the remote one is only read by the kernel, which checks
-    // it. The raw syscall keeps this async-signal-safe (no libc wrapper
-    // state).
+    // SAFETY: the local iovec is valid for `bytes` (the caller's promise);
+    // the kernel checks the remote one. Raw syscall: no libc state.
     let n = unsafe {
         libc::syscall(
             libc::SYS_process_vm_readv,
@@ -146,28 +112,27 @@ pub(crate) unsafe fn read_process(
     }
 }
 
-/// A [`StackMemory`] that copies windows of the stack into a slot's buffer
-/// with `process_vm_readv`. One per walk; async-signal-safe.
+/// A [`StackMemory`] that copies windows of the stack into a slot's
+/// buffer. One per walk; async-signal-safe.
 pub struct CheckedMemory<'a> {
     window: &'a [Cell<u64>],
     /// Address of `window[0]`.
     base: Cell<u64>,
-    /// Words of `window` holding a copy of `[base, base + 8 * len)`.
+    /// Words of `window` holding a copy.
     len: Cell<usize>,
-    /// Where the live stack starts (the interrupted sp) and ends: copies
-    /// stay inside it.
+    /// The live stack, from the interrupted sp: copies stay inside it.
     low: u64,
     high: u64,
-    /// Records in `[low, own_top)` are read directly: the interrupted
-    /// thread's own stack ([`super::own_stack`]); `low` when none is.
+    /// Below this the stack is the thread's own, read directly; `low`
+    /// when none is.
     own_top: u64,
-    /// Copies made, for tests and measurement.
+    /// Copies made, for tests.
     copies: Cell<u32>,
 }
 
 impl<'a> CheckedMemory<'a> {
-    /// A reader of `[low, high)` copying into `window`, which holds
-    /// nothing yet (whatever an earlier walk left there is never read).
+    /// A reader of `[low, high)` copying into `window` (old contents are
+    /// never read).
     pub fn new(window: &'a mut [u64], low: u64, high: u64) -> CheckedMemory<'a> {
         CheckedMemory {
             window: Cell::from_mut(window).as_slice_of_cells(),
@@ -180,8 +145,7 @@ impl<'a> CheckedMemory<'a> {
         }
     }
 
-    /// Reads records below `top` directly, without a copy: `top` from
-    /// [`own_stack::readable_top`] for the thread the handler runs on.
+    /// Reads records below `top` ([`own_stack::readable_top`]) directly.
     ///
     /// [`own_stack::readable_top`]: super::own_stack::readable_top
     pub(crate) fn with_own_stack(mut self, top: Option<u64>) -> Self {
@@ -199,9 +163,8 @@ impl<'a> CheckedMemory<'a> {
         addr >= base && addr + 16 <= base + 8 * self.len.get() as u64
     }
 
-    /// Copies a window holding the record at `addr`: from the stack
-    /// pointer when the record lies within one window of it (the first
-    /// copy of most walks), else from the record; never past `high`.
+    /// Copies a window holding the record at `addr`, from sp if that
+    /// reaches it, else from the record; never past `high`.
     fn refill(&self, addr: u64) -> bool {
         if !AVAILABLE.load(Relaxed) {
             return false;
@@ -218,9 +181,7 @@ impl<'a> CheckedMemory<'a> {
             return false;
         }
         self.copies.set(self.copies.get() + 1);
-        // SAFETY: the window is valid for `bytes` (at most its length in
-        // bytes); `Cell` permits writes through a shared reference, and no
-        // reference into the window is held across this call.
+        // SAFETY: `bytes` fits the window; no reference into it is held.
         let copied = unsafe { read_self(start, self.window.as_ptr() as *mut u64, bytes) };
         self.base.set(start);
         self.len.set(copied / 8);
@@ -238,9 +199,8 @@ impl StackMemory for CheckedMemory<'_> {
         }
         if addr + 16 <= self.own_top {
             let record = addr as *const u64;
-            // SAFETY: `[low, own_top)` is the calling thread's own stack,
-            // mapped while it runs (`with_own_stack`); `addr` is aligned
-            // and the record ends inside it. Volatile: not our memory.
+            // SAFETY: inside the calling thread's own stack, mapped while
+            // it runs; aligned. Volatile: other threads may write it.
             return Some(unsafe { [record.read_volatile(), record.add(1).read_volatile()] });
         }
         if !self.holds(addr) && !self.refill(addr) {
@@ -258,8 +218,7 @@ mod tests {
 
     const PAGE: usize = 4096;
 
-    /// Two pages mapped, a frame chain across them; then the upper page is
-    /// unmapped and a walk through it must stop, not fault.
+    /// A walk across an unmapped page stops there, without a fault.
     #[test]
     fn reads_what_is_mapped_and_stops_where_it_is_not() {
         if crate::emulation::not_checked_under_qemu(
@@ -281,8 +240,7 @@ mod tests {
             )
         } as u64;
         let word = |i: u64| base + 8 * i;
-        // Records at word 8 (page 0) -> word 700 (page 1) -> word 1100
-        // (page 2) -> end; each 16 bytes: [next fp, return address].
+        // Records at words 8 -> 700 -> 1100 (pages 0, 1, 2): [next fp, ret].
         let records = [
             (8u64, word(700), 0x111u64),
             (700, word(1100), 0x222),
@@ -317,8 +275,7 @@ mod tests {
             "one window from sp, one more for page 2"
         );
 
-        // Unmap page 2 onwards (the bounds still claim it, as a stale
-        // snapshot would): the walk ends unreadable at the record there.
+        // Unmap page 2 on (the bounds, like a stale snapshot, claim it).
         // SAFETY: our own mapping.
         let rc = unsafe { libc::munmap((base + 2 * PAGE as u64) as *mut _, 2 * PAGE) };
         assert_eq!(rc, 0);

@@ -1,7 +1,5 @@
-//! The one-shot capture's side of the handler: its static slot, and what
-//! the handler does with a capture's request (copy the registers and the
-//! top of the stack, walk the frame-pointer chain). The capture itself,
-//! which arms the slot and unwinds the copy, is `dump::one_shot`.
+//! The one-shot capture's side of the handler (`dump::one_shot` arms it
+//! and unwinds the copy): its static slot, stack copy and walk.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
@@ -19,19 +17,15 @@ use super::slots::{self, state, ARMED, DONE, IDLE, WRITING};
 use super::stack_copy::CopyThenChecked;
 use super::{own_stack, stack_regions};
 
-/// Stack copied per thread: 32 KiB, four times a sample's, since only one
-/// thread is copied at a time. Frames beyond it come from the frame-pointer
-/// walk.
+/// Stack words copied; more than a sample's, as one thread is copied at
+/// a time.
 pub(crate) const COPY_WORDS: usize = 4096;
 
-/// The bit of `si_value` that marks a one-shot capture's request; the
-/// profiler's values (a generation shifted by 8 and a slot index) never
+/// The `si_value` bit of a capture's request; a profiler's values never
 /// reach it.
 pub(crate) const DUMP_MARK: usize = 1 << (usize::BITS - 1);
 
-/// The one slot a capture's handler writes into; static, so a handler
-/// that runs after its request was withdrawn touches only valid memory
-/// (and finds the slot not armed for it).
+/// The capture's slot; static, so a late handler touches valid memory.
 pub(crate) struct DumpSlot {
     pub(crate) state: AtomicU64,
     pub(crate) tid: AtomicI32,
@@ -47,10 +41,9 @@ pub(crate) struct DumpSlot {
     pub(crate) words: UnsafeCell<[u64; COPY_WORDS]>,
 }
 
-// SAFETY: the buffers are written only by the handler that won
-// `Armed -> Writing` for the current generation, and read only by the
-// capturing thread after an `Acquire` load of `Done`, which that handler
-// stored with `Release`; the capture lock allows one capturing thread.
+// SAFETY: the buffers are written by the handler that won
+// `Armed -> Writing` and read by the one capturing thread after an
+// `Acquire` load of `Done`.
 unsafe impl Sync for DumpSlot {}
 
 pub(crate) static SLOT: DumpSlot = DumpSlot {
@@ -70,10 +63,9 @@ pub(crate) static SLOT: DumpSlot = DumpSlot {
 
 pub(crate) static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// The perf request in flight (`dump::one_shot`'s `Request::Perf`): its descriptor (-1
-/// when none), the thread it was opened on, and its generation. A late
-/// signal of an earlier request whose descriptor number was reused lands
-/// in another thread, and is told apart by the thread id.
+/// The perf request in flight: descriptor (-1: none), thread, generation.
+/// A late signal of an earlier request on a reused descriptor is told
+/// apart by the thread.
 pub(crate) static REQUEST_FD: AtomicI32 = AtomicI32::new(-1);
 pub(crate) static REQUEST_TID: AtomicI32 = AtomicI32::new(0);
 pub(crate) static REQUEST_GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -82,13 +74,13 @@ pub(crate) fn is_request_fd(fd: i32) -> bool {
     fd >= 0 && REQUEST_FD.load(Acquire) == fd
 }
 
-/// The handler's part for a perf request's signal: the capture, if the
-/// request was for this thread. Async-signal-safe.
+/// The handler's part for a perf request's signal, if it is for this
+/// thread. Async-signal-safe.
 ///
 /// # Safety
 /// `context` must be the handler's `ucontext_t`.
 pub(crate) unsafe fn on_perf_request(context: *const libc::c_void) {
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    // SAFETY: gettid has no preconditions.
     if REQUEST_TID.load(Acquire) != unsafe { libc::gettid() } {
         return;
     }
@@ -97,16 +89,15 @@ pub(crate) unsafe fn on_perf_request(context: *const libc::c_void) {
     unsafe { on_dump_signal(DUMP_MARK | generation as usize, context) };
 }
 
-/// Whether thread `tid` is in the capture's handler (its signal mask then
-/// holds the profiling signal for a moment).
+/// Whether thread `tid` is in the capture's handler (with the profiling
+/// signal masked meanwhile).
 pub(crate) fn in_dump_handler(tid: i32) -> bool {
     SLOT.state.load(Acquire) & 3 == WRITING && SLOT.tid.load(Relaxed) == tid
 }
 
-/// The handler's part: copies registers and stack into the slot armed for
-/// `value`'s generation and walks the frame-pointer chain. Returns at once
-/// if the slot is not armed for it (a withdrawn request).
-/// Async-signal-safe: no allocation, lock or panic.
+/// The handler's part: if the slot is armed for `value`'s generation,
+/// copies registers and stack into it and walks the frame pointers.
+/// Async-signal-safe.
 ///
 /// # Safety
 /// `context` must be the handler's `ucontext_t`.
@@ -125,7 +116,7 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     {
         return;
     }
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    // SAFETY: gettid has no preconditions.
     SLOT.tid.store(unsafe { libc::gettid() }, Relaxed);
     // SAFETY: the caller's promise.
     let regs = registers(unsafe { &*(context as *const libc::ucontext_t) });
@@ -164,11 +155,9 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     SLOT.state.store(state(generation, DONE), Release);
 }
 
-/// The signal captures are requested with: `SIGRTMAX - 1`, a real-time
-/// signal (queued, never merged with another pending instance) that
-/// programs rarely use. A capture fails with [`crate::Error::SignalInUse`] if the
-/// program installed a handler for it. Async-signal-safe (the handler
-/// tells a capture's late request by it).
+/// The capture signal: `SIGRTMAX - 1`, real-time (never merged) and rarely
+/// used; a capture fails with [`crate::Error::SignalInUse`] if the program
+/// handles it. Async-signal-safe.
 pub fn capture_signal() -> libc::c_int {
     libc::SIGRTMAX() - 1
 }

@@ -13,21 +13,19 @@ use crate::Error;
 pub(crate) struct InstalledHandler {
     signal: libc::c_int,
     previous: libc::sigaction,
-    /// The process that installed it: a forked child holds a copy of this
-    /// value but must not act on it (see [`after_fork_in_child`]).
+    /// The installing process: a forked child's copy must not act.
     pid: libc::pid_t,
 }
 
-/// The signal whose handler is installed now (0: none), for the fork
-/// handler, which cannot reach the `Sampler`.
+/// The signal whose handler is installed (0: none), for the fork handler.
 pub(crate) static INSTALLED_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-/// The action that was in place before ours, for the fork handler.
+/// The action before ours, for the fork handler.
 struct SavedAction(UnsafeCell<MaybeUninit<libc::sigaction>>);
 
-// SAFETY: written only by `install` before it publishes `INSTALLED_SIGNAL`
-// (Release), and read only after an Acquire load of it saw the signal;
-// one sampler runs per process, so installs never overlap.
+// SAFETY: written by `install` before the Release store of
+// `INSTALLED_SIGNAL`, read after an Acquire load sees it; one sampler per
+// process, so installs never overlap.
 unsafe impl Sync for SavedAction {}
 
 static SAVED_ACTION: SavedAction = SavedAction(UnsafeCell::new(MaybeUninit::zeroed()));
@@ -35,9 +33,8 @@ static SAVED_ACTION: SavedAction = SavedAction(UnsafeCell::new(MaybeUninit::zero
 static REGISTER_FORK_HANDLER: Once = Once::new();
 
 impl InstalledHandler {
-    /// Installs `handler::on_signal` for `signal` with
-    /// `SA_SIGINFO | SA_RESTART | SA_ONSTACK`. Refuses a signal that already
-    /// has a handler: taking it over would break whoever installed it.
+    /// Installs `slots::on_signal` for `signal`. Refuses a signal that
+    /// already has a handler: taking it over would break its owner.
     pub fn install(signal: libc::c_int) -> Result<Self, Error> {
         let mut previous = MaybeUninit::<libc::sigaction>::zeroed();
         // SAFETY: querying the current action into a valid out-pointer.
@@ -49,27 +46,25 @@ impl InstalledHandler {
         if previous.sa_sigaction != libc::SIG_DFL && previous.sa_sigaction != libc::SIG_IGN {
             return Err(Error::SignalInUse(signal));
         }
-        // SAFETY: an all-zero sigaction is a valid starting point.
+        // SAFETY: an all-zero sigaction is valid.
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
         action.sa_sigaction = handler::on_signal as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
-        // The signal itself is blocked during the handler by default (no
-        // SA_NODEFER); the one-shot capture's signal is held back too, so
-        // a capture never walks from inside a sample's handler.
-        // SAFETY: `sa_mask` is a valid sigset and both signals are valid.
+        // The capture's signal is blocked in the handler too, so a capture
+        // never walks from inside a sample.
+        // SAFETY: a valid sigset and valid signals.
         unsafe {
             libc::sigemptyset(&mut action.sa_mask);
             libc::sigaddset(&mut action.sa_mask, super::dump_slot::capture_signal());
         };
         REGISTER_FORK_HANDLER.call_once(|| {
-            // SAFETY: registering a child handler that only makes
-            // async-signal-safe calls; it stays valid for the process's life.
+            // SAFETY: the child handler is async-signal-safe and 'static.
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
-        // SAFETY: no other sampler runs (the claim is held), so nobody reads
-        // the saved action until `INSTALLED_SIGNAL` is stored below.
+        // SAFETY: the claim is held: nobody reads this before the store of
+        // `INSTALLED_SIGNAL`.
         unsafe { (*SAVED_ACTION.0.get()).write(previous) };
-        // SAFETY: installing a valid action; the handler is async-signal-safe.
+        // SAFETY: a valid action; the handler is async-signal-safe.
         if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
             return Err(Error::Io(io::Error::last_os_error()));
         }
@@ -95,17 +90,14 @@ pub(crate) fn handler_is_ours(signal: libc::c_int) -> bool {
     current.sa_sigaction == handler::on_signal as *const () as usize
 }
 
-/// Puts the previous action back if ours is still installed; a handler
-/// the application installed after ours is left in place. Any instance of
-/// the signal still pending is discarded first (by setting `SIG_IGN`, which
-/// POSIX and Linux define to do that): restoring `SIG_DFL` directly could
-/// let a late, still-queued real-time signal terminate the process.
-/// Async-signal-safe (only `sigaction`).
+/// Puts the previous action back if ours is still installed, passing
+/// through `SIG_IGN` to discard pending instances: a queued real-time
+/// signal meeting `SIG_DFL` would kill the process. Async-signal-safe.
 fn restore_if_ours(signal: libc::c_int, previous: &libc::sigaction) {
     if !handler_is_ours(signal) {
         return;
     }
-    // SAFETY: an all-zero sigaction with SIG_IGN (0 is SIG_DFL; set it).
+    // SAFETY: an all-zero sigaction; SIG_IGN is set below.
     let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
     ignore.sa_sigaction = libc::SIG_IGN;
     // SAFETY: valid actions for a valid signal number.
@@ -115,17 +107,13 @@ fn restore_if_ours(signal: libc::c_int, previous: &libc::sigaction) {
     }
 }
 
-/// `pthread_atfork` child handler: a forked child starts clean. The
-/// sampler thread does not exist in the child, so the child gets back the
-/// handler it had before btprof, and the slots and region readers that
-/// threads of the parent held mid-handler (they do not exist here either)
-/// are released, so the child can start a profiler of its own. Runs in
-/// the only thread of the child: async-signal-safe calls only.
+/// `pthread_atfork` child handler: restores the previous action and frees
+/// the slots and region readers of parent threads that do not exist here,
+/// so the child can profile itself. Async-signal-safe.
 extern "C" fn after_fork_in_child() {
     let signal = INSTALLED_SIGNAL.swap(0, Ordering::Acquire);
     if signal != 0 {
-        // SAFETY: the Acquire above saw `install` publish the signal, which
-        // it did after writing the saved action.
+        // SAFETY: the Acquire saw the publication, made after the write.
         let previous = unsafe { (*SAVED_ACTION.0.get()).assume_init_ref() };
         restore_if_ours(signal, previous);
     }
@@ -134,10 +122,8 @@ extern "C" fn after_fork_in_child() {
 }
 
 impl Drop for InstalledHandler {
-    /// Restores the previous action if ours is still in place
-    /// ([`restore_if_ours`]). A forked child's copy does nothing: the fork
-    /// handler already restored the child's action, and the child may run
-    /// a profiler of its own by now.
+    /// Restores the previous action; a forked child's copy does nothing
+    /// (the fork handler did it).
     fn drop(&mut self) {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != self.pid {
@@ -148,8 +134,7 @@ impl Drop for InstalledHandler {
     }
 }
 
-/// Blocks `signal` in the calling thread, so the sampler thread can never
-/// be interrupted by its own signal.
+/// Blocks `signal` in the calling thread (the sampler thread).
 pub(crate) fn block_in_this_thread(signal: libc::c_int) {
     // SAFETY: building a sigset and changing this thread's mask.
     unsafe {
@@ -160,9 +145,7 @@ pub(crate) fn block_in_this_thread(signal: libc::c_int) {
     }
 }
 
-/// `siginfo_t` as `rt_tgsigqueueinfo` reads it for an `SI_QUEUE` signal on
-/// 64-bit Linux: three ints, padding, then the `_rt` member (pid, uid,
-/// value), in a 128-byte record.
+/// `siginfo_t` for `SI_QUEUE` on 64-bit Linux (128 bytes).
 #[repr(C)]
 struct QueuedInfo {
     signo: i32,
@@ -200,8 +183,8 @@ impl SignalSender {
         self.signal
     }
 
-    /// Sends the signal to thread `tid` carrying `value` in `si_value`.
-    /// `ESRCH` means the thread exited.
+    /// Sends the signal to thread `tid` with `value` in `si_value`;
+    /// `ESRCH`: the thread exited.
     pub fn send(&self, tid: i32, value: usize) -> io::Result<()> {
         let info = QueuedInfo {
             signo: self.signal,
@@ -213,8 +196,7 @@ impl SignalSender {
             value,
             _rest: [0; 12],
         };
-        // SAFETY: `info` is a complete 128-byte siginfo record that outlives
-        // the call; the kernel copies it.
+        // SAFETY: a complete 128-byte record the kernel copies.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_rt_tgsigqueueinfo,

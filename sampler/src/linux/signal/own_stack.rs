@@ -1,50 +1,29 @@
 //! The part of the interrupted stack the handler may read directly.
 //!
-//! Reads through [`super::checked_memory`] never fault, but each is a
-//! system call: `process_vm_readv` pins the pages it copies, and it can be
-//! most of the handler's time. One range is proven mapped
-//! without it: the stack block of the thread the handler runs on.
+//! Checked reads ([`super::checked_memory`]) are system calls. The stack
+//! block of the thread the handler runs on needs no check: glibc and musl
+//! map each thread one block with its stack and, at the top, its control
+//! block, where the thread pointer points; it is unmapped only after the
+//! thread exits. So when the snapshot's mapping holding sp also holds the
+//! thread pointer above sp, `[sp, thread pointer)` is read directly,
+//! provided the snapshot is newer than the sampler's thread listing (an
+//! older one may merge the block with a coroutine stack now apart).
 //!
-//! The C library (glibc, musl) maps each thread it creates one block
-//! that holds the thread's stack and, at its top, the thread's control
-//! block, which the thread pointer (x86_64 `fs` base, aarch64
-//! `tpidr_el0`) points at. The block is unmapped only after the thread
-//! exits, and the handler runs on the interrupted thread itself. So when
-//! the snapshot's mapping that holds the interrupted sp also holds the
-//! thread pointer, above sp, `[sp, thread pointer)` is that thread's own
-//! stack and is read directly, provided the snapshot was read after the
-//! sampler listed the thread: the block was mapped then. An older
-//! snapshot may show one mapping where the block and a coroutine stack
-//! now lie apart, with a hole between them. A thread id reused by a new
-//! thread brings a new block and a new thread pointer, so nothing is kept
-//! per thread.
-//!
-//! Everything else stays checked:
-//! - a thread on a stack of its own making (a coroutine or fiber stack,
-//!   an alternate signal stack mapped apart), whose sp is not in the
-//!   mapping of its thread pointer: the stale-mapping case, where a
-//!   runtime unmaps such a stack and maps a smaller one in its place;
-//! - the main thread, whose control block is not on its stack;
-//! - a frame pointer that leaves the range.
-//!
-//! What this does not prove: a thread created without a guard page
-//! whose neighbour below, a stack it switched to, was merged with its
-//! block in the snapshot and has since been replaced by a smaller
-//! mapping with a hole above it. A stack mapped above the block is
-//! never read directly (sp would lie above the thread pointer).
+//! Coroutine and alternate stacks, the main thread and a frame pointer
+//! leaving the range stay checked. Not covered: a thread without a guard
+//! page whose neighbour below, merged with its block in the snapshot, was
+//! since replaced by a smaller mapping.
 
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use super::stack_regions;
 
-/// Whether user code may read the thread pointer here (decided once at
-/// sampler start, [`probe`]).
+/// Whether user code may read the thread pointer ([`probe`]).
 static READABLE: AtomicBool = AtomicBool::new(false);
 
 /// Checks once, outside any handler, that the thread pointer can be read
-/// without a system call: always on aarch64; on x86_64 where the kernel
-/// enabled `rdfsbase` for user code (`HWCAP2_FSGSBASE`, Linux 5.9 and
-/// later on CPUs that have it). Elsewhere every read stays checked.
+/// without a system call: always on aarch64, on x86_64 with
+/// `HWCAP2_FSGSBASE`.
 pub fn probe() -> bool {
     #[cfg(target_arch = "x86_64")]
     let readable = {
@@ -58,8 +37,7 @@ pub fn probe() -> bool {
     readable
 }
 
-/// The thread pointer of the calling thread, if it can be read.
-/// Async-signal-safe.
+/// The calling thread's pointer, if readable. Async-signal-safe.
 #[inline]
 fn thread_pointer() -> Option<u64> {
     if !READABLE.load(Relaxed) {
@@ -67,8 +45,8 @@ fn thread_pointer() -> Option<u64> {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `probe` saw HWCAP2_FSGSBASE: the kernel set CR4.FSGSBASE,
-        // so `rdfsbase` runs in user mode.
+        // SAFETY: `probe` saw HWCAP2_FSGSBASE, so `rdfsbase` runs in user
+        // mode.
         let fs = unsafe { read_fs_base() };
         (fs != 0).then_some(fs)
     }
@@ -96,12 +74,8 @@ unsafe fn read_fs_base() -> u64 {
     fs
 }
 
-/// Where the directly readable part of the interrupted stack ends: the
-/// thread pointer, when `region` (the snapshot's mapping holding `sp`)
-/// holds it above `sp` and the snapshot is newer than the threads the
-/// sampler listed; `None` when the stack must be read checked.
-/// Called only in the handler, on the interrupted thread.
-/// Async-signal-safe.
+/// Where the directly readable part of the interrupted stack ends, or
+/// `None` to read it checked. Handler only. Async-signal-safe.
 #[inline]
 pub(crate) fn readable_top(sp: u64, region: (u64, u64)) -> Option<u64> {
     if !stack_regions::covers_listed() {
@@ -110,8 +84,7 @@ pub(crate) fn readable_top(sp: u64, region: (u64, u64)) -> Option<u64> {
     top_within(sp, region, thread_pointer()?)
 }
 
-/// The rule: `[sp, tp)` is the thread's own stack when one mapping holds
-/// both, `sp` below `tp`.
+/// `[sp, tp)` is the thread's own stack when one mapping holds both.
 #[inline]
 fn top_within(sp: u64, region: (u64, u64), tp: u64) -> Option<u64> {
     let (start, end) = region;
@@ -122,8 +95,8 @@ fn top_within(sp: u64, region: (u64, u64), tp: u64) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// A spawned thread's own stack is readable up to its thread pointer;
-    /// an address on a separate mapping (a coroutine's stack) is not.
+    /// A thread's own stack is readable up to its thread pointer; a
+    /// separate mapping is not.
     #[test]
     fn a_threads_own_stack_is_readable_and_a_mapping_of_its_own_is_not() {
         if !probe() {

@@ -1,34 +1,23 @@
-//! The interrupted registers, read from the `ucontext_t` the kernel hands
-//! an `SA_SIGINFO` handler: pc, frame pointer, stack pointer and (arm64)
-//! link register, the walk's starting point. Plain reads: async-signal-safe.
-//!
-//! The registers are read at the byte offsets of the kernel's signal
-//! frame, for either architecture, rather than through libc's struct of
-//! the build's architecture: the aarch64 layout is then tested on x86_64
-//! machines too. Compile-time checks tie the offsets to libc's struct of
-//! the architecture built for.
+//! The interrupted registers from an `SA_SIGINFO` handler's `ucontext_t`
+//! (plain reads, async-signal-safe). Read at the kernel's byte offsets for
+//! either architecture, so the aarch64 layout is tested on x86_64 too;
+//! compile-time checks tie the offsets to libc's struct.
 
 use crate::walker::{Arch, Registers};
 
-/// Where the walk's registers lie in a Linux `ucontext_t` of one
-/// architecture: byte offsets from its start.
+/// Byte offsets of the walk's registers in one architecture's `ucontext_t`.
 struct UcontextLayout {
     pc: usize,
     fp: usize,
     sp: usize,
-    /// The link register; `None` where there is none.
+    /// `None`: no link register.
     lr: Option<usize>,
 }
 
-/// The kernel's layouts (`struct ucontext` in `asm/ucontext.h`):
-///
-/// - x86_64: `uc_flags`, `uc_link`, `uc_stack` (24 bytes), then at 40
-///   `uc_mcontext`, whose `gregs` are `r8`..`r15`, `rdi`, `rsi`, `rbp`
-///   (word 10), `rbx`, `rdx`, `rax`, `rcx`, `rsp` (15), `rip` (16).
-/// - aarch64: `uc_flags`, `uc_link`, `uc_stack` (24 bytes), `uc_sigmask`
-///   and its padding to 1024 bits (128 bytes), then at 176 (16-aligned)
-///   `uc_mcontext`, a `struct sigcontext`: `fault_address`, `regs[31]`
-///   (`x29` at word 29, the link register `x30` at 30), `sp`, `pc`.
+/// The kernel's layouts (`asm/ucontext.h`): on x86_64 `uc_mcontext.gregs`
+/// starts at byte 40, with `rbp` at word 10, `rsp` 15, `rip` 16; on aarch64
+/// `uc_mcontext` starts at 176, after the 128-byte `uc_sigmask`, with
+/// `fault_address` then `regs[31]` (`x29` word 29, `x30` 30), `sp`, `pc`.
 const fn ucontext_layout(arch: Arch) -> UcontextLayout {
     match arch {
         Arch::X86_64 => {
@@ -52,9 +41,8 @@ const fn ucontext_layout(arch: Arch) -> UcontextLayout {
     }
 }
 
-/// The registers saved in `uc`, the bytes of a `ucontext_t` of `arch`;
-/// `None` if it is too short to hold them. Raw, as the thread had them:
-/// pointer-authentication bits are stripped by the walk.
+/// The registers in `uc`, the bytes of a `ucontext_t` of `arch`; `None`
+/// if too short. Raw: the walk strips pointer authentication.
 fn ucontext_registers(arch: Arch, uc: &[u8]) -> Option<Registers> {
     let word = |at: usize| -> Option<u64> {
         let bytes = uc.get(at..at.checked_add(8)?)?;
@@ -74,20 +62,18 @@ fn ucontext_registers(arch: Arch, uc: &[u8]) -> Option<Registers> {
 
 /// The registers `uc` saved at the interruption.
 pub(crate) fn registers(uc: &libc::ucontext_t) -> Registers {
-    // SAFETY: the bytes of the `ucontext_t` borrowed for this call, all
-    // initialised by the kernel (a signal frame), read only.
+    // SAFETY: the kernel-initialised `ucontext_t`, read only.
     let bytes = unsafe {
         std::slice::from_raw_parts(
             (uc as *const libc::ucontext_t).cast::<u8>(),
             std::mem::size_of::<libc::ucontext_t>(),
         )
     };
-    // Never `None`: the checks below put every offset inside the struct.
+    // Never `None`: the checks below keep every offset inside.
     ucontext_registers(Arch::host(), bytes).unwrap_or_default()
 }
 
-// libc's `ucontext_t` of the build's architecture has the registers where
-// the kernel's layout above says.
+// libc's `ucontext_t` agrees with the layout above.
 #[cfg(target_arch = "x86_64")]
 const _: () = {
     use std::mem::offset_of;
@@ -112,11 +98,10 @@ const _: () = {
 mod tests {
     use super::*;
 
-    /// A signal frame's `ucontext_t` as an aarch64 kernel writes it, with
-    /// `words` at their byte offsets and every other byte 0xa5.
+    /// An aarch64 signal frame's `ucontext_t`: `words` at their offsets,
+    /// 0xa5 elsewhere.
     fn aarch64_ucontext(words: &[(usize, u64)]) -> Vec<u8> {
-        // uc_mcontext (176) + fault_address + regs[31] + sp, pc, pstate,
-        // then the start of the 4096-byte __reserved area.
+        // Through pstate, then part of __reserved.
         let mut uc = vec![0xa5u8; 176 + 8 + 34 * 8 + 64];
         for &(at, value) in words {
             uc[at..at + 8].copy_from_slice(&value.to_ne_bytes());
@@ -129,10 +114,9 @@ mod tests {
         const REGS: usize = 184; // uc_mcontext.regs
         let (sp, pc) = (0xffff_f7ff_e000u64, 0xaaaa_c000_1234u64);
         let fp = sp + 0x40;
-        // The link register as a signed return address: kept as it is.
+        // A signed return address, kept as it is.
         let lr = 0x0035_aaaa_c000_0f00u64;
-        // Neighbours with values of their own, so an offset one word off
-        // reads a wrong value rather than a matching one.
+        // Distinct neighbours, so an offset one word off fails.
         let uc = aarch64_ucontext(&[
             (176, 0xdead), // fault_address
             (REGS + 28 * 8, 0x2828),
@@ -146,7 +130,7 @@ mod tests {
             ucontext_registers(Arch::AARCH64_LINUX, &uc),
             Some(Registers { pc, fp, sp, lr })
         );
-        // Cut before pc: refused, never read past.
+        // Cut before pc: refused.
         assert_eq!(
             ucontext_registers(Arch::AARCH64_LINUX, &uc[..REGS + 32 * 8]),
             None
@@ -170,26 +154,20 @@ mod tests {
         );
     }
 
-    /// The registers of a real signal frame: a signal this thread sends
-    /// itself, caught by a handler that keeps what [`registers`] reads.
-    /// The pc lies in loaded code, the stack pointer on this thread's
-    /// stack, the frame pointer at or above it, and on aarch64 the link
-    /// register is set. Under QEMU this checks the emulator's signal frame,
-    /// which follows the kernel's layout.
+    /// A real signal frame (this thread signals itself) reads plausibly;
+    /// under QEMU this checks the emulator's frame.
     #[test]
     fn a_real_signal_frame_reads_plausibly() {
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
         static SEEN: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
         extern "C" fn handler(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-            // SAFETY: an SA_SIGINFO handler's third argument is the
-            // interrupted context.
+            // SAFETY: an SA_SIGINFO handler's third argument.
             let r = registers(unsafe { &*(uc as *const libc::ucontext_t) });
             for (to, from) in SEEN.iter().zip([r.pc, r.fp, r.sp, r.lr]) {
                 to.store(from, Relaxed);
             }
         }
-        // SAFETY: installs a handler for SIGURG (ignored by default, sent
-        // by nothing else in this test process) and restores the old one.
+        // SAFETY: a SIGURG handler (nothing else sends it here), restored.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = handler as *const () as usize;
@@ -206,11 +184,9 @@ mod tests {
             "sp {sp:#x}, a local at {here:#x}"
         );
         assert!(fp >= sp, "fp {fp:#x} below sp {sp:#x}");
-        // The signal arrives as the C library's `tgkill` wrapper returns:
-        // the pc is in code the loader knows.
+        // The pc is in `tgkill`'s code, which the loader knows.
         let pc = Arch::host().strip_code_address(pc);
-        // SAFETY: dladdr only reads the loader's tables; `info` is an
-        // out-pointer.
+        // SAFETY: dladdr reads the loader's tables into `info`.
         let known = unsafe {
             let mut info: libc::Dl_info = std::mem::zeroed();
             libc::dladdr(pc as *const libc::c_void, &mut info) != 0

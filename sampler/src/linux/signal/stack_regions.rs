@@ -1,27 +1,14 @@
-//! The readable, writable mappings of this process, for the signal handler
-//! to bound its walk.
-//!
-//! A thread's stack bounds cannot be asked for from inside a signal handler
-//! (`pthread_getattr_np` allocates and, for the main thread, reads
-//! `/proc/self/maps`). Instead the sampler thread parses `/proc/self/maps`
-//! and publishes the `rw` mappings here; the handler finds the mapping that
-//! contains the interrupted stack pointer, and bounds the walk by its end.
-//! The snapshot only bounds the walk; it proves nothing about what is
-//! mapped at the moment of a read (a coroutine runtime may have unmapped
-//! part of it since), so the handler reads through
-//! [`super::checked_memory`], which cannot fault.
-//!
-//! The snapshot is refreshed whenever a new thread appears (before that
-//! thread is signalled), so a stack mapped for a new thread is always in it.
-//! Publication is a double buffer with reader counts: the handler copies
-//! out one `(start, end)` pair and leaves, and the writer only ever rewrites
-//! the buffer no handler is reading. Everything is static, so a handler that
-//! runs late, after the profiler stopped, still reads valid memory.
+//! The readable, writable mappings of this process, which bound the
+//! handler's walk. A handler cannot ask for stack bounds
+//! (`pthread_getattr_np` allocates), so the sampler thread publishes the
+//! `rw` mappings here, refreshed before a new thread is first signalled.
+//! They prove nothing at the moment of a read ([`super::checked_memory`]).
+//! Publication is a static double buffer with reader counts: the writer
+//! only rewrites the buffer no handler reads.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 
-/// Mappings kept per snapshot; a process with more `rw` mappings loses the
-/// highest ones (their stacks then sample as `NoBounds`, which is counted).
+/// Mappings kept per snapshot; beyond it, stacks sample as `NoBounds`.
 pub(crate) const MAX_REGIONS: usize = 8192;
 
 struct RegionBuf {
@@ -41,11 +28,9 @@ impl RegionBuf {
 }
 
 static BUFS: [RegionBuf; 2] = [RegionBuf::new(), RegionBuf::new()];
-/// Whether the published snapshot was read after the running sampler last
-/// listed a thread it had not seen: then every thread it signals, or
-/// gives a timer, had its stack block mapped when the snapshot was read.
-/// [`super::own_stack`] reads a thread's stack directly only then. False
-/// with no sampler running (one-shot captures read an old snapshot).
+/// Whether the snapshot was read after the running sampler last listed a
+/// new thread, so each thread it signals had its stack block mapped then
+/// ([`super::own_stack`] relies on it). False with no sampler running.
 static COVERS_LISTED: AtomicBool = AtomicBool::new(false);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
@@ -58,8 +43,7 @@ pub(crate) fn region_containing(addr: u64) -> Option<(u64, u64)> {
         if CURRENT.load(SeqCst) == i {
             break i;
         }
-        // The writer flipped between our load and our claim: this buffer
-        // may be rewritten now. Let go and read the current one.
+        // The writer flipped before our claim and may rewrite this buffer.
         READERS[i].fetch_sub(1, SeqCst);
     };
     let buf = &BUFS[index];
@@ -82,23 +66,22 @@ pub(crate) fn region_containing(addr: u64) -> Option<(u64, u64)> {
     found
 }
 
-/// Whether the published snapshot is newer than every thread the running
-/// sampler has listed. Async-signal-safe.
+/// Whether the snapshot is newer than every listed thread.
+/// Async-signal-safe.
 pub(crate) fn covers_listed() -> bool {
     COVERS_LISTED.load(SeqCst)
 }
 
 /// Sampler thread only: `true` right after a snapshot read once every
-/// listed thread was listed; `false` when a listing finds a thread the
-/// snapshot may predate, and when the sampler stops.
+/// thread was listed; `false` when a listing finds a new thread or the
+/// sampler stops.
 pub(crate) fn set_covers_listed(covers: bool) {
     COVERS_LISTED.store(covers, SeqCst);
 }
 
-/// In a forked child: forgets the readers. A parent thread that was inside
-/// [`region_containing`] does not exist in the child and would hold its
-/// buffer forever. No sampler runs in the child, so no thread's stack is
-/// read directly until one starts and lists them. Async-signal-safe.
+/// In a forked child: forgets the readers (parent threads inside
+/// [`region_containing`] do not exist there) and [`covers_listed`].
+/// Async-signal-safe.
 pub(crate) fn reset_after_fork() {
     for readers in &READERS {
         readers.store(0, SeqCst);
@@ -106,9 +89,8 @@ pub(crate) fn reset_after_fork() {
     COVERS_LISTED.store(false, SeqCst);
 }
 
-/// Publishes `regions` (sorted, non-overlapping). Returns `false`, changing
-/// nothing, when a handler still holds the spare buffer; try again later.
-/// Only the sampler thread calls this.
+/// Publishes sorted, disjoint `regions`; `false`, changing nothing, while a
+/// handler holds the spare buffer. Sampler thread only.
 pub(crate) fn publish(regions: &[(u64, u64)]) -> bool {
     let spare = 1 - CURRENT.load(SeqCst);
     if READERS[spare].load(SeqCst) != 0 {
@@ -184,8 +166,7 @@ mod tests {
 
     #[test]
     fn lookup_finds_this_threads_stack() {
-        // The statics are process-wide; this is the only test that
-        // publishes, and it only checks the stack of its own thread.
+        // The only test that publishes; it checks only its own stack.
         let mut scratch = Vec::new();
         assert!(refresh(&mut scratch));
         let local = 0u64;

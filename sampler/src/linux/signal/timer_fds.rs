@@ -1,7 +1,6 @@
-//! Which perf descriptors are btprof's signal timers: a static bitmap the
-//! handler reads to take a poll-band signal as a sample only from one of
-//! them. A descriptor is registered before its signal is enabled and
-//! removed after it is disabled.
+//! Which perf descriptors are btprof's signal timers, so the handler takes
+//! only their poll-band signals as samples. A descriptor is registered
+//! before its signal is enabled and removed after it is disabled.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

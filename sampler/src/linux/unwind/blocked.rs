@@ -1,17 +1,10 @@
-//! The frame pointer of a thread blocked in a system call, which the
-//! kernel does not report.
+//! The frame pointer of a thread blocked in a system call, which
+//! `/proc/self/task/TID/syscall` does not report.
 //!
-//! `/proc/self/task/TID/syscall` gives a blocked thread's stack pointer and
-//! pc, not its frame pointer, and a thread of our own process cannot be
-//! asked for more without interrupting it. The system call wrappers of the
-//! C library have call frame information and no frame pointer of their
-//! own, so CFI unwinds them from sp and pc alone; the first caller whose
-//! canonical frame address is computed from the frame pointer (code built
-//! with frame pointers) needs the register, which the wrappers left as it
-//! was: its value is the address of that caller's frame record. That record
-//! is found in the copied stack as the lowest address above the caller's
-//! stack pointer holding a frame record (a saved frame pointer above it in
-//! the stack, then a return address into a known module) whose chain goes on.
+//! The C library's syscall wrappers have CFI and keep the caller's frame
+//! pointer, so the first frame that needs it finds it pointing at its own
+//! frame record: the lowest address above that frame's sp in the copy
+//! that holds a plausible chain of records.
 
 use framehop::{FrameAddress, Unwinder};
 
@@ -20,21 +13,17 @@ use crate::walker::Arch;
 use super::super::signal::stack_copy::CopiedStack;
 use super::{initial_regs, sp_fp, CfiWalker};
 
-/// Frames unwound with CFI before the frame pointer is first needed: the
-/// wrappers are one to three frames deep.
+/// Frames unwound with CFI before the frame pointer is needed.
 const MAX_CFI_FRAMES: usize = 16;
 /// Frame records checked above a candidate before it is believed.
 const CHAIN_CHECK: usize = 2;
-/// The frame pointer CFI starts with: not zero (which unwinders take for
-/// the end of the chain), and never inside a stack copy, so a frame that
-/// computes its frame address from it fails to read and says it needs it.
+/// The frame pointer CFI starts with: not zero (a chain's end) and never
+/// in a copy, so a frame that needs it fails to read.
 const UNKNOWN_FP: u64 = 0x10;
 
 impl CfiWalker {
-    /// The registers of a thread blocked in a system call at `sp` and
-    /// `pc`, whose stack from `base` up is copied in `words`: the frame
-    /// pointer recovered from the copy ([`Self::frame_pointer_at_syscall`]),
-    /// 0 where it cannot be.
+    /// The registers of a thread blocked at `sp` and `pc`, its stack from
+    /// `base` in `words`; fp from the copy, or 0.
     pub(crate) fn registers_at_syscall(
         &mut self,
         pc: u64,
@@ -53,9 +42,8 @@ impl CfiWalker {
         regs
     }
 
-    /// The frame pointer of the thread whose stack `copy` holds, taken at
-    /// a system call (`copy.regs.fp` is ignored), or `None` where the copy
-    /// holds no frame record CFI unwinding needs.
+    /// The frame pointer at a system call of the thread whose stack `copy`
+    /// holds, or `None` where CFI needs none.
     pub(crate) fn frame_pointer_at_syscall(&mut self, copy: &CopiedStack<'_>) -> Option<u64> {
         let arch = Arch::host();
         let mut regs = initial_regs(&crate::walker::Registers {
@@ -67,8 +55,7 @@ impl CfiWalker {
         for _ in 0..MAX_CFI_FRAMES {
             let (sp, fp) = sp_fp(&regs);
             if fp != UNKNOWN_FP {
-                // CFI restored the frame pointer from the stack: it is
-                // known from here on, so the starting value does not matter.
+                // CFI restored the frame pointer: its start value is moot.
                 return None;
             }
             match self.modules.unwinder().unwind_frame(
@@ -91,17 +78,10 @@ impl CfiWalker {
         None
     }
 
-    /// The lowest 8-aligned address at or above `sp` in `copy` that holds
-    /// a frame record whose chain continues for [`CHAIN_CHECK`] records
-    /// through return addresses in known code; failing that, the lowest
-    /// whose chain ends sooner with a zero frame pointer.
-    ///
-    /// A zero saved frame pointer marks the outermost frame, but a zero
-    /// word followed by a stale return address is common in a frame's
-    /// locals (left by an earlier, deeper call): taken first, it ended the
-    /// walk two frames in, with the frame needing the pointer repeated. A
-    /// chain that ends at once is believed only where no longer one is
-    /// found.
+    /// The lowest aligned address at or above `sp` holding a record whose
+    /// chain holds for [`CHAIN_CHECK`] records; failing that, the lowest
+    /// ending early with a zero. Zero-then-stale-return pairs are common
+    /// among locals, so a chain ending at once is the last resort.
     fn lowest_frame_record(&self, copy: &CopiedStack<'_>, sp: u64) -> Option<u64> {
         let arch = Arch::host();
         let mut candidate = sp.next_multiple_of(8);
@@ -119,11 +99,9 @@ impl CfiWalker {
         shorter
     }
 
-    /// How many frame records from `start` were checked and hold (a
-    /// return address into known code, then a saved frame pointer above
-    /// the record, or zero), at most [`CHAIN_CHECK`]; `None` where one
-    /// does not. A chain that leaves the copy after its first record is
-    /// believed, as if checked in full.
+    /// How many records from `start` hold (return address in known code,
+    /// next record above or zero), at most [`CHAIN_CHECK`]; `None` if one
+    /// does not. Leaving the copy after the first counts as full.
     fn chain_length(&self, copy: &CopiedStack<'_>, start: u64, arch: Arch) -> Option<usize> {
         let mut record = start;
         for checked in 0..CHAIN_CHECK {

@@ -1,18 +1,9 @@
 //! The stack of a thread blocked in a system call, read from outside it.
 //!
-//! A thread blocked in `read`, `poll` or `nanosleep` must not be signalled:
-//! the signal would end its call with `EINTR` (or restart it), and the
-//! program must not be able to tell it was looked at. The kernel reports
-//! its user stack pointer and pc in `/proc/self/task/TID/syscall`; its
-//! stack is copied from there with `process_vm_readv`, its frame pointer
-//! recovered from the copy (the kernel does not report it; see
-//! `unwind/blocked.rs`) and the copy unwound with CFI. The thread is then
-//! checked to be still blocked at the same stack pointer and pc, so the
-//! copy is of the stack it is blocked on.
-//!
-//! Thread dumps read every blocked thread this way, and wall-mode
-//! profiles read a thread this way each time it is found blocked after
-//! running, so its off-CPU samples show where it waits.
+//! A blocked thread is never signalled (that could end its call with
+//! `EINTR`). Its sp and pc come from `/proc/self/task/TID/syscall`, its
+//! stack is copied, its frame pointer recovered ([`super::blocked`]) and
+//! the copy unwound; it must then still be blocked at the same sp and pc.
 
 use crate::walker::{self, Arch, StackBounds};
 
@@ -26,18 +17,17 @@ pub(crate) use super::super::signal::dump_slot::COPY_WORDS;
 
 /// What reading a blocked thread's stack came to.
 pub(crate) enum BlockedRead<'a> {
-    /// Its frames, innermost first; it was still blocked where it was read.
+    /// Its frames; it was still blocked where it was read.
     Read(Completed<'a>),
-    /// It ran meanwhile: the copy may be of another stack.
+    /// It ran meanwhile.
     Moved,
     /// It exited.
     Gone,
 }
 
-/// Buffers for reading blocked threads' stacks, reused from one to the next.
+/// Buffers for reading blocked threads' stacks, reused.
 pub(crate) struct BlockedStackReader {
-    /// This process's `rw` mappings, sorted: a thread's stack ends where
-    /// its mapping does.
+    /// This process's `rw` mappings, sorted: a stack ends with its mapping.
     regions: Vec<(u64, u64)>,
     copy: Vec<u64>,
     window: Vec<u64>,
@@ -64,8 +54,7 @@ impl BlockedStackReader {
         }
     }
 
-    /// Reads thread `tid`, which `/proc` found blocked in system call `nr`
-    /// at stack pointer `sp` and pc `pc`, and unwinds it with `cfi`.
+    /// Reads thread `tid`, blocked in system call `nr` at `sp` and `pc`.
     pub(crate) fn read<'a>(
         &mut self,
         tid: i32,
@@ -126,8 +115,7 @@ fn region_of(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
 pub(crate) enum Syscall {
     /// The thread is running: no registers to read.
     Running,
-    /// Blocked, in system call `nr` (-1: in the kernel, not in a system
-    /// call) with its user stack pointer and pc.
+    /// Blocked in call `nr` (-1: outside one), with user sp and pc.
     At { nr: i64, sp: u64, pc: u64 },
 }
 

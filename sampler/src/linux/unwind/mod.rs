@@ -1,36 +1,17 @@
-//! CFI-assisted walking: stacks through code built without frame pointers
-//! (the C library, distribution libraries, C dependencies).
+//! CFI-assisted walking through code without frame pointers (the C
+//! library, distribution libraries, C dependencies).
 //!
-//! Two halves, split so the signal handler stays as small as it was:
+//! The handler ([`stack_copy`](crate::linux::signal::stack_copy)) copies
+//! the registers and stack top and walks the frame pointers through the
+//! copy. The sampler thread ([`CfiWalker`]) then unwinds the copy with
+//! each module's `.eh_frame` through `framehop` ([`modules`]), using the
+//! frame pointer where a frame has no CFI, and where the copy ends joins
+//! the handler's walk at the frame pointer it reached.
 //!
-//! - the handler ([`stack_copy`](crate::linux::signal::stack_copy)) records the interrupted registers,
-//!   copies the top 16 KiB of the stack into its slot with the fault-safe
-//!   read, and walks the frame-pointer chain as before (through the copy);
-//! - the sampler thread ([`CfiWalker`]), before interning the sample,
-//!   unwinds the copy with each module's `.eh_frame` through `framehop`
-//!   ([`modules`]), frame by frame: a frame whose code has CFI is unwound
-//!   by it, one without falls back to its frame pointer. Where the copy
-//!   ends, the walk joins the handler's frame-pointer walk at the frame
-//!   whose frame pointer it reached, and keeps that walk's remaining
-//!   return addresses.
-//!
-//! Why not unwind in the handler (framehop supports it allocation-free,
-//! with one cache per slot)? Measured with the overhead bench
-//! (`benches/overhead/`): both cost the same CPU per sample, since
-//! the unwinding is the same work, but in the handler it runs on the
-//! interrupted thread's stack, and gimli's allocation-free evaluation
-//! keeps its register rules and expression stack there: several KiB,
-//! against the 512 bytes a sample may cost a thread with a small stack
-//! (`sampler/tests/host_unchanged/small_stack.rs`). Here, nothing of it runs in the handler, the
-//! module list is never read by a handler (so no handler can see it
-//! half-updated, and `dlclose` cannot pull unwind data from under one),
-//! and the sampler thread may allocate and take the loader lock.
-//!
-//! What is lost: a frame without frame pointers whose return address lies
-//! more than 16 KiB above the stack pointer (below frames whose stack use
-//! exceeds that) ends the walk there, counted as truncated. (Samples the
-//! kernel takes of threads born while sampling carry their own 8 KiB
-//! copy: see `born_threads`.)
+//! Unwinding stays out of the handler: gimli's allocation-free evaluation
+//! would use several KiB of the interrupted stack, over the handler's
+//! budget, and a handler would read a module list `dlclose` can change.
+//! A frameless frame returning beyond the copy ends the walk (truncated).
 
 pub(crate) mod blocked;
 pub(crate) mod blocked_stack;
@@ -53,32 +34,27 @@ type NativeCache = framehop::CacheNative<MayAllocateDuringUnwind>;
 /// Where a walk's frames came from, for [`crate::SamplerStats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FrameSources {
-    /// Callers recovered from call frame information that following the
-    /// frame pointer would have got wrong or missed.
+    /// Callers from CFI that the frame pointer would have missed.
     pub cfi: u64,
-    /// Callers found by (or identical to) following the frame pointer.
+    /// Callers the frame pointer gives too.
     pub frame_pointer: u64,
 }
 
-/// The sampler thread's CFI unwinder: the module list, framehop's rule
-/// cache and an output buffer, reused for every sample.
+/// The sampler thread's CFI unwinder, reused for every sample.
 pub(crate) struct CfiWalker {
     modules: ModuleList,
     cache: NativeCache,
     out: Vec<u64>,
-    /// When the loader was last asked whether objects changed; `None`:
-    /// never yet.
+    /// When the loader was last asked whether objects changed.
     checked_at: Option<Instant>,
-    /// Whether a walk that met unknown code may still ask the loader
-    /// before the next [`CfiWalker::refresh_modules`] (once per tick).
+    /// Whether a walk meeting unknown code may still ask the loader this
+    /// tick.
     may_ask: bool,
 }
 
-/// How often the loader is asked whether objects were loaded or unloaded
-/// when no sample calls for it (to drop the copies of unloaded objects).
-/// `dl_iterate_phdr` takes the loader's lock; asking rarely keeps the
-/// sampler thread out of it (a `fork` while a thread holds it leaves it
-/// held in the child).
+/// How often the loader is asked for changes when no sample calls for it.
+/// `dl_iterate_phdr` takes the loader lock, and a `fork` while we hold it
+/// leaves it held in the child, so ask rarely.
 const CHECK_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A walk completed by [`CfiWalker::complete`]: borrowed frames, pc first.
@@ -89,9 +65,8 @@ pub(crate) struct Completed<'a> {
 }
 
 impl CfiWalker {
-    /// A walker with no modules yet: the first
-    /// [`CfiWalker::refresh_modules`] reads them (until then it unwinds
-    /// with frame pointers only). Sampler thread only.
+    /// A walker with no modules: frame pointers only until the first
+    /// [`CfiWalker::refresh_modules`]. Sampler thread only.
     pub fn new() -> Self {
         CfiWalker {
             modules: ModuleList::new(),
@@ -102,9 +77,8 @@ impl CfiWalker {
         }
     }
 
-    /// A walker over a module list read elsewhere (another process's,
-    /// [`modules::ModuleList::fixed`]): it never asks this process's
-    /// loader.
+    /// A walker over another process's list
+    /// ([`modules::ModuleList::fixed`]); it never asks our loader.
     pub fn with_modules(modules: ModuleList) -> Self {
         CfiWalker {
             modules,
@@ -112,11 +86,9 @@ impl CfiWalker {
         }
     }
 
-    /// Picks up objects loaded or unloaded since the last check, every
-    /// [`CHECK_INTERVAL`], and lets the next walk that meets code outside
-    /// every known object ask the loader at once (see
-    /// [`CfiWalker::complete`]). Cheap when nothing changed. Call once per
-    /// tick, between collections of samples.
+    /// Picks up loaded or unloaded objects every [`CHECK_INTERVAL`], and
+    /// lets the next walk meeting unknown code ask the loader at once.
+    /// Call once per tick, between collections.
     pub fn refresh_modules(&mut self) {
         if self
             .checked_at
@@ -127,34 +99,23 @@ impl CfiWalker {
         self.may_ask = true;
     }
 
-    /// Whether this process's module list was read: at the first
-    /// [`CfiWalker::refresh_modules`]; until then walks unwind with frame
-    /// pointers only. (A walker made [`CfiWalker::with_modules`] never
-    /// reads it.)
+    /// Whether this process's module list was read.
     pub fn modules_read(&self) -> bool {
         self.checked_at.is_some()
     }
 
-    /// Asks the loader whether objects changed, and reads them if so.
-    /// Returns whether the list changed.
+    /// Asks the loader for changes, rereading if any; returns whether the
+    /// list changed.
     fn ask_loader(&mut self) -> bool {
         self.checked_at = Some(Instant::now());
         self.modules.refresh()
     }
 
     /// Completes one sample: unwinds `copy` with CFI and joins the
-    /// handler's frame-pointer walk (`fp_frames`, pc first, which ended
-    /// for `fp_end`) beyond it. At most `max_depth` frames.
-    ///
-    /// A walk that meets code outside every known object asks the loader
-    /// first (once per tick) and, if objects were loaded, unwinds again.
-    /// Such code is most often a library loaded since the last check: the
-    /// sample was taken after its `dlopen` returned, so a check made now,
-    /// after the sample was collected, finds it. Without it, every sample
-    /// taken in a new library until the next periodic check was unwound
-    /// with the frame pointer there, which in frameless code holds data:
-    /// those walks ended early (misaligned, or beyond the copy), or,
-    /// worse, followed a stale chain.
+    /// handler's walk (`fp_frames`, ended by `fp_end`) beyond it, at most
+    /// `max_depth` frames. Unknown code, most often a library `dlopen`ed
+    /// since the last check, makes it ask the loader (once per tick) and
+    /// unwind again, since that code's frame pointer may hold data.
     pub fn complete<'a>(
         &'a mut self,
         copy: &CopiedStack<'_>,
@@ -176,8 +137,7 @@ impl CfiWalker {
         }
     }
 
-    /// One unwind of `copy` into `self.out` with the current module list
-    /// (see [`CfiWalker::complete`]).
+    /// One unwind of `copy` into `self.out` with the current module list.
     fn unwind(
         &mut self,
         copy: &CopiedStack<'_>,
@@ -225,17 +185,16 @@ impl CfiWalker {
                     } else {
                         sources.cfi += 1;
                     }
-                    // The call instruction, not what follows it, is the
-                    // caller's code (a call may end its function).
+                    // The call, not the return address, is the caller's
+                    // code (a call may end its function).
                     unknown_code |= !modules.covers(stripped - 1);
                     out.push(stripped);
                     address = next;
                 }
                 Ok(None) => break WalkEnd::Complete,
                 Err(e) => {
-                    // The copy ends (or CFI gave up) at a frame whose frame
-                    // pointer is `fp`: continue with the handler's walk if
-                    // it passed through that frame record.
+                    // The copy ends (or CFI gave up) at the frame of `fp`:
+                    // join the handler's walk there.
                     if let Some(i) = join_index(copy, fp_frames.len(), fp, sp) {
                         let tail = &fp_frames[i + 1..];
                         let room = max_depth - out.len();
@@ -260,11 +219,8 @@ impl CfiWalker {
                 }
             }
         };
-        // CFI stopped short and got no further than the handler's
-        // frame-pointer walk (no unwind information where it stopped, and
-        // a copy too short to follow): keep the handler's walk, which is no
-        // worse and says why it stopped (its fault-safe read, for one, can
-        // tell memory that is gone from memory beyond the copy).
+        // CFI got no further than the handler's walk: keep that walk, whose
+        // fault-safe read says better why it stopped.
         if end.is_truncated() && out.len() <= fp_frames.len() {
             out.clear();
             let n = fp_frames.len().min(max_depth);
@@ -295,14 +251,12 @@ impl CfiWalker {
 struct Unwound {
     end: WalkEnd,
     sources: FrameSources,
-    /// Whether a frame's code (the pc, or a return address) lay outside
-    /// every known object.
+    /// Whether a frame's code lay outside every known object.
     unknown_code: bool,
 }
 
-/// The hook the sampler calls on each collected walk: completes it with
-/// CFI when there is a walker and a stack copy, and counts where its
-/// frames came from. Returns the frames to intern and how the walk ended.
+/// The sampler's hook on each collected walk: completes it with CFI when
+/// it can and counts frame sources; returns the frames and the end.
 pub(crate) fn finish<'a>(
     cfi: Option<&'a mut CfiWalker>,
     walk: &'a Collected<'a>,
@@ -323,12 +277,8 @@ pub(crate) fn finish<'a>(
             },
         ),
     };
-    // No code lives at address 0: a 0 among the callers is the end of a
-    // chain read from outside the handler (the kernel's call chain of a
-    // ring sample stores whatever return address the last frame record it
-    // reaches holds, 0 in zeroed memory), not a frame. Keeping it would
-    // put a nameless frame in the profile and make consumers look up the
-    // address before it.
+    // No code lives at 0: a 0 caller ends a chain read outside the handler
+    // (a ring sample's kernel call chain), not a frame.
     let kept = frames
         .iter()
         .skip(1)
@@ -340,11 +290,8 @@ pub(crate) fn finish<'a>(
     (&frames[..kept], end)
 }
 
-/// The index `i` in the handler's walk whose frame record is at `fp`: the
-/// walk's `fp_frames[i + 1]` is then the caller of the frame whose frame
-/// pointer is `fp`. The handler's chain is re-traced from the captured
-/// frame pointer through the copy; the first record beyond the copy is
-/// still recognised (its address was read from inside the copy).
+/// The index `i` in the handler's walk whose record is at `fp`, so
+/// `fp_frames[i + 1]` is that frame's caller; re-traced through the copy.
 fn join_index(copy: &CopiedStack<'_>, fp_len: usize, fp: u64, sp: u64) -> Option<usize> {
     if fp == 0 || fp < sp {
         return None;
@@ -387,13 +334,12 @@ mod tests {
     use super::*;
     use crate::walker::{walk, Registers, StackBounds, StackMemory};
 
-    /// This function's return address: a real one, into its caller, which
-    /// (as all Rust code here) keeps a frame pointer.
+    /// This function's return address, into a caller with a frame pointer.
     #[inline(never)]
     fn return_address() -> u64 {
         let ret: u64;
-        // SAFETY: reads this function's own frame record, at `rbp` (frame
-        // pointers are forced for the whole workspace); no side effects.
+        // SAFETY: reads this function's own frame record at `rbp` (frame
+        // pointers are forced); no side effects.
         unsafe { core::arch::asm!("mov {}, [rbp + 8]", out(reg) ret, options(nostack, readonly)) };
         ret
     }
@@ -424,12 +370,10 @@ mod tests {
         (out[..w.depth].to_vec(), w.end)
     }
 
-    /// A 0 among a walk's callers ends it, on either path (no CFI walker,
-    /// and a CFI walk that keeps the frames it was given).
+    /// A 0 among a walk's callers ends it, with or without a CFI walker.
     #[test]
     fn a_zero_caller_ends_the_walk() {
-        // Code outside every object, whose frame pointer lies beyond the
-        // copy: CFI gets no further than the given frames, and keeps them.
+        // Unknown code, fp beyond the copy: the given frames are kept.
         let chain = [0x10_0000u64, 0x10_2000, 0, 0x10_3000];
         let regs = Registers {
             pc: chain[0],
@@ -456,16 +400,9 @@ mod tests {
         }
     }
 
-    /// A sample taken at the first instruction of a frameless library's
-    /// function, in a library loaded after the walker last read the
-    /// module list (as when a thread `dlopen`s a library and runs it
-    /// before the sampler's next periodic check). The return address is
-    /// at `sp`; `rbp` is either still the caller's frame pointer, whose
-    /// record ends the chain, or data (a frameless caller). With the
-    /// library's CFI the caller is found in both cases; walked by frame
-    /// pointer, as code outside every known object is, the caller is
-    /// skipped in the first case and the walk ends misaligned at the leaf
-    /// in the second.
+    /// A frameless function in a library loaded after the last check:
+    /// with its CFI the caller is found, whether `rbp` is the caller's
+    /// frame pointer or data.
     #[test]
     fn code_loaded_since_the_last_check_is_unwound_with_its_cfi() {
         let _turn = modules::tests::LOADER
@@ -474,8 +411,7 @@ mod tests {
         let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
             panic!("the C test library was not built (see the build script's warning)");
         };
-        // Both walkers read the module list before the library is loaded,
-        // and a tick passed since.
+        // Both walkers read the module list before the library is loaded.
         let mut walkers = [CfiWalker::new(), CfiWalker::new()];
         for w in &mut walkers {
             w.refresh_modules();
@@ -494,8 +430,7 @@ mod tests {
 
         let ret = return_address();
         let base = 0x7ff0_0000_0000u64;
-        // [sp] = the leaf's return address; at sp + 16 a frame record
-        // ending the chain (saved frame pointer 0, return address 0).
+        // [sp] = the leaf's return address; at sp + 16 a last record.
         let words = [ret, 0, 0, 0];
         let end_of_stack = base + 8 * words.len() as u64;
 

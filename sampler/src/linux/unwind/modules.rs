@@ -1,24 +1,10 @@
 //! The loaded modules' unwind information, for CFI unwinding.
 //!
-//! Built by the sampler thread from `dl_iterate_phdr`: each object's
-//! executable range and its `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`,
-//! the binary-search index) and the `.eh_frame` it points to. Both are
-//! *copied* out of the object's mapping while `dl_iterate_phdr` holds the
-//! loader lock (so the object cannot be unloaded mid-copy): a later
-//! `dlclose` unmaps the object, never the copy, so nothing that unwinds
-//! with this list can touch unmapped memory.
-//!
-//! The list is rebuilt only when the loader says something changed
-//! (`dlpi_adds` / `dlpi_subs`, checked with a one-object iteration that
-//! costs well under a microsecond), and a rebuild copies only objects it
-//! has not seen: the copies are kept by (base address, `.eh_frame_hdr`
-//! address), and dropped when their object is gone. The walker asks
-//! periodically, and at once (once per tick) when a sample ran in code
-//! outside every listed object (see [`super::CfiWalker::complete`]).
-//!
-//! No signal handler ever reads this list: handlers copy registers and the
-//! top of the stack, and the sampler thread unwinds those copies with it
-//! (see [`super`]). So there is no half-updated list a handler could see.
+//! Built by the sampler thread from `dl_iterate_phdr`. The sections are
+//! *copied* while it holds the loader lock, so a later `dlclose` never
+//! leaves an unwind reading unmapped memory. The list is rebuilt only when
+//! `dlpi_adds` / `dlpi_subs` change, copying only new objects. No signal
+//! handler reads it (see [`super`]).
 
 use std::ffi::CStr;
 use std::ops::Range;
@@ -29,24 +15,22 @@ use hashbrown::HashMap;
 /// The framehop unwinder for this architecture over owned section copies.
 pub(crate) type NativeUnwinder = framehop::UnwinderNative<Vec<u8>, MayAllocateDuringUnwind>;
 
-/// `.eh_frame` of one object can be large (a browser's is tens of MB);
-/// beyond this it is not copied and its code is walked with frame pointers.
+/// Beyond this `.eh_frame` is not copied; frame pointers walk the code.
 pub(crate) const MAX_EH_FRAME_BYTES: usize = 64 << 20;
 
 /// Objects already copied, by (load bias, `.eh_frame_hdr` address).
 type Known = HashMap<(u64, u64), (ModuleInfo, Module<Vec<u8>>)>;
 
-/// What one object contributes, as found by `dl_iterate_phdr` (or, for
-/// another process, in its memory: see `remote_modules`).
+/// One object's contribution, from `dl_iterate_phdr` or another process's
+/// memory (`dump::remote::modules`).
 pub(crate) struct Found {
     pub key: (u64, u64),
     pub name: String,
-    /// The executable segments' span, as mapped.
+    /// The executable segments' mapped span.
     pub code: Range<u64>,
-    /// Load bias (`dlpi_addr`): mapped address minus the file's address.
+    /// Load bias (`dlpi_addr`).
     pub bias: u64,
-    /// `.eh_frame_hdr` and `.eh_frame`, file addresses and copies; `None`
-    /// when the object was already known (no copy was made).
+    /// Section addresses and copies; `None` if already known.
     pub sections: Option<Sections>,
 }
 
@@ -58,17 +42,17 @@ pub(crate) struct Sections {
     pub eh_frame: Vec<u8>,
 }
 
-/// A loaded object in the list: its name and code range, for reports.
+/// A loaded object's name and code range, for reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModuleInfo {
-    /// The path the loader reports (empty for the main program).
+    /// The loader's path (empty for the main program).
     pub name: String,
     /// Mapped executable range.
     pub code: Range<u64>,
 }
 
-/// The unwinder over every loaded object with `.eh_frame_hdr`, kept up to
-/// date with the loader. Owned by the sampler thread.
+/// The unwinder over every loaded object with `.eh_frame_hdr`. Sampler
+/// thread only.
 pub(crate) struct ModuleList {
     adds: u64,
     subs: u64,
@@ -76,10 +60,9 @@ pub(crate) struct ModuleList {
     unwinder: NativeUnwinder,
     /// The known objects' code ranges, sorted, for [`ModuleList::covers`].
     ranges: Vec<Range<u64>>,
-    /// Times the list was rebuilt, for tests and stats.
+    /// Times the list was rebuilt, for tests.
     rebuilds: u64,
-    /// Another process's objects, given once: [`ModuleList::refresh`]
-    /// never asks this process's loader.
+    /// Another process's objects: [`ModuleList::refresh`] leaves them.
     fixed: bool,
 }
 
@@ -97,8 +80,7 @@ impl ModuleList {
         }
     }
 
-    /// A list of objects found elsewhere (another process's), kept as
-    /// given: [`ModuleList::refresh`] leaves it alone.
+    /// Another process's objects, never refreshed.
     pub fn fixed(found: Vec<Found>) -> Self {
         let mut list = ModuleList::new();
         list.install(found);
@@ -129,9 +111,8 @@ impl ModuleList {
         self.rebuilds
     }
 
-    /// Rebuilds the list if objects were loaded or unloaded since the last
-    /// call. Returns whether it did. Sampler thread only (takes the
-    /// loader's lock; never call it from a signal handler).
+    /// Rebuilds the list if the loader's objects changed; returns whether
+    /// it did. Takes the loader lock: never from a signal handler.
     pub fn refresh(&mut self) -> bool {
         if self.fixed {
             return false;
@@ -146,9 +127,7 @@ impl ModuleList {
             found: &mut found,
             counters: None,
         };
-        // SAFETY: the callback matches dl_iterate_phdr's contract and only
-        // reads the headers and segments of the object it is handed, which
-        // stays loaded for the duration of the call.
+        // SAFETY: the callback reads only the object it is handed.
         unsafe {
             libc::dl_iterate_phdr(Some(collect_object), &mut cx as *mut IterateCx as *mut _);
         }
@@ -159,8 +138,7 @@ impl ModuleList {
         true
     }
 
-    /// Makes `found` the list: new objects get a framehop module from
-    /// their copied sections, known ones (no sections) keep theirs.
+    /// Makes `found` the list, keeping known objects' modules.
     fn install(&mut self, found: Vec<Found>) {
         let mut next = HashMap::with_capacity(found.len());
         for f in found {
@@ -211,13 +189,11 @@ struct IterateCx<'a> {
     counters: Option<(u64, u64)>,
 }
 
-/// The loader's load and unload counters (`dlpi_adds`, `dlpi_subs`), or
-/// `u64::MAX` for both where the C library does not provide them (then
-/// the list is rebuilt every time).
+/// `(dlpi_adds, dlpi_subs)`, or `u64::MAX` for both where missing (then
+/// every refresh rebuilds).
 fn loader_counters() -> (u64, u64) {
     let mut counters = (u64::MAX, u64::MAX);
-    // SAFETY: the callback only reads the info struct it is handed and
-    // stops the iteration after the first object.
+    // SAFETY: the callback reads only its info and stops after one.
     unsafe {
         libc::dl_iterate_phdr(
             Some(read_counters),
@@ -239,8 +215,8 @@ unsafe extern "C" fn read_counters(
     size: usize,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info of `size` bytes, and
-    // `data` is the `(u64, u64)` `loader_counters` passed.
+    // SAFETY: `info` is valid for `size` bytes; `data` is
+    // `loader_counters`'s pair.
     unsafe {
         if has_counters(size) {
             *(data as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs);
@@ -254,8 +230,8 @@ unsafe extern "C" fn collect_object(
     size: usize,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: `data` is the `IterateCx` `refresh` passed, and `info` is
-    // valid for `size` bytes during this call (dl_iterate_phdr's contract).
+    // SAFETY: `data` is `refresh`'s `IterateCx`; `info` is valid for
+    // `size` bytes.
     let (cx, info) = unsafe { (&mut *(data as *mut IterateCx), &*info) };
     if cx.counters.is_none() && has_counters(size) {
         cx.counters = Some((info.dlpi_adds, info.dlpi_subs));
@@ -267,8 +243,7 @@ unsafe extern "C" fn collect_object(
     0
 }
 
-/// Reads one object's headers and, if it is new, copies its unwind
-/// sections.
+/// Reads one object's headers and, if new, copies its unwind sections.
 ///
 /// # Safety
 /// `info` must be an entry `dl_iterate_phdr` is handing out right now.
@@ -332,8 +307,8 @@ unsafe fn describe(info: &libc::dl_phdr_info, known: &Known) -> Option<Found> {
     };
     let eh_frame_start = eh_frame_address(hdr_bytes, hdr.start)?;
     let segment = readable(eh_frame_start)?;
-    // SAFETY: `[eh_frame_start, segment.end)` is readable (a loaded
-    // segment's file-backed part).
+    // SAFETY: `[eh_frame_start, segment.end)` is a loaded segment's
+    // file-backed part.
     let rest = unsafe {
         std::slice::from_raw_parts(
             eh_frame_start as *const u8,
@@ -358,8 +333,7 @@ unsafe fn describe(info: &libc::dl_phdr_info, known: &Known) -> Option<Found> {
     })
 }
 
-/// Decodes `.eh_frame_hdr`'s `eh_frame_ptr` (the address of `.eh_frame`),
-/// given the header's bytes and mapped address.
+/// Decodes `.eh_frame_hdr`'s `eh_frame_ptr`, given its mapped address.
 pub(crate) fn eh_frame_address(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
     const ABSPTR: u8 = 0x00;
     const UDATA4: u8 = 0x03;
@@ -387,8 +361,8 @@ pub(crate) fn eh_frame_address(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
     }
 }
 
-/// The length of the `.eh_frame` records at the start of `bytes`: up to
-/// and including the zero terminator, or up to the last whole record.
+/// The length of the `.eh_frame` records at the start of `bytes`, through
+/// the terminator or the last whole record.
 pub(crate) fn eh_frame_len(bytes: &[u8]) -> usize {
     let mut at = 0usize;
     loop {
@@ -424,8 +398,7 @@ pub(crate) fn eh_frame_len(bytes: &[u8]) -> usize {
 pub(super) mod tests {
     use super::*;
 
-    /// The loader's counters are process-wide: tests that load objects
-    /// and tests that expect no change take turns.
+    /// The loader's counters are process-wide: such tests take turns.
     pub(in crate::linux::unwind) static LOADER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
@@ -455,8 +428,7 @@ pub(super) mod tests {
         assert_eq!(list.rebuilds(), 1);
     }
 
-    /// `dlopen` adds the object's unwind information, `dlclose` takes it
-    /// away again (the copy goes with it; nothing pointed into the mapping).
+    /// `dlopen` adds an object's unwind information, `dlclose` removes it.
     #[test]
     fn follows_dlopen_and_dlclose() {
         let _turn = LOADER.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,30 +1,12 @@
 //! One-shot captures of another process's threads (`btprof dump --pid`).
 //!
-//! Threads are listed from `/proc/PID/task` and captured one after the
-//! other, each as the in-process dump captures its own threads, with
-//! `ptrace` where that dump uses its signal:
-//!
-//! - **A running thread** (`R` in `/proc/PID/task/TID/stat`) is seized
-//!   and stopped with `PTRACE_INTERRUPT`; its registers are read
-//!   (`PTRACE_GETREGSET`), the live part of its stack (from the stack
-//!   pointer to the end of its mapping, at most [`COPY_BYTES`]) copied
-//!   with `process_vm_readv`, and the thread detached at once
-//!   ([`ptrace`]).
-//! - **A thread blocked in the kernel** is never stopped: a ptrace stop
-//!   ends some blocking calls with `EINTR` even though no signal handler
-//!   runs (measured: every `PTRACE_INTERRUPT` of a thread in `epoll_wait`
-//!   made it fail with `EINTR`, while `read`, `poll` and `nanosleep` were
-//!   restarted unseen). Its user stack pointer and pc come from
-//!   `/proc/PID/task/TID/syscall`, its stack is copied from there, its
-//!   frame pointer recovered from the copy as for the in-process dump
-//!   (`unwind/blocked.rs`), and it is checked to be still blocked at the
-//!   same place afterwards (else read again, up to four times).
-//!
-//! Unwinding (frame pointers, then CFI through the process's own
-//! `.eh_frame`, [`modules`]) runs on the copies after every thread is
-//! going again. The residual race is the in-process dump's: a thread seen
-//! running may enter a blocking call in the microseconds before the
-//! interrupt lands.
+//! Each thread is captured in turn, with `ptrace` where the in-process
+//! dump signals: a running thread is seized, stopped with
+//! `PTRACE_INTERRUPT`, its registers read and stack copied, and detached
+//! at once ([`ptrace`]). A thread blocked in the kernel is never stopped
+//! (a ptrace stop can end `epoll_wait` with `EINTR`): it is read from
+//! outside as `unwind::blocked_stack` does. Unwinding ([`modules`]) runs
+//! on the copies once every thread is going again.
 
 mod modules;
 mod ptrace;
@@ -45,26 +27,18 @@ use super::super::MAX_DEPTH;
 
 use self::ptrace::StopError;
 
-/// Stack copied per thread, at most: 512 KiB. The whole walk runs on the
-/// copy (the thread runs on once it is taken), so it is larger than the
-/// in-process dump's; a copy stops at the end of the stack's mapping, so
-/// most are a few KiB.
+/// Stack copied per thread, at most, up to the mapping's end; larger than
+/// in-process since the whole walk runs on the copy.
 pub(crate) const COPY_BYTES: usize = 512 << 10;
 /// Tries at reading a blocked thread that keeps moving.
 const TRIES: usize = 4;
-/// For btprof's own tests only: milliseconds to keep each stopped thread
-/// stopped, so a test can kill btprof while a thread is held.
+/// For btprof's own tests: milliseconds to hold each stopped thread.
 pub(crate) const HOLD_STOPPED_ENV: &str = "BTPROF_TEST_HOLD_STOPPED_MS";
 
-/// The raw stack of every thread of process `pid`, each stopped (if it
-/// is running) only for its register read and stack copy; a thread
-/// blocked in the kernel is read without being stopped. Unwound after
-/// every thread runs again; symbols are the caller's business.
-///
-/// Fails with [`Error::NoSuchProcess`], [`Error::OwnProcess`] (a process
-/// cannot trace itself: [`crate::one_shot::capture_threads`] takes its
-/// dump), or [`Error::TraceRefused`] when the kernel does not let this
-/// process trace it.
+/// The raw stack of every thread of process `pid`, each stopped only for
+/// its register read and stack copy if running. Fails with
+/// [`Error::NoSuchProcess`], [`Error::OwnProcess`] (see
+/// [`crate::one_shot::capture_threads`]) or [`Error::TraceRefused`].
 pub fn capture_process(pid: u32) -> Result<Vec<CapturedThread>, Error> {
     // SAFETY: getpid has no preconditions.
     if pid == unsafe { libc::getpid() } as u32 {
@@ -81,7 +55,7 @@ pub fn capture_process(pid: u32) -> Result<Vec<CapturedThread>, Error> {
             io::ErrorKind::PermissionDenied => refused(),
             _ => Error::Io(e),
         })?;
-    // The system call file asks for the same permission as `ptrace`.
+    // This file needs the same permission as `ptrace`.
     if let Err(e) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) {
         return Err(match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => refused(),
@@ -132,21 +106,20 @@ fn list_tasks(pid: u32) -> io::Result<Vec<i32>> {
 }
 
 /// Copies up to `out.len()` bytes at `addr` of process `pid`; returns how
-/// many were copied (a prefix up to the first unreadable page).
+/// many were copied.
 pub(super) fn read_memory(pid: i32, addr: u64, out: &mut [u8]) -> usize {
     // SAFETY: `out` is valid for writes of its own length.
     unsafe { checked_memory::read_process(pid, addr, out.as_mut_ptr(), out.len()) }
 }
 
-/// The kernel refused to let us trace a thread: the whole capture fails.
+/// The kernel refused to let us trace a thread: the capture fails.
 struct Refusal;
 
 /// What one capture keeps from thread to thread.
 struct Session {
     pid: i32,
     cfi: CfiWalker,
-    /// The process's `rw` mappings, sorted: a stack ends where its
-    /// mapping does.
+    /// The process's `rw` mappings, sorted: a stack ends with its mapping.
     regions: Vec<(u64, u64)>,
     copy: Vec<u64>,
     fp_frames: Vec<u64>,
@@ -214,7 +187,7 @@ impl Session {
             |state, why| CapturedThread::not_taken(tid as u64, name.clone(), state, None, why);
         let stopped = match ptrace::stop(tid) {
             Ok(stopped) => stopped,
-            // Traced by a debugger already: only this thread is unreadable.
+            // Traced by a debugger: only this thread is unreadable.
             Err(StopError::Refused) if self.traced() => {
                 return Ok(not_taken(RunState::Running, NotTaken::Unreadable))
             }
@@ -251,8 +224,7 @@ impl Session {
         })
     }
 
-    /// A thread blocked at `sp` and `pc` in system call `nr`, read
-    /// without stopping it.
+    /// A thread blocked at `sp` and `pc` in call `nr`, read without a stop.
     fn read_blocked(&mut self, tid: i32, nr: i64, sp: u64, pc: u64) -> Outside {
         let (base, len) = self.copy_stack(sp);
         let regs = self
@@ -273,24 +245,21 @@ impl Session {
         Outside::Read(frames, end)
     }
 
-    /// Copies the stack from `sp` to the end of its mapping (at most
-    /// [`COPY_BYTES`]) into `self.copy`; returns its base and length in
-    /// words.
+    /// Copies the stack from `sp` to its mapping's end; returns its base
+    /// and length in words.
     fn copy_stack(&mut self, sp: u64) -> (u64, usize) {
         let base = sp & !7;
         let high = region_end(&self.regions, sp).unwrap_or(base + COPY_BYTES as u64);
         let words = ((high.saturating_sub(base)) / 8).min(self.copy.len() as u64) as usize;
         let buf = &mut self.copy[..words];
-        // SAFETY: a `u64` slice viewed as its bytes: same memory, any bit
-        // pattern is a valid `u8` and a valid `u64`.
+        // SAFETY: a `u64` slice viewed as bytes; every bit pattern is valid.
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) };
         let got = read_memory(self.pid, base, bytes);
         (base, got / 8)
     }
 
-    /// Walks `self.copy[..len]` (copied from `base`), taken at `regs`:
-    /// frame pointers first, then CFI joined with them.
+    /// Walks the copy taken at `regs`: frame pointers, then CFI.
     fn unwind(&mut self, regs: Registers, base: u64, len: usize) -> (Vec<u64>, WalkEnd) {
         let copy = CopiedStack::from_parts(regs, base, &self.copy[..len]);
         let bounds = StackBounds {

@@ -1,16 +1,9 @@
-//! Another process's loaded objects and their unwind information, from
-//! `/proc/PID/maps` and the process's memory.
+//! Another process's loaded objects and their unwind information.
 //!
-//! Every mapping that starts at file offset 0 and holds an ELF header (the
-//! executable, each shared library, the vDSO) is one object. Its program
-//! headers are read where the loader mapped them (the first page of the
-//! first mapping), which gives the load bias, the executable span and
-//! `PT_GNU_EH_FRAME`; `.eh_frame_hdr` and `.eh_frame` are then copied out
-//! of the process with `process_vm_readv`, as the in-process list copies
-//! them out of this process's own mappings
-//! ([`crate::linux::unwind::modules`]). Reading the process's memory,
-//! not the files on disk, also covers the vDSO and files deleted or
-//! replaced since they were mapped. Nothing here stops a thread.
+//! Each mapping at file offset 0 with an ELF header is an object; its
+//! program headers give the bias, code span and `PT_GNU_EH_FRAME`. The
+//! sections are copied from the process's memory, not the files, which
+//! also covers the vDSO and replaced files. Nothing here stops a thread.
 
 use std::ops::Range;
 
@@ -24,7 +17,7 @@ const PT_LOAD: u32 = 1;
 const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const PF_X: u32 = 1;
 const PF_R: u32 = 4;
-/// A sanity bound on `.eh_frame_hdr`: its table has 8 bytes per function.
+/// A sanity bound on `.eh_frame_hdr` (8 bytes per function).
 const MAX_HDR_BYTES: u64 = 16 << 20;
 
 /// One program header of a 64-bit ELF object.
@@ -38,10 +31,8 @@ struct Phdr {
     memsz: u64,
 }
 
-/// The objects of process `pid` whose mappings `maps` (its
-/// `/proc/PID/maps`) lists, with copies of their unwind sections. Objects
-/// without `.eh_frame_hdr`, or whose headers cannot be read, are left out
-/// (their code is walked with frame pointers).
+/// The objects `maps` (`/proc/PID/maps`) lists, with copies of their
+/// unwind sections; those without readable headers are left out.
 pub(crate) fn objects(pid: i32, maps: &str) -> Vec<Found> {
     let mut found: Vec<Found> = Vec::new();
     for (start, name) in object_starts(maps) {
@@ -54,8 +45,7 @@ pub(crate) fn objects(pid: i32, maps: &str) -> Vec<Found> {
     found
 }
 
-/// `(start, name)` of every mapping at file offset 0 of a file or the
-/// vDSO: where an object's ELF header would be.
+/// `(start, name)` of each readable offset-0 mapping of a file or vDSO.
 fn object_starts(maps: &str) -> impl Iterator<Item = (u64, &str)> {
     maps.lines().filter_map(|line| {
         let mut fields = line.splitn(6, ' ');
@@ -110,7 +100,7 @@ fn describe(pid: i32, start: u64, name: &str) -> Option<Found> {
     }
     let hdr_bytes = read_exact(pid, hdr.start, hdr_len)?;
     let eh_frame_start = eh_frame_address(&hdr_bytes, hdr.start)?;
-    // `.eh_frame` runs at most to the end of its segment's file-backed part.
+    // `.eh_frame` ends at most with its segment's file-backed part.
     let segment_end = phdrs
         .iter()
         .filter(|p| p.kind == PT_LOAD && p.flags & PF_R != 0)
@@ -142,15 +132,13 @@ fn describe(pid: i32, start: u64, name: &str) -> Option<Found> {
     })
 }
 
-/// `len` bytes at `addr` of process `pid`, or `None` if not all of them
-/// could be read.
+/// `len` bytes at `addr` of process `pid`, if all readable.
 fn read_exact(pid: i32, addr: u64, len: u64) -> Option<Vec<u8>> {
     let mut out = vec![0u8; usize::try_from(len).ok()?];
     (read_memory(pid, addr, &mut out) == out.len()).then_some(out)
 }
 
-/// `(e_phoff, e_phentsize, e_phnum)` of a 64-bit little-endian ELF
-/// header, or `None` for anything else.
+/// `(e_phoff, e_phentsize, e_phnum)` of a 64-bit little-endian ELF header.
 fn parse_header(h: &[u8]) -> Option<(u64, u64, u64)> {
     if h.get(..4)? != b"\x7fELF" || h.get(4) != Some(&2) || h.get(5) != Some(&1) {
         return None;
@@ -203,9 +191,7 @@ mod tests {
         );
     }
 
-    /// This process, read as another process would be: the executable
-    /// and the C library have unwind sections, and their code covers
-    /// functions of theirs.
+    /// This process read as another.
     #[test]
     fn reads_this_process_as_another() {
         if crate::emulation::not_checked_under_qemu(

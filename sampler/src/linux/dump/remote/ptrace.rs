@@ -1,32 +1,23 @@
 //! Stopping one thread of another process just long enough to read its
-//! registers and copy its stack: `PTRACE_SEIZE`, `PTRACE_INTERRUPT`, wait
-//! for the stop, `PTRACE_GETREGSET` (`NT_PRSTATUS`), the copy, and
-//! `PTRACE_DETACH` at once.
-//!
-//! `PTRACE_SEIZE` does not stop the thread (unlike `PTRACE_ATTACH`, it
-//! sends no `SIGSTOP`), and no option is set (`PTRACE_O_EXITKILL` above
-//! all): if btprof dies at any point, the kernel detaches its tracees and
-//! lets a thread stopped by `PTRACE_INTERRUPT` run on.
+//! registers and copy its stack. No ptrace option is set (above all no
+//! `PTRACE_O_EXITKILL`): if btprof dies, its tracees run on.
 
 use std::io;
 use std::time::{Duration, Instant};
 
 use crate::walker::{Arch, Registers};
 
-/// `PTRACE_EVENT_STOP`: the stop `PTRACE_INTERRUPT` (or a group stop)
-/// reports to a seizing tracer.
+/// `PTRACE_EVENT_STOP`: the stop `PTRACE_INTERRUPT` reports to a seizer.
 const PTRACE_EVENT_STOP: i32 = 128;
-/// `NT_PRSTATUS`: the general registers' register set.
+/// `NT_PRSTATUS`: the general registers.
 const NT_PRSTATUS: usize = 1;
-/// How long a thread may take to reach its stop: it stops on its way back
-/// to user space, which behind busy processes takes a scheduling latency.
+/// How long a thread may take to stop (after any scheduling latency).
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A thread of another process, seized and stopped.
 pub(super) struct Stopped {
     tid: i32,
-    /// The signal the thread was stopped to receive (a signal-delivery
-    /// stop that came first), handed back to it at detach; 0: none.
+    /// The signal of a signal-delivery stop, handed back at detach; 0: none.
     signal: i32,
     /// When the stop was seen.
     pub since: Instant,
@@ -39,9 +30,7 @@ pub(super) enum StopError {
     Gone,
     /// The kernel refused to let us trace it.
     Refused,
-    /// Seized and interrupted, but it did not stop in time. It stays
-    /// seized until btprof exits (the kernel then detaches it); it stops
-    /// briefly whenever it reaches the interrupt.
+    /// Not stopped in time; it stays seized until btprof exits.
     NoStop,
     /// Anything else.
     Other,
@@ -49,7 +38,7 @@ pub(super) enum StopError {
 
 /// Seizes thread `tid` and stops it with `PTRACE_INTERRUPT`.
 pub(super) fn stop(tid: i32) -> Result<Stopped, StopError> {
-    // SAFETY: PTRACE_SEIZE takes no memory arguments (addr 0, no options).
+    // SAFETY: PTRACE_SEIZE takes no memory arguments.
     if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) } != 0 {
         let e = io::Error::last_os_error();
         return Err(match e.raw_os_error() {
@@ -60,23 +49,21 @@ pub(super) fn stop(tid: i32) -> Result<Stopped, StopError> {
     }
     // SAFETY: as above.
     if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) } != 0 {
-        // Seized but not stopped: it exited meanwhile (ESRCH).
+        // It exited meanwhile (ESRCH).
         return Err(StopError::Gone);
     }
     let started = Instant::now();
     let mut polls = 0u32;
     loop {
         let mut status = 0;
-        // SAFETY: a valid out-pointer; __WALL waits for a thread of another
-        // process (a "clone" child from our point of view).
+        // SAFETY: a valid out-pointer; __WALL for another process's thread.
         let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
         if got == tid {
             if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 return Err(StopError::Gone);
             }
             if libc::WIFSTOPPED(status) {
-                // `status >> 16` is the event; a plain signal-delivery stop
-                // has none, and its signal must be handed back at detach.
+                // A signal-delivery stop (no event) keeps its signal.
                 let signal = if status >> 16 == PTRACE_EVENT_STOP {
                     0
                 } else {
@@ -122,9 +109,8 @@ impl Stopped {
             iov_base: words.as_mut_ptr().cast(),
             iov_len: std::mem::size_of_val(&words),
         };
-        // SAFETY: the thread is in a ptrace stop of ours; `iov` describes a
-        // writable buffer at least the register set's size, and the kernel
-        // writes no more than `iov_len` bytes.
+        // SAFETY: the thread is in our stop; the kernel writes at most
+        // `iov_len` bytes to the buffer.
         let rc = unsafe {
             libc::ptrace(
                 libc::PTRACE_GETREGSET,
@@ -158,21 +144,17 @@ impl Drop for Stopped {
 }
 
 fn detach(tid: i32, signal: i32) -> io::Result<()> {
-    // SAFETY: PTRACE_DETACH of a thread in our ptrace stop; `data` is a
-    // signal number to deliver, or 0.
+    // SAFETY: detaching a thread in our stop; `data` is a signal or 0.
     if unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, signal as usize) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
 }
 
-/// Words in the largest `NT_PRSTATUS` register set read here: aarch64's
-/// `user_pt_regs` (`x0` to `x30`, `sp`, `pc`, `pstate`); x86_64's
-/// `user_regs_struct` has 27.
+/// Words in the largest `NT_PRSTATUS` set read here (aarch64's).
 const PRSTATUS_WORDS: usize = 34;
 
-// The buffer holds the host's register set whole, and libc's struct of
-// the build's architecture puts the registers at the words read.
+// The buffer holds the host's set, and libc agrees with the words read.
 const _: () = assert!(std::mem::size_of::<libc::user_regs_struct>() <= PRSTATUS_WORDS * 8);
 #[cfg(target_arch = "x86_64")]
 const _: () = {
@@ -191,15 +173,9 @@ const _: () = {
     assert!(offset_of!(R, pc) == 32 * 8);
 };
 
-/// The walk's registers from the words of an `NT_PRSTATUS` register set
-/// of `arch`, in the layout of the kernel's `asm/ptrace.h`: x86_64's
-/// `user_regs_struct` (`rbp` word 4, `rip` 16, `rsp` 19), aarch64's
-/// `user_pt_regs` (`x29` word 29, `x30` the link register 30, `sp` 31,
-/// `pc` 32). Raw, as the thread had them: pointer-authentication bits are
-/// stripped by the caller. `None` if the set is too short to hold them.
-///
-/// Decoded from words, not from libc's struct of the build's
-/// architecture, so that each layout is tested on every machine.
+/// The walk's registers from an `NT_PRSTATUS` set of `arch`, raw; `None`
+/// if too short. Decoded from words, not libc's struct, so every layout is
+/// tested on every machine.
 fn prstatus_registers(arch: Arch, words: &[u64]) -> Option<Registers> {
     Some(match arch {
         Arch::X86_64 => Registers {
@@ -221,15 +197,13 @@ fn prstatus_registers(arch: Arch, words: &[u64]) -> Option<Registers> {
 mod tests {
     use super::*;
 
-    /// An aarch64 `NT_PRSTATUS` set as the kernel fills it: `x0`..`x30`
-    /// (each holding its own number times 0x100 here, so a word taken
-    /// from the wrong index shows), `sp`, `pc`, `pstate`.
+    /// An aarch64 set with `xN` = N * 0x100, so a wrong index shows.
     #[test]
     fn an_aarch64_register_set_gives_pc_fp_sp_and_lr() {
         let mut words: Vec<u64> = (0..31).map(|i| 0x100 * i).collect();
         let (sp, pc) = (0xffff_f7ff_e000, 0xaaaa_c000_1234);
         let fp = sp + 0x40;
-        // A signed return address in the link register: kept as it is.
+        // A signed return address, kept as it is.
         let lr = 0x0035_aaaa_c000_0f00;
         words[29] = fp;
         words[30] = lr;
@@ -239,8 +213,7 @@ mod tests {
             prstatus_registers(Arch::AARCH64_LINUX, &words),
             Some(Registers { pc, fp, sp, lr })
         );
-        // A set cut short (an older or foreign kernel) is refused, not
-        // read past.
+        // A set cut short is refused.
         assert_eq!(prstatus_registers(Arch::AARCH64_LINUX, &words[..32]), None);
     }
 
