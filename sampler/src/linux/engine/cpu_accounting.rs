@@ -85,7 +85,7 @@ impl SamplerLoop {
                 // now, and allow for more of the count at the next look.
                 None => {
                     #[cfg(feature = "test-hooks")]
-                    super::HOLD_DRAINS.store(false, Ordering::Relaxed);
+                    crate::linux::test_hooks::HOLD_DRAINS.store(false, Ordering::Relaxed);
                     state.counted_at_exit(tid, born, read_at, period)
                 }
             };

@@ -80,31 +80,11 @@ const RELIST_PERIODS: u64 = 2;
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
 
-/// For btprof's own tests: while set, no listing of the threads falls due,
-/// so a test can tell what the sampler finds without one.
-#[cfg(feature = "test-hooks")]
-pub(crate) static HOLD_LISTINGS: AtomicBool = AtomicBool::new(false);
-
-#[cfg(feature = "test-hooks")]
-pub(crate) use ring_clock::KERNEL_COUNTS_ONLY;
-
-/// For btprof's own tests: while set, the rings are read only at the
-/// stop, until a listing finds a thread gone (which clears it): a
-/// test can then tell what a listing does before that thread's last
-/// samples are in.
-#[cfg(feature = "test-hooks")]
-pub(crate) static HOLD_DRAINS: AtomicBool = AtomicBool::new(false);
-
-/// For btprof's own tests: run on the sampler thread as the ring events
-/// are about to open, after the first listing read the threads' names.
-#[cfg(feature = "test-hooks")]
-pub(crate) static BEFORE_RING_EVENTS: std::sync::Mutex<Option<fn()>> = std::sync::Mutex::new(None);
-
 /// Whether a test holds the rings' reading back (`HOLD_DRAINS`, with the
 /// feature `test-hooks`).
 fn drains_held() -> bool {
     #[cfg(feature = "test-hooks")]
-    return HOLD_DRAINS.load(Ordering::Relaxed);
+    return super::test_hooks::HOLD_DRAINS.load(Ordering::Relaxed);
     #[cfg(not(feature = "test-hooks"))]
     false
 }
@@ -113,7 +93,7 @@ fn drains_held() -> bool {
 /// feature `test-hooks`).
 fn listings_held() -> bool {
     #[cfg(feature = "test-hooks")]
-    return HOLD_LISTINGS.load(Ordering::Relaxed);
+    return super::test_hooks::HOLD_LISTINGS.load(Ordering::Relaxed);
     #[cfg(not(feature = "test-hooks"))]
     false
 }

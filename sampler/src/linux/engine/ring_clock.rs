@@ -59,13 +59,6 @@ pub(super) struct RingState {
     pub(super) clock_reads: Vec<i32>,
 }
 
-/// For btprof's own tests: while set, born threads' CPU clocks are not
-/// read, so their CPU time at exit is the kernel's count of their task
-/// clock, the clock that paced their samples.
-#[cfg(feature = "test-hooks")]
-pub(crate) static KERNEL_COUNTS_ONLY: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
 /// One thread's part of the ring clock's state: whether the inherited
 /// events sample it, and how their walks of it went; left at its default
 /// on the other clocks.
@@ -151,7 +144,7 @@ impl SamplerLoop {
         }
         self.ring.tried = true;
         #[cfg(feature = "test-hooks")]
-        if let Some(hook) = *super::BEFORE_RING_EVENTS
+        if let Some(hook) = *crate::linux::test_hooks::BEFORE_RING_EVENTS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
         {
@@ -292,7 +285,7 @@ impl SamplerLoop {
     /// (`born_cpu`).
     fn read_born_clocks(&mut self) {
         #[cfg(feature = "test-hooks")]
-        if KERNEL_COUNTS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
+        if crate::linux::test_hooks::KERNEL_COUNTS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
         let Some(born) = self.ring.events.as_mut() else {

@@ -17,16 +17,11 @@ const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
 const F_OWNER_TID: libc::c_int = 0;
 
-/// For btprof's own tests: see [`stolen_for_tests`].
-#[cfg(feature = "test-hooks")]
-pub(crate) static TEST_STOLEN_NS: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(0);
-
 /// What btprof's tests add to every task-clock read, standing for time a
 /// VM host stole (which the count includes); else zero.
 pub(crate) fn stolen_for_tests() -> u64 {
     #[cfg(feature = "test-hooks")]
-    return TEST_STOLEN_NS.load(std::sync::atomic::Ordering::Relaxed);
+    return crate::linux::test_hooks::TEST_STOLEN_NS.load(std::sync::atomic::Ordering::Relaxed);
     #[cfg(not(feature = "test-hooks"))]
     0
 }

@@ -58,9 +58,6 @@ use std::sync::Arc;
 
 mod open;
 
-#[cfg(feature = "test-hooks")]
-pub(crate) use open::NO_FD_BUDGET;
-
 use super::super::split_mix::SplitMix64;
 use super::born_cpu::ClockReading;
 use super::context_anchor::ContextAnchor;

@@ -187,16 +187,10 @@ fn close(fd: libc::c_int) {
     unsafe { libc::close(fd) };
 }
 
-/// For btprof's own tests: while set, no thread found at start but the
-/// rings' owner gets events, as if the descriptor budget were spent.
-#[cfg(feature = "test-hooks")]
-pub(crate) static NO_FD_BUDGET: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
 /// [`FD_BUDGET`], or an eighth of `RLIMIT_NOFILE` when that is less.
 fn fd_budget() -> usize {
     #[cfg(feature = "test-hooks")]
-    if NO_FD_BUDGET.load(std::sync::atomic::Ordering::Relaxed) {
+    if crate::linux::test_hooks::NO_FD_BUDGET.load(std::sync::atomic::Ordering::Relaxed) {
         return 0;
     }
     FD_BUDGET.min(crate::linux::kernel::threads::nofile_limit() / 8)
