@@ -10,19 +10,16 @@ use super::collect::OwnedWalk;
 use super::pacing::IDLE_SLACK_NS;
 use super::{monotonic_ns, SamplerLoop};
 
-/// Wall mode: the share of wall time the sampler may spend reading the
-/// stacks of threads found blocked after they ran (each read: a `/proc`
-/// file, up to 32 KiB of stack and a CFI unwind, tens of microseconds).
-/// Past it, such a thread is counted on its last known stack, as where
-/// the read fails.
+/// Wall mode: the share of wall time the sampler may spend reading blocked
+/// threads' stacks; each read is costly (a `/proc` file, a stack copy and
+/// an unwind). Past it, the thread is counted on its last known stack.
 const BLOCKED_READ_SHARE: f64 = 0.02;
 
 /// The most of that budget saved up while no thread blocks.
 const BLOCKED_READ_BURST_NS: u64 = 2_000_000;
 
-/// Wall mode: the reader of the stacks of threads found blocked after
-/// they ran, and the sampler time it may still spend on them
-/// ([`BLOCKED_READ_SHARE`], saved up to [`BLOCKED_READ_BURST_NS`]).
+/// Wall mode: reads the stacks of threads found blocked after they ran,
+/// within [`BLOCKED_READ_SHARE`], saved up to [`BLOCKED_READ_BURST_NS`].
 #[derive(Default)]
 pub(super) struct BlockedReads {
     /// Created at the first read.
@@ -33,9 +30,8 @@ pub(super) struct BlockedReads {
 }
 
 impl SamplerLoop {
-    /// Wall mode with requests, at the end (the run's or the thread's): the
-    /// ticks that found the thread running and that no sample stood for,
-    /// counted on its last stack, or as skipped if it has none.
+    /// Wall mode with requests, at the run's or thread's end: running ticks
+    /// no sample stood for, counted on its last stack, else as skipped.
     pub(super) fn count_running_ticks_left(&mut self, tid: i32) {
         let Some(state) = self.threads.get_mut(&tid) else {
             return;
@@ -51,11 +47,9 @@ impl SamplerLoop {
         }
     }
 
-    /// Wall mode: counts a thread that ran since its last sample but is
-    /// off CPU now, without interrupting it: the stack it is blocked on,
-    /// read from outside, or else its last known stack (or the blocked
-    /// system call's pc), marked off CPU. That stack is then counted again
-    /// while its CPU clock stays put.
+    /// Wall mode: counts a thread that ran since its last sample but is off
+    /// CPU now, without interrupting it: on its blocked stack read from
+    /// outside, else its last known stack (or the system call's pc).
     pub(super) fn count_blocked(&mut self, tid: i32, cpu: u64) {
         let read = self.read_blocked_stack(tid);
         let Some(state) = self.threads.get_mut(&tid) else {
@@ -89,11 +83,9 @@ impl SamplerLoop {
         self.intern(key, &walk.as_collected(), weight);
     }
 
-    /// Wall mode: counts thread `tid` again on its last stack, off CPU, if
-    /// its CPU clock (`cpu` now) has not moved since that stack was taken,
-    /// so that is still its stack, and the stack is whole; returns whether
-    /// it did. Being sampled costs a thread some CPU (the handler): less
-    /// than [`IDLE_SLACK_NS`] of progress is not running.
+    /// Wall mode: counts `tid` again on its last (whole) stack, off CPU, if
+    /// its CPU clock (`cpu` now) has not moved by [`IDLE_SLACK_NS`] since;
+    /// returns whether it did.
     pub(super) fn count_unmoved(&mut self, tid: i32, cpu: u64) -> bool {
         let Some(state) = self.threads.get_mut(&tid) else {
             return false;
@@ -111,14 +103,11 @@ impl SamplerLoop {
         true
     }
 
-    /// Wall mode: the stack of thread `tid` if it is blocked in the kernel
-    /// and the budget allows reading it; `None` if it is waiting for a CPU
-    /// (nothing to read from outside), moved meanwhile, or the budget is
-    /// spent.
+    /// Wall mode: the stack of `tid` if it is blocked in the kernel and the
+    /// budget allows; `None` if it waits for a CPU, moved, or the budget is spent.
     pub(super) fn read_blocked_stack(&mut self, tid: i32) -> Option<OwnedWalk> {
-        // Before the module list is first read (at the end of the first
-        // tick), CFI cannot get past the C library's system call wrapper:
-        // such a read would give one frame.
+        // Before the modules are first read, CFI cannot get past the C
+        // library's system call wrapper.
         let cfi = self.cfi.as_mut().filter(|cfi| cfi.modules_read())?;
         let tick_ns = self.period_ns;
         let earned = (tick_ns as f64 * BLOCKED_READ_SHARE) as u64;

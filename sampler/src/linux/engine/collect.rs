@@ -1,7 +1,6 @@
-//! Picking up finished samples: the slots the sampler armed, polled (and
-//! cancelled when their thread never took the signal), each walk copied
-//! out of its slot and completed with CFI from the slot's stack copy, named
-//! after its thread and interned; and, on stop, the last of them drained.
+//! Picking up finished samples: armed slots polled (and cancelled when
+//! never taken), each walk copied out so the slot frees at once, completed
+//! with CFI, named and interned; on stop, the last of them drained.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -15,8 +14,8 @@ use super::super::signal::slots::{Collected, Poll, SLOTS};
 use super::super::unwind::{self, CfiWalker};
 use super::{SamplerLoop, DRAIN_TIMEOUT, RECENT_WALKS, SAMPLE_TIMEOUT, YOUNG};
 
-/// A finished walk copied out of its slot, so the slot is free again
-/// before the sample is named and interned.
+/// A finished walk copied out of its slot, so the slot is free before the
+/// sample is named and interned.
 #[derive(Clone)]
 pub(super) struct OwnedWalk {
     pub(super) frames: Vec<u64>,
@@ -25,8 +24,7 @@ pub(super) struct OwnedWalk {
 }
 
 impl OwnedWalk {
-    /// The same frames, counted for a thread that was off CPU: the
-    /// profile shows them under `[btprof: off-cpu]`.
+    /// The same frames for a thread off CPU, under `[btprof: off-cpu]`.
     pub(super) fn off_cpu(&self) -> OwnedWalk {
         OwnedWalk {
             end: WalkEnd::Blocked,
@@ -35,9 +33,8 @@ impl OwnedWalk {
     }
 
     /// Copies `walk` out of its slot or ring record into `frames` (cleared
-    /// first: the vector of a walk no longer needed, [`SpareFrames`]),
-    /// completed with CFI from the stack copy first when there is a `cfi`
-    /// walker (which counts in `stats` where the callers came from).
+    /// first, [`SpareFrames`]), completed with CFI from the stack copy when
+    /// there is a `cfi` walker.
     pub(super) fn of_reusing(
         mut frames: Vec<u64>,
         walk: &Collected<'_>,
@@ -65,25 +62,20 @@ impl OwnedWalk {
     }
 }
 
-/// The frame vectors of walks no longer needed (a thread's last walk
-/// replaced by its next), for the next samples' walks
-/// ([`OwnedWalk::of_reusing`]). Every clock keeps some walks per thread;
-/// allocating one vector per sample and freeing the one it replaced is a
-/// large share of the sampler thread's time at low rates.
+/// Frame vectors of replaced walks, for the next samples
+/// ([`OwnedWalk::of_reusing`]): an allocation and free per sample is a
+/// large share of the sampler's time at low rates.
 #[derive(Default)]
 pub(super) struct SpareFrames(Vec<Vec<u64>>);
 
 impl SpareFrames {
-    /// The most vectors kept: as many as a collection's samples usually
-    /// take.
+    /// The most vectors kept: about a collection's worth.
     const MOST: usize = 1024;
 
-    /// A spare vector, or a new empty one.
     pub(super) fn take(&mut self) -> Vec<u64> {
         self.0.pop().unwrap_or_default()
     }
 
-    /// Keeps `walk`'s vector for a later sample.
     pub(super) fn give(&mut self, walk: OwnedWalk) {
         if self.0.len() < Self::MOST {
             self.0.push(walk.frames);
@@ -92,10 +84,8 @@ impl SpareFrames {
 }
 
 impl SamplerLoop {
-    /// The key to intern a sample of thread `tid` under: a young thread's
-    /// name is read again first (once per collection pass), so a thread
-    /// that named itself after it was listed is not shown under its old
-    /// name.
+    /// The key for a sample of `tid`: a young thread's name is re-read first
+    /// (once per pass), since threads often rename after being listed.
     pub(super) fn key_for_sample(&mut self, tid: i32, fallback: Option<u32>) -> Option<u32> {
         let pass = self.pass;
         match self.threads.get_mut(&tid) {
@@ -138,8 +128,7 @@ impl SamplerLoop {
             }) {
                 Poll::Collected => true,
                 Poll::Late => {
-                    // Its periods ride on the thread's next samples, taken
-                    // at its next random ticks (`CpuDebt::refund`).
+                    // Its periods ride on its next samples (`CpuDebt::refund`).
                     self.stats.late_samples += 1;
                     if let Some(state) = self.threads.get_mut(&slot_use.tid) {
                         if self.config.mode == Mode::Cpu {
@@ -150,8 +139,8 @@ impl SamplerLoop {
                 }
                 Poll::Busy => false,
                 Poll::Pending => {
-                    // A thread that exited with its signal pending never
-                    // takes it: that is an exit, not a failure.
+                    // A thread that exited with its signal pending: an exit,
+                    // not a failure.
                     let exited = threads::thread_cpu_ns(slot_use.tid).is_none();
                     let expired = cancel_all || slot_use.armed_at.elapsed() > SAMPLE_TIMEOUT;
                     if slot_use.by_request && (exited || expired) {
@@ -162,19 +151,15 @@ impl SamplerLoop {
                     }
                     if (exited || expired) && self.slots.cancel(slot) {
                         if slot_use.by_request && !exited && !cancel_all {
-                            // It has not run through a scheduler tick since
-                            // (else its timer would have fired): the ticks
-                            // it was seen running wait for its next
-                            // request. One that blocks the signal still
-                            // shows it pending, and is marked so.
+                            // It has not run through a scheduler tick since,
+                            // so its running ticks wait for the next request.
                             let _ = self.cannot_take_signal(slot_use.tid);
                         } else if slot_use.by_request {
                             self.stats.exited_threads += u64::from(exited);
                             self.count_running_ticks_left(slot_use.tid);
                         } else if exited {
                             self.stats.exited_threads += 1;
-                            // Its periods are counted with the rest of its
-                            // last moments ([`ExitTails`]).
+                            // Counted with its last moments ([`ExitTails`]).
                             if let (Some(state), true) = (
                                 self.threads.get_mut(&slot_use.tid),
                                 self.cpu_pacing.is_some(),
@@ -209,7 +194,7 @@ impl SamplerLoop {
                 let spare = &mut self.spare_frames;
                 match self.threads.get_mut(&slot_use.tid) {
                     Some(state) if self.config.mode == Mode::Wall => {
-                        // Its clock now includes what taking the sample cost.
+                        // Its clock now includes the sample's cost.
                         state.paced.walk_cpu_ns = threads::thread_cpu_ns(slot_use.tid).unwrap_or(0);
                         if let Some(replaced) = state.paced.last_walk.replace(walk) {
                             spare.give(replaced);
@@ -217,10 +202,8 @@ impl SamplerLoop {
                         state.paced.last_walk_whole = true;
                     }
                     Some(state) if self.cpu_pacing.is_some() => {
-                        // The last few kept while the thread is young: a
-                        // short-lived thread's tail is a large part of its
-                        // life. Later, the last one, for the period or two
-                        // owed at its exit or at stop.
+                        // A young thread keeps its last few, as its tail is a
+                        // large part of its life; later, only the last one.
                         let young = state.young_born();
                         let walks = &mut state.paced.recent_walks;
                         if walks.len() == RECENT_WALKS || (!young && !walks.is_empty()) {
@@ -280,8 +263,8 @@ impl SamplerLoop {
                 return;
             }
             if Instant::now() >= deadline {
-                // Their handlers may still finish; the slots stay `Writing`
-                // until then and the next sampler skips them.
+                // Their slots stay `Writing` until the handlers finish;
+                // the next sampler skips them.
                 self.stats.failed_samples += busy as u64;
                 return;
             }

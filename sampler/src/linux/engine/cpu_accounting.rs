@@ -1,9 +1,6 @@
-//! The threads' CPU time: each thread's clock read into the stats,
-//! exited threads forgotten, and on the sampler-thread clock the CPU time
-//! an exited thread used after its last sample counted on its last stacks
-//! ([`ExitTails`]).
-//!
-//! [`ExitTails`]: super::super::clocks::paced::exit_tails::ExitTails
+//! The threads' CPU time: each thread's clock read into the stats, exited
+//! threads forgotten, and on the sampler-thread clock an exited thread's
+//! CPU after its last sample counted on its last stacks.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -14,12 +11,11 @@ use super::pacing::CpuPacing;
 use super::{monotonic_ns, SamplerLoop, RECENT_WALKS};
 use crate::linux::clocks::paced::cpu_debt::MAX_OWED_PERIODS;
 
-/// The longest a thread on the rings with no ring sample goes without its
-/// clock read ([`SamplerLoop::account_cpu`]).
+/// The longest (ns) a thread on the rings with no ring sample goes without
+/// its clock read.
 const IDLE_RING_READ_NS: u64 = 250_000_000;
 
-/// A thread that exited at the last listing, and its last stacks
-/// ([`SamplerLoop::settle_exits`]).
+/// A thread that exited at the last listing, and its last stacks.
 pub(super) struct Exit {
     pub(super) tid: i32,
     pub(super) key: u32,
@@ -35,18 +31,10 @@ impl AsMut<ExitTail> for Exit {
 
 impl SamplerLoop {
     /// Adds each thread's CPU time since the last reading to the stats.
-    /// Unless `every` thread's is wanted (at stop, for a dump), a thread on
-    /// the rings still in the latest listing, with no ring sample counted
-    /// since its clock was last read, read less than [`IDLE_RING_READ_NS`]
-    /// ago, is left for a later reading.
-    ///
-    /// A clock read is a system call, and reading every thread's at each
-    /// listing was a sixth of the sampler thread's time in a pool of 512
-    /// threads. A thread with no ring sample since its last reading mostly
-    /// did not run since. One that left the listing is always read (from
-    /// its events' counts once its clock is gone): its last reading is
-    /// what its time and its last part of a period are counted from, and
-    /// its last samples may still be held back in the rings.
+    /// Unless `every` (stop, dump), a listed thread on the rings with no ring
+    /// sample since a reading under [`IDLE_RING_READ_NS`] old is skipped: it
+    /// mostly did not run, and each read is a system call. A thread that left
+    /// the listing is always read, since its tail is counted from it.
     pub(super) fn account_cpu(&mut self, every: bool) {
         let mut total = Duration::ZERO;
         let read_at = monotonic_ns();
@@ -54,8 +42,8 @@ impl SamplerLoop {
         let (listing, period) = (self.listing, self.period_ns);
         for (&tid, state) in self.threads.iter_mut() {
             if state.ring.birth_unread {
-                // Judged at the next listing; at stop or for a dump, now if
-                // its birth is in already, so that its time is counted.
+                // Judged at the next listing; at stop or dump, now if its
+                // birth is in, so its time is counted.
                 if !(every && born.is_some_and(|b| b.is_young(tid))) {
                     continue;
                 }
@@ -80,9 +68,8 @@ impl SamplerLoop {
                     }
                     Some(now)
                 }
-                // Its clock's last reading stays the mark its ring samples
-                // are counted after: those drained later were taken before
-                // now, and allow for more of the count at the next look.
+                // The last reading stays the mark later-drained ring samples
+                // are counted after.
                 None => {
                     #[cfg(feature = "test-hooks")]
                     crate::linux::test_hooks::HOLD_DRAINS.store(false, Ordering::Relaxed);
@@ -95,7 +82,6 @@ impl SamplerLoop {
                     let used = Duration::from_nanos(now.saturating_sub(before));
                     self.stats.add_thread_cpu(tid as u64, used);
                 }
-                // Its name was read at this listing, just before.
                 state.name_read_cpu_ns.get_or_insert(now);
                 state.accounted_ns = Some(now);
                 if let Some(CpuPacing { tails, .. }) = self.cpu_pacing.as_mut() {
@@ -114,12 +100,10 @@ impl SamplerLoop {
             .store(total.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    /// Forgets threads not in the latest listing (closing their timers)
-    /// unless a signal to them is still in flight, or, for a thread on the
-    /// rings, until the listing after: its last ring samples may still be
-    /// held back ([`BornThreads::drain`]), and are counted under its key
-    /// and make its last stack, on which its last part of a period is
-    /// counted.
+    /// Forgets threads not in the latest listing (closing their timers),
+    /// unless a signal to them is in flight or, on the rings, until the next
+    /// listing, as their last samples may still be held back
+    /// ([`BornThreads::drain`]).
     ///
     /// [`BornThreads::drain`]: super::super::clocks::ring::born_threads::BornThreads::drain
     pub(super) fn forget_exited(&mut self) {
@@ -138,17 +122,13 @@ impl SamplerLoop {
             if !keep {
                 departed.insert(tid, s.key);
                 if reckon {
-                    // Its CPU time read since the last listing, then what it
-                    // stands for after its last sample ([`ExitTails`]).
+                    // CPU read since the last listing, then its tail.
                     if let Some(since) = s.take_read_since_accounted() {
                         stats.add_thread_cpu(tid as u64, since);
                     }
-                    // Also a thread never sampled: what it was owed is
-                    // reported as stackless samples ([`Self::settle_exits`]).
-                    // It takes no share of the unread time (a cap of 0),
-                    // which stays in the stats' unsampled CPU time: with
-                    // no stack, that share would only move CPU time from
-                    // one "not covered" count to another.
+                    // A never-sampled thread's owed time is reported as
+                    // stackless; it takes no share of the unread time (cap 0),
+                    // which would only move CPU between "not covered" counts.
                     let walks = std::mem::take(&mut s.paced.recent_walks);
                     let cap_ns = if walks.is_empty() {
                         0
@@ -184,9 +164,8 @@ impl SamplerLoop {
     }
 
     /// Sampler-thread path, cpu mode: counts on each thread that exited at
-    /// this listing, on its last stacks, the CPU time it used after its
-    /// last sample: what it was owed at its last reading, and its share of
-    /// the `unread_ns` nobody read since the last listing ([`ExitTails`]).
+    /// this listing, on its last stacks, what it owed at its last reading and
+    /// its share of `unread_ns` ([`ExitTails`]).
     ///
     /// [`ExitTails`]: super::super::clocks::paced::exit_tails::ExitTails
     pub(super) fn settle_exits(&mut self, unread_ns: u64) {
@@ -204,13 +183,11 @@ impl SamplerLoop {
                 .samples_for(tail.owed_ns + tail.unread_ns, self.period_ns)
                 .min(MAX_OWED_PERIODS);
             if exit.walks.is_empty() {
-                // It exited before its first sample: no stack to count
-                // them on, so they are reported instead.
+                // Exited before its first sample: no stack, so reported.
                 self.stats.stackless_samples += samples;
                 continue;
             }
-            // Each on one of its last stacks, picked at random: the thread's
-            // recent samples scaled up to all of its time.
+            // Each on one of its last stacks, picked at random.
             let mut counts = [0u64; RECENT_WALKS];
             for _ in 0..samples {
                 counts[tails.pick(exit.walks.len())] += 1;
@@ -226,22 +203,16 @@ impl SamplerLoop {
         self.cpu_pacing = Some(pacing);
     }
 
-    /// Sampler-thread path, cpu mode, at stop: counts what every thread
-    /// still owes since its last sample as [`Self::settle_exits`] does for
-    /// one that exited. Random ticks take a due thread a while after it
-    /// falls due, so a thread owes a period or more at any moment, and
-    /// dropping that at stop lowered a 4-second run at 100 Hz to 96-97
-    /// samples per CPU-second.
+    /// Sampler-thread path, cpu mode, at stop: counts what every thread still
+    /// owes as [`Self::settle_exits`] does; random ticks leave every thread
+    /// owing up to a period or more, which dropping would bias low.
     pub(super) fn settle_at_stop(&mut self) {
         if self.cpu_pacing.is_none() {
             return;
         }
         let period = self.period_ns;
         for (&tid, s) in self.threads.iter_mut() {
-            // A thread that exited since the last listing (the stop's
-            // reading found no clock): its CPU time read at the ticks since
-            // then, as when a listing forgets it. With listings put off,
-            // that can be 100 ms of each thread of a program that ends.
+            // Exited since the last listing: its CPU read at the ticks since.
             if let Some(since) = s.take_read_since_accounted().filter(|d| !d.is_zero()) {
                 self.stats.add_thread_cpu(tid as u64, since);
             }

@@ -1,21 +1,11 @@
 //! The sampler thread's engine: one [`SamplerLoop`] drives every clock.
 //!
-//! Whatever the clock, the sampler thread does the same things on each
-//! wakeup ([`SamplerLoop::tick`]): it collects the samples that finished
-//! and interns them ([`collect`]), lists the threads at intervals and
-//! reads their CPU clocks ([`thread_list`]), and then does what its clock
-//! asks of it: reads the perf rings ([`ring_clock`]), opens per-thread
-//! timers ([`signal_timers`]), or paces the samples itself
-//! ([`pacing`]). Threads that block the profiling signal are found and
-//! counted on both signal paths ([`signal_blocked`]). It never waits for
-//! a handler: a slow thread delays only its own sample.
-//!
-//! The state is one struct, [`SamplerLoop`], with an `impl` block per
-//! file; this file holds the struct (and the per-thread state it keeps,
-//! [`ThreadState`] and [`BlockedSince`], whose fields every file reads),
-//! `new`, `run`, `tick` and the run's stats. Only the sampler thread
-//! touches any of it; the handlers see the static slots
-//! ([`super::signal`]) and nothing else.
+//! Each wakeup ([`SamplerLoop::tick`]) collects finished samples
+//! ([`collect`]), lists threads at intervals ([`thread_list`]), and then
+//! does its clock's work ([`ring_clock`], [`signal_timers`], [`pacing`]).
+//! The loop never waits for a handler, so a slow thread delays only its
+//! own sample. Only the sampler thread touches this state; handlers see
+//! the static slots ([`super::signal`]) and nothing else.
 
 mod blocked_reads;
 mod collect;
@@ -58,30 +48,23 @@ use cpu_accounting::Exit;
 use pacing::CpuPacing;
 use thread_state::{BlockedSince, SlotUse, ThreadState};
 
-/// A slot not taken by its thread within this time is cancelled and the
-/// sample counted as failed (the thread has the signal blocked, or is
-/// stuck in the kernel).
+/// A slot its thread has not taken within this time is cancelled and the
+/// sample counted as failed (signal blocked, or stuck in the kernel).
 const SAMPLE_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// How often the thread list is re-read: listing `/proc/self/task` costs
-/// about 7 µs, too much for every tick at 1000 Hz. A new thread is sampled
-/// at most this much later; an exited one fails its send with `ESRCH`.
+/// How often the thread list is re-read: a listing is too costly for every
+/// tick. A new thread is sampled at most this much later.
 const RELIST_INTERVAL: Duration = Duration::from_millis(10);
 
-/// With per-thread timers, the thread list is read at most every this many
-/// periods (and every [`RELIST_INTERVAL`] at rates above 200 Hz). A
-/// listing, with the clock reads and signal-mask checks that follow it, is
-/// most of what the sampler thread does on these clocks; at 100 Hz a
-/// listing every 10 ms cost 0.5% of a core for 200 samples a second. A
-/// thread born while sampling gets its timer at most this many periods
-/// late, and that CPU is counted as not covered.
+/// With per-thread timers, the least periods between two listings (never
+/// under [`RELIST_INTERVAL`]): listings are most of the sampler's cost at
+/// low rates, but a thread born meanwhile gets its timer this much late.
 const RELIST_PERIODS: u64 = 2;
 
 /// A listing may take at most 1/this of the time between two listings.
 const LISTING_SHARE: u32 = 20;
 
-/// Whether a test holds the rings' reading back (`HOLD_DRAINS`, with the
-/// feature `test-hooks`).
+/// Whether a test holds the rings' reading back (`test-hooks`).
 fn drains_held() -> bool {
     #[cfg(feature = "test-hooks")]
     return super::test_hooks::HOLD_DRAINS.load(Ordering::Relaxed);
@@ -89,8 +72,7 @@ fn drains_held() -> bool {
     false
 }
 
-/// Whether a test holds the listings back (`HOLD_LISTINGS`, with the
-/// feature `test-hooks`).
+/// Whether a test holds the listings back (`test-hooks`).
 fn listings_held() -> bool {
     #[cfg(feature = "test-hooks")]
     return super::test_hooks::HOLD_LISTINGS.load(Ordering::Relaxed);
@@ -98,56 +80,34 @@ fn listings_held() -> bool {
     false
 }
 
-/// How long a thread counts as young: its name is re-read whenever one of
-/// its samples is interned, because threads often name themselves right
-/// after they start.
+/// How long a thread counts as young: its name is re-read at each intern,
+/// because threads often name themselves right after they start.
 const YOUNG: Duration = Duration::from_millis(100);
 
-/// With per-thread timers, the longest the sampler thread sleeps between
-/// two collections of finished samples: a slot that was never taken is
-/// given up after [`SAMPLE_TIMEOUT`], which needs a look well within it.
+/// With per-thread timers, the longest sleep between two collections; must
+/// stay well within [`SAMPLE_TIMEOUT`] so untaken slots are given up on time.
 const MAX_COLLECT_INTERVAL: Duration = Duration::from_millis(100);
 
-/// With per-thread timers, once for this long every look found the same
-/// thread count and every thread sampled, and no listing a new thread
-/// (where threads come and go the count can hold), the sampler thread
-/// wakes only every [`MAX_COLLECT_INTERVAL`] (or sooner if the slots or
-/// rings need it), not at every listing interval: each wakeup looks at the
-/// thread count and the threads' clocks, which with a steady set of
-/// threads is most of the sampler thread's time. The first thread born after such a quiet
-/// spell gets its timer up to that much later; what it ran before is
-/// counted as not covered, and its birth brings back the shorter
-/// interval. A quarter second: a pool starts its threads within
-/// milliseconds of each other, so a burst of births keeps the short
-/// interval throughout; waiting a whole second left a third of a
-/// 3-second job on it.
+/// With per-thread timers, how long the threads must hold still (same
+/// count, all sampled, none new) before wakeups stretch to
+/// [`MAX_COLLECT_INTERVAL`]; short enough that a pool's births all see it.
 const QUIET_AFTER: Duration = Duration::from_millis(250);
 
-/// With every thread sampled into the rings, the sampler thread sleeps
-/// [`RING_COLLECT_PERIODS`] periods, within these bounds (and reads the
-/// rings at a quarter of the time they take to fill, if that is sooner).
-/// It still lists threads and reads the clocks of those sampled since the
-/// last reading ([`SamplerLoop::account_cpu`]): the kernel does not
-/// always write a born thread's final counts when it exits (seen beside
-/// busy processes), and then the CPU time the thread used since its clock
-/// was last read has no count; at 100 ms that was 2.5% of a 1.5
-/// CPU-second program's time at 1000 Hz. Each wakeup costs the same
-/// whatever the rate, so at 100 Hz it wakes every 100 ms, not 20.
+/// With every thread on the rings, the bounds of the [`RING_COLLECT_PERIODS`]
+/// sleep between collections. Wakeups still read sampled threads' clocks,
+/// because the kernel does not always write a born thread's final counts at
+/// exit: the longer the sleep, the more such a thread's time goes uncounted.
 const RING_COLLECT_INTERVAL: (Duration, Duration) =
     (Duration::from_millis(20), Duration::from_millis(100));
-/// Periods between two collections on the rings alone: a sample's worth
-/// of time lost at an exit without final counts stays a small part of
-/// what the thread's samples stand for.
+/// Periods between two collections on the rings alone, so time lost at an
+/// exit without final counts stays small beside the thread's samples.
 const RING_COLLECT_PERIODS: u64 = 20;
 
 /// The least time between two reads of `/proc/self/maps`.
 const REGIONS_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Sampler-thread path, cpu mode: how many of a young thread's last stacks
-/// its CPU time after its last sample is spread over when it exits. The
-/// very last one alone is too often in the thread's exit (`munmap` of its
-/// signal stack, taken as the system call returns), a stack that used
-/// little of its time.
+/// Sampler-thread path, cpu mode: the last stacks a young thread's tail is
+/// spread over at exit, since the very last one is often the exit itself.
 const RECENT_WALKS: usize = 4;
 
 /// How long `stop` waits for handlers still walking.
@@ -158,8 +118,7 @@ pub(super) struct SamplerLoop {
     clock: SampleClock,
     sender: SignalSender,
     own_tid: i32,
-    /// When threads created since the last listing may next be looked for
-    /// ([`SamplerLoop::find_new_threads`]), and the scratch list for them.
+    /// When new threads may next be looked for, and the scratch list.
     new_threads_due: Option<Instant>,
     new_tids: Vec<i32>,
     period_ns: u64,
@@ -169,7 +128,7 @@ pub(super) struct SamplerLoop {
     /// Threads dropped at the last listing, for samples they left behind.
     departed: HashMap<i32, u32>,
     thread_keys: ThreadKeys,
-    /// `open_timers`' candidates (CPU time just used, tid), kept for reuse.
+    /// `open_timers`' candidates (CPU time just used, tid).
     timer_queue: Vec<(u64, i32)>,
     slots: SlotOwner,
     slot_uses: [Option<SlotUse>; SLOTS],
@@ -179,73 +138,50 @@ pub(super) struct SamplerLoop {
     requests: mpsc::Receiver<window::Request>,
     stray_at_start: u64,
     no_slot_at_start: u64,
-    /// When `run` started: the run's duration is measured from here.
+    /// When `run` started, and the process's CPU clock then.
     started: Instant,
-    /// The process's CPU clock when `run` started.
     process_cpu_at_start: Duration,
     progress: Arc<Progress>,
     regions_scratch: Vec<(u64, u64)>,
     regions_stale: bool,
-    /// When `/proc/self/maps` was last read, and the least time to the
-    /// next read (longer when a read is costly).
+    /// When `/proc/self/maps` was last read, and the least time to the next.
     regions_read_at: Option<Instant>,
     regions_every: Duration,
     missing_regions_seen: u64,
     tick: u64,
-    /// Listings so far.
     listing: u64,
-    /// Collection passes so far.
     pass: u64,
-    /// When the thread list was last read.
     listed_at: Option<Instant>,
-    /// The process's thread count, and the births and exits read from the
-    /// rings, as the last listing began ([`Self::listing_can_wait`]).
+    /// Thread count and ring births/exits as the last listing began.
     listed_as: Option<(u64, Option<TaskRecords>)>,
-    /// With per-thread timers: since when every look found the thread
-    /// count the same and every thread sampled, and no listing found a new
-    /// thread ([`QUIET_AFTER`]).
+    /// With timers: since when the threads held still ([`QUIET_AFTER`]).
     steady_since: Option<Instant>,
-    /// Timer samples copied out of their slots with the periods each
-    /// stands for, reused between passes.
+    /// Timer samples copied out of their slots, reused between passes.
     timer_walks: Vec<(i32, OwnedWalk)>,
-    /// Frame vectors of walks replaced since, for the next samples'.
+    /// Frame vectors of replaced walks, for reuse.
     spare_frames: SpareFrames,
-    /// How often the thread list is read: `relist_floor`, or longer when a
-    /// listing is costly.
+    /// Time between listings: `relist_floor`, longer when listing is costly.
     relist_every: Duration,
-    /// The least time between two listings: [`RELIST_INTERVAL`], and with
-    /// per-thread timers at least [`RELIST_PERIODS`] periods.
+    /// Least time between listings: [`RELIST_INTERVAL`], with timers at
+    /// least [`RELIST_PERIODS`] periods.
     relist_floor: Duration,
-    /// The CPUs that can run the process's threads at once: with timers
-    /// paced by CPU time, signals claim slots at most this many times per
-    /// period.
+    /// CPUs that can run at once: CPU-paced timers fill this many slots a period.
     cpus: u64,
-    /// Sampler-thread path: the threads the ticks look at, chosen at each
-    /// listing ([`Self::choose_active`]), and idle ones that ran since
-    /// ([`Self::take_wake_notices`]).
+    /// Sampler-thread path: threads the ticks look at, chosen per listing.
     active: Vec<i32>,
-    /// Sampler-thread path: where in the thread list the next tick starts,
-    /// so that when there are more threads due than slots, every thread
-    /// gets its turn rather than the first ones every tick.
+    /// Sampler-thread path: where the next tick starts, so all get a turn.
     rotation: usize,
-    /// Sampler-thread path, cpu mode: when to wake, CPU time nobody looked
-    /// at, and threads' last moments ([`CpuPacing`]).
+    /// Sampler-thread path, cpu mode ([`CpuPacing`]).
     cpu_pacing: Option<CpuPacing>,
-    /// Sampler-thread path, wall mode: a running thread's sample is asked
-    /// for with a one-shot CPU timer
+    /// Wall mode: ask running threads with a one-shot CPU timer
     /// ([`PosixTimer::open_request`](cpu_timers::PosixTimer::open_request)),
-    /// not a signal sent straight to it, so that no thread is ever
-    /// signalled inside a blocking call; `false` where the kernel refuses
-    /// the timers.
+    /// never signalling a blocking call; `false` where the kernel refuses.
     wall_requests: bool,
-    /// Threads that exited at the last listing, with what they still
-    /// stand for, until [`Self::settle_exits`] counts it.
+    /// Exited threads whose remaining CPU [`Self::settle_exits`] counts.
     exits: Vec<Exit>,
-    /// CFI unwinding of the handlers' stack copies; `None` with
-    /// `frame_pointers_only`.
+    /// `None` with `frame_pointers_only`.
     cfi: Option<CfiWalker>,
-    /// Wall mode: reads the stacks of threads found blocked after they ran,
-    /// within a share of the sampler's time.
+    /// Wall mode: stack reads of threads found blocked after they ran.
     blocked_reads: BlockedReads,
     /// The ring clock's inherited events and their records.
     ring: RingState,
@@ -259,8 +195,7 @@ impl SamplerLoop {
         progress: Arc<Progress>,
         requests: mpsc::Receiver<window::Request>,
     ) -> Result<Self, Error> {
-        // `choose_clock` gives wall mode the sampler thread only: a timer
-        // of each thread's own is a cpu-mode clock.
+        // Wall mode always runs on the sampler thread.
         debug_assert!(config.mode == Mode::Cpu || !clock.is_kernel_paced());
         let mut stats = SamplerStats::new(&config);
         let cfi = (!config.frame_pointers_only).then(CfiWalker::new);
@@ -308,10 +243,7 @@ impl SamplerLoop {
             progress,
             regions_scratch: Vec::new(),
             regions_stale: false,
-            // Read at spawn. The first listing finds every thread new, so
-            // handlers read stacks checked (`own_stack`) until the next
-            // read, a refresh interval later: reading the maps before the
-            // first timers open would delay them.
+            // Counted as read at spawn, so the first timers are not delayed.
             regions_read_at: Some(Instant::now()),
             regions_every: REGIONS_REFRESH_INTERVAL,
             missing_regions_seen: slots::MISSING_REGIONS.load(Ordering::Relaxed),
@@ -337,34 +269,19 @@ impl SamplerLoop {
         })
     }
 
-    // What the engine does differently by clock, each asked by what it
-    // means rather than by which clock runs; the constructor builds the
-    // state each clock keeps (`cpu_pacing`, `wall_requests`, `ring`).
-
-    /// Whether the kernel paces each thread's samples (the perf clock) and
-    /// the sampler thread only collects.
+    /// Whether the kernel paces samples and the sampler thread only collects.
     fn timers(&self) -> bool {
         self.clock.is_kernel_paced()
     }
 
-    /// Whether threads are sampled into the kernel's rings by perf events,
-    /// the inherited ones covering the threads they create.
+    /// Whether threads are sampled into the kernel's perf rings.
     fn rings_wanted(&self) -> bool {
         self.clock == SampleClock::Perf
     }
 
-    /// How long the sampler thread sleeps between two collections.
-    ///
-    /// With timers, often enough that the slots never fill: timers paced by
-    /// CPU time signal at most once per period per CPU, so a quarter of the
-    /// slots lasts `SLOTS / 4 / cpus` periods. Within that, as often as the
-    /// thread list is read, so that a born thread gets its timer on time,
-    /// or, once the threads held still for [`QUIET_AFTER`], at most every
-    /// [`MAX_COLLECT_INTERVAL`].
-    /// Once every thread is sampled into the rings (no timer open),
-    /// [`RING_COLLECT_INTERVAL`], or a quarter of the time a ring takes to
-    /// fill at one sample per period per CPU if that is sooner (rates far
-    /// above 1000 Hz).
+    /// How long the sampler thread sleeps between two collections, in ns:
+    /// with timers, before a quarter of the slots fills and as often as
+    /// listings; on the rings alone, [`RING_COLLECT_INTERVAL`].
     fn collect_interval(&self) -> u64 {
         if !self.timers() {
             return self.period_ns;
@@ -396,8 +313,6 @@ impl SamplerLoop {
         }
     }
 
-    /// Whether every known thread is sampled into the rings: none has a
-    /// timer of its own.
     fn rings_only(&self) -> bool {
         !self.threads.values().any(|s| s.timer.open.is_some())
     }
@@ -408,7 +323,6 @@ impl SamplerLoop {
         self.process_cpu_at_start = profile::process_cpu_time();
         self.window = Window::new(&self.stats);
         let mut schedule = TickSchedule::new(monotonic_ns(), self.collect_interval());
-        // Timers are opened at once, not a collection interval later.
         let first = if self.timers() { self.tick() } else { Ok(()) };
         let result = loop {
             if first.is_err() {
@@ -450,11 +364,9 @@ impl SamplerLoop {
                     .serve(request, table, threads, &stats, Arch::host());
             }
         };
-        // The snapshot stays published after stop: a handler that runs late,
-        // or a one-shot capture, reads checked from now on.
+        // The regions snapshot stays published; late readers read checked.
         stack_regions::set_covers_listed(false);
-        // Every CPU reading first, then no timer fires again. Periods
-        // lost to a blocked signal since the last listing are counted too.
+        // Read every CPU clock before the timers stop firing.
         if self.timers() {
             self.watch_blocked_threads();
         }
@@ -479,7 +391,6 @@ impl SamplerLoop {
         ))
     }
 
-    /// The run's counters up to now, the ones kept elsewhere included.
     fn live_stats(&self) -> SamplerStats {
         let mut stats = self.stats.clone();
         stats.duration = self.started.elapsed();
@@ -500,8 +411,7 @@ impl SamplerLoop {
         let by_time = self
             .listed_at
             .is_none_or(|at| at.elapsed() >= self.relist_every);
-        // Checked even when the time is up: a listing may be put off, and
-        // CPU time seen nowhere is no reason to wait.
+        // Unseen CPU forces a listing even when it could otherwise wait.
         let unseen = self.unseen_thread_runs();
         let due = (by_time || unseen) && !listings_held();
         if due && (unseen || !self.listing_can_wait()) {
@@ -518,13 +428,10 @@ impl SamplerLoop {
             self.listing += 1;
             let registering = self.discover_threads();
             let mut arming = Duration::ZERO;
-            // Not part of the listing's cost: reads of the maps are spaced
-            // by their own.
+            // Maps reads are spaced on their own, not charged to the listing.
             let regions_cost = self.refresh_regions_if_stale();
             self.account_cpu(false);
-            // Every thread's clock was just read (those clocks put no thread
-            // on the rings): the process's now, against them (`UnseenCpu`,
-            // `ExitTails`).
+            // Every thread's clock was just read: compare the process's.
             let mut unread = 0;
             if let Some(CpuPacing { unseen, tails, .. }) = self.cpu_pacing.as_mut() {
                 let process = profile::process_cpu_time().as_nanos() as u64;
@@ -545,19 +452,9 @@ impl SamplerLoop {
             self.progress
                 .listings
                 .store(self.listing, Ordering::Release);
-            // A listing reads every thread's clock: with thousands of
-            // threads it costs milliseconds. Keep it under 1/LISTING_SHARE
-            // of the sampler's time, so ticks stay cheap and on time (a new
-            // thread is then found later in such a process).
-            // (Measured in the sampler's own CPU time: on a busy machine
-            // its wall time says more about the load than the listing.)
-            // Registering new threads, and arming idle threads' wake
-            // timers, are left out of the spacing: they are paid once per
-            // thread (or per wake), and the listing that registered a pool
-            // of thousands (5,000 names: 50-70 ms) put the next one over a
-            // second away, while threads started after the pool ran
-            // unseen. Early listings for threads that churn still spend it
-            // (`UnseenCpu`).
+            // Keep listings under 1/LISTING_SHARE of the sampler's own CPU
+            // time. Registering threads and arming wake timers are paid once
+            // per thread, so they are left out, lest a big pool stall listings.
             let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(listing_cpu))
                 .saturating_sub(regions_cost);
             self.relist_every = self
@@ -568,9 +465,8 @@ impl SamplerLoop {
             }
         } else {
             self.refresh_regions_if_stale();
-            // A listing put off on the sampler-thread clock reads no clock
-            // beyond its ticks': what the threads ran is counted at the
-            // next listing, or when a dump or the stop asks.
+            // On the kernel-paced clocks a put-off listing still reads the
+            // clocks of threads sampled since; the sampler-thread clock waits.
             if due && self.timers() {
                 self.account_cpu(false);
             }
@@ -580,9 +476,7 @@ impl SamplerLoop {
             self.take_wake_notices();
             self.signal_due_threads();
         }
-        // After the threads are signalled or their timers opened, so that
-        // reading the modules (the first time, copying their unwind
-        // sections) never delays a sample.
+        // After signalling, so reading modules never delays a sample.
         if let Some(cfi) = self.cfi.as_mut() {
             cfi.refresh_modules();
         }
@@ -592,11 +486,8 @@ impl SamplerLoop {
         Ok(())
     }
 
-    /// Re-reads `/proc/self/maps` when walks missed the snapshot or new
-    /// threads appeared, at most every [`REGIONS_REFRESH_INTERVAL`]: with
-    /// thousands of mappings one read costs milliseconds, and the snapshot
-    /// only tightens walk bounds (reads are fault-safe without it).
-    /// Returns the sampler CPU time the read took (zero when none was due).
+    /// Re-reads `/proc/self/maps` when walks missed it or threads were born,
+    /// spaced by cost; returns the CPU time spent.
     fn refresh_regions_if_stale(&mut self) -> Duration {
         let missing = slots::MISSING_REGIONS.load(Ordering::Relaxed);
         if missing != self.missing_regions_seen {
@@ -613,8 +504,6 @@ impl SamplerLoop {
         self.regions_read_at = Some(Instant::now());
         let cpu_before = threads::own_cpu_ns();
         let refreshed = stack_regions::refresh(&mut self.regions_scratch);
-        // With thousands of mappings a read costs milliseconds: keep it
-        // under 1/LISTING_SHARE of the sampler's time too.
         let cost = Duration::from_nanos(threads::own_cpu_ns().saturating_sub(cpu_before));
         self.regions_every = REGIONS_REFRESH_INTERVAL.max(cost * LISTING_SHARE);
         if refreshed {
@@ -625,10 +514,8 @@ impl SamplerLoop {
     }
 }
 
-/// Sleeps until an absolute `CLOCK_MONOTONIC` time, or until `stop` is set.
-/// Parked, not in `clock_nanosleep`: `stop` unparks this thread, so a
-/// sampler that sleeps 100 ms between collections stops at once instead of
-/// at its next wakeup.
+/// Sleeps until an absolute `CLOCK_MONOTONIC` time or until `stop` is set;
+/// parks so that `stop` can unpark it at once.
 fn sleep_until(deadline_ns: u64, stop: &AtomicBool) {
     loop {
         let now_ns = monotonic_ns();

@@ -1,30 +1,21 @@
 //! Threads of this process created since the last look, found without
-//! listing `/proc/self/task`.
+//! listing `/proc/self/task`, which is costly with thousands of threads.
 //!
-//! With thousands of threads a listing costs milliseconds (the kernel looks
-//! up every entry, and the sampler reads every clock), so listings are
-//! spaced by their cost, about 0.2 s apart at 5,000 threads, and a thread
-//! born just after one ran unseen until the next. But the kernel hands out
-//! thread ids in order: `/proc/sys/kernel/ns_last_pid` is the last id it
-//! gave in this pid namespace, one small read. When it moved, each id
-//! given since is asked whether it is a thread of this process
-//! (`tgkill(pid, tid, 0)`, which sends nothing). Other processes take ids
-//! too; past [`MAX_PROBES`] ids, or when the ids wrapped around, the look
-//! gives up and leaves the new threads to the next listing.
+//! The kernel hands out ids in order, and `/proc/sys/kernel/ns_last_pid`
+//! gives the last one; each id given since is probed with
+//! `tgkill(pid, tid, 0)`, which sends nothing. Past [`MAX_PROBES`] ids, or
+//! on a wrap, the look gives up and leaves them to the next listing.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::super::kernel::threads::thread_exists;
 
-/// The most ids one look asks about: on a machine that starts processes
-/// quickly, more ids than this between two looks are left to the listing.
+/// The most ids one look probes; more are left to the listing.
 const MAX_PROBES: u32 = 256;
 
-/// Where the kernel says which id it gave last.
 const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
 
-/// The last id seen, and the open file to read the next from.
 #[derive(Debug)]
 pub(crate) struct NewThreads {
     file: File,
@@ -33,9 +24,8 @@ pub(crate) struct NewThreads {
 }
 
 impl NewThreads {
-    /// `None` where the kernel does not show the last id (a `/proc`
-    /// without `sys`, a sandbox that hides it): listings alone find new
-    /// threads there.
+    /// `None` where the kernel does not show the last id: listings alone
+    /// find new threads there.
     pub(crate) fn open() -> Option<NewThreads> {
         let file = File::open(LAST_PID).ok()?;
         let mut watch = NewThreads { file, last: None };
@@ -49,10 +39,9 @@ impl NewThreads {
         self.last = self.read();
     }
 
-    /// The ids given since the last look or mark that are threads of this
-    /// process, in order, into `found` (cleared first). Returns
-    /// `false` when it could not tell (too many ids, a wrap, a failed
-    /// read): a listing should then find them.
+    /// The ids given since the last look or mark that are this process's
+    /// threads, in order, into `found` (cleared first); `false` when it
+    /// could not tell, leaving them to a listing.
     pub(crate) fn look(&mut self, found: &mut Vec<i32>) -> bool {
         found.clear();
         let (Some(last), Some(now)) = (self.last, self.read()) else {

@@ -1,17 +1,9 @@
-//! The sampler-thread clock: where perf events are refused, when forced,
-//! and always in wall mode, the sampler thread paces the samples itself.
-//!
-//! In cpu mode a thread is due when its CPU time since its last sample
-//! reaches a period ([`CpuDebt`]); the sampler wakes at random moments
-//! ([`CpuWakeups`]) and signals the due threads that run user code. In
-//! wall mode every thread is due at each tick: a running one is asked for
-//! its sample with a one-shot CPU timer, one off CPU is counted without
-//! being interrupted, on the stack it is blocked on, read from outside
-//! ([`SamplerLoop::read_blocked_stack`]). Only the threads active at the
-//! last listing are looked at ([`SamplerLoop::choose_active`]), with the
-//! idle ones whose wake timers fired since (cpu mode, [`super::wake_timers`]);
-//! CPU time on threads not looked at brings the next listing forward
-//! ([`UnseenCpu`]). What it keeps per thread is a [`PacedThread`].
+//! The sampler-thread clock, where perf is refused or not used and always
+//! in wall mode. In cpu mode a thread is due once it owes a period of CPU
+//! ([`CpuDebt`]) and is signalled at random wakeups ([`CpuWakeups`]) only
+//! while it runs user code. In wall mode a running thread is asked with a
+//! one-shot CPU timer and one off CPU is counted without interruption.
+//! Only threads active at the last listing, or woken since, are looked at.
 
 use std::time::{Duration, Instant};
 
@@ -29,96 +21,61 @@ use super::signal_blocked::blocks_signal_now;
 use super::wake_timers::{WakeTimer, WakeTimers};
 use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse};
 
-/// Wall mode: CPU time a thread may gain since its last sample and still
-/// count as not having run: taking a sample costs the thread a few
-/// microseconds of handler (up to ~10 in a VM, more under load).
+/// Wall mode: CPU (ns) a thread may gain and still count as not having run.
 pub(super) const IDLE_SLACK_NS: u64 = 50_000;
 
-/// One thread's part of the sampler-thread clock's state; left at its
-/// default on the kernel-paced clocks.
+/// One thread's sampler-thread clock state; default on the other clocks.
 #[derive(Default)]
 pub(super) struct PacedThread {
-    /// Cpu mode: the thread's CPU clock on the previous tick.
+    /// Cpu mode: the thread's CPU clock (ns) on the previous tick.
     pub(super) last_cpu_ns: Option<u64>,
-    /// Cpu mode: the wakeup whose look read its clock last
-    /// ([`SamplerLoop::look_at_clock`]).
+    /// Cpu mode: the wakeup that last read its clock.
     pub(super) read_tick: u64,
     /// Cpu mode: CPU time used and not yet stood for by a sample.
     pub(super) debt: CpuDebt,
-    /// Wall mode: the thread's last stack, counted again, off CPU, while
-    /// its CPU clock does not move, and its CPU clock when that stack was
-    /// taken.
+    /// Wall mode: the last stack, counted again while the clock stands still.
     pub(super) last_walk: Option<OwnedWalk>,
     pub(super) walk_cpu_ns: u64,
-    /// Wall mode: `last_walk` is a whole stack (a sample the thread took,
-    /// or its blocked stack read and unwound with the modules known), not
-    /// a stand-in (its system call's pc alone, or a read made before the
-    /// module list was): a stand-in is read again at a later tick rather
-    /// than counted for as long as the thread stays blocked.
+    /// Wall mode: `last_walk` is whole, not a stand-in to read again.
     pub(super) last_walk_whole: bool,
-    /// Wall mode: the one-shot timer asking for the sample in flight
-    /// ([`SamplerLoop::wall_requests`]); deleted, and with it any signal it
-    /// still had queued, once that sample is done.
+    /// Wall mode: the sample's one-shot timer; deleted with its signal once done.
     pub(super) request: Option<PosixTimer>,
-    /// Wall mode: ticks that found the thread running and that no sample
-    /// has stood for yet. Its request fires on a scheduler tick of its
-    /// running, which a thread working in short bursts between blocking
-    /// calls reaches only now and then; the sample that lands stands for
-    /// all of them, so its CPU ticks are not counted as off CPU.
+    /// Wall mode: running ticks the next landed sample stands for.
     pub(super) running_ticks: u64,
     /// Wall mode: the tick up to which the thread's samples are counted.
     pub(super) counted_tick: u64,
-    /// Its CPU clock at the last listing, to tell idle threads from
-    /// active ones.
+    /// CPU clock at the last listing, to tell idle threads from active.
     pub(super) listing_cpu_ns: Option<u64>,
-    /// Its CPU clock as this listing's accounting read it
-    /// ([`SamplerLoop::account_cpu`]); `None` where the read failed (it
-    /// exited). Taken by [`SamplerLoop::choose_active`], which would
-    /// otherwise read every thread's clock a second time in a row: with
-    /// thousands of threads, a large part of a listing's cost.
+    /// CPU clock as this listing read it (`None`: exited), for `choose_active`.
     pub(super) listed_cpu_ns: Option<u64>,
-    /// Cpu mode: the last [`RECENT_WALKS`](super::RECENT_WALKS) stacks of
-    /// a young thread born while sampling (of any other, the last one), on
-    /// which the CPU time it used after its last sample is counted when it
-    /// exits ([`ExitTails`]) or the profiler stops.
+    /// Cpu mode: a young born thread's last [`RECENT_WALKS`](super::RECENT_WALKS)
+    /// stacks (else the last one), for its tail at exit ([`ExitTails`]) or stop.
     pub(super) recent_walks: Vec<OwnedWalk>,
-    /// Started while sampling (seen at a later listing than the first):
-    /// owed its CPU time from zero.
+    /// Started while sampling: owed its CPU time from zero.
     pub(super) born_during_run: bool,
-    /// Cpu mode: the timer that tells the sampler when this idle thread
-    /// runs again; deleted with the thread's state.
+    /// Cpu mode: fires when this idle thread runs again.
     pub(super) wake: Option<WakeTimer>,
 }
 
-/// The sampler-thread clock's own state in cpu mode; `None` on the
-/// kernel-paced clocks and in wall mode, which wakes on a fixed period.
+/// The sampler-thread clock's state in cpu mode.
 pub(super) struct CpuPacing {
-    /// When to wake: random ticks, and a look at the threads at least
-    /// every `min(period, 2 ms)`.
+    /// When to wake: random ticks, and a look at least every `min(period, 2 ms)`.
     pub(super) wakeups: CpuWakeups,
-    /// CPU time of threads it did not look at, to list the threads early
-    /// when a new one runs.
+    /// CPU time of threads not looked at, to list early when one is new.
     pub(super) unseen: UnseenCpu,
-    /// The CPU time threads used after their last sample, counted when
-    /// they exit or the profiler stops.
+    /// CPU threads used after their last sample, counted at exit or stop.
     pub(super) tails: ExitTails,
-    /// Timers that tell when an idle thread runs again.
     pub(super) wakes: WakeTimers,
-    /// Finds threads created between listings (`None` where the kernel
-    /// does not show the last thread id it gave).
+    /// Finds threads born between listings; `None` if the kernel hides ids.
     pub(super) new_threads: Option<NewThreads>,
-    /// The last look found a thread born while sampling still young
-    /// ([`CpuWakeups::next`]).
+    /// The last look found a young born thread ([`CpuWakeups::next`]).
     pub(super) young_threads: bool,
-    /// When the last thread born while sampling was registered: while one
-    /// is young, listings are not put off
-    /// ([`SamplerLoop::listing_can_wait`]).
+    /// When a born thread was last registered ([`SamplerLoop::listing_can_wait`]).
     pub(super) last_birth: Option<std::time::Instant>,
 }
 
 impl CpuPacing {
-    /// The state for sampling every `period_ns` of each thread's CPU time,
-    /// its random ticks seeded with `seed`.
+    /// Samples every `period_ns` of each thread's CPU time; ticks seeded by `seed`.
     pub(super) fn new(period_ns: u64, seed: u64) -> CpuPacing {
         CpuPacing {
             wakeups: CpuWakeups::new(period_ns, seed),
@@ -133,18 +90,9 @@ impl CpuPacing {
 }
 
 impl SamplerLoop {
-    /// Sampler-thread path, cpu mode: whether to list the threads before
-    /// the listing interval is up, because CPU time went to threads it did
-    /// not look at ([`UnseenCpu`]): a new thread, most likely, which would
-    /// otherwise run unsampled until the next listing, or to its end. As
-    /// often as listings' cost allows, spread over time ([`UnseenCpu`]).
-    ///
-    /// The threads it looks at are read here first, with the process's
-    /// clock right after: compared with their readings from the last
-    /// wakeup, the CPU time they used since then looked unseen, and at a
-    /// look every period or 2 ms two busy threads always passed the
-    /// threshold. Nearly every wakeup then listed the threads, as far as
-    /// the listings' share of the sampler's time allowed.
+    /// Cpu mode: whether to list early because CPU went to threads not looked
+    /// at ([`UnseenCpu`]). Looked-at clocks are read first, so their own CPU
+    /// is not taken as unseen.
     ///
     /// [`UnseenCpu`]: super::super::clocks::paced::unseen_cpu::UnseenCpu
     pub(super) fn unseen_thread_runs(&mut self) -> bool {
@@ -167,15 +115,8 @@ impl SamplerLoop {
         unseen.check(monotonic_ns(), process, own, own.saturating_sub(before))
     }
 
-    /// Reads active thread `tid`'s CPU clock and counts what it used since
-    /// its last reading as seen ([`UnseenCpu`], [`ExitTails`]); returns
-    /// the reading and when it was taken (monotonic ns), or `None` once it
-    /// exited (counted when the list is re-read, having run at most until
-    /// now since its last reading) or if it is not known.
-    ///
-    /// In cpu mode a clock is read once per wakeup: the check for unseen
-    /// CPU time and the signalling pass that follows it microseconds later
-    /// share the reading.
+    /// Reads `tid`'s CPU clock once per wakeup and counts its use as seen
+    /// ([`UnseenCpu`], [`ExitTails`]); the reading and its time, or `None`.
     ///
     /// [`UnseenCpu`]: super::super::clocks::paced::unseen_cpu::UnseenCpu
     fn look_at_clock(&mut self, tid: i32) -> Option<(u64, u64)> {
@@ -200,24 +141,12 @@ impl SamplerLoop {
         Some((cpu, at))
     }
 
-    /// Sampler-thread path: signals every thread due this tick that is
-    /// running user code, starting where the last tick ran out of slots.
-    ///
-    /// A thread that is not running user code is never interrupted: a
-    /// signal would make its blocking call (`poll`, `nanosleep`, `select`,
-    /// `epoll_wait`, a `read` with a timeout…) fail with `EINTR`. In cpu
-    /// mode its owed CPU time waits until it runs again. In wall mode a
-    /// thread whose CPU clock has not moved since its last sample has not
-    /// run, so its last stack is counted again, off CPU; one that ran and
-    /// is off CPU now is counted off CPU on the stack it is blocked on
-    /// ([`Self::count_blocked`]). A running one is asked for a sample with
-    /// a one-shot CPU timer where the kernel allows them
-    /// ([`Self::wall_requests`]), else signalled.
-    ///
-    /// Only threads found active at the last listing, or woken since, are
-    /// looked at ([`Self::choose_active`]): with thousands of idle threads,
-    /// reading every thread's clock every tick would cost more than the
-    /// period.
+    /// Sampler-thread path: samples every thread due this tick, from where
+    /// the last tick ran out of slots. A thread not running user code is
+    /// never signalled (its blocking call would fail with `EINTR`): in cpu
+    /// mode its debt waits; in wall mode it is counted off CPU
+    /// ([`Self::count_blocked`]). Running threads get a one-shot timer
+    /// ([`Self::wall_requests`]) in wall mode, a signal otherwise.
     pub(super) fn signal_due_threads(&mut self) {
         let random_tick = self
             .cpu_pacing
@@ -238,18 +167,15 @@ impl SamplerLoop {
             };
             young_threads |= state.young_born();
             let mut weight = 1;
-            // The thread's CPU clock and when it was read: for the handler
-            // to tell whether the thread waited for a CPU meanwhile.
+            // CPU clock and read time, for the handler to detect CPU waits.
             let mut read_at = (0, 0);
-            // Whether its CPU clock moved since the last tick: see below.
             let progressed = state.paced.last_cpu_ns.is_none_or(|last| cpu > last);
             if self.config.mode == Mode::Wall {
                 state.paced.last_cpu_ns = Some(cpu);
             }
             if self.config.mode == Mode::Cpu {
                 read_at = (read_at_ns, cpu);
-                // The CPU time used since the last look is owed to the next
-                // sample; a sample is due once a full period is owed.
+                // The CPU used since the last look is owed; a period owed is due.
                 if let Some(last) = state.paced.last_cpu_ns {
                     let used = cpu.saturating_sub(last);
                     self.stats.skipped_samples += state.paced.debt.accrue(used, self.period_ns);
@@ -258,20 +184,15 @@ impl SamplerLoop {
                 let Some(due) = state.paced.debt.due(self.period_ns) else {
                     continue;
                 };
-                // Only a random tick finds a due thread at an unbiased
-                // point of its code (`CpuWakeups`). A young thread born
-                // while sampling is sampled at any wakeup that finds it
-                // due: it may live a period or two, and be gone before the
-                // next random tick (with random ticks alone, 300 threads
-                // of 2 ms had samples for 74% of their CPU time).
+                // Only a random tick is unbiased (`CpuWakeups`); a young born
+                // thread is taken at any wakeup, as it may soon be gone.
                 if !random_tick && !state.young_born() {
                     continue;
                 }
                 weight = due;
             }
-            // Only a thread that ran since (in cpu mode, one found due)
-            // can have changed its mask: in wall mode every blocked thread
-            // is visited at every tick, and most of them sleep.
+            // Only a thread that ran (in cpu mode, one found due) can have
+            // changed its mask; most blocked threads sleep.
             let look = (progressed || self.config.mode == Mode::Cpu)
                 && state
                     .blocked
@@ -281,16 +202,12 @@ impl SamplerLoop {
                 let signal = self.sender.signal();
                 let (period, mode) = (self.period_ns, self.config.mode);
                 if !state.look_again(tid, signal, period, mode, &mut self.stats) {
-                    // It takes the signal (after all, or again): sampled
-                    // now, for the periods held meanwhile too.
+                    // It takes the signal now: sampled for the held periods too.
                     weight = state.paced.debt.due(period).unwrap_or(weight);
                 }
             }
             if self.config.mode == Mode::Wall && state.blocked.is_some() {
-                // Off CPU it needs no signal: counted as any thread off
-                // CPU is, on its last stack while its clock stands still,
-                // else on the stack it waits on, read from outside. Only
-                // its ticks on a CPU are lost to the signal it blocks.
+                // Off CPU it needs no signal; only its CPU ticks are lost.
                 let running = progressed
                     && state.run_state(tid, &mut self.thread_keys)
                         == Some(threads::RunState::Running);
@@ -302,8 +219,7 @@ impl SamplerLoop {
                 }
             }
             if let Some(blocked) = &mut state.blocked {
-                // It blocks the signal: not signalled, its samples counted
-                // (held until a second look confirms it).
+                // It blocks the signal: counted once a second look agrees.
                 if self.config.mode == Mode::Cpu {
                     state.paced.debt.pay(weight, self.period_ns);
                 }
@@ -322,9 +238,7 @@ impl SamplerLoop {
                 continue;
             };
             if state.pending && self.wall_requests {
-                // Its request waits for it to run. Off CPU meanwhile, it is
-                // counted as such; running, its ticks are counted when the
-                // sample lands.
+                // Its request waits for it to run; counted off CPU meanwhile.
                 let running = progressed
                     && state.run_state(tid, &mut self.thread_keys)
                         == Some(threads::RunState::Running);
@@ -340,21 +254,10 @@ impl SamplerLoop {
                 self.stats.skipped_samples += 1;
                 continue;
             }
-            // Cpu mode: `R` alone is not proof that a thread runs user
-            // code: a thread woken from `poll` (or `select`, ...) is `R`
-            // while it waits for a CPU, still inside the call, and a signal
-            // then makes the call fail with `EINTR` instead of returning
-            // its timeout (on a busy machine, up to 34 of 300 calls did).
-            // Such a thread has not run since the last tick; one that runs
-            // user code has (or was preempted there, when its sample would
-            // come late anyway). Its owed CPU time waits for a tick that
-            // finds it running, never signalled into its blocking call: such
-            // a signal would be taken at the call's exit after a wait, so its
-            // sample is given up as late (`slots::claim_armed`) and the debt
-            // stays, a cascade of `EINTR` for nothing (62 of 300 calls under
-            // load). A thread whose wake-ups fall exactly in step with the
-            // ticks is never found running: its owed time past the debt's
-            // cap is counted as skipped, not sampled.
+            // Cpu mode: a thread woken from a blocking call is `R` while it
+            // waits for a CPU, and a signal then fails the call with `EINTR`.
+            // Only a thread whose clock moved is signalled; owed time past
+            // the debt's cap is counted as skipped.
             if self.config.mode == Mode::Cpu && !progressed {
                 continue;
             }
@@ -363,10 +266,7 @@ impl SamplerLoop {
                 .get_mut(&tid)
                 .and_then(|s| s.run_state(tid, &mut self.thread_keys))
             {
-                // Wall mode: `R` without progress since the last tick is a
-                // thread woken inside a blocking call (or preempted), still
-                // waiting for a CPU: counted like a blocked one, not
-                // signalled (see the cpu-mode note above).
+                // Wall mode: the same thread is counted like a blocked one.
                 Some(threads::RunState::Running)
                     if self.config.mode == Mode::Wall && !progressed =>
                 {
@@ -389,8 +289,7 @@ impl SamplerLoop {
                 state.mask_checked = true;
                 let signal = self.sender.signal();
                 if blocks_signal_now(tid, signal) {
-                    // Its due periods stay owed: the next tick holds them
-                    // on the provisional verdict.
+                    // Its due periods stay owed on the provisional verdict.
                     state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
                     continue;
                 }
@@ -401,10 +300,7 @@ impl SamplerLoop {
                 ran_out_at.get_or_insert(i);
                 continue;
             };
-            // A young thread born while sampling, with no stack yet, keeps
-            // its first sample even if it comes late (see `slots`): given
-            // up, the thread may be gone before the next, and every period
-            // it used with it ([`ExitTails`] counts them on its last stack).
+            // A young born thread keeps its first sample even if late.
             let first = self.cpu_pacing.is_some()
                 && state.paced.recent_walks.is_empty()
                 && state.young_born();
@@ -412,9 +308,7 @@ impl SamplerLoop {
             self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
             let by_request = self.wall_requests;
             let sent = if by_request {
-                // No lateness check (`mark_sent` above had no reading in
-                // wall mode): the timer fires on a tick of the thread's
-                // own running, an unbiased moment, however late.
+                // No lateness check: the timer fires while the thread runs.
                 PosixTimer::open_request(tid, self.sender.signal(), armed.signal_value())
                     .map(|timer| state.paced.request = Some(timer))
             } else {
@@ -443,7 +337,6 @@ impl SamplerLoop {
                     });
                 }
                 Err(e) => {
-                    // Nobody was signalled, so nobody can claim the slot.
                     self.slots.cancel(armed.slot);
                     if e.raw_os_error() == Some(libc::ESRCH) {
                         self.stats.exited_threads += 1;
@@ -459,15 +352,9 @@ impl SamplerLoop {
         }
     }
 
-    /// Sampler-thread path, at each listing: picks the threads the ticks
-    /// look at until the next listing: those whose CPU clock moved since
-    /// the last listing, and those with a sample in flight or owed. An
-    /// idle thread's CPU time is not lost (it is owed from its last reading
-    /// when it runs again); in wall mode the ticks it sat idle are counted
-    /// here, in one weighted sample of its last stack.
-    ///
-    /// In cpu mode the idle ones get a wake timer, so that one that runs
-    /// again is looked at before the next listing
+    /// Sampler-thread path, at each listing: picks threads whose clock moved
+    /// or with a sample in flight or owed. In wall mode idle ticks are counted
+    /// here; in cpu mode idle threads get wake timers
     /// ([`Self::arm_wake_timers`]); returns the time that took.
     pub(super) fn choose_active(&mut self) -> Duration {
         let mut active = std::mem::take(&mut self.active);
@@ -481,14 +368,8 @@ impl SamplerLoop {
             let Some(now) = state.paced.listed_cpu_ns.take() else {
                 continue;
             };
-            // A thread seen for the first time counts as moving only if it
-            // used a period of CPU in its life: thousands of new idle
-            // threads would otherwise all be looked at on every tick until
-            // the next listing (which, with that many threads, is long in
-            // coming): the sampler thread spent 28-38% of a core so. A
-            // thread with less is owed no cpu-mode sample yet.
-            // One born while sampling, found early ([`UnseenCpu`]), is
-            // looked at once it used a quarter period: it may live 2 ms.
+            // A new thread counts as moving only once it used a period (a
+            // quarter if born while sampling), or every idle one is looked at.
             let moved = match state.paced.listing_cpu_ns {
                 Some(before) => now >= before + IDLE_SLACK_NS,
                 None if state.paced.born_during_run => now >= self.period_ns / 4,

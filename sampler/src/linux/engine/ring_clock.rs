@@ -1,11 +1,8 @@
-//! The perf ring clock ([`crate::SampleClock::Perf`] where perf
-//! events are allowed): the inherited task-clock events ([`BornThreads`])
-//! opened at the first listing, whose ring samples of every thread they
-//! cover are unwound in place and interned here; threads whose walks the
-//! rings keep cutting short handed to a timer ([`RingWalks`]); born
-//! threads named and settled (their CPU time and the part of a period
-//! after their last sample), and on stop the last samples and exit
-//! records waited for.
+//! The perf ring clock ([`crate::SampleClock::Perf`]): inherited task-clock
+//! events ([`BornThreads`]) sample every thread without a signal, and their
+//! ring samples are unwound and interned here. A thread whose ring walks
+//! keep falling short of the depth asked for is handed to a timer
+//! ([`RingWalks`]).
 
 use std::time::{Duration, Instant};
 
@@ -23,18 +20,13 @@ use super::super::MAX_DEPTH;
 use super::collect::OwnedWalk;
 use super::{monotonic_ns, SamplerLoop};
 
-/// The longest `stop` waits for the exit records of born threads that are
-/// gone.
+/// The longest `stop` waits for exit records of born threads already gone.
 const EXIT_RECORDS_WAIT: Duration = Duration::from_millis(200);
 
-/// The ring clock's state in the engine: the inherited events and what
-/// their records leave to do between collections. Empty on the other
-/// clocks.
+/// The ring clock's state in the engine; empty on the other clocks.
 #[derive(Default)]
 pub(super) struct RingState {
-    /// The inherited events that sample threads born while sampling (and
-    /// the threads they were opened on); `None` where the kernel refused
-    /// them (then `tried`), or before the first listing.
+    /// The inherited events; `None` before the first listing or if refused.
     pub(super) events: Option<BornThreads>,
     pub(super) tried: bool,
     /// Ring samples taken in, reused between drains.
@@ -44,78 +36,55 @@ pub(super) struct RingState {
     pub(super) settled: Vec<Settled>,
     /// Born threads no listing has found yet: their keys and names.
     pub(super) keys: HashMap<i32, BornKey>,
-    /// Born threads' last walks (and their keys), under which the part of
-    /// a period after their last sample is counted when they are settled.
+    /// Born threads' last walks and keys, for their tail when settled.
     pub(super) walks: HashMap<i32, (u32, OwnedWalk)>,
-    /// A thread on the rings turned out to need a timer
-    /// ([`RingThread::deep`]): opened right after the
-    /// collection that found it, not at the next listing, so that few of
-    /// its samples are cut short.
+    /// A thread on the rings needs a timer ([`RingThread::deep`]): opened
+    /// right after this collection, so few samples are cut short.
     pub(super) deep_found: bool,
-    /// Born threads gone from the listings before they were settled: the
-    /// CPU time their clocks had when last read.
+    /// Born threads unlisted before settling: their clocks' last reading (ns).
     pub(super) accounted: HashMap<i32, u64>,
     /// Born threads whose CPU clocks a collection reads, reused.
     pub(super) clock_reads: Vec<i32>,
 }
 
-/// One thread's part of the ring clock's state: whether the inherited
-/// events sample it, and how their walks of it went; left at its default
-/// on the other clocks.
+/// One thread's ring clock state; default on the other clocks.
 #[derive(Default)]
 pub(super) struct RingThread {
-    /// Born while sampling under the inherited events ([`BornThreads`]),
-    /// which sample it instead of a timer of its own (no signal, so its
-    /// mask, `sigwait` and blocking calls never see them) unless `deep`.
-    pub(super) born: bool,
-    /// One of the threads the inherited events were opened on, which
-    /// sample it too: like a born thread, it gets no timer of its own
+    /// Born under the inherited events, which sample it without a signal,
     /// unless `deep`.
+    pub(super) born: bool,
+    /// A thread the inherited events were opened on; like `born`.
     pub(super) opened_on: bool,
-    /// Found by a listing before its birth was read from the rings, if it
-    /// was born under the inherited events at all: decided at the next
-    /// listing, when the rings' records from before this one are in (they
-    /// are held back a moment, and more come in while a listing runs).
-    /// Until then it gets no timer and its clock is not read. Deciding at
-    /// once handed such a thread to a signal timer, under the name the
-    /// listing read, which its renames never reached.
+    /// Listed before its birth was read from the rings: decided at the next
+    /// listing, once earlier records are in; until then no timer, no clock
+    /// read, so it is never timed under a name its renames would not reach.
     pub(super) birth_unread: bool,
-    /// Its stacks go deeper than its ring samples reach, while `max_depth`
-    /// asks for more: deeper than the kernel's call chains
-    /// (`perf_event_max_stack`) or the stack it copies for CFI
-    /// ([`RingWalks::cut_short`]). It gets a timer, whose handler walks as
-    /// deep as asked.
+    /// Its stacks go deeper than ring samples reach ([`RingWalks::cut_short`])
+    /// while `max_depth` asks for more: it gets a timer, which walks deeper.
     pub(super) deep: bool,
     /// Its ring samples' walks so far.
     pub(super) walks: RingWalks,
-    /// Its name was read while the rings sampled it, so its renames from
-    /// then on come as name-change records with its samples, and its name
-    /// is not read again while it stays on them.
+    /// Its name was read while on the rings: renames now come as records.
     pub(super) named: bool,
-    /// A ring sample of it was counted since its clock was last read
-    /// ([`SamplerLoop::account_cpu`]).
+    /// A ring sample of it was counted since its clock was last read.
     pub(super) sampled: bool,
 }
 
-/// The key of a born thread no listing found yet, and the collection pass
-/// that last read its name (read again at most once per pass).
+/// A not-yet-listed born thread's key, and the pass that last read its name.
 #[derive(Clone, Copy)]
 pub(super) struct BornKey {
     pub(super) key: u32,
     pub(super) named_pass: u64,
 }
 
-/// Ring walks of one thread cut short before it is handed to a timer
-/// ([`RingWalks::cut_short`]).
+/// Ring walks cut short before a thread is handed to a timer.
 const RING_CUTS_BEFORE_HANDOFF: u64 = 3;
 
-/// How a thread's ring samples' walks went, to tell a thread whose stacks
-/// its ring samples keep cutting short.
+/// How a thread's ring walks went, to find one they keep cutting short.
 #[derive(Default)]
 pub(super) struct RingWalks {
     walks: u64,
-    /// Walks that ended where the kernel's call chain or its stack copy
-    /// did, short of the depth asked for.
+    /// Walks ending short of the depth asked for.
     cut: u64,
 }
 
@@ -126,10 +95,9 @@ impl RingWalks {
         self.cut += u64::from(cut);
     }
 
-    /// Whether this thread's walks were cut short more than by accident:
-    /// at least [`RING_CUTS_BEFORE_HANDOFF`] times and in at least 1% of
-    /// them (a single system call below a large buffer on the stack, say,
-    /// is not worth a signal per sample from then on).
+    /// Whether walks were cut short more than by accident: at least
+    /// [`RING_CUTS_BEFORE_HANDOFF`] times and in at least 1% of them, since
+    /// a handoff costs a signal per sample from then on.
     pub(super) fn cut_short(&self) -> bool {
         self.cut >= RING_CUTS_BEFORE_HANDOFF && self.cut * 100 >= self.walks
     }
@@ -165,12 +133,8 @@ impl SamplerLoop {
             seed,
         ) {
             Ok(born) => {
-                // The events sample the threads they were opened on too:
-                // those need no timer of their own, and take no signal.
-                // Their CPU time is counted from their event's opening, not
-                // from the listing's reading just before: what they ran in
-                // between (the opening takes a while, and a busy machine
-                // may preempt the sampler thread in it) is no sample's.
+                // The events sample their own threads too, with no timer;
+                // CPU counts from the event's opening, the first sampled time.
                 for tid in born.parents() {
                     if let Some(state) = self.threads.get_mut(&tid) {
                         state.ring.opened_on = true;
@@ -182,16 +146,13 @@ impl SamplerLoop {
                 }
                 self.ring.events = Some(born);
             }
-            // Every thread then gets a timer, and born threads wait for a
-            // listing.
+            // Every thread then gets a timer.
             Err(_) => self.ring.events = None,
         }
     }
 
-    /// Timer path: interns the samples the inherited events took of born
-    /// threads, and settles those whose samples are all in; with
-    /// `everything`, the records a drain would hold back as too recent too
-    /// (the last collection).
+    /// Timer path: interns born threads' ring samples and settles those all
+    /// in; with `everything` (last collection), also too-recent records.
     pub(super) fn collect_born_samples(&mut self, everything: bool) {
         if !everything && super::drains_held() {
             return;
@@ -210,8 +171,7 @@ impl SamplerLoop {
             everything,
             |tid| exclusions::is_excluded(tid as u64),
             |sample| {
-                // No frames: taken in the kernel after the thread let go of
-                // its user memory, on its way out; no user stack to count.
+                // No frames: taken as the exiting thread left user memory.
                 (!sample.frames.is_empty()).then(|| {
                     let copy = sample
                         .regs
@@ -232,7 +192,7 @@ impl SamplerLoop {
         self.stats.ring_threads = born.sampled_threads();
         let copy_is_smaller = born.stack_bytes() < stack_copy::COPY_WORDS * 8;
         for sample in samples.drain(..) {
-            // One taken before the last reading of its clock is in it.
+            // A sample taken before its clock's last reading is in that reading.
             if let Some(state) = self.threads.get_mut(&sample.tid) {
                 state.sampled_since_read += u64::from(sample.time > state.read_at_ns);
             }
@@ -245,10 +205,8 @@ impl SamplerLoop {
                 continue;
             };
             if let Some(state) = self.threads.get_mut(&sample.tid) {
-                // Cut short of `max_depth` where the kernel's chain was cut
-                // at its limit (a handler's walk has none), or where CFI
-                // ran out of copied stack (the kernel's chain never ends
-                // out of bounds) and a handler copies more.
+                // Cut short where the kernel's chain hit its limit, or where
+                // CFI ran out of copied stack and a handler copies more.
                 let cut = walk.frames.len() < max_depth
                     && walk.end.is_truncated()
                     && (sample.end == WalkEnd::DepthCap
@@ -279,10 +237,8 @@ impl SamplerLoop {
         self.ring.settled = settled;
     }
 
-    /// Reads the CPU clocks of the born threads with samples that are due,
-    /// so that their CPU time at exit is their clock's, not the kernel's
-    /// task clock's, which counts what the host stole on a virtual machine
-    /// (`born_cpu`).
+    /// Reads born threads' CPU clocks for due samples, since the task clock
+    /// also counts time the host stole.
     fn read_born_clocks(&mut self) {
         #[cfg(feature = "test-hooks")]
         if crate::linux::test_hooks::KERNEL_COUNTS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
@@ -295,7 +251,7 @@ impl SamplerLoop {
         born.clock_reads_due(monotonic_ns(), &mut due);
         for tid in due.drain(..) {
             let at_ns = monotonic_ns();
-            // Gone already: its exit record is on its way.
+            // Gone already: its exit record will come.
             if let Some(cpu_ns) = threads::thread_cpu_ns(tid) {
                 born.clock_read(tid, cpu_ns, at_ns);
             }
@@ -303,17 +259,13 @@ impl SamplerLoop {
         self.ring.clock_reads = due;
     }
 
-    /// The key a ring sample of thread `tid` is counted under: its name
-    /// when the sample was taken (`name`, from its last name change), else
-    /// a listed thread's own key, else the name it has now (its `comm`, or
-    /// that of the thread that created it, whose name it inherited), read
-    /// once per collection pass.
+    /// The key a ring sample of `tid` is counted under: `name` from its last
+    /// name change, else a listed thread's key, else its name read per pass.
     pub(super) fn key_for_born(&mut self, tid: i32, name: Option<&str>) -> Option<u32> {
         let events = self.ring.events.as_ref()?;
         let (creator, rename_recorded) = (events.creator(tid), events.rename_recorded(tid));
         if let Some(state) = self.threads.get_mut(&tid) {
-            // A listing may have read its name before it named itself, and
-            // it may be gone before its name is read again.
+            // A listing may have read its name before it named itself.
             return match name {
                 Some(name) => {
                     state.key = self
@@ -321,16 +273,9 @@ impl SamplerLoop {
                         .key_named(tid as u64, name, Some(state.key));
                     Some(state.key)
                 }
-                // Not renamed since a listing read its name on the rings.
                 None if state.ring.named => Some(state.key),
-                // Its name was read before the events opened on it (a
-                // thread found at start): a rename between the two left
-                // no record, and the listings that would read it again
-                // may be far apart. Read now, once, unless a rename
-                // recorded later in this drain shows the sample is older
-                // than it; from here on renames come as records. (A rename
-                // newer than the records this drain read shows here early,
-                // on this drain's samples.)
+                // Named before its events opened, a rename between left no
+                // record: read once now, unless a later record is newer.
                 None if state.on_rings() => {
                     state.ring.named = true;
                     if rename_recorded {
@@ -382,10 +327,8 @@ impl SamplerLoop {
     pub(super) fn settle_born(&mut self, settled: &mut Vec<Settled>) {
         for s in settled.drain(..) {
             if s.ended {
-                // Its clock was read at listings up to `accounted`: the rest
-                // of its time is the kernel's count beyond that. One no
-                // listing found is counted only if it was sampled (else its
-                // time is left to the unsampled estimate).
+                // Its clock was read up to `accounted`; the kernel's count
+                // gives the rest. One never listed counts only if sampled.
                 let accounted = match self.threads.get_mut(&s.tid) {
                     Some(state) if state.ring.born => {
                         let before = state.accounted_ns.unwrap_or(0);
@@ -416,18 +359,14 @@ impl SamplerLoop {
         }
     }
 
-    /// Counts the last part of a period that thread `tid`, one the ring
-    /// events were opened on, ran after its last sample, at random by its
-    /// fraction ([`BornThreads::parent_tail`]), as it exits or sampling
-    /// stops: by its events' count, or its CPU clock `cpu_ns` where that
-    /// cannot be read.
+    /// Counts the part of a period `tid`, a thread the events were opened on,
+    /// ran after its last sample ([`BornThreads::parent_tail`]), by its
+    /// event's count, else its CPU clock `cpu_ns`.
     pub(super) fn count_parent_tail(&mut self, tid: i32, cpu_ns: u64) {
         let Some(born) = self.ring.events.as_mut() else {
             return;
         };
-        // Its part of a period is one of the clock that paced its samples:
-        // the events' count, which on a virtual machine runs on while the
-        // host has stopped the CPU under the thread, as its clock does not.
+        // The events' count paced its samples, so it measures the tail too.
         let cpu_ns = born.parent_cpu_ns(tid).unwrap_or(cpu_ns);
         if born.parent_tail(tid, cpu_ns) {
             if let Some((key, walk)) = self.ring.walks.remove(&tid) {
@@ -445,12 +384,8 @@ impl SamplerLoop {
             return;
         }
         self.collect_born_samples(false);
-        // A thread's `join` returns before the kernel writes its exit
-        // record and final counts: wait for the record of a thread whose
-        // clock is gone, and briefly for the counts after it, rather than
-        // count a gone thread's time as nothing. (A thread still on its
-        // way out is settled with its clock below.) Every record from
-        // before the stop is in after a moment.
+        // `join` returns before the kernel writes exit records and final
+        // counts: wait briefly rather than count gone threads as nothing.
         let deadline = Instant::now() + EXIT_RECORDS_WAIT;
         while self.ring.events.as_ref().is_some_and(|b| {
             let now = monotonic_ns();

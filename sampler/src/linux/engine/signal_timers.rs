@@ -1,7 +1,6 @@
-//! Per-thread signal timers, for the threads the rings cannot take: a
-//! [`ThreadTimer`] per thread (a perf task-clock event that signals its
-//! thread), opened busiest thread first, and the samples their handlers
-//! left in free slots interned.
+//! Per-thread signal timers for the threads the rings cannot take: a
+//! [`ThreadTimer`] per thread, opened busiest first, and the samples their
+//! handlers left interned.
 
 use super::super::clocks::timers::thread_timers::ThreadTimer;
 use super::super::kernel::threads;
@@ -9,47 +8,37 @@ use super::collect::OwnedWalk;
 use super::signal_blocked::blocks_signal_now;
 use super::{monotonic_ns, BlockedSince, SamplerLoop};
 
-/// Sampler CPU time one listing may spend opening timers for threads that
-/// did not run since it read their clocks (see `open_timers`).
+/// Sampler CPU time (ns) one listing may spend opening timers for threads
+/// that did not run since it read their clocks.
 const IDLE_TIMER_BUDGET_NS: u64 = 1_000_000;
 
-/// The same for the run's first listing, which `start` waits for: the
-/// threads found at start are often a pool about to burst (a server's
-/// workers), which would run before later listings reached them. 20 ms
-/// opens the timers of a thousand threads or more.
+/// The same for the first listing, which `start` waits for: threads found
+/// at start are often a pool about to burst, so more is spent up front.
 const FIRST_TIMER_BUDGET_NS: u64 = 20_000_000;
 
-/// One thread's signal timer on the perf clock, and what its samples say
-/// about it; left at its default on the sampler-thread clock.
+/// One thread's signal timer on the perf clock; default on the sampler-thread clock.
 #[derive(Default)]
 pub(super) struct TimerThread {
-    /// The thread's timer, once opened.
     pub(super) open: Option<ThreadTimer>,
-    /// Opening the timer failed once (counted once, retried each listing).
+    /// Opening failed once (counted once, retried each listing).
     pub(super) failed: bool,
     /// Counted in [`SamplerStats::timer_threads`](crate::SamplerStats::timer_threads).
     pub(super) counted: bool,
-    /// Timer samples interned since the last listing, and the timer's
-    /// count then: a thread whose timer ran many periods without a single
-    /// sample has the signal blocked.
+    /// Timer samples since the last listing, and the timer's count then:
+    /// many periods without a sample mean the signal is blocked.
     pub(super) samples: u64,
     pub(super) checked_ns: u64,
-    /// The timer count at the start of a silent spell in which the thread
-    /// was seen with the signal blocked. It is taken for one that blocks
-    /// the signal only if the next look, a listing later, finds it silent
-    /// and blocked again ([`blocks_signal_now`]).
+    /// Timer count at the start of a silent spell seen blocked; confirmed
+    /// only if the next listing finds it silent and blocked again
+    /// ([`blocks_signal_now`]).
     pub(super) suspect_since_ns: Option<u64>,
 }
 
 impl SamplerLoop {
-    /// Opens a timer for threads that have none yet: every one that ran
-    /// since this listing read its clock, busiest first, then idle ones
-    /// for at most [`IDLE_TIMER_BUDGET_NS`] of the sampler's CPU time
-    /// ([`FIRST_TIMER_BUDGET_NS`] at the first listing). The rest wait for
-    /// later listings, so that a process with thousands of idle threads
-    /// has its busy ones sampled at once instead of after seconds of
-    /// opening timers no one needs yet (when the sampler thread drains no
-    /// slots either).
+    /// Opens timers for threads without one: every one that ran since this
+    /// listing read its clock, busiest first, then idle ones within
+    /// [`IDLE_TIMER_BUDGET_NS`] ([`FIRST_TIMER_BUDGET_NS`] at the first
+    /// listing), so busy threads are sampled at once among thousands of idle.
     pub(super) fn open_timers(&mut self) {
         let (period, signal) = (self.period_ns, self.sender.signal());
         let mut wanted = std::mem::take(&mut self.timer_queue);
@@ -63,7 +52,7 @@ impl SamplerLoop {
             {
                 continue;
             }
-            // CPU time since `account_cpu` read the clock in this listing.
+            // CPU time since `account_cpu` read the clock this listing.
             let ran = match (threads::thread_cpu_ns(tid), state.accounted_ns) {
                 (Some(now), Some(before)) => now.saturating_sub(before),
                 _ => 0,
@@ -85,14 +74,12 @@ impl SamplerLoop {
                 continue;
             };
             if !state.mask_checked {
-                // A thread that blocks the signal gets no timer: its
-                // overflows would queue up (real-time signals) or be taken
-                // by its `sigwait`. Counted by `watch_blocked_threads`.
+                // A thread blocking the signal gets no timer: its signals
+                // would queue or be taken by its `sigwait`.
                 state.mask_checked = true;
                 if blocks_signal_now(tid, signal) {
                     if state.ring.born || state.ring.opened_on {
-                        // A deep born thread that blocks the signal keeps
-                        // its ring samples (cut at the kernel's depth).
+                        // A deep born thread blocking the signal keeps its ring samples.
                         state.ring.deep = false;
                         state.mask_checked = false;
                         continue;
@@ -104,9 +91,8 @@ impl SamplerLoop {
             }
             match ThreadTimer::open(tid, period, signal) {
                 Ok(timer) => {
-                    // The timer counts from zero: CPU time is accounted from
-                    // here, where samples can start. A (deep) born thread's
-                    // ring samples stop here.
+                    // The timer counts from zero: CPU is accounted from here,
+                    // and a born thread's ring samples stop.
                     let born = std::mem::take(&mut state.ring.born);
                     if born | std::mem::take(&mut state.ring.opened_on) {
                         let cpu = threads::thread_cpu_ns(tid).unwrap_or(0);
@@ -156,8 +142,7 @@ impl SamplerLoop {
                     self.intern(key, &walk.as_collected(), 1);
                     self.spare_frames.give(walk);
                 }
-                // A thread this sampler never listed (it exited before):
-                // its sample cannot be named.
+                // Never listed (exited before): its sample cannot be named.
                 None => {
                     self.stats.exited_threads += 1;
                     self.spare_frames.give(walk);

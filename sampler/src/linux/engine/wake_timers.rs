@@ -1,28 +1,13 @@
 //! Wake timers, on the sampler-thread clock in cpu mode: an idle thread
-//! that starts to run between two listings of the threads is looked at
-//! within a scheduler tick of its running, not at the next listing.
+//! that runs again between listings is looked at within a scheduler tick,
+//! not at the next listing, since listings of thousands of threads are
+//! far apart and ticks look only at active threads.
 //!
-//! Ticks look only at the threads active at the last listing
-//! ([`SamplerLoop::choose_active`]): reading every thread's clock at every
-//! tick would cost more than the period. Listings are spaced by their cost,
-//! so with thousands of threads they come about 0.2 s apart, and a pool
-//! thread that woke for a burst went unsampled until the next one: its CPU
-//! time was owed, and paid later on whatever stack it ran then.
-//!
-//! So each thread a listing finds idle gets a one-shot CPU timer
-//! ([`PosixTimer::open_wake`]) that expires once it used a period of CPU
-//! time and raises the profiling signal in that thread; the handler only
-//! notes it ([`wake_notices`]), and the sampler's next wakeup adds the
-//! thread to the active ones. A thread keeps its timer while it lives; the
-//! listing that finds it idle again re-arms it.
-//!
-//! Costs: a timer per idle thread, a kernel object that also holds a
-//! queued-signal entry counted against the user's `RLIMIT_SIGPENDING`, so
-//! at most a quarter of that limit, and [`WAKE_NOTICES`], are opened (past
-//! them, idle threads wait for a listing as before); a `timer_create` when a
-//! thread is first found idle, a `timer_settime` when it is found idle
-//! again after it ran; a signal and a few instructions of handler per
-//! wake.
+//! Each thread a listing finds idle gets a one-shot CPU timer
+//! ([`PosixTimer::open_wake`]) that fires after a period of CPU and raises
+//! the profiling signal; the handler only notes it ([`wake_notices`]).
+//! Each timer holds a queued-signal entry against `RLIMIT_SIGPENDING`, so
+//! at most a quarter of that limit, and [`WAKE_NOTICES`], are opened.
 
 use std::time::Duration;
 
@@ -49,14 +34,12 @@ pub(super) struct WakeTimers {
     free: Vec<usize>,
     /// The most timers open at once.
     cap: usize,
-    /// The kernel refused a timer for want of resources: no more are
-    /// opened this run.
+    /// The kernel refused a timer for want of resources: no more this run.
     refused: bool,
     notices: Vec<usize>,
 }
 
 impl WakeTimers {
-    /// No timers yet; notices left from an earlier run are forgotten.
     pub(super) fn new() -> WakeTimers {
         wake_notices::clear();
         WakeTimers {
@@ -94,8 +77,7 @@ struct Unarmed {
     without: u64,
 }
 
-/// The user's `RLIMIT_SIGPENDING` (its soft limit; unlimited as
-/// `usize::MAX`).
+/// The soft `RLIMIT_SIGPENDING` (`usize::MAX` if unlimited).
 fn sigpending_limit() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -113,11 +95,9 @@ fn sigpending_limit() -> usize {
 }
 
 impl SamplerLoop {
-    /// At a listing: arms the wake timer of each of the threads in `idle`
-    /// (found idle, cpu mode), opening it for a thread that has none.
-    /// Returns the sampler CPU time it took, which the listings' spacing
-    /// leaves out as it does registering new threads: a timer is opened
-    /// once per thread (about 1 µs each), and re-armed once per wake.
+    /// At a listing: arms the wake timer of each thread in `idle`, opening
+    /// one where needed. Returns the CPU time spent, which listing spacing
+    /// leaves out (once per thread, or per wake).
     pub(super) fn arm_wake_timers(&mut self, idle: &[i32]) -> Duration {
         if self.cpu_pacing.is_none() || idle.is_empty() {
             return Duration::ZERO;
@@ -130,8 +110,7 @@ impl SamplerLoop {
     fn arm_each(&mut self, idle: &[i32]) {
         let mut left = self.arm_or_open(idle);
         if left.ran_out {
-            // Out of indices: give back those of threads forgotten since
-            // (their timers were deleted with them), and go on.
+            // Out of indices: reclaim those of forgotten threads.
             self.reclaim_wake_indices();
             left = self.arm_or_open(idle);
         }
@@ -139,8 +118,7 @@ impl SamplerLoop {
         *most = (*most).max(left.without);
     }
 
-    /// Re-arms the timers of the threads in `idle` that have one and opens
-    /// one for each that has none, while indices last.
+    /// Re-arms or opens the timers of threads in `idle`, while indices last.
     fn arm_or_open(&mut self, idle: &[i32]) -> Unarmed {
         let (signal, period) = (self.sender.signal(), self.period_ns);
         let mut left = Unarmed::default();
@@ -206,8 +184,8 @@ impl SamplerLoop {
         }
     }
 
-    /// At each wakeup, cpu mode: the threads whose wake timers fired since
-    /// the last one are looked at from now on.
+    /// At each wakeup, cpu mode: threads whose wake timers fired are
+    /// looked at from now on.
     pub(super) fn take_wake_notices(&mut self) {
         let Some(CpuPacing { wakes, .. }) = self.cpu_pacing.as_mut() else {
             return;
