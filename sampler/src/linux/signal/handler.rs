@@ -1,6 +1,5 @@
-//! The profiling signal's handler: tells what the signal is (a sample the
-//! sampler asked for, a timer's sample, a capture's request, a wake
-//! notice, or a stray) and walks the interrupted stack into a slot.
+//! The profiling signal's handler: tells what the signal is (a sample asked for, a timer's
+//! sample, a capture's request, a wake notice, or a stray) and walks the stack into a slot.
 
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
@@ -13,11 +12,7 @@ use super::slots::{
 };
 use super::{dump_slot, own_stack, stack_regions, timer_fds, timer_values, wake_notices};
 
-/// Tests only ([`crate::test_hooks`], feature `test-hooks`): CPU time each
-/// handler spends after claiming its slot, as a slow walk would, so a test
-/// can catch threads inside the handler (where the profiling signal is in
-/// their `SigBlk`). Production builds have neither the statics nor the
-/// check in the handler.
+/// Tests only: CPU time each handler spends after claiming its slot, to catch threads in it.
 #[cfg(feature = "test-hooks")]
 pub(crate) static HANDLER_TEST_DELAY_NS: core::sync::atomic::AtomicU64 =
     core::sync::atomic::AtomicU64::new(0);
@@ -26,27 +21,14 @@ pub(crate) static HANDLER_TEST_DELAY_NS: core::sync::atomic::AtomicU64 =
 pub(crate) static HANDLER_TEST_DELAY_TID: core::sync::atomic::AtomicI32 =
     core::sync::atomic::AtomicI32::new(0);
 
-/// How long a thread may have been off CPU between the sampler's decision
-/// and the signal's delivery and still be sampled at a system call's exit.
-///
-/// A signal to a thread running on another CPU is taken within
-/// microseconds, where the thread is. One to a thread waiting for a CPU is
-/// taken when the thread is scheduled again, where it was preempted. Most
-/// preemptions come at a timer interrupt or at the sampler's own wakeup,
-/// at an unbiased point of the thread's CPU time, and such a sample is
-/// kept however long the wait (giving them up took the samples of the
-/// thread that shares a CPU with the sampler: with two busy processes
-/// beside it, one worker of two got 258 samples per CPU-second, the other
-/// 684). But a thread is preempted on its way out of a system call far
-/// more often than its CPU time there says (the scheduler preempts at the
-/// return to user space, and reading a CPU clock can end a time slice), so
-/// a signal that finds the thread there after a wait above this is given
-/// up and its periods paid by later samples. It is above what delivering a
-/// signal to a running thread takes in a VM.
+/// How long a thread may have waited off CPU between the sampler's decision and the signal
+/// and still be sampled at a system call's exit (above a signal's delivery time in a VM).
+/// Samples after other waits land at unbiased preemption points and are kept, but threads are
+/// preempted at a system call's return far more often than their CPU time there warrants, so
+/// such a late sample is given up and its periods paid by later samples.
 const SYSCALL_EXIT_LATE_NS: u64 = 10_000;
 
-/// The profiling signal's handler. Async-signal-safe: no allocation, no
-/// locks, no panics; errno is preserved.
+/// The profiling signal's handler. Async-signal-safe: no allocation, locks or panics; keeps errno.
 pub(crate) extern "C" fn on_signal(
     _signal: libc::c_int,
     info: *mut libc::siginfo_t,
@@ -56,16 +38,13 @@ pub(crate) extern "C" fn on_signal(
     let errno_ptr = unsafe { libc::__errno_location() };
     // SAFETY: `__errno_location` returns a valid pointer for this thread.
     let saved_errno = unsafe { *errno_ptr };
-    // SAFETY: the kernel passes a valid `siginfo_t` and `ucontext_t` to an
-    // `SA_SIGINFO` handler, and they live for the duration of this call.
+    // SAFETY: the kernel passes an `SA_SIGINFO` handler a valid `siginfo_t` and `ucontext_t`.
     unsafe { take_sample(info, context) };
     // SAFETY: as above.
     unsafe { *errno_ptr = saved_errno };
 }
 
-/// `si_code` values of a signal raised by file-descriptor I/O readiness
-/// (`POLL_IN` ..= `POLL_HUP`): how a perf timer's overflow arrives when the
-/// descriptor has `F_SETSIG`.
+/// `si_code` of a poll-band signal: how a perf timer's overflow arrives with `F_SETSIG`.
 const POLL_CODES: core::ops::RangeInclusive<i32> = 1..=6;
 
 /// # Safety
@@ -81,8 +60,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         let (pid, value) = unsafe { (info.si_pid(), info.si_value().sival_ptr as usize) };
         if pid == OWN_PID.load(Relaxed) && value & dump_slot::DUMP_MARK != 0 {
             // A one-shot capture's request: its own slot, not a sample's.
-            // SAFETY: `context` is the kernel's `ucontext_t` for this
-            // delivery (checked non-null above).
+            // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
             unsafe { dump_slot::on_dump_signal(value, context) };
             return;
         }
@@ -90,8 +68,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         } else {
-            // SAFETY: `context` is the kernel's `ucontext_t` for this
-            // delivery (checked non-null above).
+            // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
             let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
             claim_armed(value, pc)
         }
@@ -100,16 +77,12 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         let fd = unsafe { poll_fd(info) };
         if dump_slot::is_request_fd(fd) {
             // A one-shot capture's request, raised by a perf event.
-            // SAFETY: `context` is the kernel's `ucontext_t` for this
-            // delivery (checked non-null above).
+            // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
             unsafe { dump_slot::on_perf_request(context) };
             return;
         }
         if info.si_signo == dump_slot::capture_signal() {
-            // A capture's request that fired before the capture gave up on
-            // its thread (it did not run in time) and closed it: queued,
-            // then taken now. The capture's business, not a sample and not
-            // a profiler's stray signal; dropped.
+            // A capture's request that fired after the capture closed it: no sample; dropped.
             return;
         }
         if timer_fds::is_ours(fd) {
@@ -120,20 +93,16 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         }
     } else if let Some(generation) = timer_values::requested_dump(info) {
         // A one-shot capture's request, raised by a one-shot CPU timer.
-        // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
-        // (checked non-null above).
+        // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
         unsafe { dump_slot::on_dump_signal(dump_slot::DUMP_MARK | generation as usize, context) };
         return;
     } else if let Some(value) = timer_values::requested_slot(info) {
-        // The sampler's request for one sample of a running thread, raised
-        // by a one-shot CPU timer (see `PosixTimer::open_request`).
-        // SAFETY: `context` is the kernel's `ucontext_t` for this delivery
-        // (checked non-null above).
+        // The sampler's request for one sample of a running thread.
+        // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
         let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
         claim_armed(value, pc)
     } else if let Some(index) = timer_values::wake_index(info) {
-        // An idle thread ran again: the sampler looks at it from its next
-        // wakeup (see `wake_notices`).
+        // An idle thread ran again: the sampler looks at it next wakeup.
         wake_notices::note(index);
         return;
     } else {
@@ -145,13 +114,11 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     };
     #[cfg(feature = "test-hooks")]
     test_delay();
-    // SAFETY: `context` is the kernel's `ucontext_t` for this delivery, and
-    // we own `slot` in `Writing` for `generation`.
+    // SAFETY: `context` is the kernel's `ucontext_t`, and we hold `slot` `Writing`.
     unsafe { walk_into(slot, generation, max_depth, context) };
 }
 
-/// Tests only: spends [`HANDLER_TEST_DELAY_NS`] of CPU time if this is the
-/// thread a test chose.
+/// Tests only: spends [`HANDLER_TEST_DELAY_NS`] of CPU time in the thread a test chose.
 #[cfg(feature = "test-hooks")]
 fn test_delay() {
     let delay = HANDLER_TEST_DELAY_NS.load(Relaxed);
@@ -164,10 +131,8 @@ fn test_delay() {
     }
 }
 
-/// The slot a queued signal's `si_value` names, claimed `Armed -> Writing`
-/// (counted as stray if there is none). A late signal (judged with `pc`,
-/// where it interrupted the thread) publishes the slot `Done` and marked
-/// late at once, and returns `None`.
+/// Claims the slot `si_value` names, `Armed -> Writing` (stray if none). A late signal
+/// (judged by `pc`) publishes the slot `Done`, marked late, and returns `None`.
 fn claim_armed(value: usize, pc: u64) -> Option<(&'static Slot, u64, usize)> {
     let generation = (value >> 8) as u64;
     let claimed = SLOT_TABLE.get(value & 0xff).filter(|slot| {
@@ -189,17 +154,14 @@ fn claim_armed(value: usize, pc: u64) -> Option<(&'static Slot, u64, usize)> {
     let max_depth = (slot.max_depth.load(Relaxed) as usize).min(MAX_DEPTH);
     let sent = slot.sent_ns.load(Relaxed);
     let late = sent != 0 && {
-        // Wall time since the sampler's reading, less the CPU time this
-        // thread got meanwhile: how long it waited for a CPU.
+        // Wall time since the sampler's reading less this thread's CPU time: its wait.
         let waited = clock_ns(libc::CLOCK_MONOTONIC)
             .saturating_sub(sent)
             .saturating_sub(
                 clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
                     .saturating_sub(slot.sent_cpu_ns.load(Relaxed)),
             );
-        // See `SYSCALL_EXIT_LATE_NS`: only a wait that ends at a system
-        // call's exit is given up. A thread that was running in the call
-        // when the signal came takes it there at once.
+        // Only a wait that ends at a system call's exit is given up.
         waited > SYSCALL_EXIT_LATE_NS && after_system_call(pc)
     };
     slot.late.store(u32::from(late), Relaxed);
@@ -210,10 +172,8 @@ fn claim_armed(value: usize, pc: u64) -> Option<(&'static Slot, u64, usize)> {
     Some((slot, generation, max_depth))
 }
 
-/// Whether the instruction just before `pc` is a system call (x86_64
-/// `syscall`, aarch64 `svc #0`): the thread is returning from the kernel.
-/// Reads code with the fault-safe copy; unreadable means no.
-/// Async-signal-safe.
+/// Whether the instruction before `pc` is a system call (x86_64 `syscall`, aarch64 `svc #0`).
+/// Reads code fault-safely; unreadable means no. Async-signal-safe.
 fn after_system_call(pc: u64) -> bool {
     #[cfg(target_arch = "x86_64")]
     const LEN: u64 = 2;
@@ -253,16 +213,9 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The first `Idle` slot, claimed `Idle -> Writing` with a fresh
-/// generation, for a timer sample; counts the sample lost if every slot
-/// is taken.
-///
-/// The lowest free slot, not one further round each time: a slot's pages
-/// are the program's data until first written, and the first write of
-/// each copies the page and flushes it from every CPU the process runs on
-/// (an interrupt to each). Taken round the table, a handler paid that for
-/// its first 256 samples, most of a short run's; taken lowest first, only
-/// the few slots ever in use at once are.
+/// Claims the first `Idle` slot, `Idle -> Writing` with a fresh generation, for a timer
+/// sample; counts the sample lost if none is free. Lowest first, so only the few slots in use
+/// at once have their pages written: a first write copies the page and interrupts every CPU.
 pub(super) fn claim_free() -> Option<(&'static Slot, u64, usize)> {
     for (index, slot) in SLOT_TABLE.iter().enumerate() {
         let current = slot.state.load(Relaxed);
@@ -287,15 +240,13 @@ pub(super) fn claim_free() -> Option<(&'static Slot, u64, usize)> {
     None
 }
 
-/// The `si_fd` of a poll-band signal: on 64-bit Linux the `_sigpoll`
-/// member (`long si_band; int si_fd;`) starts at byte 16 of `siginfo_t`.
+/// The `si_fd` of a poll-band signal: on 64-bit Linux, after `long si_band` at byte 16.
 ///
 /// # Safety
 /// `info` must be a signal whose `si_code` is a poll band.
 unsafe fn poll_fd(info: &libc::siginfo_t) -> i32 {
     const SI_FD_AT: usize = 16 + core::mem::size_of::<libc::c_long>();
-    // SAFETY: `siginfo_t` is 128 bytes; byte 24 holds `si_fd` for poll-band
-    // signals, which the caller checked.
+    // SAFETY: within the 128-byte `siginfo_t`; the caller checked it is a poll-band signal.
     unsafe {
         (info as *const libc::siginfo_t)
             .cast::<u8>()
@@ -308,17 +259,12 @@ unsafe fn poll_fd(info: &libc::siginfo_t) -> i32 {
 /// Walks the interrupted stack into `slot` and publishes it `Done`.
 ///
 /// # Safety
-/// `context` must be the handler's `ucontext_t`, and the caller must have
-/// won `slot` into `Writing` for `generation`.
+/// `context` must be the handler's `ucontext_t`, and the caller must hold `slot` `Writing`.
 unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *const libc::c_void) {
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
     let regs = unsafe { registers(&*(context as *const libc::ucontext_t)) };
-    // The snapshot bounds the walk where it knows the stack's mapping.
-    // Where it does not (a thread or mapping newer than it, or more
-    // mappings than it holds), the walk is bounded by a span above sp
-    // instead of being cut to the leaf: every read is fault-safe
-    // ([`CheckedMemory`](super::checked_memory::CheckedMemory)), so the bound only limits how far a corrupt chain
-    // can wander, and the sampler is told to refresh the snapshot.
+    // Bounded by the snapshot's mapping of the stack, else a span above sp: reads are
+    // fault-safe, so the bound only limits a corrupt chain; a miss asks for a new snapshot.
     let region = stack_regions::region_containing(regs.sp);
     let high = match region {
         Some((_, high)) => high,
@@ -329,16 +275,12 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     };
     let own_top = region.and_then(|region| own_stack::readable_top(regs.sp, region));
     let bounds = Some(StackBounds { low: regs.sp, high });
-    // SAFETY: we won `-> Writing`, so we are the slot's only writer and the
-    // sampler does not read it until we store `Done`.
+    // SAFETY: we won `-> Writing`: sole writer, unread by the sampler until `Done`.
     let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
     // SAFETY: as above, the window is ours until we store `Done`.
     let window = unsafe { &mut *slot.window.0.get() };
-    // Bounds come from a snapshot, which proves nothing about now: every
-    // read outside the thread's own stack goes through the kernel's
-    // fault-safe copy. The copy of the stack top it starts with is kept
-    // for CFI unwinding in the sampler thread.
-    // SAFETY: we won `-> Writing`: the slot's copy is ours too.
+    // The snapshot proves nothing about now: reads off the thread's stack are fault-safe.
+    // SAFETY: we won `-> Writing`: the slot's copy is ours too (kept for CFI unwinding).
     let mut memory = unsafe { slot.copy.capture(&regs, high, own_top, window) };
     let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
     slot.depth.store(walk.depth as u32, Relaxed);

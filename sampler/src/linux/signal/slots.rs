@@ -1,24 +1,15 @@
-//! Sample slots: where a signal handler ([`super::handler`]) leaves one
-//! thread's walk for the sampler thread to pick up.
+//! Sample slots: where the signal handler ([`super::handler`]) leaves one thread's walk for
+//! the sampler thread. A slot's state word holds the arming generation above a 2-bit phase:
+//! - `Idle -> Armed`: the sampler ([`SlotOwner::arm`]), before signalling the thread with
+//!   slot index and generation in `si_value`; `Armed -> Idle`: the sampler cancelling.
+//! - `Armed -> Writing`: that thread's handler, by compare-and-swap on the generation.
+//! - `Idle -> Writing`, fresh generation: a per-thread timer's handler
+//!   ([`thread_timers`](crate::linux::clocks::timers::thread_timers)), which nobody arms.
+//! - `Writing -> Done`: the handler, with `Release`, once the walk is written.
+//! - `Done -> Idle`: the sampler, after copying the walk out.
 //!
-//! The sampler arms a slot for a thread, then sends that thread the
-//! profiling signal with the slot index and an arming generation in
-//! `si_value`. The handler, running on the interrupted thread, claims the
-//! slot (`Armed` -> `Writing`, a compare-and-swap on the generation), walks
-//! into the slot's preallocated frame buffer and publishes it (`Done`). The
-//! sampler collects `Done` slots on its next tick, and cancels slots left
-//! `Armed` for too long (`Armed` -> `Idle`) so a late handler finds nothing
-//! to write into. Every slot and counter is static: a handler that runs
-//! after the profiler stopped touches only memory that still exists.
-//!
-//! With per-thread CPU timers ([`thread_timers`](crate::linux::clocks::timers::thread_timers)) nobody arms: the
-//! overflow of a thread's own timer signals that thread, and its handler
-//! claims any `Idle` slot itself (`Idle` -> `Writing` with a fresh
-//! generation), records its thread id beside the walk and publishes it
-//! `Done`; the sampler collects such slots with
-//! [`SlotOwner::collect_claimed`]. An idle
-//! thread's wake timer takes no slot: its handler only notes the wake
-//! ([`super::wake_notices`]).
+//! Everything is static, so a handler that runs after the profiler stopped touches only
+//! memory that still exists. Wake timers' handlers take no slot ([`super::wake_notices`]).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
@@ -32,11 +23,8 @@ use super::checked_memory::WINDOW_WORDS;
 use super::dump_slot;
 use super::stack_copy::{CopiedStack, StackCopy};
 
-/// Slots in flight at once; more threads than this are sampled on the
-/// following ticks (and counted as skipped on this one). With per-thread
-/// timers, the samples the handlers may leave between two collections:
-/// 256 is a quarter of a second of two busy threads at 1000 Hz. The slot
-/// index travels in the low 8 bits of `si_value`, so 256 is also the most.
+/// Slots in flight at once; further threads wait for later ticks. The index travels in the
+/// low 8 bits of `si_value`, so 256 is the most.
 pub(crate) const SLOTS: usize = 256;
 /// The hard cap on frames per sample; `max_depth` may only lower it.
 pub const MAX_DEPTH: usize = 512;
@@ -52,24 +40,17 @@ pub(crate) const fn state(generation: u64, phase: u64) -> u64 {
     generation << 2 | phase
 }
 
-/// Frames written by exactly one handler while its slot is `Writing`, read
-/// by the sampler only once it saw `Done`.
+/// Frames written by the one handler holding the slot `Writing`, read by the sampler after `Done`.
 pub(super) struct FrameBuf(pub(super) UnsafeCell<[u64; MAX_DEPTH]>);
 
-// SAFETY: access is serialised by the slot's state machine: the handler that
-// won `Armed -> Writing` is the only writer, and the sampler reads only after
-// an `Acquire` load of `Done`, which the writer stored with `Release`.
+// SAFETY: only the handler that won `-> Writing` writes; the sampler reads
+// only after an `Acquire` load of `Done`, which the writer stored `Release`.
 unsafe impl Sync for FrameBuf {}
 
-/// The copy of the stack a handler walks through ([`CheckedMemory`]),
-/// owned like [`FrameBuf`]: static, so it never sits on the handler's
-/// stack (a thread may have little left).
-///
-/// [`CheckedMemory`]: super::checked_memory::CheckedMemory
+/// The stack copy a handler walks through; static, as the thread's stack may be nearly full.
 pub(super) struct WindowBuf(pub(super) UnsafeCell<[u64; WINDOW_WORDS]>);
 
-// SAFETY: as for `FrameBuf`: only the handler that won `Armed -> Writing`
-// touches it, and only until it stores `Done`; the sampler never does.
+// SAFETY: as for `FrameBuf`: only the `Writing` handler touches it; the sampler never does.
 unsafe impl Sync for WindowBuf {}
 
 pub(super) struct Slot {
@@ -80,11 +61,8 @@ pub(super) struct Slot {
     pub(super) lr: AtomicU64,
     /// The thread that wrote the walk (timer samples).
     pub(super) tid: AtomicI32,
-    /// Armed slots in cpu mode: the target thread's CPU clock and
-    /// `CLOCK_MONOTONIC` read together just before the signal was sent
-    /// (0: no check). The handler gives up a sample taken at a system
-    /// call's exit after the thread spent more than
-    /// `handler::SYSCALL_EXIT_LATE_NS` off CPU since.
+    /// Armed slots in cpu mode: the target's CPU clock and `CLOCK_MONOTONIC` before the
+    /// signal (0: no check), for the handler's lateness test (`handler::SYSCALL_EXIT_LATE_NS`).
     pub(super) sent_ns: AtomicU64,
     pub(super) sent_cpu_ns: AtomicU64,
     /// The handler found the signal late and walked nothing.
@@ -96,9 +74,7 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    /// All zeros, so that the table is zero-initialised memory (`.bss`),
-    /// not 6 MiB of every embedding program's file: `max_depth` is set at
-    /// each arming.
+    /// All zeros, so the table is `.bss`, not file data; `max_depth` is set at each arming.
     const fn new() -> Self {
         Slot {
             state: AtomicU64::new(IDLE),
@@ -118,38 +94,27 @@ impl Slot {
 }
 
 pub(super) static SLOT_TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
-/// Arming generations never repeat for the life of the process, so a
-/// signal from an earlier arming (or an earlier profiler) cannot claim a slot.
+/// Never repeats in the process's life, so a signal from an earlier arming cannot claim a slot.
 pub(super) static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 /// Our pid, to reject queued signals sent by other processes.
 pub(crate) static OWN_PID: AtomicI32 = AtomicI32::new(0);
 /// Handler runs that found no slot to fill (late, stray or foreign).
 pub(crate) static STRAY_SIGNALS: AtomicU64 = AtomicU64::new(0);
-/// Walks that found no mapping around the stack pointer: the region
-/// snapshot is stale and should be refreshed.
+/// Walks that found no mapping around sp: the region snapshot is stale.
 pub(crate) static MISSING_REGIONS: AtomicU64 = AtomicU64::new(0);
-/// Timer periods lost because every slot was full (the sampler thread did
-/// not collect in time).
+/// Timer samples lost because every slot was full.
 pub(crate) static NO_FREE_SLOT: AtomicU64 = AtomicU64::new(0);
-/// The free slots timer handlers have claimed, one bit per slot, set after
-/// each claim and taken by the sampler's next look
-/// ([`SlotOwner::collect_claimed`]), which reads only those slots.
+/// Slots timer handlers claimed, one bit per slot, set after the claim and
+/// taken by [`SlotOwner::collect_claimed`], which reads only those slots.
 pub(super) static CLAIMED: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
 const _: () = assert!(SLOTS % 64 == 0);
 /// Frames a timer sample keeps (slots armed by the sampler carry their own).
 pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 
-/// Whether thread `tid` is inside btprof's handler, or just left it: it
-/// holds a slot it is writing, or one it finished that the sampler has not
-/// collected yet.
-///
-/// While the handler runs, the kernel blocks the profiling signal for
-/// that thread (the handler's `sa_mask`), so its `SigBlk` says "blocked"
-/// just as for a thread that really blocks the signal: look here before
-/// taking `SigBlk` as proof. A `true` is conservative (a slot may still
-/// name a thread from an earlier use); the moments the slots cannot show
-/// (the handler's first instructions, before it claims a slot) are left to
-/// the callers, which want the mask seen twice, at looks far enough apart.
+/// Whether thread `tid` holds a slot it is writing, or wrote and the sampler has not collected.
+/// The handler's `sa_mask` blocks the profiling signal, so check this before taking `SigBlk`
+/// as proof the thread blocks it. Conservative (a slot may name a thread from an earlier use),
+/// and blind to the handler's first instructions, before it claims a slot.
 pub(crate) fn in_handler(tid: i32) -> bool {
     dump_slot::in_dump_handler(tid)
         || SLOT_TABLE.iter().any(|slot| {
@@ -157,9 +122,8 @@ pub(crate) fn in_handler(tid: i32) -> bool {
         })
 }
 
-/// In a forked child: frees every slot. Only the forking thread exists
-/// there, so a slot a parent's handler was writing will never be finished,
-/// and no sampler runs yet to own any. Async-signal-safe.
+/// In a forked child: frees every slot, since only the forking thread exists there and no
+/// sampler runs yet. Async-signal-safe.
 pub(crate) fn reset_after_fork() {
     for slot in &SLOT_TABLE {
         slot.state.store(IDLE, Release);
@@ -169,8 +133,7 @@ pub(crate) fn reset_after_fork() {
     }
 }
 
-/// How far above the stack pointer a walk may go when the snapshot does not
-/// know the stack's mapping: the default size of a thread's stack (8 MiB).
+/// How far above sp a walk may go when the snapshot lacks the stack: a default thread stack.
 pub(crate) const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
 
 /// What `arm` hands back: the slot and the value to send with the signal.
@@ -196,15 +159,13 @@ pub(crate) struct Collected<'a> {
     pub copy: Option<CopiedStack<'a>>,
 }
 
-/// The sampler side of the slots. Only the sampler thread holds one, and it
-/// tracks which slots it armed so it never touches another's.
+/// The sampler side of the slots: tracks which slots it armed, never touching another's.
 pub(crate) struct SlotOwner {
     armed: [Option<Armed>; SLOTS],
     scratch: Vec<u64>,
     /// Every slot was looked at once, for walks a previous profiler left.
     scanned_all: bool,
-    /// Slots a timer handler claimed and was still writing at the last
-    /// look, one bit per slot as in [`CLAIMED`].
+    /// Slots a timer handler was still writing at the last look, one bit per slot.
     writing: [u64; SLOTS / 64],
 }
 
@@ -216,8 +177,7 @@ pub(crate) enum Poll {
     Busy,
     /// The walk is done and was handed to the callback; the slot is free.
     Collected,
-    /// The signal found its thread at a system call's exit after a wait
-    /// (`handler::SYSCALL_EXIT_LATE_NS`) and nothing was walked; the slot is free.
+    /// The signal came late, at a system call's exit: nothing walked; the slot is free.
     Late,
 }
 
@@ -231,14 +191,10 @@ impl SlotOwner {
         }
     }
 
-    /// Arms a free slot for one signal, or `None` when all are in flight.
-    ///
-    /// A slot still `Writing` for an earlier arming (a handler of a previous
-    /// profiler that outlived it) is left alone; one left `Armed` by a
-    /// previous profiler is taken over. A `Done` one holds a timer
-    /// handler's walk once [`Self::collect_claimed`] has looked at every
-    /// slot, and waits for its next look; before that, it is a previous
-    /// profiler's and is taken over too.
+    /// Arms a free slot for one signal, or `None` when all are in flight. Skips `Writing`
+    /// slots (a handler that outlived an earlier profiler) and, after the first full scan,
+    /// `Done` ones (timer walks awaiting [`Self::collect_claimed`]); before it, `Armed` and
+    /// `Done` slots are an earlier profiler's and are taken over.
     pub fn arm(&mut self, max_depth: usize) -> Option<Armed> {
         let generation = NEXT_GENERATION.fetch_add(1, Relaxed);
         for (slot, s) in SLOT_TABLE.iter().enumerate() {
@@ -251,8 +207,7 @@ impl SlotOwner {
             }
             s.max_depth
                 .store(max_depth.clamp(1, MAX_DEPTH) as u32, Relaxed);
-            // A compare-and-swap, not a store: a late handler may claim the
-            // old arming between our load and here.
+            // A compare-and-swap: a late handler may claim the old arming meanwhile.
             if s.state
                 .compare_exchange(current, state(generation, ARMED), Release, Relaxed)
                 .is_ok()
@@ -265,9 +220,8 @@ impl SlotOwner {
         None
     }
 
-    /// Takes back an armed slot whose handler has not started (the signal
-    /// could not be sent, the wait timed out, or the profiler is stopping).
-    /// Returns `false` if the handler already claimed it: poll again.
+    /// Takes back an armed slot whose handler has not started; `false` if the handler
+    /// already claimed it: poll again.
     pub fn cancel(&mut self, slot: usize) -> bool {
         let Some(armed) = self.armed[slot] else {
             return true;
@@ -302,17 +256,13 @@ impl SlotOwner {
             return Poll::Late;
         }
         self.armed[slot] = None;
-        // SAFETY: the slot is `Done` for our generation (loaded with
-        // `Acquire` above), so its handler finished writing and no other
-        // handler can claim it until we arm it again.
+        // SAFETY: `Done` for our generation (`Acquire`): written, unclaimable until re-armed.
         unsafe { hand_out(s, &mut self.scratch, collect) };
         Poll::Collected
     }
 
-    /// Records, before the signal for armed `slot` is sent, the target's
-    /// CPU clock `cpu_ns` and the monotonic time `now_ns` it was read at,
-    /// for the handler's lateness check; `now_ns` 0 turns the check off
-    /// (wall mode samples threads that are not running by design).
+    /// Records the target's CPU clock `cpu_ns`, read at monotonic `now_ns`, before `slot`'s
+    /// signal; `now_ns` 0 turns the lateness check off (wall mode samples threads off CPU).
     pub fn mark_sent(&mut self, slot: usize, now_ns: u64, cpu_ns: u64) {
         SLOT_TABLE[slot].sent_cpu_ns.store(cpu_ns, Relaxed);
         SLOT_TABLE[slot].sent_ns.store(now_ns, Relaxed);
@@ -323,16 +273,10 @@ impl SlotOwner {
         self.armed[slot].is_some()
     }
 
-    /// Hands every walk a timer handler finished (slots nobody armed, now
-    /// `Done`) to `collect` with the thread that wrote it, and frees those
-    /// slots. Returns how many slots a
-    /// handler is still writing.
-    ///
-    /// Only the slots handlers claimed since the last look ([`CLAIMED`]),
-    /// and those they were still writing then, are looked at: each slot's
-    /// state sits on a page of its own, and reading all 256 cost tens of
-    /// microseconds per collection, most of which find none or a few. The
-    /// first look reads every slot, for walks a previous profiler left.
+    /// Hands each finished timer walk (unarmed slot now `Done`) to `collect` with its thread,
+    /// frees it, and returns how many slots a handler is still writing. Reads only slots
+    /// claimed since the last look ([`CLAIMED`]) or written then, as each slot's state has
+    /// its own page; the first look reads all, for walks an earlier profiler left.
     pub fn collect_claimed(&mut self, mut collect: impl FnMut(i32, Collected<'_>)) -> usize {
         let mut writing = 0;
         for (word, claimed) in CLAIMED.iter().enumerate() {
@@ -362,9 +306,7 @@ impl SlotOwner {
                     _ => continue,
                 }
                 let tid = s.tid.load(Relaxed);
-                // SAFETY: the slot is `Done` (loaded with `Acquire` above):
-                // its handler finished writing, and no handler claims a slot
-                // that is not `Idle`.
+                // SAFETY: `Done` (`Acquire`): written, and handlers claim only `Idle` slots.
                 unsafe { hand_out(s, &mut self.scratch, |walk| collect(tid, walk)) };
             }
         }
@@ -373,12 +315,10 @@ impl SlotOwner {
     }
 }
 
-/// Hands the walk in slot `s` to `collect` (its frames copied out into
-/// `scratch`, so the slot can be reused at once) and frees the slot.
+/// Hands slot `s`'s walk to `collect`, its frames copied into `scratch`, and frees the slot.
 ///
 /// # Safety
-/// `s` must be `Done`, loaded with `Acquire`, and no handler may claim it
-/// before it is `Idle` again: nobody writes it while `collect` reads it.
+/// `s` must be `Done`, loaded `Acquire`, and no handler may claim it until it is `Idle`.
 unsafe fn hand_out(s: &Slot, scratch: &mut Vec<u64>, collect: impl FnOnce(Collected<'_>)) {
     let depth = (s.depth.load(Relaxed) as usize).min(MAX_DEPTH);
     scratch.clear();
@@ -399,10 +339,8 @@ unsafe fn hand_out(s: &Slot, scratch: &mut Vec<u64>, collect: impl FnOnce(Collec
 mod tests {
     use super::*;
 
-    /// Once the sampler has looked at every slot, a timer handler's walk
-    /// left `Done` waits for its next look: arming a slot for a signal of
-    /// the sampler's own takes another one, and the walk is collected
-    /// with its thread.
+    /// Once every slot was scanned, arming skips a timer walk left `Done`, which the next
+    /// look collects with its thread.
     #[test]
     fn arming_never_takes_a_timer_walk_not_collected_yet() {
         let mut owner = SlotOwner::new();

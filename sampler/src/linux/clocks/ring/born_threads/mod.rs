@@ -1,56 +1,24 @@
 //! The perf ring clock: every thread sampled by the kernel, with no signal.
 //!
-//! At start, each thread found by the first listing (up to [`FD_BUDGET`](open::FD_BUDGET)
-//! descriptors) gets a task-clock perf event per CPU, opened with
-//! `inherit`: every thread it creates later gets a copy at creation, and
-//! so on down. Each CPU's events write into one ring buffer
-//! ([`PerfRing`]) that the sampler thread reads. At each whole period of a
-//! thread's CPU time the kernel takes the sample itself: the user call
-//! chain by frame pointers, the user registers and the top of the user
-//! stack ([`ring_size::STACK_BYTES`], less in small rings), which
-//! the sampler thread unwinds with CFI as it does the handlers' copies. No signal is involved, so the sampled thread never
-//! runs btprof code: its signal mask, `sigwait`, `signalfd` and blocking
-//! calls never see the profiler, and a sample costs it the interrupt and
-//! the copy, not a signal delivery and a walk as well.
+//! Each thread found at start (within [`FD_BUDGET`](open::FD_BUDGET)) gets a task-clock
+//! event per CPU opened with `inherit`, so every thread it creates gets a copy; each CPU's
+//! events write into one ring ([`PerfRing`]). At each whole period of a thread's CPU time
+//! the kernel records the call chain, registers and stack top ([`ring_size::STACK_BYTES`])
+//! for the sampler thread to unwind. The sampled thread never runs btprof code, so its
+//! signal mask and blocking calls never see the profiler. Kernel code is sampled too where
+//! allowed, else user code only.
 //!
-//! Where the kernel allows it (`perf_event_paranoid` 1 or less, or
-//! `CAP_PERFMON`), samples are taken in kernel code too, on the user stack
-//! that made the system call: CPU time is user and system time, and a
-//! thread's system time is then sampled like the rest (perf's default
-//! without `:u`). Elsewhere user code only, as perf's `:u`.
+//! A thread whose stack is deeper than its ring samples reach (beyond
+//! `perf_event_max_stack`, or walks running off the copied stack) is handed to a timer
+//! ([`BornThreads::hand_off`]); events cannot be closed per thread, so its ring samples are
+//! dropped by thread id. Threads beyond the budget, or born under no event, get a timer too.
 //!
-//! A thread keeps being sampled so, and gets no timer, unless its stack
-//! is deeper than its ring samples reach: deeper than the kernel's call
-//! chains (`perf_event_max_stack`, 127 frames by default) while the
-//! sampler is asked for more, or its walks keep running off the end of the
-//! copied stack (frameless code below it, where the frame-pointer chain
-//! does not go on). Then the sampler opens a timer too, whose handler walks as deep as asked, and
-//! [`BornThreads::hand_off`] drops its ring samples from then on. The
-//! events cannot be closed one thread at a time, so a handed-off thread's
-//! samples are still taken by the kernel, and dropped by the sampler by
-//! their thread id. Threads beyond the descriptor budget, and threads no
-//! event covers (created by one beyond it), get a timer of their own too.
-//!
-//! A task clock samples at each whole period of CPU time, so a thread that
-//! ends in the middle of one leaves its last part unsampled: for a 2.5 ms
-//! thread a fifth of its time. With `inherit_stat` the kernel records an
-//! inherited event's count as its thread exits; the part after the last
-//! whole period counts as one more sample of the thread's last stack with
-//! the probability of its fraction of a period, so that over many threads
-//! the count is right on average ([`Settled`]). A thread that ran less
-//! than one period has no sample, so no stack to count it under: its time
-//! stays in [`crate::SamplerStats::unsampled_cpu`]. The threads the events
-//! were opened on are accounted from their CPU clocks at each listing, as
-//! any listed thread.
-//!
-//! A full ring drops records (`PERF_RECORD_LOST`), counted in
-//! [`crate::SamplerStats::lost_samples`]. Rings are sized by
-//! [`ring_size`], and the sampler thread reads them at a quarter of the
-//! time one takes to fill.
-//!
-//! Needs Linux 5.13 (`inherit_thread`, so that a forked child process is
-//! never counted, and `remove_on_exec`); where the events cannot be opened
-//! every thread gets a timer, and born threads wait for a listing.
+//! A thread's last part-period counts as one more sample of its last stack with the
+//! probability of its fraction of a period, right on average ([`Settled`]); `inherit_stat`
+//! gives an exiting thread's count. Opened-on threads are accounted from their CPU clocks.
+//! Unsampled time goes to [`crate::SamplerStats::unsampled_cpu`], records a full ring drops
+//! to [`crate::SamplerStats::lost_samples`] ([`ring_size`] sizes the rings). Needs Linux
+//! 5.13: `inherit_thread` (forked children are never counted) and `remove_on_exec`.
 
 use std::collections::HashMap;
 use std::io;
@@ -72,26 +40,17 @@ use crate::linux::kernel::perf_attr::{
     PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
-/// How long after a born thread's exit record its final counts may still
-/// come (it was preempted on its way out) before it is settled without.
+/// How long a born thread's final counts may lag its exit record before it is settled without.
 const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
-/// How long `stop` waits for final counts after an exit record. The
-/// kernel writes them right after the exit record, in the same call (1 to
-/// 5 µs later here), when it writes them at all: of two threads that end
-/// together, often only the last one gets them. Waiting longer for the
-/// others only delayed every `stop` by the full wait.
+/// How long `stop` waits for final counts after an exit record: the kernel writes them at
+/// once when at all (often only for the last of threads ending together).
 const FINAL_COUNTS_GRACE_NS: u64 = 5_000_000;
-/// How long after its time a record may still be on its way into its
-/// ring: the kernel stamps it, then writes it, and a virtual CPU can be
-/// stopped in between. A drain takes in only records older than this at
-/// its start, so that no CPU's ring can still get one older than those it
-/// takes in: a sample read from one ring is never counted before the
-/// rename that preceded it, written into a ring read a moment earlier.
+/// How long after its timestamp a record may still be on its way into its ring (a virtual
+/// CPU can stop in between). A drain takes only older records, so a sample is never
+/// counted before a rename that preceded it in another ring.
 const RECORD_SETTLE_NS: u64 = 2_000_000;
-/// A born thread whose ring samples are all in (it exited, was handed to a
-/// timer, or sampling stopped): its CPU time, and whether the part of a
-/// period after its last sample counts as one more sample (at random, see
-/// the module doc).
+/// A born thread whose ring samples are all in (exited, handed to a timer,
+/// or stopped): its CPU time, and whether its last part-period counts.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Settled {
     pub tid: i32,
@@ -99,16 +58,13 @@ pub(crate) struct Settled {
     pub ended: bool,
     /// It had ring samples.
     pub sampled: bool,
-    /// CPU time from its birth to its exit (from its CPU clock as last
-    /// read, see `born_cpu`, else the kernel's count), to its hand-off, or
-    /// to the stop.
+    /// CPU time from birth to its exit, its hand-off or the stop.
     pub cpu_ns: u64,
     /// Whether one more sample counts under its last stack.
     pub extra_sample: bool,
 }
 
-/// The thread births and exits the rings showed up to a moment
-/// ([`BornThreads::task_records`]).
+/// Thread births and exits the rings showed ([`BornThreads::task_records`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TaskRecords {
     pub births: u64,
@@ -120,17 +76,13 @@ struct Young {
     samples: u64,
     /// Sum of its inherited events' final counts (one per CPU).
     read_ns: u64,
-    /// How many of those counts came in: the kernel writes them after the
-    /// exit record, and a thread preempted on its way out writes them
-    /// later.
+    /// How many of those counts came in (they may lag the exit record).
     reads: usize,
-    /// The drain pass in which its exit was read, and when the kernel
-    /// wrote that record (monotonic ns).
+    /// The drain pass that read its exit, and that record's time (monotonic ns).
     exited_pass: Option<u64>,
     exit_record_ns: u64,
     handoff: Option<Handoff>,
-    /// Its name from its last name-change record, and the thread that
-    /// created it.
+    /// Its name from its last name-change record, and its creator.
     name: Option<Arc<str>>,
     parent: i32,
     excluded: bool,
@@ -144,15 +96,13 @@ struct Parent {
     /// When it was handed to a timer (monotonic ns).
     handoff: Option<u64>,
     sampled: bool,
-    /// Its CPU clock when its events were opened: they overflow at each
-    /// whole period of its CPU time from then on.
+    /// Its CPU clock when its events opened, where its periods start.
     cpu_at_open: u64,
     /// Its last part of a period was counted ([`BornThreads::parent_tail`]).
     tail_counted: bool,
     /// Its events, one per CPU (owned by `rings` or `redirected`).
     fds: Vec<libc::c_int>,
-    /// The final counts of the threads born under its events that exited:
-    /// the kernel adds them to its events' counts.
+    /// Final counts of exited threads born under it, which the kernel adds to its events.
     children_ns: u64,
     /// Its name from its last name-change record.
     name: Option<Arc<str>>,
@@ -174,15 +124,12 @@ struct Handoff {
     settled: bool,
 }
 
-/// The inherited events and what the sampler knows of the threads born
-/// under them. Sampler thread only.
+/// The inherited events and the threads born under them. Sampler thread only.
 pub(crate) struct BornThreads {
     rings: Vec<PerfRing>,
     /// Events writing into one of `rings` (closed on drop).
     redirected: Vec<libc::c_int>,
-    /// Threads the events were opened on, sampled by them too, and when
-    /// each was handed to a timer (monotonic ns): its ring samples from
-    /// then on are dropped.
+    /// Threads the events were opened on, sampled by them too.
     parents: HashMap<i32, Parent>,
     /// Threads with at least one ring sample so far.
     sampled_threads: u64,
@@ -194,31 +141,25 @@ pub(crate) struct BornThreads {
     /// Bytes of stack each sample copies ([`ring_size::stack_bytes`]).
     stack_bytes: u32,
     pass: u64,
-    /// Thread births and exits in this process read from the rings so far
-    /// ([`Self::task_records`]).
+    /// Births and exits read from the rings ([`Self::task_records`]).
     births: u64,
     exits: u64,
-    /// One per thread the events were opened on, where the kernel allowed
-    /// it: the threads they create keep their own events.
+    /// One per opened-on thread where allowed: the threads it creates keep their own events.
     anchors: Vec<ContextAnchor>,
     rng: SplitMix64,
-    /// When sampling stopped (monotonic ns): samples taken later, while
-    /// [`Self::finish`] waits for exit records, are not counted (the
-    /// threads' CPU time was last read then).
+    /// When sampling stopped (monotonic ns): later samples are not counted.
     stopped_at_ns: Option<u64>,
 }
 
 impl BornThreads {
-    /// Whether thread `tid` was born under the events and has not been
-    /// handed off to a timer: its samples come from the rings.
+    /// Whether `tid` was born under the events and not handed off: the rings sample it.
     pub(crate) fn is_young(&self, tid: i32) -> bool {
         self.young
             .get(&tid)
             .is_some_and(|y| y.handoff.is_none() && !y.excluded)
     }
 
-    /// Born threads with samples whose CPU clocks are due to be read at
-    /// `now_ns` ([`ClockReading::due`]), into `due`.
+    /// Pushes to `due` the sampled born threads whose clocks are due at `now_ns`.
     pub(crate) fn clock_reads_due(&self, now_ns: u64, due: &mut Vec<i32>) {
         due.extend(self.young.iter().filter_map(|(&tid, y)| {
             let live = y.exited_pass.is_none() && y.handoff.is_none() && !y.excluded;
@@ -233,8 +174,7 @@ impl BornThreads {
         }
     }
 
-    /// Whether the rings hold a name-change record of thread `tid`, one
-    /// the events were opened on (read in a drain so far).
+    /// Whether a drain read a name-change record of `tid`, a thread the events opened on.
     pub(crate) fn rename_recorded(&self, tid: i32) -> bool {
         self.parents.get(&tid).is_some_and(|p| p.name.is_some())
     }
@@ -246,14 +186,9 @@ impl BornThreads {
             .and_then(|y| (y.parent != 0).then_some(y.parent))
     }
 
-    /// Thread `tid` now has its own timer, at `at_ns` (`CLOCK_MONOTONIC`),
-    /// having used `cpu_ns` of CPU time since birth: its ring samples taken
-    /// later are dropped, and it is settled after the next drain.
-    ///
-    /// Also for a thread a listing found that is not (yet) known to be
-    /// born here: its start may not have been read from the rings yet, so
-    /// any ring samples it has from before `at_ns` count; the sampler
-    /// counts its time from its clock from then on, as for any thread.
+    /// Thread `tid` has its own timer from `at_ns` (`CLOCK_MONOTONIC`), after `cpu_ns` of
+    /// CPU time since birth: later ring samples are dropped, and it is settled after the
+    /// next drain. For a thread not yet known as born here, earlier ring samples count.
     pub(crate) fn hand_off(&mut self, tid: i32, at_ns: u64, cpu_ns: u64) {
         if let Some(parent) = self.parents.get_mut(&tid) {
             parent.handoff.get_or_insert(at_ns);
@@ -270,23 +205,19 @@ impl BornThreads {
         }
     }
 
-    /// The threads the events were opened on: the rings sample them as
-    /// they do born threads, until [`Self::hand_off`].
+    /// The threads the events were opened on, ring-sampled until [`Self::hand_off`].
     pub(crate) fn parents(&self) -> impl Iterator<Item = i32> + '_ {
         self.parents.keys().copied()
     }
 
-    /// About how many samples one ring holds: each record reserves the
-    /// whole stack copy, the registers and the longest call chain.
+    /// About how many samples one ring holds, at the largest record size.
     pub(crate) fn samples_per_ring(&self) -> u64 {
         let record = record_bytes(self.stack_bytes, self.max_stack) as u64;
         self.rings.first().map_or(0, |r| r.data_size() / record)
     }
 
-    /// How many thread births and exits the rings have shown so far, in
-    /// that order: every thread the events cover writes one at birth (its
-    /// creator's copy of the events) and one at exit. The same births at
-    /// two moments means no covered thread came between them.
+    /// Births and exits the rings showed so far, one each per covered thread: equal
+    /// births at two moments mean no covered thread was born between them.
     pub(crate) fn task_records(&self) -> TaskRecords {
         TaskRecords {
             births: self.births,
@@ -294,13 +225,9 @@ impl BornThreads {
         }
     }
 
-    /// Whether the part of a period that thread `tid`, one the events were
-    /// opened on, ran after its last ring sample counts as one more sample
-    /// of its last stack: with the probability of its fraction of a
-    /// period, so that over many threads the count is right on average
-    /// (half a period per thread is a tenth of the time of a pool thread
-    /// that ran 4 ms once). Asked once, when it exits or sampling stops,
-    /// with its events' count then (`cpu_ns`); never for one handed to a timer.
+    /// Whether the part of a period opened-on thread `tid` ran after its last ring sample
+    /// counts as one more sample (with the probability of its fraction of a period). Asked
+    /// once, at its exit or the stop, with its events' count `cpu_ns`; never after a hand-off.
     pub(crate) fn parent_tail(&mut self, tid: i32, cpu_ns: u64) -> bool {
         let Some(parent) = self.parents.get_mut(&tid) else {
             return false;
@@ -313,11 +240,8 @@ impl BornThreads {
         self.rng.chance(rest, self.period_ns)
     }
 
-    /// The CPU clock of thread `tid`, one the events were opened on, from
-    /// its events' counts: for when it exited and its own clock can no
-    /// longer be read. The counts hold what its born threads that exited
-    /// used as well, known from their records read so far, which are taken
-    /// off; with samples of user code only, the counts are its user time.
+    /// Opened-on thread `tid`'s CPU clock from its events' counts, for after it exited,
+    /// less its exited born threads' counts; with user code only, its user time.
     pub(crate) fn parent_cpu_ns(&self, tid: i32) -> Option<u64> {
         let parent = self.parents.get(&tid)?;
         let mut total = 0u64;
@@ -334,8 +258,7 @@ impl BornThreads {
         Some(parent.cpu_at_open + total.saturating_sub(parent.children_ns) + stolen)
     }
 
-    /// The thread the events were opened on whose event thread `tid` was
-    /// born under, through the threads that created it.
+    /// The opened-on thread whose events `tid` was born under, through its creators.
     fn root_parent(&self, mut tid: i32) -> Option<i32> {
         for _ in 0..64 {
             if self.parents.contains_key(&tid) {
@@ -367,14 +290,10 @@ impl BornThreads {
         }
     }
 
-    /// Reads every ring: each sample to count is unwound in place by
-    /// `unwind` and goes to `samples`, with its thread's name at the time
-    /// as far as name-change records tell; threads whose samples are all
-    /// in go to `settled`. Records too recent to be sure no other ring
-    /// still gets an older one ([`RECORD_SETTLE_NS`]) wait in `held` for
-    /// the next drain, unless `everything` (the last drain). Returns how
-    /// many records were lost (the kernel found a ring full, or one was
-    /// malformed).
+    /// Reads every ring: each sample to count is unwound by `unwind` and pushed to
+    /// `samples` with its thread's name then; threads whose samples are all in go to
+    /// `settled`. Records newer than [`RECORD_SETTLE_NS`] wait in `held` unless
+    /// `everything`. Returns the records lost (ring full or malformed).
     pub(crate) fn drain<W>(
         &mut self,
         samples: &mut Vec<BornSample<W>>,
@@ -392,9 +311,7 @@ impl BornThreads {
         let mut records = held.take();
         let (own_pid, own_tid, max_stack) = (self.pid, self.own_tid, self.max_stack);
         let (parents, young, stopped_at) = (&self.parents, &self.young, self.stopped_at_ns);
-        // Samples that will not count are dropped here, before they are
-        // unwound: the sampler's own, those taken after the stop, and
-        // those of threads handed to a timer.
+        // Dropped before unwinding: the sampler's, and those after the stop or a hand-off.
         let wanted = |tid: i32, time: u64| {
             tid != own_tid
                 && stopped_at.is_none_or(|at| time <= at)
@@ -463,8 +380,7 @@ impl BornThreads {
                         continue;
                     }
                     if let Some(parent) = self.parents.get_mut(&tid) {
-                        // A parent's time is accounted from its clock, as
-                        // any listed thread's: its samples need no settling.
+                        // Accounted from its clock like any listed thread: no settling.
                         if parent.handoff.is_none_or(|at| time < at) && !is_excluded(tid) {
                             self.sampled_threads += u64::from(!parent.sampled);
                             parent.sampled = true;
@@ -473,8 +389,8 @@ impl BornThreads {
                         }
                         continue;
                     }
-                    // Only threads whose start was read count: a thread
-                    // forgotten after its hand-off must not count again.
+                    // Only threads whose birth was read: one forgotten after
+                    // its hand-off must not count again.
                     let Some(y) = self.young.get_mut(&tid) else {
                         continue;
                     };
@@ -501,17 +417,14 @@ impl BornThreads {
             .get_or_insert(crate::linux::monotonic_ns());
     }
 
-    /// Whether records taken before the stop may still be on their way
-    /// into the rings at `now_ns` ([`RECORD_SETTLE_NS`]).
+    /// Whether records from before the stop may still be arriving at `now_ns`.
     pub(crate) fn stop_settling(&self, now_ns: u64) -> bool {
         self.stopped_at_ns
             .is_some_and(|at| now_ns <= at.saturating_add(RECORD_SETTLE_NS))
     }
 
-    /// Whether a born thread's exit is still coming in at `now_ns`: its
-    /// clock can no longer be read (`cpu_of`) but its exit record is not in
-    /// yet, or that record is in without all its final counts and is less
-    /// than [`FINAL_COUNTS_GRACE_NS`] old.
+    /// Whether a born thread's exit is still coming at `now_ns`: its clock is gone (`cpu_of`)
+    /// with no exit record, or the record lacks counts and is within [`FINAL_COUNTS_GRACE_NS`].
     pub(crate) fn awaiting_exit(&self, now_ns: u64, cpu_of: impl Fn(i32) -> Option<u64>) -> bool {
         let counts = self.rings.len();
         self.young.iter().any(|(&tid, y)| {
@@ -527,8 +440,7 @@ impl BornThreads {
         })
     }
 
-    /// At stop, after a last [`Self::drain`]: settles every born thread,
-    /// the living ones with their CPU clock now (`cpu_of`).
+    /// At stop, after a last [`Self::drain`]: settles every born thread, living ones by `cpu_of`.
     pub(crate) fn finish(
         &mut self,
         settled: &mut Vec<Settled>,
@@ -550,10 +462,8 @@ impl BornThreads {
             if y.excluded {
                 return y.exited_pass.is_none();
             }
-            // Samples from another CPU's ring may still come in the pass
-            // after the one that read the exit or the hand-off, and the
-            // final counts later still from a thread preempted on its way
-            // out (given [`FINAL_COUNTS_WAIT_NS`]).
+            // Another CPU's ring may hold samples for one more pass, and final
+            // counts may come later still ([`FINAL_COUNTS_WAIT_NS`]).
             let exited = y.exited_pass.is_some_and(|p| {
                 all || (pass > p
                     && (y.reads >= counts
@@ -574,10 +484,8 @@ impl BornThreads {
                 return true;
             };
 
-            // The event overflows at each whole period of the thread's task
-            // clock from its birth (one that falls in kernel code is skipped
-            // where only user code may be sampled), so what ran after the
-            // last overflow is the kernel's count modulo the period.
+            // The event overflows at each whole period from birth, so what ran
+            // after the last overflow is the count modulo the period.
             let counted = if exited && y.handoff.is_none() {
                 y.read_ns
             } else {

@@ -1,22 +1,18 @@
-//! Opening the inherited events on the threads found at start: the rings,
-//! one per CPU, owned by the first thread whose events open (smaller rings
-//! when locked memory runs short), then the other threads' events
-//! redirected into them, within the descriptor budget.
+//! Opening the inherited events at start: one ring per CPU, owned by the
+//! first thread whose events open, then other threads' events redirected
+//! into them, within the descriptor budget.
 
 use super::*;
 
-/// Descriptors the inherited events may take in all (one per CPU per
-/// thread they are opened on, and its [`ContextAnchor`]: 455 threads on 8
-/// CPUs), and at most an eighth of the process's descriptor limit
-/// ([`fd_budget`]), so the application keeps its own.
+/// Descriptors the inherited events may take (one per CPU per thread, plus
+/// its [`ContextAnchor`]), capped by [`fd_budget`] so the application keeps its own.
 pub(super) const FD_BUDGET: usize = 4096;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
 impl BornThreads {
-    /// Opens the inherited events on `tids` (this process's threads, not
-    /// `own_tid`), as many as [`FD_BUDGET`] allows, in order. Fails when
-    /// the kernel refuses them (before 5.13, or perf events not allowed).
+    /// Opens the inherited events on `tids` (not `own_tid`), in order, within
+    /// [`FD_BUDGET`]. Fails when the kernel refuses them.
     pub(crate) fn open(
         tids: &[i32],
         own_tid: i32,
@@ -68,11 +64,8 @@ impl BornThreads {
             rng: SplitMix64::new(seed),
             stopped_at_ns: None,
         };
-        // Samples in the kernel too where allowed: CPU time is the
-        // thread's user and system time, and a sample taken in a system
-        // call stands for it on the user stack that made the call (no
-        // signal is involved, so nothing is interrupted). Unprivileged
-        // users (`perf_event_paranoid` 2) may sample user code only.
+        // Kernel code too where allowed: a system call's time lands on the
+        // user stack that made it. Unprivileged, user code only.
         if attr.open(0, -1).map(close).is_err() {
             attr.flags |= FLAGS_EXCLUDE_KERNEL_HV;
         }
@@ -148,8 +141,8 @@ impl BornThreads {
                     break;
                 };
                 opened.push(fd);
-                // SAFETY: an ioctl on our own new descriptor naming another
-                // of ours on the same CPU with the same clock.
+                // SAFETY: our new descriptor, redirected to another of ours
+                // on the same CPU with the same clock.
                 if unsafe { libc::ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, ring.fd()) } != 0 {
                     break;
                 }
@@ -171,9 +164,8 @@ impl BornThreads {
         Ok(born)
     }
 
-    /// Gives thread `tid`, whose events just opened, its anchor. Without
-    /// one (refused, or the thread gone) the threads it creates may swap
-    /// events, as before anchors.
+    /// Gives thread `tid`'s events their anchor; without one (refused, or
+    /// the thread gone) the threads it creates may swap events.
     fn anchor(&mut self, tid: i32) {
         if let Ok(anchor) = ContextAnchor::open(tid) {
             self.anchors.push(anchor);
@@ -197,7 +189,7 @@ fn fd_budget() -> usize {
 }
 
 /// `/proc/sys/kernel/perf_event_max_stack`: the most frames a call chain
-/// may ask for (127 by default).
+/// may ask for.
 fn kernel_max_stack() -> usize {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
         .ok()
