@@ -112,8 +112,8 @@ impl fmt::Display for SampleClock {
 }
 
 /// The environment variable that forces the sampler-thread path on Linux
-/// (any value but empty or `0`), as `BTPROF_CLOCK=thread` does. Kept for
-/// scripts written before [`CLOCK_ENV`].
+/// (any value but empty or `0`), as `BTPROF_CLOCK=thread` does. Kept so
+/// existing scripts keep working; prefer [`CLOCK_ENV`].
 pub const FORCE_SAMPLER_THREAD_ENV: &str = "BTPROF_FORCE_SAMPLER_THREAD";
 
 /// The environment variable that forces a cpu-mode clock on Linux, as

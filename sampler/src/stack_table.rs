@@ -1,9 +1,9 @@
 //! The interned stack-count table.
 //!
-//! Sampling at 1000 Hz produces the same few hundred stacks over and over,
-//! so the table stores each distinct stack once and counts repeats. Frames
-//! of all stacks live in one arena `Vec<u64>`; the hash table holds only
-//! offsets into it. Counting a stack that was seen before hashes it, finds
+//! Sampling produces the same few stacks over and over, so the table
+//! stores each distinct stack once and counts repeats. Frames of all
+//! stacks live in one arena `Vec<u64>`; the hash table holds only offsets
+//! into it. Counting a stack that was seen before hashes it, finds
 //! the entry and bumps a counter: no allocation.
 //!
 //! A profiler that stays on must not grow without bound when a program

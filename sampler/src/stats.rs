@@ -38,8 +38,7 @@ pub struct SamplerStats {
     /// Ticks of the sampler thread that ran: with [`SampleClock::Perf`]
     /// the sampler thread only wakes to collect, and this counts those
     /// wake-ups. On the Linux fallback in [`Mode::Cpu`] it wakes at random
-    /// moments, not on a fixed period, and at least once a period: with
-    /// two busy threads at 1000 Hz, about 1,350 wakeups a second.
+    /// moments, not on a fixed period, and at least once a period.
     pub ticks: u64,
     /// Deadlines skipped because the sampler woke too late (on the Linux
     /// fallback in [`Mode::Cpu`], whole periods overslept).
@@ -118,14 +117,14 @@ pub struct SamplerStats {
     /// thread is looked at again only at the next listing.
     pub idle_without_wake_timer: u64,
     /// Linux sampler-thread clock: threads found between two listings of
-    /// the threads, by the ids the kernel gave since the last one (with
-    /// thousands of threads, listings come a fifth of a second apart).
+    /// the threads, by the ids the kernel gave since the last one (listings
+    /// come further apart as the threads grow in number).
     pub threads_found_between_listings: u64,
     /// Linux sampler-thread path, cpu mode: samples for the CPU time
     /// threads used after their last sample, counted on their last stacks
-    /// when they exited or the profiler stopped (see `exit_tails`; a thread
-    /// that lives 2 ms would otherwise lose a quarter to a half of its
-    /// time). Included in [`Self::samples`].
+    /// when they exited or the profiler stopped, so that a short-lived
+    /// thread does not lose the part of its time after its last sample.
+    /// Included in [`Self::samples`].
     pub exit_samples: u64,
     /// Linux sampler-thread path, cpu mode: periods of CPU time the
     /// sampler read from threads that exited (or were still running at
