@@ -1,7 +1,8 @@
 //! Sample slots: where the signal handler ([`super::handler`]) leaves one thread's walk for
 //! the sampler thread. A slot's state word holds the arming generation above a 2-bit phase:
 //! - `Idle -> Armed`: the sampler ([`SlotOwner::arm`]), before signalling the thread with
-//!   slot index and generation in `si_value`; `Armed -> Idle`: the sampler cancelling.
+//!   slot index and generation in `si_value`. `Armed -> Idle`: the sampler cancelling, so
+//!   a late handler finds nothing to write into.
 //! - `Armed -> Writing`: that thread's handler, by compare-and-swap on the generation.
 //! - `Idle -> Writing`, fresh generation: a per-thread timer's handler
 //!   ([`thread_timers`](crate::linux::clocks::timers::thread_timers)), which nobody arms.
