@@ -4,7 +4,6 @@
 
 pub(crate) mod born_cpu;
 pub(crate) mod born_threads;
-pub(crate) mod context_anchor;
 pub(crate) mod perf_ring;
 pub(crate) mod ring_samples;
 pub(crate) mod ring_size;

@@ -26,9 +26,10 @@ use std::sync::Arc;
 
 mod open;
 
+use open::ContextAnchor;
+
 use super::super::split_mix::SplitMix64;
 use super::born_cpu::ClockReading;
-use super::context_anchor::ContextAnchor;
 
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 use super::ring_samples::{own, BornSample, HeldRecords, Owned, RingSample};

@@ -2,6 +2,8 @@
 //! first thread whose events open, then other threads' events redirected
 //! into them, within the descriptor budget.
 
+use std::os::fd::{FromRawFd, OwnedFd};
+
 use super::*;
 
 /// Descriptors the inherited events may take (one per CPU per thread, plus
@@ -195,4 +197,28 @@ fn kernel_max_stack() -> usize {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(127)
+}
+
+/// A dummy event on one thread, not inherited; closed on drop. It keeps
+/// the kernel from passing one thread's inherited events to another.
+///
+/// If all of a creator's events are inherited, the kernel marks the new
+/// thread's copies as a clone of its set, and cloned sets that follow each
+/// other on a CPU are swapped instead of stopped: a period one thread began
+/// ends on the other. So each thread the ring clock opens inherited events
+/// on gets an anchor, a dummy event that is not inherited, and the threads
+/// it creates keep their own events. (Their children are clones again;
+/// btprof opens nothing on threads born while sampling.)
+pub(crate) struct ContextAnchor {
+    _event: OwnedFd,
+}
+
+impl ContextAnchor {
+    /// Opens the anchor on thread `tid` of this process.
+    pub(crate) fn open(tid: i32) -> io::Result<ContextAnchor> {
+        let fd = PerfEventAttr::dummy().open(tid, -1)?;
+        // SAFETY: `fd` was just opened, is valid and owned by nothing else.
+        let _event = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(ContextAnchor { _event })
+    }
 }
