@@ -19,6 +19,11 @@
 //!
 //! `cargo bench --bench continuous`.
 //! Always exits 0: it reports, it does not gate.
+//!
+//! Writes its latest results to `docs/results/continuous.md`.
+
+#[path = "support/results.rs"]
+mod results;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,6 +180,11 @@ fn main() {
             .filter(|&n| n > 0)
             .unwrap_or(default)
     };
+    let mut report = results::Results::new(
+        "continuous",
+        "Continuous profiling: memory and rate with dumps",
+        "cargo bench --bench continuous",
+    );
     let runs = env("BTPROF_BENCH_RUNS", 3) as usize;
     let secs = env("BTPROF_BENCH_SECS", 5);
     let limit = btprof_sampler::Limit::stacks(LIMIT);
@@ -214,6 +224,7 @@ fn main() {
         }
     }
     let base = median(results[0].iter().map(|r| r.rss_kib).collect());
+    let mut rows = Vec::new();
     println!();
     println!(
         "  {:<16} {:>14} {:>14} {:>12} {:>12} {:>10} {:>7}",
@@ -232,6 +243,15 @@ fn main() {
             m(|r| r.rate),
             m(|r| r.dumps)
         );
+        rows.push(vec![
+            label,
+            format!("{:.1}", rss / 1024.0),
+            format!("{:.1}", (rss - base) / 1024.0),
+            format!("{:.0}", m(|r| r.stacks)),
+            format!("{:.0}", m(|r| r.overflow)),
+            format!("{:.1}", m(|r| r.rate)),
+            format!("{:.0}", m(|r| r.dumps)),
+        ]);
     }
     let limited_rate = median(results[1..=2].iter().flatten().map(|r| r.rate).collect());
     let pct = limited_rate / f64::from(HZ) * 100.0;
@@ -240,4 +260,36 @@ fn main() {
         "  achieved rate with dumps every second: {pct:.2}% of {HZ} Hz (target >= {TARGET_RATE_PCT}%) {}",
         if pct >= TARGET_RATE_PCT { "PASS" } else { "UNDER TARGET" }
     );
+    report.paragraph(&format!(
+        "{WORKERS} threads recursing to random depths (almost every sample a new stack), \
+         {HZ} Hz, a dump every second; each variant a child process, medians of {runs} runs. \
+         `limited` keeps at most {} stacks per table ({:.1} MiB; the default is {} stacks, \
+         {:.1} MiB); `none` is the workload unprofiled.",
+        limit.stacks,
+        mib(limit.max_bytes()),
+        default.stacks,
+        mib(default.max_bytes())
+    ));
+    report.table(
+        &[
+            "variant",
+            "peak RSS, MiB",
+            "over `none`, MiB",
+            "stacks kept",
+            "overflow samples",
+            "rate, Hz",
+            "dumps",
+        ],
+        &rows,
+    );
+    report.paragraph(&format!(
+        "Achieved rate with a dump every second: {pct:.2}% of {HZ} Hz (target at least \
+         {TARGET_RATE_PCT}%: {}).",
+        if pct >= TARGET_RATE_PCT {
+            "met"
+        } else {
+            "missed"
+        }
+    ));
+    report.write();
 }

@@ -18,6 +18,12 @@
 //!
 //! `cargo bench --bench many_threads`. Linux only. Always exits 0: it
 //! reports, it does not gate.
+//!
+//! Writes its latest results to `docs/results/many_threads.md`.
+
+#[cfg(target_os = "linux")]
+#[path = "support/results.rs"]
+mod results;
 
 #[cfg(target_os = "linux")]
 fn main() {
@@ -187,6 +193,13 @@ mod linux {
     }
 
     pub(crate) fn main() {
+        let mut results = crate::results::Results::new(
+            "many_threads",
+            "Sampling pools of many threads",
+            "cargo bench --bench many_threads",
+        );
+        let mut rows = Vec::new();
+        let mut notes = Vec::new();
         let runs = measure::runs(3);
         let iters = (calibrate() as f64 * WORK.as_secs_f64()) as u64;
         println!(
@@ -221,6 +234,7 @@ mod linux {
         for (c, why) in refused.iter().enumerate() {
             if let Some(why) = why {
                 println!("  {} not measured: {why}", CLOCKS[c].short_name());
+                notes.push(format!("{} not measured: {why}.", CLOCKS[c].short_name()));
             }
         }
         println!(
@@ -253,10 +267,46 @@ mod linux {
                     med(&|r| r.sampler_cpu / r.duration * 100.0),
                     med(&|r| r.lost),
                 );
+                rows.push(vec![
+                    n.to_string(),
+                    clock.short_name().to_owned(),
+                    format!("{:.1}", med(&|r| r.samples / r.worker_cpu)),
+                    format!("{:.1}", med(&|r| r.distinct / r.worker_cpu)),
+                    format!("{:.2}", med(&|r| (r.worker_cpu - b) / r.samples * 1e6)),
+                    format!("{b:.3}"),
+                    format!("{:.2}", med(&|r| r.sampler_cpu / r.samples * 1e6)),
+                    format!("{:.2}", med(&|r| r.sampler_cpu / r.duration * 100.0)),
+                    format!("{:.0}", med(&|r| r.lost)),
+                ]);
             }
         }
         println!("  weighted: the workers' samples per worker CPU-second; distinct: the run's distinct samples per worker CPU-second");
         println!("  taken: (workers' CPU - the unprofiled pool's median) / weighted samples; sampler: its CPU per weighted sample, and as % of a core");
         println!("  (reported, not enforced; exit status is always 0)");
+        results.paragraph(&format!(
+            "Pools of {POOLS:?} threads, found at start, share {iters} iterations (about {} s \
+             calibrated) under a cpu-mode `Sampler` at {HZ} Hz; medians of {runs} rounds, \
+             interleaved with the pool unprofiled. *Weighted*: the workers' samples per worker \
+             CPU-second; *distinct*: the run's distinct samples per worker CPU-second; *taken*: \
+             (the workers' CPU less the unprofiled pool's median) per weighted sample, µs; \
+             *sampler*: its CPU per weighted sample, µs, and as % of a core. {}",
+            WORK.as_secs(),
+            notes.join(" ")
+        ));
+        results.table(
+            &[
+                "threads",
+                "clock",
+                "weighted",
+                "distinct",
+                "taken, µs",
+                "unprofiled CPU, s",
+                "sampler, µs",
+                "sampler, % of a core",
+                "lost",
+            ],
+            &rows,
+        );
+        results.write();
     }
 }

@@ -15,6 +15,11 @@
 //!
 //! Median of `BTPROF_BENCH_RUNS` (default 5) rounds; fails if the new model
 //! takes more than half the baseline's bytes.
+//!
+//! Writes its latest results to `docs/results/profile_memory.md`.
+
+#[path = "support/results.rs"]
+mod results;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -163,6 +168,11 @@ fn held_by<T>(build: impl FnOnce() -> T) -> (usize, T) {
 }
 
 fn main() {
+    let mut results = results::Results::new(
+        "profile_memory",
+        "Memory of a recorded profile",
+        "cargo bench --bench profile_memory",
+    );
     let runs = measure::runs(5);
     let names: Vec<Arc<str>> = (0..NAMES)
         .map(|n| {
@@ -199,6 +209,27 @@ fn main() {
         old / (1 << 20) as f64,
         new / (1 << 20) as f64,
     );
+    let mib = |bytes: f64| format!("{:.1}", bytes / (1 << 20) as f64);
+    results.paragraph(&format!(
+        "Heap bytes held by a finished profile of {STACKS} distinct stacks of {DEPTH} frames, \
+         median of {runs} rounds, against the model it replaced (goal: at most 0.50x)."
+    ));
+    results.table(
+        &["model", "MiB", "ratio"],
+        &[
+            vec![
+                "old `Profile` (`Vec<Stack>`, `Arc<str>` names)".to_owned(),
+                mib(old),
+                "1.00x".to_owned(),
+            ],
+            vec![
+                "interned `Profile`".to_owned(),
+                mib(new),
+                format!("{ratio:.2}x"),
+            ],
+        ],
+    );
+    results.write();
     assert!(
         ratio <= 0.5,
         "the interned Profile takes {ratio:.2}x the old one's memory"

@@ -31,6 +31,11 @@
 //!
 //! `cargo bench --bench symbolize`. Always exits 0: it reports, it does
 //! not gate.
+//!
+//! Writes its latest results to `docs/results/symbolize.md`.
+
+#[path = "support/results.rs"]
+mod results;
 
 use btprof_testkit::measure;
 use btprof_testkit::workers::Workers;
@@ -182,6 +187,11 @@ fn round(index: usize, workers_first: bool) -> Round {
 }
 
 fn main() {
+    let mut results = results::Results::new(
+        "symbolize",
+        "Symbolising at stop, with inline frames",
+        "cargo bench --bench symbolize",
+    );
     let runs = measure::runs(5);
     let workers_first =
         std::env::var_os("BTPROF_BENCH_STOP_WORKERS_FIRST").is_some_and(|v| v == "1");
@@ -233,4 +243,40 @@ fn main() {
         "stop with inline frames, warmed up / names only: {warm_ratio:.3} (target <= {TARGET_RATIO:.2}) {}",
         if warm_ratio <= TARGET_RATIO { "ok" } else { "OVER" }
     );
+    results.paragraph(&format!(
+        "`Profiler::stop` of a {} s, {HZ} Hz cpu-mode profile of two workers, medians of {runs} \
+         rounds; the workers stopped {} the profiler. Ratios are medians of the per-round \
+         ratios to *names only* (target for *inline, warm*: at most {TARGET_RATIO:.2}).",
+        PROFILE_TIME.as_secs(),
+        if workers_first { "before" } else { "after" }
+    ));
+    results.table(
+        &["stop", "ms", "ratio to names only"],
+        &[
+            vec![
+                "names only".to_owned(),
+                format!("{names:.1}"),
+                "1.000".to_owned(),
+            ],
+            vec![
+                "names only, warmed up".to_owned(),
+                format!("{names_warm:.1}"),
+                String::new(),
+            ],
+            vec![
+                "inline frames, cold".to_owned(),
+                format!("{cold:.1}"),
+                format!("{cold_ratio:.3}"),
+            ],
+            vec![
+                "inline frames, warmed up (the default)".to_owned(),
+                format!("{warm:.1}"),
+                format!("{warm_ratio:.3}"),
+            ],
+        ],
+    );
+    results.paragraph(&format!(
+        "The warm-up thread's CPU time: {cpu:.1} ms per run."
+    ));
+    results.write();
 }

@@ -19,6 +19,12 @@
 //!
 //! `cargo bench --bench thread_dump`. Always exits 0: it reports, it does
 //! not gate.
+//!
+//! Writes its latest results to `docs/results/thread_dump.md`.
+
+#[cfg(target_os = "linux")]
+#[path = "support/results.rs"]
+mod results;
 
 #[cfg(target_os = "linux")]
 fn main() {
@@ -29,6 +35,12 @@ fn main() {
 
     use btprof_testkit::measure::median;
 
+    let mut results = results::Results::new(
+        "thread_dump",
+        "What a thread dump costs",
+        "cargo bench --bench thread_dump",
+    );
+    let mut rows = Vec::new();
     let rounds = btprof_testkit::measure::runs(5);
 
     // Baselines.
@@ -104,18 +116,41 @@ fn main() {
             t.join().unwrap();
         }
         let hold = median(holds);
+        let (interrupted, capture, raw) = (median(interrupted), median(captures), median(raws));
+        let verdict = if hold <= 100.0 { "met" } else { "missed" };
         println!(
             "{total} threads ({spinning} spinning): hold median {hold:.1} µs per interrupted \
-             thread ({:.0} interrupted per dump; {:.0} x getpid) [target <= 100 µs: {}]; \
-             capture {:.2} ms with symbols, {:.2} ms raw ({:.1} x a stat read per thread)",
-            median(interrupted),
+             thread ({interrupted:.0} interrupted per dump; {:.0} x getpid) [target <= 100 µs: \
+             {verdict}]; capture {capture:.2} ms with symbols, {raw:.2} ms raw ({:.1} x a stat \
+             read per thread)",
             hold / syscall_us,
-            if hold <= 100.0 { "met" } else { "missed" },
-            median(captures.clone()),
-            median(raws.clone()),
-            median(raws) * 1e3 / total as f64 / stat_us,
+            raw * 1e3 / total as f64 / stat_us,
         );
+        rows.push(vec![
+            format!("{total} ({spinning} spinning)"),
+            format!("{interrupted:.0}"),
+            format!("{hold:.1} ({verdict})"),
+            format!("{capture:.2}"),
+            format!("{raw:.2}"),
+        ]);
     }
+    results.paragraph(&format!(
+        "Medians of {rounds} rounds of 20 captures. Baselines in the same run: `getpid` \
+         {syscall_us:.2} µs, a `/proc/self/task/TID/stat` read {stat_us:.1} µs. *Hold*: how long \
+         each interrupted thread is kept from running (target at most 100 µs); *capture*: \
+         `ThreadDump::capture` with symbols, and the raw capture alone."
+    ));
+    results.table(
+        &[
+            "threads",
+            "interrupted per dump",
+            "hold per thread, µs",
+            "capture, ms",
+            "raw capture, ms",
+        ],
+        &rows,
+    );
+    results.write();
 }
 
 #[cfg(not(target_os = "linux"))]

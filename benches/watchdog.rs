@@ -25,8 +25,12 @@
 //! `cargo bench --bench watchdog`. Always exits 0: it reports, it does
 //! not gate.
 //!
+//! Writes its latest results to `docs/results/watchdog.md`.
+//!
 //! [`Heartbeat::beat`]: btprof::Heartbeat::beat
 
+#[path = "support/results.rs"]
+mod results;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -49,7 +53,7 @@ fn ns_per_call(calls: u64, mut body: impl FnMut(u64)) -> f64 {
     started.elapsed().as_secs_f64() * 1e9 / calls as f64
 }
 
-fn beat_cost(rounds: usize) {
+fn beat_cost(rounds: usize, results: &mut Vec<Vec<String>>) {
     let watchdog = Watchdog::builder().start().expect("start a watchdog");
     let heartbeat = watchdog
         .watch_current_thread("bench")
@@ -90,10 +94,30 @@ fn beat_cost(rounds: usize) {
     println!(
         "beat(): {beat:.2} ns per call; baseline relaxed AtomicU64 store {:.2} ns; \
          ratio {:.1}x (per-round range {low:.1}-{high:.1}x); for scale, Instant::now() {:.1} ns",
-        median(stores),
-        median(ratios),
-        median(clocks),
+        median(stores.clone()),
+        median(ratios.clone()),
+        median(clocks.clone()),
     );
+    results.push(vec![
+        "`Heartbeat::beat()`, ns per call".into(),
+        format!("{beat:.2}"),
+        "".into(),
+    ]);
+    results.push(vec![
+        "relaxed `AtomicU64` store, ns (baseline)".into(),
+        format!("{:.2}", median(stores)),
+        "".into(),
+    ]);
+    results.push(vec![
+        "beat / store, per-round ratio".into(),
+        format!("{:.1}x ({low:.1}-{high:.1}x)", median(ratios)),
+        "".into(),
+    ]);
+    results.push(vec![
+        "`Instant::now()`, ns (for scale)".into(),
+        format!("{:.1}", median(clocks)),
+        "".into(),
+    ]);
 }
 
 #[cfg(target_os = "linux")]
@@ -219,7 +243,7 @@ mod cpu {
         }
     }
 
-    pub fn measure(rounds: usize, secs: f64) {
+    pub fn measure(rounds: usize, secs: f64, results: &mut Vec<Vec<String>>) {
         let (mut alone, mut watched, mut own) = (Vec::new(), Vec::new(), Vec::new());
         let mut stalls = 0;
         for round in 0..rounds {
@@ -262,13 +286,46 @@ mod cpu {
             } else {
                 "missed"
             },
-            median(alone),
-            median(watched),
+            median(alone.clone()),
+            median(watched.clone()),
         );
+        results.push(vec![
+            format!("watchdog thread, % of a core ({BEATERS} threads beating every 1 ms)"),
+            format!("{own:.4}"),
+            format!(
+                "< {CPU_TARGET_PCT}%: {}",
+                if own < CPU_TARGET_PCT {
+                    "met"
+                } else {
+                    "missed"
+                }
+            ),
+        ]);
+        results.push(vec![
+            format!("the {BEATERS} beating threads, % of a core, no watchdog"),
+            format!("{:.3}", median(alone)),
+            "".into(),
+        ]);
+        results.push(vec![
+            format!("the {BEATERS} beating threads, % of a core, watched"),
+            format!("{:.3}", median(watched)),
+            "".into(),
+        ]);
+        results.push(vec![
+            "stalls reported (expected 0)".into(),
+            stalls.to_string(),
+            "".into(),
+        ]);
     }
 }
 
 fn main() {
+    let mut results = results::Results::new(
+        "watchdog",
+        "The stall watchdog's cost",
+        "cargo bench --bench watchdog",
+    );
+    let mut rows = Vec::new();
     let rounds = runs(5);
     let secs = std::env::var("BTPROF_BENCH_SECS")
         .ok()
@@ -279,9 +336,9 @@ fn main() {
         "btprof watchdog benchmark: {rounds} rounds (BTPROF_BENCH_RUNS), \
          {secs} s per CPU window (BTPROF_BENCH_SECS)"
     );
-    beat_cost(rounds);
+    beat_cost(rounds, &mut rows);
     #[cfg(target_os = "linux")]
-    cpu::measure(rounds, secs);
+    cpu::measure(rounds, secs, &mut rows);
     #[cfg(not(target_os = "linux"))]
     {
         let _ = secs;
@@ -289,4 +346,9 @@ fn main() {
             "watchdog thread CPU: not measured on this platform (the thread is found in /proc)"
         );
     }
+    results.paragraph(&format!(
+        "Medians of {rounds} rounds, variants interleaved; {secs} s per CPU window."
+    ));
+    results.table(&["measure", "median", "target"], &rows);
+    results.write();
 }

@@ -8,7 +8,7 @@ use crate::floor;
 #[cfg(target_os = "linux")]
 use crate::job::{run_job, run_job_with, Interrupts};
 #[cfg(target_os = "linux")]
-use crate::report::{header, row};
+use crate::report::{header, row, say};
 #[cfg(target_os = "linux")]
 use crate::{CHAIN_DEPTH, HZ};
 
@@ -85,7 +85,7 @@ pub(crate) fn measure_floor(runs: usize, iters: u64) -> Result<FloorResult, Stri
     header(&format!(
         "[3] against the floor: job 2 with each worker interrupted at {HZ} Hz of its CPU time (perf task-clock)"
     ));
-    println!("  per-event cost = (worker CPU [+ sampler_cpu] - this round's baseline worker CPU) / events");
+    say!("  per-event cost = (worker CPU [+ sampler_cpu] - this round's baseline worker CPU) / events");
     let names = [
         "bare interrupt",
         "interrupt + empty handler",

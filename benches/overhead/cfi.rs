@@ -5,7 +5,7 @@ use std::time::Duration;
 use btprof_sampler::{Mode, Sampler, SamplerConfig};
 
 use crate::job::{copy_leaf, iterations_taking, run_job, worker_depth};
-use crate::report::{header, row, summarize};
+use crate::report::{header, row, say, summarize};
 use crate::{CHAIN_DEPTH, COPY_LEAF, HZ};
 
 /// Medians of measurement 4.
@@ -86,7 +86,7 @@ pub(crate) fn measure_cfi(runs: usize, spin_iters: u64, copy_iters: u64) -> CfiR
     header(&format!(
         "[4] CFI vs frame pointers only: measurement 2's job ({CHAIN_DEPTH}-call chain), leaf spin or glibc memcpy, same rounds"
     ));
-    println!("  per-sample = (profiled worker CPU - median baseline worker CPU + sampler_cpu) / stats.samples");
+    say!("  per-sample = (profiled worker CPU - median baseline worker CPU + sampler_cpu) / stats.samples");
     let mut cost_us = [0.0; 4];
     let names = ["spin leaf", "memcpy leaf"];
     for j in 0..2 {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use btprof_sampler::SampleClock;
 
 use crate::child::{self, ChildOut, Spec};
-use crate::report::{summarize, verdict};
+use crate::report::{say, summarize, verdict};
 
 /// How long one worker's loop should take alone.
 pub(crate) const CLOCK_JOB: Duration = Duration::from_secs(3);
@@ -99,7 +99,7 @@ pub(crate) struct ClocksResult {
 pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
     let perf_skipped = child::perf_probe().err();
     if let Some(why) = &perf_skipped {
-        println!("  [clocks] perf's rows skipped: {why}");
+        say!("  [clocks] perf's rows skipped: {why}");
     }
     let variants: Vec<(Who, u32)> = RATES
         .iter()
@@ -139,7 +139,7 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
                 ),
             };
             if let Err(e) = &result {
-                println!("  [clocks] {} at {hz} Hz failed: {e}", who.label());
+                say!("  [clocks] {} at {hz} Hz failed: {e}", who.label());
             }
             prof[i].push(result.ok());
         }
@@ -149,7 +149,7 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         };
         match child::run(probe, false) {
             Ok(out) => floors.push(out.wakeup_us),
-            Err(e) => println!("  [clocks] the wakeup probe failed: {e}"),
+            Err(e) => say!("  [clocks] the wakeup probe failed: {e}"),
         }
         let b = this_base.expect("the baseline ran");
         eprintln!(
@@ -170,16 +170,41 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         summarize(&floors)
     };
     println!();
-    println!(
+    let title = format!(
         "[5] clocks: measurement 2's job (2 threads, ~{} s each calibrated), each row a child process, {runs} rounds with the baseline",
         CLOCK_JOB.as_secs()
     );
-    println!(
+    println!("{title}");
+    crate::report::section(
+        &title,
+        &[
+            "row",
+            "Hz",
+            "clock",
+            "wall % (range)",
+            "worker µs/sample",
+            "/distinct",
+            "sampler µs/sample",
+            "/distinct",
+            "sampler % core",
+            "steady µs/sample",
+            "steady % core",
+            "wakeups/s",
+            "waking µs/sample",
+            "samples/CPU-s (weighted/distinct)",
+        ],
+    );
+    say!(
         "  worker = (workers' CLOCK_THREAD_CPUTIME_ID - median baseline's) / samples; sampler = the sampler thread's CPU (perf: perf's process) / samples"
     );
-    println!(
+    say!(
         "  baseline: wall {:.3} s (spread {:.3}-{:.3}), worker CPU {:.3} s (spread {:.3}-{:.3})",
-        base_wall.median, base_wall.min, base_wall.max, base_cpu.median, base_cpu.min, base_cpu.max
+        base_wall.median,
+        base_wall.min,
+        base_wall.max,
+        base_cpu.median,
+        base_cpu.min,
+        base_cpu.max
     );
     println!(
         "  {:<24} {:>5} {:<8} {:>14} {:>9} {:>10} {:>9} {:>10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>13}",
@@ -206,7 +231,7 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
             .filter_map(|(p, b)| p.map(|p| (p, *b)))
             .collect();
         if ok.is_empty() {
-            println!("  {:<24} {hz:>5} not measured", who.label());
+            say!("  {:<24} {hz:>5} not measured", who.label());
             continue;
         }
         let med = |f: &dyn Fn(&ChildOut, &ChildOut) -> f64| {
@@ -232,6 +257,22 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         };
         let rate = med(&|p, _| p.samples / p.worker_cpu).median;
         let distinct_rate = med(&|p, _| p.distinct / p.worker_cpu).median;
+        crate::report::record_row(vec![
+            who.label().to_string(),
+            hz.to_string(),
+            clock.map_or("-", SampleClock::short_name).to_owned(),
+            format!("{:+.2} ({:+.1}..{:+.1})", r.wall_pct, wall.min, wall.max),
+            format!("{:.2}", r.worker_us),
+            format!("{:.2}", r.worker_distinct_us),
+            format!("{:.2}", r.sampler_us),
+            format!("{:.2}", r.sampler_distinct_us),
+            format!("{:.3}", r.sampler_core_pct),
+            format!("{:.2}", r.steady_us),
+            format!("{:.3}", r.steady_core_pct),
+            format!("{:.0}", r.wakeups_per_s),
+            format!("{:.2}", r.waking_us),
+            format!("{rate:.0} / {distinct_rate:.0}"),
+        ]);
         println!(
             "  {:<24} {hz:>5} {:<8} {:>5.2} ({:>+5.1}..{:>+4.1}) {:>9.2} {:>10.2} {:>9.2} {:>10.2} {:>7.3} {:>7.2} {:>7.3} {:>7.0} {:>7.2} {:>6.0}/{:<6.0}",
             who.label(),
@@ -253,17 +294,17 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
         );
         rows.push(r);
     }
-    println!("  samples/CPU-s: weighted/distinct, per worker CPU-second");
-    println!(
+    say!("  samples/CPU-s: weighted/distinct, per worker CPU-second");
+    say!(
         "  sampler: the whole run's CPU over its samples, so fixed costs (perf's start-up and exit, the sampler's start and stop) weigh 10x more at 100 Hz"
     );
-    println!(
+    say!(
         "  steady: the sampler thread's CPU while the job ran (start-up and stop left out: what a profiler left on pays), per sample and as a share of a core"
     );
-    println!(
+    say!(
         "  wake/s: the sampler thread's wakeups a second while the job ran; waking: what that many wakeups cost per sample at the floor below"
     );
-    println!(
+    say!(
         "  wakeup floor: a thread that parks {} ms at a time and does nothing else, beside the job's workers, uses {:.2} us of CPU per wakeup (spread {:.2}-{:.2})",
         crate::wakeups::INTERVAL.as_millis(),
         floor.median,
@@ -273,7 +314,7 @@ pub(crate) fn measure_clocks(runs: usize, iters: u64) -> ClocksResult {
     let noise_us =
         RATES.map(|hz| (base_cpu.max - base_cpu.min) / (worker_cpu_s * f64::from(hz)) * 1e6);
     let wall_noise_pct = (base_wall.max - base_wall.min) / base_wall.median * 100.0;
-    println!(
+    say!(
         "  noise floor: the baseline's worker CPU spread is {:.2} us per sample at 100 Hz, {:.2} at 1000 Hz; its wall spread {wall_noise_pct:.2}%",
         noise_us[0], noise_us[1]
     );
@@ -302,20 +343,18 @@ impl ClocksResult {
                 verdict(ok)
             }
         };
-        println!(
+        say!(
             "  clocks (measurement 5; default clock here: {}):",
             self.find(ring, 1000)
                 .and_then(|r| r.clock)
                 .map_or("?", SampleClock::short_name)
         );
         if let Some(why) = &self.perf_skipped {
-            println!(
-                "    perf's rows not measured ({why}); the targets against perf are not judged"
-            );
+            say!("    perf's rows not measured ({why}); the targets against perf are not judged");
         }
         if let (Some(r), Some(p)) = (self.find(ring, 1000), self.find(Who::Perf, 1000)) {
             let limit = p.worker_us * RING_VS_PERF;
-            println!(
+            say!(
                 "    ring clock per sample at 1000 Hz: {:.2} us vs perf's {:.2} us = {:.2}x (target <= {RING_VS_PERF}x) {}",
                 r.worker_us,
                 p.worker_us,
@@ -323,7 +362,7 @@ impl ClocksResult {
                 judged(r.worker_us <= limit, (r.worker_us - limit).abs() <= noise(1000))
             );
             let limit = p.wall_pct.max(0.0) * WALL_VS_PERF;
-            println!(
+            say!(
                 "    ring clock wall at 1000 Hz: {:+.2}% vs perf's {:+.2}% (target <= {WALL_VS_PERF}x perf's) {}",
                 r.wall_pct,
                 p.wall_pct,
@@ -332,7 +371,7 @@ impl ClocksResult {
         }
         if let (Some(lo), Some(hi)) = (self.find(ring, 100), self.find(ring, 1000)) {
             let limit = hi.worker_us * LOW_RATE_VS_HIGH;
-            println!(
+            say!(
                 "    ring clock per sample at 100 Hz: {:.2} us vs {:.2} us at 1000 Hz = {:.2}x (target <= {LOW_RATE_VS_HIGH}x) {}",
                 lo.worker_us,
                 hi.worker_us,
@@ -341,7 +380,7 @@ impl ClocksResult {
             );
         }
         if let Some(r) = self.find(ring, 100) {
-            println!(
+            say!(
                 "    {} wall at 100 Hz: {:+.2}% (target <= {WALL_AT_100_PCT}%) {}",
                 ring.label(),
                 r.wall_pct,
@@ -356,7 +395,7 @@ impl ClocksResult {
         for r in self.rows.iter().filter(|r| r.who != Who::Perf) {
             let ok =
                 r.steady_us <= SAMPLER_US && (r.hz != 100 || r.steady_core_pct <= SAMPLER_CORE_PCT);
-            println!(
+            say!(
                 "    sampler thread, {} ({}) at {} Hz: {:.2} us per sample, {:.3}% of a core while sampling (whole run with start and stop: {:.2} us, {:.3}%; {:.0} wakeups a second, {:.2} us per sample at {:.2} us per wakeup) (target <= {SAMPLER_US} us{}) {}",
                 r.who.label(),
                 r.clock.map_or("?", SampleClock::short_name),

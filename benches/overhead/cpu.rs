@@ -4,7 +4,7 @@
 use btprof_sampler::{Mode, Sampler, SamplerConfig};
 
 use crate::job::{run_job, worker_depth};
-use crate::report::{header, row, summarize};
+use crate::report::{header, row, say, summarize};
 use crate::{CHAIN_DEPTH, HZ, TARGET_SAMPLE_US, WORKERS};
 
 pub(crate) struct CpuResult {
@@ -94,10 +94,10 @@ pub(crate) fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
         "[2] per-sample CPU cost: {WORKERS} threads, loop under a {CHAIN_DEPTH}-call recursive chain, btprof_sampler::Sampler at {HZ} Hz cpu mode, \
          per-thread CPU timers and the sampler-thread path in the same rounds"
     ));
-    println!(
+    say!(
         "  worker CPU = CLOCK_THREAD_CPUTIME_ID inside each worker, summed (includes handler + kernel signal delivery)"
     );
-    println!(
+    say!(
         "  per-sample = (profiled worker CPU - median baseline worker CPU + sampler_cpu) / stats.samples"
     );
     row("baseline worker CPU, sum of 2 (s)", &base_cpu, 4);
@@ -105,7 +105,7 @@ pub(crate) fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
     for (i, name) in ["per-thread timers", "sampler thread"].iter().enumerate() {
         let p = &prof[i];
         let col = |f: &dyn Fn(&Profiled) -> f64| p.iter().map(f).collect::<Vec<f64>>();
-        println!(
+        say!(
             "  -- {name} ({}):",
             p.first().map_or("?".into(), |p| p.clock.to_string())
         );
@@ -161,12 +161,12 @@ pub(crate) fn measure_cpu(runs: usize, iters: u64) -> CpuResult {
     // What the baseline's own run-to-run spread would look like as a cost
     // per sample: the resolution of this measurement.
     let noise_us = (base.max - base.min) / median_samples * 1e6;
-    println!(
+    say!(
         "  noise floor: baseline worker CPU spread {:.1} ms = {noise_us:.2} us/sample",
         (base.max - base.min) * 1e3
     );
     if noise_us > TARGET_SAMPLE_US / 2.0 {
-        println!(
+        say!(
             "  NOTE: the baseline's spread is large next to the {TARGET_SAMPLE_US} us target; the machine is noisy, treat the worker-side figure with care"
         );
     }

@@ -37,7 +37,7 @@
 //!
 //! 5. Clocks: measurement 2's job, each run in a child process (this
 //!    executable again), at 100 Hz and 1000 Hz under `perf record -e
-//!    cpu-clock --call-graph fp`, btprof's default clock, the POSIX clock
+//!    cpu-clock --call-graph fp`, btprof's default clock (perf),
 //!    and the sampler-thread clock forced, and btprof's default with
 //!    `perf_event_open` refused by a seccomp filter, interleaved with a
 //!    baseline child ([`clocks`]). Per row: wall overhead, the workers' CPU
@@ -46,7 +46,8 @@
 //!    often the sampler thread woke, against what a bare timed wakeup
 //!    costs on this machine in the same rounds ([`wakeups`]).
 //!
-//! `cargo bench --bench overhead`; `BTPROF_BENCH_ONLY` names the
+//! `cargo bench --bench overhead` writes `docs/results/overhead.md`;
+//! `BTPROF_BENCH_ONLY` names the
 //! measurements to run, comma-separated (`wall`, `cpu`, `floor`, `cfi`,
 //! `clocks`; e.g. `BTPROF_BENCH_ONLY=clocks`). Always exits 0: it
 //! reports, it does not gate.
@@ -54,6 +55,9 @@
 #[cfg(target_os = "linux")]
 #[path = "../support/floor.rs"]
 mod floor;
+
+#[path = "../support/results.rs"]
+mod results;
 
 mod against_floor;
 mod cfi;
@@ -72,7 +76,7 @@ use cfi::{calibrate_copy, measure_cfi, CfiResult};
 use clocks::measure_clocks;
 use cpu::{measure_cpu, CpuResult};
 use job::{calibrate, run_job};
-use report::{machine_context, verdict};
+use report::{machine_context, say, verdict};
 use wall::{measure_wall, WallResult};
 
 /// Samples per second per thread.
@@ -105,6 +109,11 @@ fn main() {
     if child::run_if_child() {
         return;
     }
+    let mut results = results::Results::new(
+        "overhead",
+        "Overhead per sample, against the floor and against perf",
+        "cargo bench --bench overhead",
+    );
     let runs = btprof_testkit::measure::runs(5);
     machine_context(runs);
 
@@ -143,6 +152,7 @@ fn main() {
 
     println!();
     println!("SUMMARY (targets are reported, not enforced; exit status is always 0)");
+    report::section("Summary (targets are reported, not enforced)", &[]);
     if let Some(wall) = &wall {
         print_wall_summary(wall);
     }
@@ -158,6 +168,13 @@ fn main() {
     if let Some(clocks) = &clocks {
         clocks.print_summary();
     }
+    results.paragraph(&format!(
+        "Each measurement: {runs} rounds, baseline and profiled interleaved, the order \
+         alternating; medians with the rounds' range. What each measurement does is in the \
+         bench's own documentation (`benches/overhead/main.rs`)."
+    ));
+    report::write_sections(&mut results);
+    results.write();
 }
 
 /// `BTPROF_BENCH_ONLY`: the measurements to run, by name, comma-separated
@@ -194,7 +211,7 @@ impl Only {
 
 /// Measurement 1's summary lines.
 fn print_wall_summary(wall: &WallResult) {
-    println!(
+    say!(
         "  wall-time overhead, 2 threads @ {HZ} Hz: {:+.2}% median, {:+.2}% min/min (target <= {TARGET_OVERHEAD_PCT}%) {}",
         wall.overhead_pct,
         wall.best_pct,
@@ -204,7 +221,7 @@ fn print_wall_summary(wall: &WallResult) {
             verdict(wall.overhead_pct <= TARGET_OVERHEAD_PCT)
         }
     );
-    println!(
+    say!(
         "  CPU-time overhead, same job (no target, insensitive to other load): {:+.2}%",
         wall.cpu_overhead_pct
     );
@@ -221,20 +238,20 @@ fn print_cpu_summary(cpu: &CpuResult) {
             verdict(value <= TARGET_SAMPLE_US)
         }
     };
-    println!(
+    say!(
         "  per-sample CPU cost, {} frames: {:.2} us (target <= {TARGET_SAMPLE_US} us, noise floor {:.2} us) {}",
         cpu.depth.map_or("?".into(), |d| format!("{d:.0}")),
         cpu.per_sample_us,
         cpu.noise_us,
         cost_verdict(cpu.per_sample_us, cpu.noise_us)
     );
-    println!(
+    say!(
         "  sampler thread only: {:.2} us/sample (target <= {TARGET_SAMPLE_US} us) {}",
         cpu.sampler_only_us,
         cost_verdict(cpu.sampler_only_us, 0.0)
     );
     let ratio = cpu.per_sample_us / cpu.fallback_per_sample_us;
-    println!(
+    say!(
         "  per-thread timers vs the sampler-thread path, same rounds: {:.2} us vs {:.2} us per sample = {ratio:.2}x \
          (target <= 1.10x) {}; sampler thread alone {:.2} vs {:.2} us; job wall {:+.2}% vs {:+.2}%",
         cpu.per_sample_us,
@@ -252,7 +269,7 @@ fn print_cpu_summary(cpu: &CpuResult) {
     let depth_ok = cpu
         .depth
         .is_some_and(|d| DEPTH_RANGE.contains(&(d as usize)));
-    println!(
+    say!(
         "  sampled stack depth: median {} frames (want {}..={}) {}",
         cpu.depth.map_or("none".into(), |d| format!("{d:.0}")),
         DEPTH_RANGE.start(),
@@ -265,11 +282,11 @@ fn print_cpu_summary(cpu: &CpuResult) {
 fn print_floor_summary(floor: &Result<FloorResult, String>) {
     match floor {
         Ok(f) => {
-            println!(
+            say!(
                 "  floor on this machine: a bare {HZ} Hz interrupt costs {:.2} us and {:+.2}% wall; with an empty signal handler {:.2} us and {:+.2}%",
                 f.cost_us[0], f.wall_pct[0], f.cost_us[1], f.wall_pct[1]
             );
-            println!(
+            say!(
                 "  btprof vs the empty-handler floor, same rounds: {:.2} us = {:.2}x per sample, {:+.2}% wall = {:.2}x",
                 f.cost_us[2],
                 f.cost_us[2] / f.cost_us[1],
@@ -277,13 +294,13 @@ fn print_floor_summary(floor: &Result<FloorResult, String>) {
                 f.wall_pct[2] / f.wall_pct[1]
             );
         }
-        Err(why) => println!("  floor: not measured: {why}"),
+        Err(why) => say!("  floor: not measured: {why}"),
     }
 }
 
 /// Measurement 4's summary lines.
 fn print_cfi_summary(cfi: &CfiResult) {
-    println!(
+    say!(
         "  CFI vs frame pointers only, {:.0}-frame stack: {:.2} us vs {:.2} us per sample = {:.2}x median of per-round ratios (target <= {TARGET_CFI_RATIO}x) {}",
         cfi.depth[0],
         cfi.cost_us[1],
@@ -291,7 +308,7 @@ fn print_cfi_summary(cfi: &CfiResult) {
         cfi.ratio_spin,
         verdict(cfi.ratio_spin <= TARGET_CFI_RATIO)
     );
-    println!(
+    say!(
         "  glibc memcpy leaf ({:.0} frames with CFI): {:.2} us per sample with CFI, {:.2} us frame pointers only; {:.0}% of its callers came from CFI",
         cfi.depth[1], cfi.cost_us[3], cfi.cost_us[2], cfi.cfi_share_pct
     );

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use crate::job::run_job;
-use crate::report::{header, row};
+use crate::report::{header, row, say};
 use crate::{CLEAN_SHARE_PCT, HZ, TARGET_OVERHEAD_PCT, WORKERS};
 
 pub(crate) struct WallResult {
@@ -89,14 +89,16 @@ pub(crate) fn measure_wall(runs: usize, iters: u64) -> WallResult {
     let b = row("baseline job wall, spawn..join (s)", &base, 3);
     let p = row("profiled job wall, spawn..join (s)", &prof, 3);
     let overhead_pct = (p.median / b.median - 1.0) * 100.0;
-    println!(
+    say!(
         "  {:<44} {:>12.2}",
-        "overhead, median/median - 1 (%)", overhead_pct
+        "overhead, median/median - 1 (%)",
+        overhead_pct
     );
     let best_pct = (p.min / b.min - 1.0) * 100.0;
-    println!(
+    say!(
         "  {:<44} {:>12.2}",
-        "overhead, min/min - 1 (%, least disturbed)", best_pct
+        "overhead, min/min - 1 (%, least disturbed)",
+        best_pct
     );
     row("overhead, per round paired (%)", &paired, 2);
     let cl = row(
@@ -120,11 +122,11 @@ pub(crate) fn measure_wall(runs: usize, iters: u64) -> WallResult {
     row("failed samples", &failed, 0);
     row("truncated walks", &truncated, 0);
     let spread_pct = (b.max - b.min) / b.median * 100.0;
-    println!("  baseline spread (max-min)/median: {spread_pct:.2}%");
-    println!(
+    say!("  baseline spread (max-min)/median: {spread_pct:.2}%");
+    say!(
         "  CPU-time overhead = (profiled worker CPU + sampler_cpu) / baseline worker CPU - 1; it ignores other load"
     );
-    println!(
+    say!(
         "  undisturbed round: the workers (+ sampler) used >= {CLEAN_SHARE_PCT}% of {WORKERS} CPUs for the job's wall time"
     );
     // The median is trusted when most rounds ran undisturbed and those
@@ -132,14 +134,14 @@ pub(crate) fn measure_wall(runs: usize, iters: u64) -> WallResult {
     let straddles = cl.min <= TARGET_OVERHEAD_PCT && cl.max > TARGET_OVERHEAD_PCT;
     let noisy = clean.len() * 2 <= runs || straddles;
     if noisy {
-        println!(
+        say!(
             "  NOTE: other load disturbed too many rounds, or the undisturbed ones fall on both sides of the"
         );
-        println!(
+        say!(
             "        {TARGET_OVERHEAD_PCT}% target: the machine is noisy, treat the wall-time median with care"
         );
     } else if clean.len() < runs {
-        println!(
+        say!(
             "  note: {} of {runs} rounds were disturbed by other load; the median absorbs them",
             runs - clean.len()
         );

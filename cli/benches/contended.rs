@@ -22,6 +22,11 @@
 //! `cargo bench -p btprof-cli --bench contended`; rounds from
 //! `BTPROF_BENCH_RUNS` (default 3). Always exits 0: it reports, it does
 //! not gate.
+//!
+//! Writes its latest results to `docs/results/contended.md`.
+
+#[path = "../../benches/support/results.rs"]
+mod results;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -289,6 +294,12 @@ fn print_row(name: &str, acc: &Accuracy) {
 }
 
 fn main() {
+    let mut report = results::Results::new(
+        "contended",
+        "Accuracy beside two CPU hogs",
+        "cargo bench -p btprof-cli --bench contended",
+    );
+    let mut summary = Vec::new();
     let rounds = measure::runs(3);
     let dir = scratch();
     println!(
@@ -358,6 +369,17 @@ fn main() {
 
     println!();
     println!("SUMMARY (medians over rounds beside 2 hogs; reported, not enforced)");
+    report.paragraph(&format!(
+        "`btprof --pid-self --hz 1000 --duration {DURATION}` (its workload's functions {}, \
+         whose true CPU shares the workload measures) and `perf record -e cpu-clock -F 1000 \
+         --call-graph fp` of the same workload, {rounds} rounds beside 2 CPU hogs, rows \
+         interleaved; *perf refused* rows run under a seccomp filter that refuses \
+         `perf_event_open`. Medians over the rounds: samples per worker CPU-second (weighted: \
+         each sample counted by the periods it stands for; distinct: each counted once), the \
+         largest leaf-share error of the five functions in points (measured minus true), and \
+         the share of worker samples whose leaf is `clock_gettime`.",
+        FUNCTIONS.join(", ")
+    ));
     let mut max_errors = [f64::NAN; PERF + 1];
     for (i, result) in results.iter().enumerate() {
         let name = name(i);
@@ -384,8 +406,39 @@ fn main() {
             "  {name:<28} {rate:7.1} weighted, {distinct:7.1} distinct samples per worker CPU-second, largest leaf error {max_error:.2} points, clock_gettime {clock:.2}%  ({})",
             result[0].note.split(';').next().unwrap_or_default()
         );
+        summary.push(vec![
+            name.to_owned(),
+            format!("{rate:.1}"),
+            format!("{distinct:.1}"),
+            format!("{max_error:.2}"),
+            format!("{clock:.2}%"),
+            result[0]
+                .note
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        ]);
+    }
+    report.table(
+        &[
+            "profiler",
+            "weighted per CPU-s",
+            "distinct per CPU-s",
+            "largest leaf error, points",
+            "`clock_gettime` leaves",
+            "note",
+        ],
+        &summary,
+    );
+    if let Some(e) = &perf_missing {
+        report.paragraph(&format!("perf not measured: {e}."));
     }
     if let Ok(q) = &quiet {
+        report.paragraph(&format!(
+            "A quiet round (no hogs) of btprof's default: `clock_gettime` leaves {:.2}%.",
+            q.clock_gettime_pct
+        ));
         println!(
             "  quiet btprof default: clock_gettime {:.2}%",
             q.clock_gettime_pct
@@ -405,5 +458,26 @@ fn main() {
                 }
             );
         }
+        let verdicts: Vec<String> = [(0, 0.2), (1, 0.5), (2, 0.5), (3, 0.5)]
+            .iter()
+            .map(|&(i, margin)| {
+                format!(
+                    "{}: {:.2} against perf's {:.2} + {margin} ({})",
+                    name(i),
+                    max_errors[i],
+                    max_errors[PERF],
+                    if max_errors[i] <= max_errors[PERF] + margin {
+                        "met"
+                    } else {
+                        "missed"
+                    }
+                )
+            })
+            .collect();
+        report.paragraph(&format!(
+            "Largest leaf error against perf's plus a margin: {}.",
+            verdicts.join("; ")
+        ));
     }
+    report.write();
 }

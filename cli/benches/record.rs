@@ -17,6 +17,11 @@
 //! same run. `cargo bench -p btprof-cli --bench record`; rounds from
 //! `BTPROF_BENCH_RUNS` (default 5). Always exits 0: it reports, it does
 //! not gate.
+//!
+//! Writes its latest results to `docs/results/record.md`.
+
+#[path = "../../benches/support/results.rs"]
+mod results;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -43,6 +48,11 @@ fn main() {
         }
         _ => {}
     }
+    let mut results = results::Results::new(
+        "record",
+        "`btprof record` against the embedded profiler",
+        "cargo bench -p btprof-cli --bench record",
+    );
     let rounds: usize = std::env::var("BTPROF_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -101,6 +111,40 @@ fn main() {
         median(rec_emb.clone()),
         range(&rec_emb)
     );
+    results.paragraph(&format!(
+        "Wall time of the whole child process doing the same fixed work (two threads), \
+         medians of {rounds} rounds; per-round ratios as median and range."
+    ));
+    results.table(
+        &["run", "wall, s", "to baseline", "per round"],
+        &[
+            vec![
+                "baseline (no profiler)".to_owned(),
+                format!("{b:.3}"),
+                "1.000x".to_owned(),
+                String::new(),
+            ],
+            vec![
+                "embedded `Profiler`".to_owned(),
+                format!("{e:.3}"),
+                format!("{:.3}x", e / b),
+                format!("{:.3}x ({})", median(emb_base.clone()), range(&emb_base)),
+            ],
+            vec![
+                "`btprof record --` (preloaded)".to_owned(),
+                format!("{r:.3}"),
+                format!("{:.3}x", r / b),
+                format!("{:.3}x ({})", median(rec_base.clone()), range(&rec_base)),
+            ],
+            vec![
+                "record / embedded".to_owned(),
+                String::new(),
+                format!("{:.3}x", r / e),
+                format!("{:.3}x ({})", median(rec_emb.clone()), range(&rec_emb)),
+            ],
+        ],
+    );
+    results.write();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

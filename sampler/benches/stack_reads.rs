@@ -11,6 +11,12 @@
 //!
 //! `cargo bench -p btprof-sampler --bench stack_reads`. Reports, never
 //! gates.
+//!
+//! Writes its latest results to `docs/results/stack_reads.md`.
+
+#[cfg(target_os = "linux")]
+#[path = "../../benches/support/results.rs"]
+mod results;
 
 #[cfg(target_os = "linux")]
 mod linux {
@@ -103,6 +109,12 @@ mod linux {
         let top = stack_top();
         let walks = 20_000;
         let rounds = 7;
+        let mut results = crate::results::Results::new(
+            "stack_reads",
+            "Fault-safe stack reads against plain loads",
+            "cargo bench -p btprof-sampler --bench stack_reads",
+        );
+        let mut rows = Vec::new();
         for depth in [20usize, 200] {
             let mut plain_ns = Vec::new();
             let mut checked_ns = Vec::new();
@@ -140,7 +152,32 @@ mod linux {
                 c / p,
                 (c - p) / 1000.0
             );
+            rows.push(vec![
+                frames_seen.to_string(),
+                format!("{p:.0}"),
+                format!("{c:.0}"),
+                copies.to_string(),
+                format!("{:.2}x", c / p),
+                format!("{:.2}", (c - p) / 1000.0),
+            ]);
         }
+        results.paragraph(&format!(
+            "A frame-pointer walk of this thread's own stack, {walks} walks per round, \
+             medians of {rounds} rounds: plain loads against fault-safe `process_vm_readv` \
+             windows (`CheckedMemory`), as the signal handler reads."
+        ));
+        results.table(
+            &[
+                "frames",
+                "plain loads, ns/walk",
+                "process_vm_readv, ns/walk",
+                "windows copied",
+                "ratio",
+                "added per sample, µs",
+            ],
+            &rows,
+        );
+        results.write();
     }
 }
 

@@ -9,7 +9,11 @@
 //! libraries would be. Each variant runs in a child process of its own, so that its peak
 //! resident set is its own; each is run for several rounds and the median reported.
 //!
-//! `cargo bench -p btprof-symbols --bench symbolize` (Linux; it needs `cc`).
+//! `cargo bench -p btprof-symbols --bench symbolize` (Linux; it needs `cc`). Writes its
+//! latest results to `docs/results/symbols_symbolize.md`.
+
+#[path = "../../benches/support/results.rs"]
+mod results;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +45,12 @@ fn main() {
         println!("symbolize: this benchmark builds ELF libraries with cc and runs on Linux only");
         return;
     }
+    let mut report = results::Results::new(
+        "symbols_symbolize",
+        "The resolver: symbolisation throughput and memory",
+        "cargo bench -p btprof-symbols --bench symbolize",
+    );
+    let mut rows = Vec::new();
     let dir = build_libraries();
     println!(
         "symbolize: {ADDRESSES} distinct addresses across {MODULES} modules \
@@ -79,7 +89,38 @@ fn main() {
             (rss - rss_none) / 1024.0,
             cold / cold_symbols,
         );
+        rows.push(vec![
+            variant.to_owned(),
+            format!("{cold:.1}"),
+            format!("{:.0}", cold * 1e6 / ADDRESSES as f64),
+            format!("{warm:.1}"),
+            format!("{frames:.0}"),
+            format!("{:.1}", rss / 1024.0),
+            format!("{:+.1}", (rss - rss_none) / 1024.0),
+            format!("{:.2}x", cold / cold_symbols),
+        ]);
     }
+    report.paragraph(&format!(
+        "{ADDRESSES} distinct addresses across {MODULES} modules ({FUNCTIONS} functions each, \
+         built with `cc -O2 -g`), resolved to one symbol each (`symbols`) and expanded into \
+         inline chains with file and line (`inline`); median of {ROUNDS} rounds, each in a \
+         fresh process. The first pass loads the tables (and DWARF); the second hits the \
+         per-address cache."
+    ));
+    report.table(
+        &[
+            "variant",
+            "first pass, ms",
+            "ns per address",
+            "cached pass, ms",
+            "frames",
+            "peak RSS, MiB",
+            "over the address list alone, MiB",
+            "first pass to `symbols`'",
+        ],
+        &rows,
+    );
+    report.write();
 }
 
 /// One measured run: resolve every address twice (first pass loads tables and DWARF; second
