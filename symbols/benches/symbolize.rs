@@ -116,7 +116,7 @@ fn main() {
             "frames",
             "peak RSS, MiB",
             "over the address list alone, MiB",
-            "first pass to `symbols`'",
+            "first pass, to `symbols`",
         ],
         &rows,
     );
