@@ -17,7 +17,6 @@ use btprof_cli::outputs::{OutputOptions, Outputs};
 use btprof_cli::push_args::{self, PushArgs};
 use btprof_cli::selfcheck::{SelfCheck, Thresholds};
 use btprof_cli::workload::{Work, Workload, FUNCTIONS};
-use clap::builder::PossibleValuesParser;
 use clap::{Parser, ValueEnum};
 
 /// A sampling profiler that writes flamegraphs.
@@ -148,10 +147,12 @@ struct Args {
     #[arg(long, default_value_t = 3.0)]
     max_error: f64,
 
-    /// Make FUNCTION of the workload do twice the work per call (repeat to
-    /// slow several, or one again): a known regression for `btprof diff`
-    /// to find. The self-check still compares with measured CPU time.
-    #[arg(long, value_name = "FUNCTION", value_parser = PossibleValuesParser::new(FUNCTIONS))]
+    /// Make FUNCTION of the workload do twice the work per call, or
+    /// FACTOR times with FUNCTION=FACTOR (beta=1.1: a tenth more); repeat
+    /// to slow several, or one again. A known regression for `btprof
+    /// diff` to find. The self-check still compares with measured CPU
+    /// time.
+    #[arg(long, value_name = "FUNCTION[=FACTOR]", value_parser = parse_slow)]
     slow: Vec<String>,
 
     /// No status line.
@@ -189,6 +190,11 @@ struct Args {
     /// With --dump-threads: print the dump as JSON.
     #[arg(long, requires = "dump_threads")]
     json: bool,
+}
+
+/// `--slow FUNCTION[=FACTOR]`, checked as the workload will apply it.
+fn parse_slow(text: &str) -> Result<String, String> {
+    Work::default().slow(text).map(|_| text.to_owned())
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

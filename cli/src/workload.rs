@@ -15,8 +15,8 @@
 //! `chain_outer` → `chain_middle` → `chain_inner`. For a thread dump,
 //! [`BlockedReader`] adds `btprof-wait`, waiting in `read` on a pipe.
 //!
-//! [`Work::slow`] makes one function do twice the work per call: a known
-//! regression for `btprof diff` to find. The truth is measured either way,
+//! [`Work::slow`] makes one function do twice (or any factor of) the work
+//! per call: a known regression for `btprof diff` to find. The truth is measured either way,
 //! so the self-check of a slowed run checks the profile against the
 //! slowed split.
 
@@ -91,6 +91,16 @@ const fn same_str(a: &str, b: &str) -> bool {
     true
 }
 
+/// A `--slow FUNCTION=FACTOR` factor: a positive number up to 100.
+fn parse_factor(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 100.0 => Ok(f),
+        _ => Err(format!(
+            "`{text}` is not a factor: expected a number above 0 and up to 100, like 1.1 or 2"
+        )),
+    }
+}
+
 /// Loop iterations per call, about 1.3 ns each: calls of 0.25-1.5 ms, long
 /// next to the clock reads that time them. For `sort_in_libc`, the values
 /// sorted per call (about 0.5 ms).
@@ -111,9 +121,22 @@ impl Default for Work {
 }
 
 impl Work {
-    /// The same work with `function` (a name from [`FUNCTIONS`]) doing
-    /// twice as much per call, so it takes twice as long.
-    pub fn slow(mut self, function: &str) -> Result<Work, String> {
+    /// The same work with slower functions, as `--slow` spells it:
+    /// `FUNCTION` (a name from [`FUNCTIONS`]) does twice the work per call,
+    /// `FUNCTION=FACTOR` that many times the work (1.1: a tenth more, a
+    /// regression of about a point and a half of `beta`'s share, small
+    /// enough to tell a diff's noise rules apart).
+    pub fn slow(self, spec: &str) -> Result<Work, String> {
+        let (function, factor) = match spec.split_once('=') {
+            None => (spec, 2.0),
+            Some((function, factor)) => (function, parse_factor(factor)?),
+        };
+        self.slow_by(function, factor)
+    }
+
+    /// The same work with `function` doing `factor` times the work per
+    /// call (rounded to whole iterations).
+    pub fn slow_by(mut self, function: &str, factor: f64) -> Result<Work, String> {
         let index = FUNCTIONS
             .iter()
             .position(|&f| f == function)
@@ -123,7 +146,9 @@ impl Work {
                     FUNCTIONS.join(", ")
                 )
             })?;
-        self.iterations[index] *= 2;
+        let scaled = (self.iterations[index] as f64 * factor).round();
+        // The slowed count stays at least 1 and within what a u64 holds.
+        self.iterations[index] = scaled.clamp(1.0, u64::MAX as f64 / 4.0) as u64;
         Ok(self)
     }
 
@@ -457,5 +482,23 @@ mod tests {
             err.contains("`gamma`") && err.contains("alpha, beta"),
             "{err}"
         );
+        let err = Work::default().slow("gamma=2").unwrap_err();
+        assert!(err.contains("`gamma`"), "{err}");
+    }
+
+    #[test]
+    fn slow_with_a_factor_scales_one_function() {
+        let work = Work::default().slow("beta=1.1").unwrap();
+        let mut want = ITERATIONS;
+        want[BETA] = 440_000;
+        assert_eq!(work.iterations(), want);
+        assert_eq!(
+            Work::default().slow("beta=2").unwrap(),
+            Work::default().slow("beta").unwrap()
+        );
+        for bad in ["beta=", "beta=0", "beta=-1", "beta=x", "beta=1e9"] {
+            let err = Work::default().slow(bad).unwrap_err();
+            assert!(err.contains("is not a factor"), "{bad}: {err}");
+        }
     }
 }
