@@ -146,7 +146,7 @@ fn two_profiles_compare_in_code_and_warn_about_different_rates_and_modes() {
     assert!(report.regressed());
     let regressed: Vec<&str> = report.regressions().map(|f| f.name.as_str()).collect();
     assert_eq!(regressed, ["render"]);
-    assert_eq!(report.base.source, "base");
+    assert_eq!(report.base[0].source, "base");
     let warned = |a: &str, b: &str| {
         report
             .warnings

@@ -40,10 +40,11 @@ use clap::{Parser, ValueEnum};
 ///
 /// The commands read folded files (btprof's, or any folded file from
 /// inferno-collapse-* or FlameGraph's stackcollapse* scripts):
-/// `btprof diff` compares two runs and exits 1 on a regression, `btprof
-/// report` lists the top functions, `btprof flamegraph` re-renders one,
-/// `btprof export` converts one to pprof. `btprof dump --pid PID`
-/// prints what each thread of another process is doing now (Linux).
+/// `btprof diff` compares runs (one or several per side) and exits 1 on
+/// a regression, `btprof report` lists the top functions, `btprof
+/// flamegraph` re-renders one, `btprof export` converts one to pprof.
+/// `btprof dump --pid PID` prints what each thread of another process is
+/// doing now (Linux).
 /// `btprof help COMMAND` explains each.
 #[derive(Parser, Debug)]
 #[command(name = "btprof", version, about, long_about, verbatim_doc_comment)]

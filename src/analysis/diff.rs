@@ -1,16 +1,19 @@
-//! Comparing two profiles: which functions take a bigger share of the
-//! samples, and is that more than sampling noise?
+//! Comparing profiles: which functions take a bigger share of the
+//! samples, and is that more than noise? One run per side, or several.
 //!
-//! Both profiles are normalised by their own total, so runs of different
-//! length compare. For every function (a frame name, summed over threads;
-//! see [`functions`](super::functions)) the report gives its self and
-//! total share in each run and the change in percentage points, sorted by
-//! the largest increase of the gated share.
+//! Every run is normalised by its own total, so runs of different length
+//! compare. For every function (a frame name, summed over threads; see
+//! [`functions`](super::functions)) the report gives its self and total
+//! share on each side and the change in percentage points, sorted by the
+//! largest increase of the gated share.
 //!
-//! # The regression rule
+//! # The regression rules
 //!
-//! A function has **regressed** when all three hold for its gated share
-//! ([`Metric`], self by default):
+//! Which rule judges depends on how many runs each side has ([`Rule`]).
+//!
+//! **One run per side (or fewer than three on either side):** a function
+//! has **regressed** when all three hold for its gated share ([`Metric`],
+//! self by default):
 //!
 //! 1. the share grew by more than [`DiffOptions::threshold_points`]
 //!    percentage points (default 2.0);
@@ -23,6 +26,10 @@
 //!    all (a Bonferroni correction: hundreds of functions are tested at
 //!    once, and at 0.05 each some would be flagged in almost every diff).
 //!
+//! With two runs on a side, that side's runs are pooled (their samples
+//! added) and judged by this rule; the report shows their spread but
+//! does not test it: two runs say too little about it.
+//!
 //! The test treats samples as independent draws. A real program's samples
 //! are not quite (one long call spans several ticks, phases vary from run
 //! to run), which makes the test overconfident on big profiles; the
@@ -32,15 +39,30 @@
 //! of btprof's own workload on a shared 2-core VM, the self share of a
 //! system-call leaf (`clock_gettime`) rose by up to 1.9 points, so a
 //! 1-point threshold failed 3 of 47 pairs of identical runs (2 points:
-//! none of 81). A function
-//! whose share fell by the mirror rule is reported as **improved**; that
-//! never fails the gate.
+//! none of 81).
+//!
+//! **At least three runs per side:** run-to-run noise is measured rather
+//! than assumed. A function has regressed when its mean share (each
+//! run's share weighing the same) grew by more than
+//! [`DiffOptions::spread_threshold_points`] (default 1.0), it has at
+//! least `min_samples` samples per new run on average, and Welch's t-test
+//! on the per-run shares gives a one-sided p-value below
+//! [`DiffOptions::spread_alpha`] (default 0.05) over `m`, where `m`
+//! counts the functions with at least `min_samples` samples per run on
+//! average over both sides (the others can never regress; filtering on
+//! the pooled mean, which says nothing of the change's direction, keeps
+//! the correction valid).
+//!
+//! Either way a function whose share fell by the mirror rule is reported
+//! as **improved**; that never fails the gate.
 
-pub use super::significance::{normal_upper_tail, two_proportion_z};
+pub use super::significance::{normal_upper_tail, student_t_upper_tail, two_proportion_z, welch_t};
 
-use std::cmp::Ordering;
+use std::collections::BTreeSet;
 
-use super::functions::{FunctionSamples, FunctionTable, SelfFrame};
+use super::functions::{FunctionTable, SelfFrame};
+use super::gate::{Gate, SideCounts};
+use super::run_checks;
 use crate::profile::{Profile, RunInfo};
 
 /// Which share of a function the regression gate looks at.
@@ -64,18 +86,32 @@ impl Metric {
     }
 }
 
-/// The regression gate's settings. See the [module docs](self) for the rule.
+/// The regression gate's settings. See the [module docs](self) for the
+/// rules.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DiffOptions {
     /// The share the gate looks at.
     pub metric: Metric,
-    /// Smallest growth, in percentage points, that can be a regression.
+    /// Smallest growth, in percentage points, that can be a regression
+    /// when sampling noise judges (fewer than three runs a side).
     pub threshold_points: f64,
-    /// Fewest samples of the function in the new run for a regression.
+    /// Smallest growth, in percentage points, that can be a regression
+    /// when run-to-run spread judges (three runs a side or more): lower,
+    /// because the test then sees how much runs really move.
+    pub spread_threshold_points: f64,
+    /// Fewest samples of the function in the new run (per new run on
+    /// average, with several) for a regression.
     pub min_samples: u64,
-    /// Accepted chance that noise alone flags any function, before the
-    /// Bonferroni division by the number of functions.
+    /// Accepted chance that sampling noise alone flags any function,
+    /// before the Bonferroni division by the number of functions.
     pub alpha: f64,
+    /// The same for run-to-run spread (three runs a side or more). Higher
+    /// than [`alpha`](Self::alpha): with three runs a side Welch's test has
+    /// two to four degrees of freedom, and at 0.001 it would find a
+    /// 1.5-point change only in runs whose shares hardly vary at all. The
+    /// 1-point threshold, which a change must pass as well, keeps the false
+    /// alarms the laxer level allows rare.
+    pub spread_alpha: f64,
     /// Treat each stack's first frame as a thread or process label, not a
     /// function (see [`FunctionTable::new`]).
     pub skip_root: bool,
@@ -92,8 +128,10 @@ impl Default for DiffOptions {
         DiffOptions {
             metric: Metric::SelfShare,
             threshold_points: 2.0,
+            spread_threshold_points: 1.0,
             min_samples: 20,
             alpha: 0.001,
+            spread_alpha: 0.05,
             skip_root: false,
             self_frame: SelfFrame::OwnCode,
         }
@@ -103,26 +141,79 @@ impl Default for DiffOptions {
 impl DiffOptions {
     /// Why these settings make no sense, if they do not.
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.threshold_points.is_finite() && (0.0..=100.0).contains(&self.threshold_points)) {
-            return Err(format!(
-                "the threshold must be between 0 and 100 percentage points, not {}",
-                self.threshold_points
-            ));
+        for threshold in [self.threshold_points, self.spread_threshold_points] {
+            if !(threshold.is_finite() && (0.0..=100.0).contains(&threshold)) {
+                return Err(format!(
+                    "the threshold must be between 0 and 100 percentage points, not {threshold}"
+                ));
+            }
         }
-        if !(self.alpha > 0.0 && self.alpha < 1.0) {
-            return Err(format!(
-                "alpha must be a probability between 0 and 1 (exclusive), not {}",
-                self.alpha
-            ));
+        for alpha in [self.alpha, self.spread_alpha] {
+            if !(alpha > 0.0 && alpha < 1.0) {
+                return Err(format!(
+                    "alpha must be a probability between 0 and 1 (exclusive), not {alpha}"
+                ));
+            }
         }
         Ok(())
     }
+
+    /// The threshold in points `rule` applies.
+    pub fn threshold_for(&self, rule: Rule) -> f64 {
+        match rule {
+            Rule::SamplingNoise => self.threshold_points,
+            Rule::RunToRunSpread => self.spread_threshold_points,
+        }
+    }
+
+    /// The family-wise alpha `rule` applies.
+    pub fn alpha_for(&self, rule: Rule) -> f64 {
+        match rule {
+            Rule::SamplingNoise => self.alpha,
+            Rule::RunToRunSpread => self.spread_alpha,
+        }
+    }
 }
 
-/// One side of a comparison.
+/// Which rule judged: what the noise a change is held against is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// Fewer than three runs on a side: each side's runs are pooled and
+    /// the change is tested against sampling noise alone (the pooled
+    /// two-proportion z-test). Run-to-run noise is not measured.
+    SamplingNoise,
+    /// Three runs or more on each side: the change of the mean share is
+    /// tested against the spread between runs (Welch's t-test).
+    RunToRunSpread,
+}
+
+impl Rule {
+    /// The fewest runs per side for [`Rule::RunToRunSpread`].
+    pub const MIN_RUNS_FOR_SPREAD: usize = 3;
+
+    /// The rule for these numbers of runs.
+    pub fn for_runs(base: usize, new: usize) -> Rule {
+        if base.min(new) >= Rule::MIN_RUNS_FOR_SPREAD {
+            Rule::RunToRunSpread
+        } else {
+            Rule::SamplingNoise
+        }
+    }
+
+    /// The test, as reports name it.
+    pub const fn test_name(self) -> &'static str {
+        match self {
+            Rule::SamplingNoise => "one-sided pooled two-proportion z-test",
+            Rule::RunToRunSpread => "one-sided Welch's t-test on per-run shares",
+        }
+    }
+}
+
+/// One run of a comparison.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunSummary {
-    /// The profile's name: a path, or `base` / `new`.
+    /// The profile's name: a path, or `base` / `new` (`base 2`, ... with
+    /// several).
     pub source: String,
     /// All samples.
     pub samples: u64,
@@ -134,30 +225,22 @@ pub struct RunSummary {
     pub run_info: Option<RunInfo>,
 }
 
-/// A function's samples and shares in one run.
+/// A function's samples and shares on one side.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Samples {
-    /// Samples with the function as leaf.
+    /// Samples with the function as leaf (summed over the side's runs).
     pub self_samples: u64,
-    /// Samples whose stack contains the function.
+    /// Samples whose stack contains the function (summed likewise).
     pub total_samples: u64,
-    /// `self_samples` over all samples of the run (0..=1).
+    /// Its self share (0..=1): of the one run; of the pooled runs under
+    /// [`Rule::SamplingNoise`]; the mean of the runs' shares under
+    /// [`Rule::RunToRunSpread`].
     pub self_share: f64,
-    /// `total_samples` over all samples of the run (0..=1).
+    /// Its total share (0..=1), the same way.
     pub total_share: f64,
 }
 
 impl Samples {
-    fn of(function: Option<&FunctionSamples>, table: &FunctionTable) -> Samples {
-        let (s, t) = function.map_or((0, 0), |f| (f.self_samples, f.total_samples));
-        Samples {
-            self_samples: s,
-            total_samples: t,
-            self_share: table.share(s),
-            total_share: table.share(t),
-        }
-    }
-
     /// The samples counted by `metric`.
     pub fn count(&self, metric: Metric) -> u64 {
         match metric {
@@ -175,14 +258,14 @@ impl Samples {
     }
 }
 
-/// Whether a function was seen in both runs.
+/// Whether a function was seen on both sides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Presence {
-    /// In both.
+    /// In both (in at least one run of each side).
     Both,
-    /// Only in the new run.
+    /// Only in the new run(s).
     New,
-    /// Only in the base run.
+    /// Only in the base run(s).
     Vanished,
 }
 
@@ -197,23 +280,62 @@ pub enum Verdict {
     Unchanged,
 }
 
-/// One function compared across the two runs.
+/// Which of the rule's conditions settled a function's verdict, for the
+/// direction its share moved in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decided {
+    /// The change was within the threshold.
+    Threshold,
+    /// The change passed the threshold, but the function had too few
+    /// samples.
+    Samples,
+    /// The change passed the threshold but not the test: within noise
+    /// (sampling noise, or the spread between runs).
+    Noise,
+    /// The change passed the threshold and the test: the verdict is
+    /// regressed or improved.
+    ThresholdAndNoise,
+}
+
+impl Decided {
+    /// `threshold`, `samples`, `noise` or `threshold+noise`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Decided::Threshold => "threshold",
+            Decided::Samples => "samples",
+            Decided::Noise => "noise",
+            Decided::ThresholdAndNoise => "threshold+noise",
+        }
+    }
+}
+
+/// One function compared across the two sides.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FunctionDiff {
     /// The frame name.
     pub name: String,
-    /// In the base run.
+    /// On the base side.
     pub base: Samples,
-    /// In the new run.
+    /// On the new side.
     pub new: Samples,
-    /// Whether it was seen in both runs.
+    /// The gated share (0..=1) in each base run, in run order.
+    pub base_runs: Vec<f64>,
+    /// The gated share (0..=1) in each new run, in run order.
+    pub new_runs: Vec<f64>,
+    /// Whether it was seen on both sides.
     pub presence: Presence,
-    /// The z statistic of the gated share's change (positive: grew).
-    pub z: f64,
-    /// One-sided p-value of growth, `P(Z >= z)`.
+    /// The test statistic of the gated share's change (positive: grew):
+    /// z under [`Rule::SamplingNoise`], Welch's t under
+    /// [`Rule::RunToRunSpread`].
+    pub statistic: f64,
+    /// Welch's degrees of freedom; `None` for the z-test.
+    pub degrees_of_freedom: Option<f64>,
+    /// One-sided p-value of growth.
     pub p_value: f64,
     /// The gate's conclusion.
     pub verdict: Verdict,
+    /// What settled it.
+    pub decided: Decided,
 }
 
 impl FunctionDiff {
@@ -233,24 +355,51 @@ impl FunctionDiff {
     }
 }
 
+/// How much a share varied between the runs of one side.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    /// Smallest share of a run (0..=1).
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// Sample standard deviation; `None` with one run.
+    pub sd: Option<f64>,
+}
+
+impl Spread {
+    /// The spread of `shares`, `None` when there are none.
+    pub fn of(shares: &[f64]) -> Option<Spread> {
+        let (&first, rest) = shares.split_first()?;
+        let (min, max) = rest
+            .iter()
+            .fold((first, first), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let sd =
+            (shares.len() >= 2).then(|| super::significance::mean_and_variance(shares).1.sqrt());
+        Some(Spread { min, max, sd })
+    }
+}
+
 /// The result of a comparison.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DiffReport {
-    /// The base run.
-    pub base: RunSummary,
-    /// The new run.
-    pub new: RunSummary,
+    /// The base runs.
+    pub base: Vec<RunSummary>,
+    /// The new runs.
+    pub new: Vec<RunSummary>,
     /// The settings used.
     pub options: DiffOptions,
+    /// The rule that judged.
+    pub rule: Rule,
     /// Functions tested: the Bonferroni divisor.
     pub tests: usize,
-    /// The p-value a change must be under: `alpha / tests`.
+    /// The p-value a change must be under: the rule's alpha over `tests`.
     pub per_test_alpha: f64,
-    /// Every function of either run: regressions first, then by the size
+    /// Every function of either side: regressions first, then by the size
     /// of the gated share's change, growth or shrinkage alike (ties by
     /// name).
     pub functions: Vec<FunctionDiff>,
-    /// Reasons the runs may not compare like for like.
+    /// Reasons the runs may not compare like for like: different rates or
+    /// modes, runs of one side that disagree (named).
     pub warnings: Vec<String>,
 }
 
@@ -271,14 +420,45 @@ impl DiffReport {
         self.regressions().next().is_some()
     }
 
-    /// Functions seen only in the new run, in report order.
+    /// Functions seen only in the new run(s), in report order.
     pub fn new_functions(&self) -> impl Iterator<Item = &FunctionDiff> + '_ {
         self.with_presence(Presence::New)
     }
 
-    /// Functions seen only in the base run, in report order.
+    /// Functions seen only in the base run(s), in report order.
     pub fn vanished_functions(&self) -> impl Iterator<Item = &FunctionDiff> + '_ {
         self.with_presence(Presence::Vanished)
+    }
+
+    /// The threshold in points the rule applied.
+    pub fn threshold_points(&self) -> f64 {
+        self.options.threshold_for(self.rule)
+    }
+
+    /// The family-wise alpha the rule applied.
+    pub fn alpha(&self) -> f64 {
+        self.options.alpha_for(self.rule)
+    }
+
+    /// What the change was held against, in a sentence: under
+    /// [`Rule::SamplingNoise`] it says that run-to-run noise was not
+    /// measured, which a reader of a one-run gate needs to know.
+    pub fn noise_note(&self) -> String {
+        let (b, n) = (self.base.len(), self.new.len());
+        let min = Rule::MIN_RUNS_FOR_SPREAD;
+        match self.rule {
+            Rule::RunToRunSpread => {
+                format!("tested against the spread between runs ({b} base, {n} new)")
+            }
+            Rule::SamplingNoise if b <= 1 && n <= 1 => format!(
+                "run-to-run noise was not measured (one run per side): the change is \
+                 held against sampling noise alone; profile {min} runs per side to test it"
+            ),
+            Rule::SamplingNoise => format!(
+                "run-to-run noise was not tested ({b} base, {n} new runs; it takes {min} \
+                 per side): each side's runs are pooled and held against sampling noise"
+            ),
+        }
     }
 
     fn with_verdict(&self, verdict: Verdict) -> impl Iterator<Item = &FunctionDiff> + '_ {
@@ -302,32 +482,50 @@ impl DiffReport {
 /// Settings that fail [`DiffOptions::validate`] judge nothing: every
 /// verdict is [`Verdict::Unchanged`] and a warning says why.
 pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffReport {
-    let base_table = FunctionTable::with_self_frame(base, options.skip_root, options.self_frame);
-    let new_table = FunctionTable::with_self_frame(new, options.skip_root, options.self_frame);
-    let pairs = join_by_name(base_table.functions(), new_table.functions());
-    let tests = pairs.len().max(1);
-    let per_test_alpha = options.alpha / tests as f64;
-    let invalid = options.validate().err();
-    let gate = Gate {
+    compare_runs(
+        std::slice::from_ref(base),
+        std::slice::from_ref(new),
         options,
-        valid: invalid.is_none(),
-        per_test_alpha,
-        base_samples: base_table.total_samples(),
-        new_samples: new_table.total_samples(),
-    };
+    )
+}
 
-    let mut functions: Vec<FunctionDiff> = pairs
-        .into_iter()
-        .map(|(b, n)| {
-            let presence = match (b, n) {
-                (Some(_), Some(_)) => Presence::Both,
-                (None, _) => Presence::New,
-                (_, None) => Presence::Vanished,
-            };
-            let name = b.or(n).map(|f| f.name.clone()).unwrap_or_default();
-            let (base_s, new_s) = (Samples::of(b, &base_table), Samples::of(n, &new_table));
-            gate.judge(name, base_s, new_s, presence)
+/// Compares several runs of the base with several runs of the new
+/// version: with at least three on each side, against the spread between
+/// runs; otherwise each side's runs are pooled and judged as one run (see
+/// the [module docs](self)). Runs of one side that disagree (one with far
+/// fewer samples than the others, a function in some runs but not in
+/// others) are named in the warnings. An empty side judges nothing and
+/// says so.
+pub fn compare_runs(base: &[Profile], new: &[Profile], options: &DiffOptions) -> DiffReport {
+    let rule = Rule::for_runs(base.len(), new.len());
+    let table =
+        |p: &Profile| FunctionTable::with_self_frame(p, options.skip_root, options.self_frame);
+    let base_tables: Vec<FunctionTable> = base.iter().map(table).collect();
+    let new_tables: Vec<FunctionTable> = new.iter().map(table).collect();
+    let names: BTreeSet<&str> = base_tables
+        .iter()
+        .chain(&new_tables)
+        .flat_map(|t| t.functions().iter().map(|f| f.name.as_str()))
+        .collect();
+    let mut warnings = Vec::new();
+    let invalid = options.validate().err();
+    let empty_side = base.is_empty() || new.is_empty();
+    let gate = Gate::new(options, rule, invalid.is_none() && !empty_side);
+    let sides: Vec<(SideCounts, SideCounts)> = names
+        .iter()
+        .map(|name| {
+            (
+                SideCounts::of(name, &base_tables, options.metric),
+                SideCounts::of(name, &new_tables, options.metric),
+            )
         })
+        .collect();
+    let tests = gate.tests(&sides);
+    let per_test_alpha = options.alpha_for(rule) / tests as f64;
+    let mut functions: Vec<FunctionDiff> = names
+        .iter()
+        .zip(sides)
+        .map(|(name, (b, n))| gate.judge((*name).to_owned(), b, n, per_test_alpha))
         .collect();
     let metric = options.metric;
     // Regressions first, then the largest changes either way: what a
@@ -344,110 +542,69 @@ pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffRepo
             .then_with(|| a.name.cmp(&b.name))
     });
 
-    let name = |p: &Profile, side: &'static str| p.source_name().unwrap_or(side).to_owned();
-    let summary = |p: &Profile, side, t: &FunctionTable| RunSummary {
-        source: name(p, side),
-        samples: p.total_samples(),
-        stacks: p.distinct_stacks(),
-        functions: t.functions().len(),
-        run_info: p.run_info().cloned(),
+    let summaries = |runs: &[Profile], tables: &[FunctionTable], side: &str| -> Vec<RunSummary> {
+        runs.iter()
+            .zip(tables)
+            .enumerate()
+            .map(|(i, (p, t))| RunSummary {
+                source: match p.source_name() {
+                    Some(name) => name.to_owned(),
+                    None if runs.len() == 1 => side.to_owned(),
+                    None => format!("{side} {}", i + 1),
+                },
+                samples: p.total_samples(),
+                stacks: p.distinct_stacks(),
+                functions: t.functions().len(),
+                run_info: p.run_info().cloned(),
+            })
+            .collect()
     };
-    let mut warnings = RunInfo::differences(base.run_info(), new.run_info());
+    let (base_runs, new_runs) = (
+        summaries(base, &base_tables, "base"),
+        summaries(new, &new_tables, "new"),
+    );
+    warnings.extend(RunInfo::differences(
+        base.first().and_then(Profile::run_info),
+        new.first().and_then(Profile::run_info),
+    ));
     if let Some(why) = invalid {
         warnings.push(format!("nothing was judged: {why}"));
     }
-    for (side, p) in [("base", base), ("new", new)] {
-        if p.is_empty() {
+    for (side, runs) in [("base", &base_runs), ("new", &new_runs)] {
+        if runs.is_empty() {
+            warnings.push(format!(
+                "the {side} side has no runs: nothing can be compared"
+            ));
+        }
+        for run in runs.iter().filter(|r| r.samples == 0) {
             warnings.push(format!(
                 "the {side} profile ({}) has no samples: nothing can be compared",
-                name(p, side)
+                run.source
             ));
         }
     }
+    warnings.extend(run_checks::disagreements(
+        ("base", &base_runs, &base_tables),
+        ("new", &new_runs, &new_tables),
+        options,
+    ));
     let shared = functions.iter().any(|f| f.presence == Presence::Both);
-    if !shared && !base.is_empty() && !new.is_empty() {
+    let has_samples = |runs: &[RunSummary]| runs.iter().any(|r| r.samples > 0);
+    if !shared && has_samples(&base_runs) && has_samples(&new_runs) {
         warnings.push(
             "the profiles have no function in common: are they of the same program?".to_owned(),
         );
     }
     DiffReport {
-        base: summary(base, "base", &base_table),
-        new: summary(new, "new", &new_table),
+        base: base_runs,
+        new: new_runs,
         options: options.clone(),
+        rule,
         tests,
         per_test_alpha,
         functions,
         warnings,
     }
-}
-
-/// The regression rule with everything it needs besides one function.
-struct Gate<'a> {
-    options: &'a DiffOptions,
-    /// False for settings that fail validation: report, judge nothing.
-    valid: bool,
-    per_test_alpha: f64,
-    base_samples: u64,
-    new_samples: u64,
-}
-
-impl Gate<'_> {
-    /// Applies the rule to one function.
-    fn judge(&self, name: String, base: Samples, new: Samples, presence: Presence) -> FunctionDiff {
-        let (options, metric) = (self.options, self.options.metric);
-        let (a, b) = (base.count(metric), new.count(metric));
-        let z = two_proportion_z(a, self.base_samples, b, self.new_samples);
-        let p_value = normal_upper_tail(z);
-        let change = (new.share(metric) - base.share(metric)) * 100.0;
-        let verdict = if !self.valid {
-            Verdict::Unchanged
-        } else if change > options.threshold_points
-            && b >= options.min_samples
-            && p_value < self.per_test_alpha
-        {
-            Verdict::Regressed
-        } else if -change > options.threshold_points
-            && a >= options.min_samples
-            && normal_upper_tail(-z) < self.per_test_alpha
-        {
-            Verdict::Improved
-        } else {
-            Verdict::Unchanged
-        };
-        FunctionDiff {
-            name,
-            base,
-            new,
-            presence,
-            z,
-            p_value,
-            verdict,
-        }
-    }
-}
-
-/// Pairs two name-sorted lists by name: every function of either, with
-/// its entry on each side if any.
-fn join_by_name<'a>(
-    base: &'a [FunctionSamples],
-    new: &'a [FunctionSamples],
-) -> Vec<(Option<&'a FunctionSamples>, Option<&'a FunctionSamples>)> {
-    let mut out = Vec::with_capacity(base.len().max(new.len()));
-    let (mut b, mut n) = (base.iter().peekable(), new.iter().peekable());
-    loop {
-        let order = match (b.peek(), n.peek()) {
-            (Some(x), Some(y)) => x.name.cmp(&y.name),
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (None, None) => break,
-        };
-        out.push(match order {
-            Ordering::Less => (b.next(), None),
-            Ordering::Greater => (None, n.next()),
-            Ordering::Equal => (b.next(), n.next()),
-        });
-    }
-    out
 }
 
 #[cfg(test)]

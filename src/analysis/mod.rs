@@ -5,5 +5,7 @@
 
 pub mod diff;
 pub mod functions;
+mod gate;
 pub mod report;
+mod run_checks;
 mod significance;

@@ -1,36 +1,62 @@
 //! `btprof diff BASE NEW`: compare two folded profiles and gate on
-//! regressions; `btprof diff FILE` compares the two runs of a two-count
+//! regressions; `btprof diff --base FILE... --new FILE...` compares
+//! several runs per side; `btprof diff FILE` compares the two runs of a two-count
 //! (differential) file.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use btprof::analysis::functions::SelfFrame;
-use btprof::diff::{compare, DiffOptions, Metric};
+use btprof::diff::{compare_runs, DiffOptions, Metric, Rule};
 use btprof::folded::{write_two_count, FoldedFile};
 use btprof::formats::flamegraph::write_differential;
 use btprof::{report, FlamegraphOptions, FoldOptions, Profile};
 use clap::{Args, ValueEnum};
 
+use super::run_files::expand;
 use super::{fail, read_folded_file, read_profile, write_file, FormatArg, InputArgs};
 
-/// Compare two folded profiles; exit 1 if a function regressed
+/// Compare folded profiles, one run or several per side; exit 1 if a function regressed
 ///
-/// Both profiles are normalised by their own total samples, so runs of
+/// `btprof diff BASE NEW` compares one run with one run. `btprof diff
+/// --base B1 B2 B3 --new N1 N2 N3` compares several runs of each side. A
+/// directory stands for the `*.folded` files in it, and a pattern with
+/// `*` or `?` in its file name (quoted, so the shell leaves it) for the
+/// files it matches, so three `BTPROF_DIR=base cargo test` runs compare
+/// with three runs of the change as `btprof diff --base base --new new`.
+///
+/// Every run is normalised by its own total samples, so runs of
 /// different length compare. For every function (a frame name, summed
 /// over threads) the report shows its self share (samples where it is the
 /// leaf) and total share (samples whose stack contains it) in each run and
 /// the change in percentage points, largest increase first, then the
 /// functions that are new or vanished.
 ///
-/// A function REGRESSED when its share (self, or total with --share total)
-///   1. grew by more than --threshold percentage points,
+/// With ONE RUN per side (or fewer than 3 on either side, whose runs are
+/// then pooled), a function REGRESSED when its share (self, or total
+/// with --share total)
+///   1. grew by more than --threshold percentage points (default 2),
 ///   2. has at least --min-samples samples in the new run, and
 ///   3. grew beyond sampling noise: a one-sided pooled
 ///      two-proportion z-test gives p < alpha / m, where m is the number
 ///      of functions compared (a Bonferroni correction, so the chance
 ///      that noise alone flags any function in the whole diff is at most
-///      --alpha).
+///      --alpha, default 0.001).
+///
+/// Run-to-run noise is not measured then, and the report says so.
+///
+/// With 3 RUNS OR MORE per side, a function REGRESSED when its mean
+/// share (each run weighing the same)
+///   1. grew by more than --threshold points (default 1),
+///   2. has at least --min-samples samples per new run on average, and
+///   3. grew beyond the spread between runs: a one-sided Welch's t-test
+///      on the per-run shares gives p < alpha / m (--alpha default
+///      0.05), m counting the functions with at least --min-samples
+///      samples per run on average.
+///
+/// The report shows each side's range of per-run shares, the p-value,
+/// and what decided: the threshold, the samples, or the noise. Runs of a
+/// side that disagree (far fewer samples, a function missing) are named.
 ///
 /// Self time and the standard library: a sample's self time counts to
 /// the innermost frame that is not Rust's standard library (`core::`,
@@ -55,39 +81,55 @@ use super::{fail, read_folded_file, read_profile, write_file, FormatArg, InputAr
 #[command(verbatim_doc_comment)]
 #[command(after_help = "Examples:
   btprof diff base.folded new.folded
+  btprof diff --base b1.folded b2.folded b3.folded --new n1.folded n2.folded n3.folded
+  btprof diff --base base/ --new new/ --min-runs 3    every *.folded file in each directory
+  btprof diff --base 'base/*.folded' --new 'new/*.folded'
   btprof diff base.folded new.folded -o diff.svg --negated-output diff-negated.svg
   btprof diff base.folded new.folded --folded-out diff.folded  # for inferno-flamegraph
   btprof diff base.folded new.folded --format markdown >> \"$GITHUB_STEP_SUMMARY\"
   btprof diff base.folded new.folded --share total --skip-root --threshold 5
   btprof diff diff.folded                 one two-count file: BEFORE AFTER columns")]
 pub struct DiffArgs {
-    /// The base (before) profile: a folded file from btprof,
-    /// inferno-collapse-* or FlameGraph's stackcollapse*, or another
-    /// profiler's raw output (`perf script`, ...).
-    pub base: PathBuf,
+    /// BASE NEW: the base (before) and the new (after) profile, folded
+    /// files from btprof, inferno-collapse-* or FlameGraph's
+    /// stackcollapse*, or another profiler's raw output (`perf script`,
+    /// ...). One file alone is a two-count file holding both runs. Either
+    /// side (not both) can be `-`, standard input.
+    #[arg(value_name = "FILE", num_args = 1..=2, required_unless_present = "base", conflicts_with_all = ["base", "new"])]
+    pub files: Vec<PathBuf>,
 
-    /// The new (after) profile, in the same format. Either side (not
-    /// both) can be `-`, standard input. Left out, BASE is a two-count
-    /// file holding both runs.
-    pub new: Option<PathBuf>,
+    /// The base runs, one or more: files in the same formats, directories
+    /// of `*.folded` files, or quoted patterns like 'base/*.folded'.
+    #[arg(long, value_name = "FILE", num_args = 1.., requires = "new")]
+    pub base: Vec<PathBuf>,
+
+    /// The new runs, one or more, as --base.
+    #[arg(long, value_name = "FILE", num_args = 1.., requires = "base")]
+    pub new: Vec<PathBuf>,
+
+    /// Fail (exit 2) when a side has fewer runs than this, so that a CI
+    /// job whose runs went missing does not pass on a weaker rule.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_runs: u64,
 
     /// How the input files are read.
     #[command(flatten)]
     pub input: InputArgs,
 
     /// Smallest growth, in percentage points of all samples, that can be a
-    /// regression.
-    #[arg(long, value_name = "POINTS", default_value_t = DiffOptions::default().threshold_points, value_parser = parse_threshold)]
-    pub threshold: f64,
+    /// regression [default: 2, or 1 with 3 runs or more per side].
+    #[arg(long, value_name = "POINTS", value_parser = parse_threshold)]
+    pub threshold: Option<f64>,
 
     /// Fewest samples of the function in the new run for a regression.
     #[arg(long, value_name = "N", default_value_t = DiffOptions::default().min_samples)]
     pub min_samples: u64,
 
-    /// Accepted chance that sampling noise alone flags any function in the
-    /// diff (divided by the number of functions for each test).
-    #[arg(long, value_name = "P", default_value_t = DiffOptions::default().alpha, value_parser = parse_alpha)]
-    pub alpha: f64,
+    /// Accepted chance that noise alone flags any function in the diff
+    /// (divided by the number of functions for each test) [default:
+    /// 0.001, or 0.05 with 3 runs or more per side].
+    #[arg(long, value_name = "P", value_parser = parse_alpha)]
+    pub alpha: Option<f64>,
 
     /// The share the gate looks at: self (the function's own code) or
     /// total (it and everything it calls).
@@ -192,41 +234,68 @@ enum Output {
     TwoCountFile,
 }
 
-/// The two runs: two files, or one two-count file's two columns.
-fn read_runs(args: &DiffArgs) -> Result<(Profile, Profile), String> {
-    let Some(new) = &args.new else {
-        return match read_folded_file(&args.base, args.input)? {
-            FoldedFile {
-                profile,
-                base: Some(base),
-            } => Ok((base, profile)),
-            FoldedFile { profile, .. } => Err(format!(
-                "{} has one count per line: give the new profile too (btprof diff BASE NEW), \
-                 or one two-count file (`frame;...;frame BEFORE AFTER` lines, as \
-                 inferno-diff-folded writes)",
-                profile.source()
-            )),
-        };
+/// The runs of each side: --base and --new, two files, or one two-count
+/// file's two columns.
+fn read_runs(args: &DiffArgs) -> Result<(Vec<Profile>, Vec<Profile>), String> {
+    let (base, new): (&[PathBuf], &[PathBuf]) = match &args.files[..] {
+        [file] => return read_two_count(file, args.input),
+        [base, new] => (std::slice::from_ref(base), std::slice::from_ref(new)),
+        _ => (&args.base, &args.new),
     };
-    if args.base.as_os_str() == "-" && new.as_os_str() == "-" {
-        return Err("only one side of a diff can be standard input (-)".to_owned());
+    let (base, new) = (expand(base)?, expand(new)?);
+    let stdin = base.iter().chain(&new).filter(|p| p.as_os_str() == "-");
+    if stdin.count() > 1 {
+        return Err("only one side of a diff can be standard input (-), with one file".to_owned());
     }
-    Ok((
-        read_profile(&args.base, args.input)?,
-        read_profile(new, args.input)?,
-    ))
+    let read = |files: &[PathBuf]| -> Result<Vec<Profile>, String> {
+        files.iter().map(|f| read_profile(f, args.input)).collect()
+    };
+    Ok((read(&base)?, read(&new)?))
+}
+
+/// One two-count file's two columns: its base run and its new run.
+fn read_two_count(file: &Path, input: InputArgs) -> Result<(Vec<Profile>, Vec<Profile>), String> {
+    match read_folded_file(file, input)? {
+        FoldedFile {
+            profile,
+            base: Some(base),
+        } => Ok((vec![base], vec![profile])),
+        FoldedFile { profile, .. } => Err(format!(
+            "{} has one count per line: give the new profile too (btprof diff BASE NEW), \
+             or one two-count file (`frame;...;frame BEFORE AFTER` lines, as \
+             inferno-diff-folded writes)",
+            profile.source()
+        )),
+    }
+}
+
+/// The runs of a side pooled into one profile (their stacks' counts
+/// added), for the flamegraphs and the two-count file: one run as it is.
+fn pooled(runs: &[Profile], side: &str) -> Result<Profile, String> {
+    if let [one] = runs {
+        return Ok(one.clone());
+    }
+    let mut text = Vec::new();
+    for run in runs {
+        run.write_folded(&mut text).map_err(|e| e.to_string())?;
+    }
+    Profile::read_folded_from(&text[..], format!("{} {side} runs", runs.len()))
+        .map_err(|e| e.to_string())
 }
 
 /// Compares, prints the report and writes the flamegraphs asked for.
 pub fn run(args: &DiffArgs) -> ExitCode {
+    let defaults = DiffOptions::default();
     let options = DiffOptions {
         metric: match args.share {
             ShareArg::SelfShare => Metric::SelfShare,
             ShareArg::TotalShare => Metric::TotalShare,
         },
-        threshold_points: args.threshold,
+        threshold_points: args.threshold.unwrap_or(defaults.threshold_points),
+        spread_threshold_points: args.threshold.unwrap_or(defaults.spread_threshold_points),
         min_samples: args.min_samples,
-        alpha: args.alpha,
+        alpha: args.alpha.unwrap_or(defaults.alpha),
+        spread_alpha: args.alpha.unwrap_or(defaults.spread_alpha),
         skip_root: args.skip_root,
         self_frame: match args.self_frame {
             SelfFrameArg::OwnCode => SelfFrame::OwnCode,
@@ -240,9 +309,31 @@ pub fn run(args: &DiffArgs) -> ExitCode {
         Ok(both) => both,
         Err(message) => return fail(message),
     };
-    let diff = compare(&base, &new, &options);
+    for (side, runs) in [("base", &base), ("new", &new)] {
+        if (runs.len() as u64) < args.min_runs {
+            return fail(format!(
+                "the {side} side has {} run(s), fewer than --min-runs {}",
+                runs.len(),
+                args.min_runs
+            ));
+        }
+    }
+    let diff = compare_runs(&base, &new, &options);
     let rows = (args.top != 0).then_some(args.top);
     print!("{}", report::diff_report(&diff, args.format.into(), rows));
+    if diff.rule == Rule::SamplingNoise && base.len().max(new.len()) > 1 {
+        eprintln!(
+            "btprof: warning: {} base and {} new runs: the spread between runs is tested \
+             with {} or more per side",
+            base.len(),
+            new.len(),
+            Rule::MIN_RUNS_FOR_SPREAD
+        );
+    }
+    let (base, new) = match (pooled(&base, "base"), pooled(&new, "new")) {
+        (Ok(b), Ok(n)) => (b, n),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
 
     let style = FlamegraphOptions {
         title: args.title.clone(),

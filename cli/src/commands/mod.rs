@@ -12,6 +12,7 @@ pub mod export;
 pub mod flamegraph;
 pub mod record;
 pub mod report;
+mod run_files;
 
 use std::fs::File;
 use std::io::BufWriter;

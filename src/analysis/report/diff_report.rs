@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::table::{code, grouped, p_value, percent, points, Align, Table};
 use crate::analysis::diff::{
-    DiffReport, FunctionDiff, Metric, Presence, RunSummary, Samples, Verdict,
+    DiffReport, FunctionDiff, Metric, Presence, RunSummary, Samples, Spread, Verdict,
 };
 use crate::analysis::functions::SelfFrame;
 
@@ -56,36 +56,73 @@ fn name_with_presence(f: &FunctionDiff, name: String) -> String {
     }
 }
 
-fn table(rows: &[&FunctionDiff], markdown: bool) -> Table {
+/// `22.10–22.90%`: the range of a side's per-run shares, `-` with one
+/// run.
+fn spread_cell(runs: &[f64]) -> String {
+    match Spread::of(runs) {
+        Some(s) if runs.len() >= 2 => format!(
+            "{}–{}",
+            percent(s.min).trim_end_matches('%'),
+            percent(s.max)
+        ),
+        _ => "-".to_owned(),
+    }
+}
+
+/// Whether the table shows per-side spreads: when a side has several runs.
+fn shows_spread(report: &DiffReport) -> bool {
+    report.base.len().max(report.new.len()) >= 2
+}
+
+fn table(report: &DiffReport, rows: &[&FunctionDiff], markdown: bool) -> Table {
     use Align::{Left, Right};
-    let mut t = Table::new(&[
+    let spread = shows_spread(report);
+    let (base_spread, new_spread) = match report.options.metric {
+        Metric::SelfShare => ("base self range", "new self range"),
+        Metric::TotalShare => ("base total range", "new total range"),
+    };
+    let mut columns = vec![
         ("base self", Right),
         ("new self", Right),
         ("change", Right),
         ("base total", Right),
         ("new total", Right),
         ("change", Right),
+    ];
+    if spread {
+        columns.extend([(base_spread, Right), (new_spread, Right)]);
+    }
+    columns.extend([
         ("p-value", Right),
+        ("decided by", Left),
         ("verdict", Left),
         ("function", Left),
     ]);
+    let mut t = Table::new(&columns);
     for f in rows {
         let name = if markdown {
             code(&f.name)
         } else {
             f.name.clone()
         };
-        t.push(vec![
+        let mut row = vec![
             percent(f.base.self_share),
             percent(f.new.self_share),
             points(f.self_change_points()),
             percent(f.base.total_share),
             percent(f.new.total_share),
             points(f.total_change_points()),
+        ];
+        if spread {
+            row.extend([spread_cell(&f.base_runs), spread_cell(&f.new_runs)]);
+        }
+        row.extend([
             p_value(f.p_value),
+            f.decided.as_str().to_owned(),
             verdict_word(f).to_owned(),
             name_with_presence(f, name),
         ]);
+        t.push(row);
     }
     t
 }
@@ -94,16 +131,25 @@ fn table(rows: &[&FunctionDiff], markdown: bool) -> Table {
 /// points, at least 20 samples in the new run, and p < 6.7e-5 (...)".
 fn gate_line(report: &DiffReport) -> String {
     let o = &report.options;
+    let per_run = if report.base.len().max(report.new.len()) > 1 {
+        " per new run on average"
+    } else {
+        " in the new run"
+    };
+    let mean = match report.rule {
+        crate::analysis::diff::Rule::RunToRunSpread => "mean ",
+        crate::analysis::diff::Rule::SamplingNoise => "",
+    };
     format!(
-        "{} share up by more than {:.2} points, at least {} samples in the new run, \
-         and p < {} = {} / {} functions (one-sided pooled two-proportion z-test, \
-         Bonferroni-corrected){}{}",
+        "{mean}{} share up by more than {:.2} points, at least {} samples{per_run}, \
+         and p < {} = {} / {} functions ({}, Bonferroni-corrected){}{}",
         o.metric.as_str(),
-        o.threshold_points,
+        report.threshold_points(),
         o.min_samples,
         p_value(report.per_test_alpha),
-        o.alpha,
+        report.alpha(),
         report.tests,
+        report.rule.test_name(),
         if o.skip_root {
             "; root frames skipped"
         } else {
@@ -211,17 +257,20 @@ fn run_line(role: &str, run: &RunSummary) -> String {
 /// functions (all when `None`) plus every regressed one.
 pub fn text(report: &DiffReport, rows: Option<usize>) -> String {
     let mut out = String::new();
-    out.push_str(&run_line("base", &report.base));
-    out.push('\n');
-    out.push_str(&run_line("new ", &report.new));
-    out.push('\n');
+    for (role, runs) in [("base", &report.base), ("new ", &report.new)] {
+        for run in runs {
+            out.push_str(&run_line(role, run));
+            out.push('\n');
+        }
+    }
     out.push_str(&format!("gate: {}\n", gate_line(report)));
+    out.push_str(&format!("noise: {}\n", report.noise_note()));
     for w in &report.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
     out.push('\n');
     let (shown, hidden) = shown_and_hidden(report, rows);
-    out.push_str(&table(&shown, false).to_text());
+    out.push_str(&table(report, &shown, false).to_text());
     if hidden > 0 {
         out.push_str(&format!(
             "  ... {hidden} more function(s) with smaller changes (--top 0 lists all)\n"
@@ -249,22 +298,25 @@ pub fn markdown(report: &DiffReport, rows: Option<usize>) -> String {
             "no regression"
         }
     ));
-    for (role, run) in [("Base", &report.base), ("New", &report.new)] {
-        out.push_str(&format!(
-            "- **{role}**: {} — {} samples, {} distinct stacks, {} functions\n",
-            code(&run.source),
-            grouped(run.samples),
-            grouped(run.stacks as u64),
-            grouped(run.functions as u64)
-        ));
+    for (role, runs) in [("Base", &report.base), ("New", &report.new)] {
+        for run in runs {
+            out.push_str(&format!(
+                "- **{role}**: {} — {} samples, {} distinct stacks, {} functions\n",
+                code(&run.source),
+                grouped(run.samples),
+                grouped(run.stacks as u64),
+                grouped(run.functions as u64)
+            ));
+        }
     }
     out.push_str(&format!("- **Gate**: {}\n", gate_line(report)));
+    out.push_str(&format!("- **Noise**: {}\n", report.noise_note()));
     out.push_str(&format!("- **Result**: {}\n\n", result_line(report)));
     for w in &report.warnings {
         out.push_str(&format!("> **Warning:** {w}\n\n"));
     }
     let (shown, hidden) = shown_and_hidden(report, rows);
-    out.push_str(&table(&shown, true).to_markdown());
+    out.push_str(&table(report, &shown, true).to_markdown());
     if hidden > 0 {
         out.push_str(&format!(
             "\n{hidden} more function(s) with smaller changes not shown.\n"
@@ -290,6 +342,17 @@ fn samples_json(s: &Samples) -> Value {
         "total_samples": s.total_samples,
         "self_percent": s.self_share * 100.0,
         "total_percent": s.total_share * 100.0,
+    })
+}
+
+/// A side's per-run gated shares (percent) and their spread.
+fn runs_json(runs: &[f64]) -> Value {
+    let spread = Spread::of(runs);
+    json!({
+        "percent": runs.iter().map(|s| s * 100.0).collect::<Vec<f64>>(),
+        "min_percent": spread.map(|s| s.min * 100.0),
+        "max_percent": spread.map(|s| s.max * 100.0),
+        "sd_points": spread.and_then(|s| s.sd).map(|sd| sd * 100.0),
     })
 }
 
@@ -326,10 +389,14 @@ pub fn json(report: &DiffReport) -> Value {
                 },
                 "base": samples_json(&f.base),
                 "new": samples_json(&f.new),
+                "base_runs": runs_json(&f.base_runs),
+                "new_runs": runs_json(&f.new_runs),
                 "self_change_points": f.self_change_points(),
                 "total_change_points": f.total_change_points(),
-                "z": f.z,
+                "statistic": f.statistic,
+                "degrees_of_freedom": f.degrees_of_freedom,
                 "p_value": f.p_value,
+                "decided_by": f.decided.as_str(),
             })
         })
         .collect();
@@ -342,18 +409,23 @@ pub fn json(report: &DiffReport) -> Value {
         "improvements": names(&mut report.improvements()),
         "new_functions": names(&mut report.new_functions()),
         "vanished_functions": names(&mut report.vanished_functions()),
-        "base": run_json(&report.base),
-        "new": run_json(&report.new),
+        "base": report.base.iter().map(run_json).collect::<Vec<Value>>(),
+        "new": report.new.iter().map(run_json).collect::<Vec<Value>>(),
         "gate": {
+            "rule": match report.rule {
+                crate::analysis::diff::Rule::SamplingNoise => "sampling-noise",
+                crate::analysis::diff::Rule::RunToRunSpread => "run-to-run-spread",
+            },
             "metric": o.metric.as_str(),
-            "threshold_points": o.threshold_points,
+            "threshold_points": report.threshold_points(),
             "min_samples": o.min_samples,
-            "alpha": o.alpha,
+            "alpha": report.alpha(),
             "tests": report.tests,
             "per_test_alpha": report.per_test_alpha,
             "skip_root": o.skip_root,
             "self_frame": o.self_frame.as_str(),
-            "test": "one-sided pooled two-proportion z-test, Bonferroni-corrected",
+            "test": format!("{}, Bonferroni-corrected", report.rule.test_name()),
+            "noise": report.noise_note(),
         },
         "warnings": report.warnings,
         "sorted_by": format!("regressions first, then absolute {}_change_points, largest first", match o.metric {
@@ -474,7 +546,10 @@ mod tests {
         let change = v["functions"][0]["self_change_points"].as_f64().unwrap();
         assert!((change - 10.0).abs() < 1e-9);
         assert_eq!(v["gate"]["min_samples"], 20);
-        assert_eq!(v["base"]["source"], "base.folded");
-        assert_eq!(v["base"]["requested_hz"], Value::Null);
+        assert_eq!(v["base"][0]["source"], "base.folded");
+        assert_eq!(v["base"][0]["requested_hz"], Value::Null);
+        assert_eq!(v["gate"]["rule"], "sampling-noise");
+        assert_eq!(v["functions"][0]["decided_by"], "threshold+noise");
+        assert_eq!(v["functions"][0]["degrees_of_freedom"], Value::Null);
     }
 }
