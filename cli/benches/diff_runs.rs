@@ -109,7 +109,12 @@ fn record(dir: &Path, name: &str, settings: &Settings, slow: bool, pinned: bool)
 
 /// Runs the command on CPU 0 only: its two worker threads then share one
 /// core, which the scheduler splits evenly between them, instead of
-/// getting whatever two cores the rest of the machine leaves.
+/// getting whatever two cores the rest of the machine leaves. Linux only:
+/// elsewhere the command runs unpinned.
+#[cfg(not(target_os = "linux"))]
+fn pin_to_first_cpu(_cmd: &mut Command) {}
+
+#[cfg(target_os = "linux")]
 fn pin_to_first_cpu(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec and
