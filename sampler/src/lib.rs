@@ -21,8 +21,11 @@ pub mod stack_table;
 pub mod stack_window;
 pub mod walker;
 
+mod capture;
+mod config;
 #[cfg(all(test, target_os = "linux"))]
 mod emulation;
+mod error;
 mod exclusions;
 mod own_threads;
 mod profile;
@@ -33,12 +36,14 @@ mod thread_keys;
 #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
 mod window;
 
+pub use config::{
+    clock_from_env, Mode, SampleClock, SamplerConfig, ALLOW_ROSETTA_ENV, CLOCK_ENV,
+    DEFAULT_MAX_STACKS, FORCE_SAMPLER_THREAD_ENV,
+};
+pub use error::Error;
 pub use exclusions::{exclude_current_thread, Excluded};
 pub use own_threads::spawn_with_signals_blocked;
-pub use profile::{
-    clock_from_env, Error, Mode, Progress, RawProfile, SampleClock, SamplerConfig, ThreadInfo,
-    ALLOW_ROSETTA_ENV, CLOCK_ENV, DEFAULT_MAX_STACKS, FORCE_SAMPLER_THREAD_ENV,
-};
+pub use profile::{Progress, RawProfile, ThreadInfo};
 pub use stack_table::Limit;
 pub use stats::{SamplerStats, ThreadCpu};
 

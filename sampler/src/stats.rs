@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::profile::{Mode, SampleClock, SamplerConfig};
+use crate::config::{Mode, SampleClock, SamplerConfig};
 use crate::walker::WalkEnd;
 
 /// CPU time one thread used while it was sampled, from its own CPU clock.

@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::sampling_loop::{stopped_walk, Target};
 use super::stopped::install_abort_on_panic_hook;
 use super::{never_stop, rosetta_gate, ThreadControl, ThreadError, MAX_DEPTH};
-use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
+use crate::capture::{CapturedThread, NotTaken, RunState, Taken};
 use crate::stack_window::StackWindow;
 use crate::walker::Arch;
 use crate::Error;

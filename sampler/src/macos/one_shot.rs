@@ -5,8 +5,8 @@
 //! stop. Under Rosetta 2 a capture is refused as sampling is, unless
 //! `BTPROF_ALLOW_ROSETTA=1` ([`capture_all_gated`]).
 
+use crate::capture::{CapturedThread, NotTaken, RunState, Taken};
 use crate::control::{capture_all_gated, rosetta_gate, ThreadControl, MAX_DEPTH};
-use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
 use crate::walker::{walk_calling_thread, Arch};
 use crate::{Error, ALLOW_ROSETTA_ENV};
 

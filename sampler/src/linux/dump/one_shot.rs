@@ -16,7 +16,7 @@ use core::sync::atomic::{
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
+use crate::capture::{CapturedThread, NotTaken, RunState, Taken};
 use crate::walker::{Registers, WalkEnd};
 use crate::Error;
 

@@ -13,7 +13,7 @@ mod ptrace;
 
 use std::io;
 
-use crate::one_shot::{CapturedThread, NotTaken, RunState, Taken};
+use crate::capture::{CapturedThread, NotTaken, RunState, Taken};
 use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, WalkEnd};
 use crate::Error;
 
