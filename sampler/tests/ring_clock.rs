@@ -511,7 +511,7 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
             mode: Mode::Cpu,
             ..SamplerConfig::default()
         };
-        let seen = support::count_listings(config, 15);
+        let seen = support::Listings::counted("ring clock: listings only on change", config, 15);
         if !on_rings(&seen.raw) {
             return;
         }

@@ -36,7 +36,11 @@ fn busy_threads_it_looks_at_do_not_bring_listings_forward() {
         clock: Some(SampleClock::SamplerThread),
         ..SamplerConfig::default()
     };
-    let seen = support::count_listings(config, 200);
+    let seen = support::Listings::counted(
+        "sampler thread: busy threads do not bring listings",
+        config,
+        200,
+    );
     assert_eq!(seen.raw.stats.clock, SampleClock::SamplerThread);
     // One every 10 ms, and room for a few early ones for the test's own
     // threads' CPU time. Not random: the sampler's own decisions, counted in
@@ -63,7 +67,7 @@ fn a_steady_set_of_busy_threads_is_listed_only_when_it_changes() {
         clock: Some(SampleClock::SamplerThread),
         ..SamplerConfig::default()
     };
-    let seen = support::count_listings(config, 100);
+    let seen = support::Listings::counted("sampler thread: listings only on change", config, 100);
     assert_eq!(seen.raw.stats.clock, SampleClock::SamplerThread);
     // Each wakeup may come late on a busy machine, and the listing with
     // it: one more for the window's two ends, one for the test's own

@@ -320,7 +320,7 @@ fn a_steady_set_of_threads_is_listed_only_when_it_changes() {
     let _turn = SAMPLER.lock().unwrap_or_else(|e| e.into_inner());
     let _timers = hand_off_to_timers();
     let _hogs = btprof_testkit::hogs::Hogs::start(2);
-    let seen = support::count_listings(perf(100), 25);
+    let seen = support::Listings::counted("perf timers: listings only on change", perf(100), 25);
     assert_eq!(seen.raw.stats.clock, SampleClock::Perf);
     // Not random, counted in wakeups: a listing at most every 100 ms of the
     // window, 2 more at its ends (one a wakeup would be 5 times as many).
