@@ -72,7 +72,7 @@ impl ThreadKeys {
     }
 
     /// [`Self::key`] for a borrowed name, copied only when it is not the
-    /// name `previous` stands for (the Linux ring clock's names, one per
+    /// name `previous` stands for (the Linux perf clock's names, one per
     /// sample).
     #[cfg(target_os = "linux")]
     pub(crate) fn key_named(&mut self, tid: u64, name: &str, previous: Option<u32>) -> u32 {

@@ -80,7 +80,7 @@ pub struct RunInfo {
     /// Samples due on threads that block the profiling signal, so that a
     /// clock which signals threads (POSIX timers, the sampler thread)
     /// cannot take them: such a busy thread looks idle in the profile.
-    /// Zero on the ring clock, which needs no signal, and in metadata
+    /// Zero on the perf clock's rings, which need no signal, and in metadata
     /// written before btprof recorded it.
     #[serde(default)]
     pub signal_blocked_samples: u64,

@@ -183,7 +183,7 @@ pub(super) struct SamplerLoop {
     cfi: Option<CfiWalker>,
     /// Wall mode: stack reads of threads found blocked after they ran.
     blocked_reads: BlockedReads,
-    /// The ring clock's inherited events and their records.
+    /// The perf clock's inherited events and their records.
     ring: RingState,
 }
 

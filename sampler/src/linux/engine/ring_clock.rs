@@ -1,4 +1,4 @@
-//! The perf ring clock ([`crate::SampleClock::Perf`]): inherited task-clock
+//! The perf clock's rings ([`crate::SampleClock::Perf`]): inherited task-clock
 //! events ([`BornThreads`]) sample every thread without a signal, and their
 //! ring samples are unwound and interned here. A thread whose ring walks
 //! keep falling short of the depth asked for is handed to a timer
@@ -23,7 +23,7 @@ use super::{monotonic_ns, SamplerLoop};
 /// The longest `stop` waits for exit records of born threads already gone.
 const EXIT_RECORDS_WAIT: Duration = Duration::from_millis(200);
 
-/// The ring clock's state in the engine; empty on the other clocks.
+/// The perf clock's state in the engine; empty on the other clocks.
 #[derive(Default)]
 pub(super) struct RingState {
     /// The inherited events; `None` before the first listing or if refused.
@@ -47,7 +47,7 @@ pub(super) struct RingState {
     pub(super) clock_reads: Vec<i32>,
 }
 
-/// One thread's ring clock state; default on the other clocks.
+/// One thread's perf clock state; default on the other clocks.
 #[derive(Default)]
 pub(super) struct RingThread {
     /// Born under the inherited events, which sample it without a signal,

@@ -1,4 +1,4 @@
-//! The perf ring clock: every thread sampled by the kernel, with no signal.
+//! The perf clock's rings: every thread sampled by the kernel, with no signal.
 //!
 //! Each thread found at start (within [`FD_BUDGET`](open::FD_BUDGET)) gets a task-clock
 //! event per CPU opened with `inherit`, so every thread it creates gets a copy; each CPU's

@@ -205,7 +205,7 @@ fn kernel_max_stack() -> usize {
 /// If all of a creator's events are inherited, the kernel marks the new
 /// thread's copies as a clone of its set, and cloned sets that follow each
 /// other on a CPU are swapped instead of stopped: a period one thread began
-/// ends on the other. So each thread the ring clock opens inherited events
+/// ends on the other. So each thread the perf clock opens inherited events
 /// on gets an anchor, a dummy event that is not inherited, and the threads
 /// it creates keep their own events. (Their children are clones again;
 /// btprof opens nothing on threads born while sampling.)
