@@ -36,8 +36,9 @@
 //! `target/tmp/diff_runs`. Always exits 0: it reports, it does not gate.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
+use btprof_testkit::hogs::Hogs;
 use btprof_testkit::synthetic::SplitMix64;
 use serde_json::Value;
 
@@ -211,33 +212,6 @@ fn mean_sd(values: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// Two CPU hogs for the loaded pool, killed when dropped.
-struct Hogs(Vec<Child>);
-
-impl Hogs {
-    fn start() -> Hogs {
-        Hogs(
-            (0..2)
-                .map(|_| {
-                    Command::new("sh")
-                        .args(["-c", "while :; do :; done"])
-                        .spawn()
-                        .expect("start a CPU hog")
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for hog in &mut self.0 {
-            let _ = hog.kill();
-            let _ = hog.wait();
-        }
-    }
-}
-
 /// One load's row: what the pools held and the four counts.
 struct Row {
     load: &'static str,
@@ -257,7 +231,7 @@ struct Row {
 fn measure(load: &'static str, pinned: bool, settings: &Settings, dir: &Path, seed: u64) -> Row {
     let dir = dir.join(format!("{load}{}", if pinned { "-pinned" } else { "" }));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
-    let hogs = (load == "loaded").then(Hogs::start);
+    let hogs = (load == "loaded").then(|| Hogs::start(2));
     let load_before = load_average();
     let (mut base, mut slow) = (Vec::new(), Vec::new());
     for i in 0..settings.base_runs.max(settings.slow_runs) {
