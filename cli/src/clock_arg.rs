@@ -5,8 +5,9 @@ use btprof::SampleClock;
 
 /// The clock `name` forces (`perf` or `thread`), or why it forces none.
 pub fn parse_clock(name: &str) -> Result<SampleClock, String> {
-    SampleClock::from_name(name)
-        .filter(|clock| clock.short_name() == name)
+    SampleClock::ALL
+        .into_iter()
+        .find(|clock| clock.short_name() == name)
         .ok_or_else(|| SampleClock::unknown_name(name))
 }
 
