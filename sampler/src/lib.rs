@@ -16,6 +16,7 @@
 
 pub mod clock;
 pub mod control;
+pub mod labels;
 pub mod one_shot;
 pub mod stack_table;
 pub mod stack_window;

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crate::config::SampleClock;
+use crate::labels::LabelSets;
 use crate::stack_table::StackTable;
 use crate::stats::SamplerStats;
 use crate::walker::Arch;
@@ -76,6 +77,8 @@ pub struct RawProfile {
     /// The architecture of the addresses (for the aarch64 link-register
     /// rule).
     pub arch: Arch,
+    /// The label sets `StackKey::labels` refers to ([`crate::labels`]).
+    pub labels: LabelSets,
 }
 
 impl RawProfile {
@@ -87,6 +90,10 @@ impl RawProfile {
         self.stats.absorb(&later.stats);
         if later.threads.len() > self.threads.len() {
             self.threads.clone_from(&later.threads);
+        }
+        // Sets are only ever added: the later table holds the earlier.
+        if later.labels.len() > self.labels.len() {
+            self.labels = later.labels.clone();
         }
     }
 }

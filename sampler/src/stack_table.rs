@@ -30,11 +30,15 @@ pub struct StackKey<'a> {
     pub lr: u64,
     /// Why the walk stopped.
     pub end: WalkEnd,
+    /// The id of the label set the thread had when the sample was taken
+    /// ([`crate::labels`]); [`NO_LABELS`](crate::labels::NO_LABELS) for none.
+    pub labels: u32,
 }
 
 impl Hash for StackKey<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u32(self.thread);
+        state.write_u32(self.labels);
         state.write_u64(self.lr);
         state.write_u8(self.end as u8);
         state.write_usize(self.frames.len());
@@ -48,8 +52,9 @@ impl Hash for StackKey<'_> {
 struct Entry {
     hash: u64,
     start: usize,
-    len: usize,
+    len: u32,
     thread: u32,
+    labels: u32,
     end: WalkEnd,
     lr: u64,
     count: u64,
@@ -156,14 +161,16 @@ impl StackTable {
         let found = self.entries.find_mut(hash, |e| {
             e.hash == hash
                 && e.thread == key.thread
+                && e.labels == key.labels
                 && e.lr == key.lr
                 && e.end == key.end
-                && arena[e.start..e.start + e.len] == *key.frames
+                && arena[e.start..e.start + e.len as usize] == *key.frames
         });
         if let Some(e) = found {
             e.count += count;
         } else if self.entries.len() >= self.limit.stacks
             || self.arena.len().saturating_add(key.frames.len()) > self.limit.frames
+            || u32::try_from(key.frames.len()).is_err()
         {
             self.add_overflow(key.thread, count);
             return;
@@ -173,8 +180,9 @@ impl StackTable {
             let entry = Entry {
                 hash,
                 start,
-                len: key.frames.len(),
+                len: key.frames.len() as u32,
                 thread: key.thread,
+                labels: key.labels,
                 end: key.end,
                 lr: key.lr,
                 count,
@@ -237,9 +245,10 @@ impl StackTable {
             (
                 StackKey {
                     thread: e.thread,
-                    frames: &self.arena[e.start..e.start + e.len],
+                    frames: &self.arena[e.start..e.start + e.len as usize],
                     lr: e.lr,
                     end: e.end,
+                    labels: e.labels,
                 },
                 e.count,
             )
@@ -262,6 +271,7 @@ mod tests {
             frames,
             lr: 0,
             end: WalkEnd::Complete,
+            labels: 0,
         }
     }
 
@@ -286,18 +296,27 @@ mod tests {
             },
             1,
         );
-        assert_eq!(t.len(), 5);
-        assert_eq!(t.samples(), 7);
+        t.add(
+            StackKey {
+                labels: 4,
+                ..key(0, &[1, 2, 3])
+            },
+            1,
+        );
+        assert_eq!(t.len(), 6);
+        assert_eq!(t.samples(), 8);
+        assert_eq!(t.iter().filter(|(k, _)| k.labels == 4).count(), 1);
         let mut counts: Vec<_> = t
             .iter()
-            .map(|(k, c)| (k.thread, k.frames.to_vec(), k.lr, k.end, c))
+            .map(|(k, c)| (k.thread, k.labels, k.frames.to_vec(), k.lr, k.end, c))
             .collect();
         counts.sort();
-        assert_eq!(counts[0], (0, vec![1, 2], 0, WalkEnd::Complete, 1));
-        assert_eq!(counts[1], (0, vec![1, 2, 3], 0, WalkEnd::Complete, 3));
-        assert_eq!(counts[2], (0, vec![1, 2, 3], 0, WalkEnd::DepthCap, 1));
-        assert_eq!(counts[3], (0, vec![1, 2, 3], 9, WalkEnd::Complete, 1));
-        assert_eq!(counts[4], (1, vec![1, 2, 3], 0, WalkEnd::Complete, 1));
+        assert_eq!(counts[0], (0, 0, vec![1, 2], 0, WalkEnd::Complete, 1));
+        assert_eq!(counts[1], (0, 0, vec![1, 2, 3], 0, WalkEnd::Complete, 3));
+        assert_eq!(counts[2], (0, 0, vec![1, 2, 3], 0, WalkEnd::DepthCap, 1));
+        assert_eq!(counts[3], (0, 0, vec![1, 2, 3], 9, WalkEnd::Complete, 1));
+        assert_eq!(counts[4], (0, 4, vec![1, 2, 3], 0, WalkEnd::Complete, 1));
+        assert_eq!(counts[5], (1, 0, vec![1, 2, 3], 0, WalkEnd::Complete, 1));
     }
 
     #[test]

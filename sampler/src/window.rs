@@ -109,6 +109,7 @@ impl Window {
             threads: threads.to_vec(),
             stats: window_stats,
             arch,
+            labels: crate::labels::snapshot(),
         }
     }
 }

@@ -239,6 +239,7 @@ mod tests {
             frames,
             lr,
             end: btprof_sampler::walker::WalkEnd::Complete,
+            labels: btprof_sampler::labels::NO_LABELS,
         };
         let mut out = Vec::new();
         resolve_stack(arch, &key, &mut resolver, Symbolize::default(), &mut out);

@@ -313,6 +313,7 @@ fn symbolize_one(
         frames: &raw.frames,
         lr: raw.lr,
         end: raw.end,
+        labels: btprof_sampler::labels::NO_LABELS,
     };
     resolve_stack(Arch::host(), &key, resolver, Symbolize::default(), resolved);
     let mut frames = Vec::new();

@@ -12,6 +12,7 @@ use hashbrown::HashMap;
 use super::stopped::{install_abort_on_panic_hook, Stopped};
 use super::{never_stop, Resumed, StackRange, ThreadControl, ThreadError, ThreadUsage, MAX_DEPTH};
 use crate::clock::{Clock, TickSchedule};
+use crate::labels;
 use crate::stack_table::{StackKey, StackTable};
 use crate::stack_window::{CopyMemory, StackWindow};
 use crate::thread_keys::ThreadKeys;
@@ -101,6 +102,11 @@ pub struct SamplingLoop<C: ThreadControl> {
     /// x86_64: code of frameless system-call stubs (see
     /// [`SamplingLoop::with_frameless_stubs`]).
     frameless: Vec<Range<u64>>,
+    /// Which label set a thread has ([`crate::labels`]): a stopped
+    /// thread's labels now are those of its sample.
+    labels: labels::Resolver,
+    /// Threads log their label changes' times while this is held.
+    _labels_recording: labels::log::Recording,
 }
 
 impl<C: ThreadControl> SamplingLoop<C> {
@@ -132,6 +138,8 @@ impl<C: ThreadControl> SamplingLoop<C> {
             list_changed: true,
             spare_young: false,
             frameless: Vec::new(),
+            labels: labels::Resolver::default(),
+            _labels_recording: labels::log::recording(),
         }
     }
 
@@ -382,7 +390,11 @@ impl<C: ThreadControl> SamplingLoop<C> {
         );
 
         match walked {
-            Ok(Sampled { walk, exited }) => {
+            Ok(Sampled {
+                walk,
+                exited,
+                taken_ns,
+            }) => {
                 self.stats.exited_threads += u64::from(exited);
                 if self.mode == Mode::Cpu {
                     if let Some(state) = self.threads.get_mut(&id) {
@@ -395,6 +407,7 @@ impl<C: ThreadControl> SamplingLoop<C> {
                         frames: &self.frames[..walk.depth],
                         lr: walk.lr,
                         end: walk.end,
+                        labels: self.labels.at(id, taken_ns),
                     },
                     weight,
                 );
@@ -485,6 +498,9 @@ pub(super) fn stopped_walk<C: ThreadControl>(
     stack_window: &mut StackWindow,
 ) -> Result<Sampled, ThreadError> {
     let mut stopped = Stopped::stop(control, thread)?;
+    // Read while stopped, without a lock: its labels are looked up at this
+    // time once it runs again, since it may hold its label log's lock.
+    let taken_ns = labels::monotonic_ns();
     let walked = stopped.registers().map(|regs| {
         let bounds = target.stack.and_then(|s| s.live_from(regs.sp));
         let in_stub = target.arch == Arch::X86_64
@@ -521,7 +537,11 @@ pub(super) fn stopped_walk<C: ThreadControl>(
     });
     let exited = stopped.resume() == Resumed::Gone;
     match walked {
-        Ok(walk) => Ok(Sampled { walk, exited }),
+        Ok(walk) => Ok(Sampled {
+            walk,
+            exited,
+            taken_ns,
+        }),
         // Whatever the registers said, a thread gone by its resume exited.
         Err(_) if exited => Err(ThreadError::Exited),
         Err(e) => Err(e),
@@ -563,6 +583,8 @@ pub(super) struct Sampled {
     /// The thread was found gone when it was resumed: it exited while
     /// stopped, after its stack was walked.
     pub(super) exited: bool,
+    /// When it was stopped (`CLOCK_MONOTONIC` ns).
+    pub(super) taken_ns: u64,
 }
 
 /// Counts a failed call about one thread: an exit is not a failure.

@@ -2,6 +2,7 @@
 //! stack they are blocked on, read from outside within a share of the
 //! sampler's time, or on their last known stack.
 
+use crate::labels::NO_LABELS;
 use crate::walker::WalkEnd;
 
 use super::super::kernel::threads;
@@ -41,7 +42,7 @@ impl SamplerLoop {
             Some(walk) if ticks > 0 => {
                 let (key, walk) = (state.key, walk.clone());
                 self.stats.reused_samples += ticks;
-                self.intern(key, &walk.as_collected(), ticks);
+                self.intern(key, &walk, ticks);
             }
             _ => self.stats.skipped_samples += ticks,
         }
@@ -52,11 +53,13 @@ impl SamplerLoop {
     /// outside, else its last known stack (or the system call's pc).
     pub(super) fn count_blocked(&mut self, tid: i32, cpu: u64) {
         let read = self.read_blocked_stack(tid);
+        // Off CPU now, so the labels it has now are the ones it had when it blocked.
+        let labels = self.labels.now(tid as u64);
         let Some(state) = self.threads.get_mut(&tid) else {
             return;
         };
         let last = state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu);
-        let (walk, whole) = match (read, last) {
+        let (mut walk, whole) = match (read, last) {
             (Some(walk), _) => (walk, true),
             (None, Some(walk)) => (walk, state.paced.last_walk_whole),
             (None, None) => match threads::blocked_syscall_pc(tid) {
@@ -65,6 +68,8 @@ impl SamplerLoop {
                         frames: vec![pc],
                         lr: 0,
                         end: WalkEnd::Blocked,
+                        time: monotonic_ns(),
+                        labels,
                     };
                     (walk, false)
                 }
@@ -74,13 +79,14 @@ impl SamplerLoop {
                 }
             },
         };
+        walk.labels = labels;
         state.paced.walk_cpu_ns = cpu;
         state.paced.last_walk = Some(walk.clone());
         state.paced.last_walk_whole = whole;
         let weight = self.tick.saturating_sub(state.paced.counted_tick).max(1);
         state.paced.counted_tick = self.tick;
         let key = state.key;
-        self.intern(key, &walk.as_collected(), weight);
+        self.intern(key, &walk, weight);
     }
 
     /// Wall mode: counts `tid` again on its last (whole) stack, off CPU, if
@@ -99,7 +105,7 @@ impl SamplerLoop {
         state.paced.counted_tick = self.tick;
         let (key, walk) = (state.key, walk.off_cpu());
         self.stats.reused_samples += weight;
-        self.intern(key, &walk.as_collected(), weight);
+        self.intern(key, &walk, weight);
         true
     }
 
@@ -131,6 +137,8 @@ impl SamplerLoop {
                 frames: done.frames.to_vec(),
                 lr: 0,
                 end: WalkEnd::Blocked,
+                time: started,
+                labels: NO_LABELS,
             }),
             BlockedRead::Moved | BlockedRead::Gone => None,
         };

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::labels::NO_LABELS;
 use crate::stack_table::StackKey;
 use crate::walker::WalkEnd;
 use crate::{Mode, SamplerStats};
@@ -21,6 +22,10 @@ pub(super) struct OwnedWalk {
     pub(super) frames: Vec<u64>,
     pub(super) lr: u64,
     pub(super) end: WalkEnd,
+    /// When it was taken (`CLOCK_MONOTONIC` ns).
+    pub(super) time: u64,
+    /// The label set its thread had then ([`SamplerLoop::label`]).
+    pub(super) labels: u32,
 }
 
 impl OwnedWalk {
@@ -49,15 +54,8 @@ impl OwnedWalk {
             frames,
             lr: walk.lr,
             end,
-        }
-    }
-
-    pub(super) fn as_collected(&self) -> Collected<'_> {
-        Collected {
-            frames: &self.frames,
-            lr: self.lr,
-            end: self.end,
-            copy: None,
+            time: walk.time,
+            labels: NO_LABELS,
         }
     }
 }
@@ -180,7 +178,8 @@ impl SamplerLoop {
                     }
                 }
             };
-            if let Some(walk) = finished_walk {
+            if let Some(mut walk) = finished_walk {
+                self.label(slot_use.tid, &mut walk);
                 let key = self
                     .key_for_sample(slot_use.tid, Some(slot_use.key))
                     .unwrap_or(slot_use.key);
@@ -190,7 +189,7 @@ impl SamplerLoop {
                         weight = std::mem::take(&mut state.paced.running_ticks).max(1);
                     }
                 }
-                self.intern(key, &walk.as_collected(), weight);
+                self.intern(key, &walk, weight);
                 let spare = &mut self.spare_frames;
                 match self.threads.get_mut(&slot_use.tid) {
                     Some(state) if self.config.mode == Mode::Wall => {
@@ -231,15 +230,21 @@ impl SamplerLoop {
         writing
     }
 
+    /// Gives `walk` the label set thread `tid` had when it was taken.
+    pub(super) fn label(&mut self, tid: i32, walk: &mut OwnedWalk) {
+        walk.labels = self.labels.at(tid as u64, walk.time);
+    }
+
     /// Adds `weight` samples of `walk` to the table and the weighted count,
     /// not as a distinct sample: periods a sample taken earlier stands for.
-    pub(super) fn intern_weight(&mut self, key: u32, walk: &Collected<'_>, weight: u64) {
+    pub(super) fn intern_weight(&mut self, key: u32, walk: &OwnedWalk, weight: u64) {
         self.table.add(
             StackKey {
                 thread: key,
-                frames: walk.frames,
+                frames: &walk.frames,
                 lr: walk.lr,
                 end: walk.end,
+                labels: walk.labels,
             },
             weight,
         );
@@ -247,7 +252,7 @@ impl SamplerLoop {
     }
 
     /// Adds `walk` as one distinct sample standing for `weight` periods.
-    pub(super) fn intern(&mut self, key: u32, walk: &Collected<'_>, weight: u64) {
+    pub(super) fn intern(&mut self, key: u32, walk: &OwnedWalk, weight: u64) {
         self.intern_weight(key, walk, weight);
         self.stats.recorded += 1;
     }

@@ -194,7 +194,7 @@ impl SamplerLoop {
             }
             for (walk, &count) in exit.walks.iter().zip(&counts) {
                 if count > 0 {
-                    self.intern(exit.key, &walk.as_collected(), count);
+                    self.intern(exit.key, walk, count);
                 }
             }
             self.stats.exit_samples += samples;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 use hashbrown::HashMap;
 
 use crate::clock::TickSchedule;
+use crate::labels;
 use crate::stack_table::StackTable;
 use crate::thread_keys::ThreadKeys;
 use crate::walker::Arch;
@@ -185,6 +186,10 @@ pub(super) struct SamplerLoop {
     blocked_reads: BlockedReads,
     /// The perf clock's inherited events and their records.
     ring: RingState,
+    /// Which label set a thread had when ([`crate::labels`]).
+    labels: labels::Resolver,
+    /// Threads log their label changes' times while this is held.
+    _labels_recording: labels::log::Recording,
 }
 
 impl SamplerLoop {
@@ -266,6 +271,8 @@ impl SamplerLoop {
             relist_floor,
             cpus: threads::configured_cpus(),
             ring: RingState::default(),
+            labels: labels::Resolver::default(),
+            _labels_recording: labels::log::recording(),
         })
     }
 

@@ -391,7 +391,7 @@ impl SamplerLoop {
                     state.paced.counted_tick = self.tick;
                     let key = state.key;
                     self.stats.reused_samples += weight;
-                    self.intern(key, &walk.as_collected(), weight);
+                    self.intern(key, &walk, weight);
                 } else {
                     self.count_blocked(tid, now);
                 }

@@ -181,6 +181,8 @@ impl SamplerLoop {
                         frames: sample.frames,
                         lr: sample.regs.map_or(0, |r| r.link_register(Arch::host())),
                         end: sample.end,
+                        // Set from the record's time once drained.
+                        time: 0,
                         copy,
                     };
                     let frames = spare.take();
@@ -196,10 +198,12 @@ impl SamplerLoop {
             if let Some(state) = self.threads.get_mut(&sample.tid) {
                 state.sampled_since_read += u64::from(sample.time > state.read_at_ns);
             }
-            let Some(walk) = sample.walk else {
+            let Some(mut walk) = sample.walk else {
                 self.stats.failed_samples += 1;
                 continue;
             };
+            walk.time = sample.time;
+            self.label(sample.tid, &mut walk);
             let Some(key) = self.key_for_born(sample.tid, sample.name.as_deref()) else {
                 self.stats.exited_threads += 1;
                 continue;
@@ -218,7 +222,7 @@ impl SamplerLoop {
                     self.ring.deep_found = true;
                 }
             }
-            self.intern(key, &walk.as_collected(), 1);
+            self.intern(key, &walk, 1);
             self.stats.ring_samples += 1;
             if !self
                 .threads
@@ -351,7 +355,7 @@ impl SamplerLoop {
             self.ring.keys.remove(&s.tid);
             if let Some((key, walk)) = self.ring.walks.remove(&s.tid) {
                 if s.extra_sample {
-                    self.intern(key, &walk.as_collected(), 1);
+                    self.intern(key, &walk, 1);
                     self.stats.born_samples += 1;
                     self.stats.ring_samples += 1;
                 }
@@ -370,7 +374,7 @@ impl SamplerLoop {
         let cpu_ns = born.parent_cpu_ns(tid).unwrap_or(cpu_ns);
         if born.parent_tail(tid, cpu_ns) {
             if let Some((key, walk)) = self.ring.walks.remove(&tid) {
-                self.intern(key, &walk.as_collected(), 1);
+                self.intern(key, &walk, 1);
                 self.stats.ring_samples += 1;
             }
         }

@@ -132,14 +132,15 @@ impl SamplerLoop {
             let walk = OwnedWalk::of_reusing(frames, &walk, cfi.as_mut(), max_depth, stats);
             walks.push((tid, walk));
         });
-        for (tid, walk) in walks.drain(..) {
+        for (tid, mut walk) in walks.drain(..) {
+            self.label(tid, &mut walk);
             if let Some(state) = self.threads.get_mut(&tid) {
                 state.timer.samples += 1;
                 state.sampled_since_read += 1;
             }
             match self.key_for_sample(tid, None) {
                 Some(key) => {
-                    self.intern(key, &walk.as_collected(), 1);
+                    self.intern(key, &walk, 1);
                     self.spare_frames.give(walk);
                 }
                 // Never listed (exited before): its sample cannot be named.

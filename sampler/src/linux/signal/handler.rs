@@ -261,6 +261,8 @@ unsafe fn poll_fd(info: &libc::siginfo_t) -> i32 {
 /// # Safety
 /// `context` must be the handler's `ucontext_t`, and the caller must hold `slot` `Writing`.
 unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *const libc::c_void) {
+    slot.taken_ns
+        .store(clock_ns(libc::CLOCK_MONOTONIC), Relaxed);
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
     let regs = unsafe { registers(&*(context as *const libc::ucontext_t)) };
     // Bounded by the snapshot's mapping of the stack, else a span above sp: reads are

@@ -68,6 +68,9 @@ pub(super) struct Slot {
     pub(super) sent_cpu_ns: AtomicU64,
     /// The handler found the signal late and walked nothing.
     pub(super) late: AtomicU32,
+    /// When the handler took the sample (`CLOCK_MONOTONIC` ns): what
+    /// decides its labels ([`crate::labels`]).
+    pub(super) taken_ns: AtomicU64,
     pub(super) frames: FrameBuf,
     pub(super) window: WindowBuf,
     /// Registers and stack top for CFI unwinding in the sampler thread.
@@ -85,6 +88,7 @@ impl Slot {
             lr: AtomicU64::new(0),
             tid: AtomicI32::new(0),
             sent_ns: AtomicU64::new(0),
+            taken_ns: AtomicU64::new(0),
             sent_cpu_ns: AtomicU64::new(0),
             late: AtomicU32::new(0),
             frames: FrameBuf(UnsafeCell::new([0; MAX_DEPTH])),
@@ -156,6 +160,8 @@ pub(crate) struct Collected<'a> {
     pub frames: &'a [u64],
     pub lr: u64,
     pub end: WalkEnd,
+    /// When it was taken (`CLOCK_MONOTONIC` ns).
+    pub time: u64,
     /// The handler's registers and stack copy, for CFI unwinding.
     pub copy: Option<CopiedStack<'a>>,
 }
@@ -330,6 +336,7 @@ unsafe fn hand_out(s: &Slot, scratch: &mut Vec<u64>, collect: impl FnOnce(Collec
         frames: scratch,
         lr: s.lr.load(Relaxed),
         end: WalkEnd::from_u8(s.end.load(Relaxed) as u8),
+        time: s.taken_ns.load(Relaxed),
         // SAFETY: as above, until the store below.
         copy: unsafe { s.copy.view() },
     });

@@ -390,6 +390,7 @@ mod tests {
                 frames: &chain,
                 lr: 0,
                 end: WalkEnd::Complete,
+                time: 0,
                 copy,
             };
             let mut stats = SamplerStats::new(&crate::SamplerConfig::default());
