@@ -13,7 +13,7 @@
 //! moment the sampler looks.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hashbrown::HashMap;
@@ -52,6 +52,9 @@ pub(crate) struct ThreadLog {
     current: AtomicU32,
     /// When the thread exited (`CLOCK_MONOTONIC` ns), 0 while it runs.
     exited_ns: AtomicU64,
+    /// Whether `changes` may hold any: spares a lock per change while no
+    /// sampler runs. Only the thread writes it.
+    logged: AtomicBool,
     changes: Mutex<VecDeque<Change>>,
 }
 
@@ -67,12 +70,16 @@ impl ThreadLog {
         if RECORDING.load(Ordering::Relaxed) == 0 {
             // Older changes describe no sample to come; the current set
             // answers for every later time until the next change.
-            let mut changes = self.changes();
-            if !changes.is_empty() {
+            if self.logged.load(Ordering::Relaxed) {
+                self.logged.store(false, Ordering::Relaxed);
+                let mut changes = self.changes();
                 changes.clear();
                 changes.shrink_to(64);
             }
             return;
+        }
+        if !self.logged.load(Ordering::Relaxed) {
+            self.logged.store(true, Ordering::Relaxed);
         }
         let time_ns = monotonic_ns();
         let mut changes = self.changes();
@@ -121,6 +128,7 @@ pub(crate) fn register(tid: u64) -> Arc<ThreadLog> {
         tid,
         current: AtomicU32::new(NO_LABELS),
         exited_ns: AtomicU64::new(0),
+        logged: AtomicBool::new(false),
         changes: Mutex::new(VecDeque::new()),
     });
     let now = monotonic_ns();

@@ -18,17 +18,19 @@
 pub(crate) mod log;
 pub mod sets;
 
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 pub use log::{monotonic_ns, Resolver};
 pub use sets::{snapshot, LabelSet, LabelSets, NO_LABELS};
 
-/// The calling thread's label state.
+/// The calling thread's label state, in one thread-local so that a scope
+/// costs one lookup of it.
 struct Current {
     id: Cell<u32>,
     log: OnceCell<Arc<log::ThreadLog>>,
+    children: RefCell<Option<sets::Children>>,
 }
 
 impl Drop for Current {
@@ -44,25 +46,23 @@ thread_local! {
         Current {
             id: Cell::new(sets::NO_LABELS),
             log: OnceCell::new(),
+            children: RefCell::new(None),
         }
     };
 }
 
-/// Makes set `id` the calling thread's, returning the one it replaces.
-fn switch_to(id: u32) -> u32 {
-    CURRENT
-        .try_with(|current| {
-            let before = current.id.replace(id);
-            if before != id {
-                let log = current
-                    .log
-                    .get_or_init(|| log::register(crate::current_thread_id()));
-                log.changed(before, id);
-            }
-            before
-        })
-        // The thread is being torn down: no sample of it is to come.
-        .unwrap_or(sets::NO_LABELS)
+impl Current {
+    /// Makes set `id` the thread's, returning the one it replaces.
+    fn switch_to(&self, id: u32) -> u32 {
+        let before = self.id.replace(id);
+        if before != id {
+            let log = self
+                .log
+                .get_or_init(|| log::register(crate::current_thread_id()));
+            log.changed(before, id);
+        }
+        before
+    }
 }
 
 /// The id of the calling thread's label set now.
@@ -79,9 +79,21 @@ pub fn with_labels<R>(labels: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
 /// Adds `labels` to the calling thread's labels until the guard drops.
 /// Guards must drop in the reverse order they were made, as scopes do.
 pub fn labels(labels: &[(&str, &str)]) -> LabelGuard {
-    let id = sets::child(current(), labels);
+    let before = CURRENT
+        .try_with(|current| {
+            let parent = current.id.get();
+            let id = match current.children.try_borrow_mut() {
+                Ok(mut children) => children
+                    .get_or_insert_with(Default::default)
+                    .child(parent, labels),
+                Err(_) => sets::child(parent, labels),
+            };
+            current.switch_to(id)
+        })
+        // The thread is being torn down: no sample of it is to come.
+        .unwrap_or(sets::NO_LABELS);
     LabelGuard {
-        before: switch_to(id),
+        before,
         _not_send: PhantomData,
     }
 }
@@ -96,7 +108,7 @@ pub struct LabelGuard {
 
 impl Drop for LabelGuard {
     fn drop(&mut self) {
-        switch_to(self.before);
+        let _ = CURRENT.try_with(|current| current.switch_to(self.before));
     }
 }
 

@@ -6,7 +6,6 @@
 //! thread remembers the children it made ([`child`]): a repeated scope
 //! costs a hash and a string compare, and only a new one takes the lock.
 
-use std::cell::RefCell;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -150,23 +149,25 @@ struct Child {
     id: u32,
 }
 
-thread_local! {
-    static CHILDREN: RefCell<(DefaultHashBuilder, HashMap<u64, Child>)> =
-        RefCell::new(Default::default());
+/// A thread's memory of the children it made, so a repeated scope costs a
+/// hash and a compare, not the interner's lock.
+#[derive(Default)]
+pub(crate) struct Children {
+    hasher: DefaultHashBuilder,
+    children: HashMap<u64, Child>,
 }
 
-/// The id of set `parent` with `labels` added.
-pub(crate) fn child(parent: u32, labels: &[(&str, &str)]) -> u32 {
-    if labels.is_empty() {
-        return parent;
-    }
-    let cached = CHILDREN.try_with(|cell| {
-        let (hasher, children) = &mut *cell.borrow_mut();
-        let mut h = hasher.build_hasher();
+impl Children {
+    /// The id of set `parent` with `labels` added.
+    pub(crate) fn child(&mut self, parent: u32, labels: &[(&str, &str)]) -> u32 {
+        if labels.is_empty() {
+            return parent;
+        }
+        let mut h = self.hasher.build_hasher();
         parent.hash(&mut h);
         labels.hash(&mut h);
         let hash = h.finish();
-        if let Some(c) = children.get(&hash) {
+        if let Some(c) = self.children.get(&hash) {
             let same = c.parent == parent
                 && c.labels.len() == labels.len()
                 && c.labels
@@ -178,18 +179,24 @@ pub(crate) fn child(parent: u32, labels: &[(&str, &str)]) -> u32 {
             }
         }
         let id = intern_child(parent, labels);
-        if children.len() >= CACHE_ENTRIES {
-            children.clear();
+        if self.children.len() >= CACHE_ENTRIES {
+            self.children.clear();
         }
         let labels = labels
             .iter()
             .map(|&(k, v)| (Box::from(k), Box::from(v)))
             .collect();
-        children.insert(hash, Child { parent, labels, id });
+        self.children.insert(hash, Child { parent, labels, id });
         id
-    });
-    // During thread teardown the cache is gone: intern directly.
-    cached.unwrap_or_else(|_| intern_child(parent, labels))
+    }
+}
+
+/// The id of set `parent` with `labels` added, without a thread's memory.
+pub(crate) fn child(parent: u32, labels: &[(&str, &str)]) -> u32 {
+    if labels.is_empty() {
+        return parent;
+    }
+    intern_child(parent, labels)
 }
 
 fn intern_child(parent: u32, labels: &[(&str, &str)]) -> u32 {
