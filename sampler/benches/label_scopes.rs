@@ -35,25 +35,15 @@ mod linux {
     fn median_ns(mut body: impl FnMut(u32)) -> f64 {
         let mut rounds: Vec<f64> = (0..ROUNDS)
             .map(|_| {
-                let start = thread_cpu_ns();
+                let start = btprof_testkit::thread_cpu_ns();
                 for i in 0..ITERATIONS {
                     body(i);
                 }
-                (thread_cpu_ns() - start) as f64 / f64::from(ITERATIONS)
+                (btprof_testkit::thread_cpu_ns() - start) as f64 / f64::from(ITERATIONS)
             })
             .collect();
         rounds.sort_by(f64::total_cmp);
         rounds[ROUNDS / 2]
-    }
-
-    fn thread_cpu_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid out-pointer; the clock always exists.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
     /// One scope entered and left per iteration.

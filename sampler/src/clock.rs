@@ -9,6 +9,19 @@
 //! whose clock counts in ticks of its own (Mach's `mach_absolute_time`)
 //! converts them with a [`Timebase`].
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the one time base of samples,
+/// label changes and the perf rings' records (`use_clockid`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists.
+    // Async-signal-safe, and takes no lock.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// A monotonic clock with an absolute-deadline sleep, in nanoseconds.
 ///
 /// The shared sampling loop ([`crate::control`]) runs its

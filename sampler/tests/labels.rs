@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use btprof_sampler::labels::{self, LabelSets};
-use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
+use btprof_sampler::{RawProfile, SampleClock};
 use btprof_symbols::Resolver;
 use btprof_testkit::{spin_cpu, thread_cpu, with_watchdog};
 
@@ -93,13 +93,7 @@ fn run(clock: SampleClock) {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let label = format!("labels on the {clock} clock");
     let (raw, (tid, in_a, in_b)) = with_watchdog(&label, Duration::from_secs(180), move || {
-        let sampler = Sampler::start(SamplerConfig {
-            hz: 1000,
-            mode: Mode::Cpu,
-            clock: Some(clock),
-            ..SamplerConfig::default()
-        })
-        .expect("start");
+        let sampler = support::cpu_sampler_at_1000_hz(clock);
         support::wait_until_listed(&sampler, 1);
         let spun = std::thread::spawn(alternate).join().unwrap();
         (sampler.stop().expect("stop"), spun)

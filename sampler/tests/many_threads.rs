@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use btprof_sampler::{Mode, RawProfile, SampleClock, Sampler, SamplerConfig};
+use btprof_sampler::{RawProfile, SampleClock, Sampler, SamplerConfig};
 use btprof_testkit::{hogs::Hogs, spin_cpu, steal_time_all_cpus, with_watchdog};
 
 mod support;
@@ -54,13 +54,7 @@ fn run(clock: SampleClock) -> (RawProfile, Vec<u64>) {
     let workers = HeldThreads::start(THREADS, "pool-", || {
         std::hint::black_box(pool_burst(WORK / THREADS as u32));
     });
-    let sampler = Sampler::start(SamplerConfig {
-        hz: 1000,
-        mode: Mode::Cpu,
-        clock: Some(clock),
-        ..SamplerConfig::default()
-    })
-    .expect("start");
+    let sampler = support::cpu_sampler_at_1000_hz(clock);
     // Let the first listing find every worker (and open their events)
     // before they run.
     wait_until_listed(&sampler, THREADS);

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hashbrown::HashMap;
 
 use super::sets::NO_LABELS;
+pub use crate::clock::monotonic_ns;
 
 /// How long a change is kept: far longer than the latest a sample is
 /// interned (a slot's timeout, a ring's collection interval).
@@ -190,17 +191,6 @@ impl Resolver {
     pub fn now(&mut self, tid: u64) -> u32 {
         self.at(tid, u64::MAX)
     }
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds: the time base of every sample.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

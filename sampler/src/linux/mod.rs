@@ -34,6 +34,7 @@ mod unwind;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::clock::monotonic_ns;
 use crate::sampler_thread::SamplerThread;
 use crate::{Error, Mode, SampleClock, SamplerConfig};
 
@@ -41,7 +42,7 @@ pub use signal::slots::MAX_DEPTH;
 
 use clocks::timers::thread_timers;
 use engine::SamplerLoop;
-use kernel::{scheduling, threads};
+use kernel::scheduling;
 use signal::install::{self, InstalledHandler};
 use signal::{checked_memory, own_stack, slots, stack_copy, stack_regions};
 
@@ -159,8 +160,4 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
         std::thread::sleep(Duration::from_micros(200));
     }
     Ok((thread, running))
-}
-
-fn monotonic_ns() -> u64 {
-    threads::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }

@@ -59,16 +59,22 @@ pub fn samples_and_cpu_of(raw: &RawProfile, tid: u64) -> (u64, std::time::Durati
     (samples, cpu)
 }
 
-/// A cpu-mode sampler at 1000 Hz on the sampler-thread clock, started.
+/// A cpu-mode sampler at 1000 Hz on `clock`, started.
 #[cfg(target_os = "linux")]
-pub fn sampler_thread_clock_at_1000_hz() -> btprof_sampler::Sampler {
+pub fn cpu_sampler_at_1000_hz(clock: btprof_sampler::SampleClock) -> btprof_sampler::Sampler {
     btprof_sampler::Sampler::start(btprof_sampler::SamplerConfig {
         hz: 1000,
         mode: btprof_sampler::Mode::Cpu,
-        clock: Some(btprof_sampler::SampleClock::SamplerThread),
+        clock: Some(clock),
         ..btprof_sampler::SamplerConfig::default()
     })
     .expect("start")
+}
+
+/// A cpu-mode sampler at 1000 Hz on the sampler-thread clock, started.
+#[cfg(target_os = "linux")]
+pub fn sampler_thread_clock_at_1000_hz() -> btprof_sampler::Sampler {
+    cpu_sampler_at_1000_hz(btprof_sampler::SampleClock::SamplerThread)
 }
 
 /// Waits until `sampler` has listed at least `threads` threads (and, on
