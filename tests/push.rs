@@ -233,6 +233,31 @@ fn a_server_that_never_answers_costs_a_bounded_queue_and_stop() {
     wait_for("windows dropped from the full queue", || {
         push_stats(&profiler).dropped >= 3
     });
+    // While the server hangs, an application thread's work takes what it
+    // takes unprofiled, and memory does not grow with the windows made.
+    let rss_before = btprof_testkit::measure::current_rss_kib();
+    let app = Instant::now();
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let app_took = app.elapsed();
+    wait_for("ten more windows", || push_stats(&profiler).dropped >= 13);
+    let rss_after = btprof_testkit::measure::current_rss_kib();
+    let queued = push_stats(&profiler).queued;
+    println!("measured: 50 sleeps of 10 ms took {app_took:?}; RSS {rss_before:?} -> {rss_after:?} KiB over ten dropped windows; {queued} queued");
+    // 0.5 s of sleeps; a push on the application's path would wait out the
+    // 30 s request timeout.
+    assert!(app_took < Duration::from_secs(10), "{app_took:?}");
+    assert!(queued <= 2, "{queued} windows queued past the bound of 2");
+    // Each window is a few KiB and only two are kept; the allowance is for
+    // the allocator and the symbol cache, far under what a queue that kept
+    // every window of a long outage would take.
+    if let (Some(before), Some(after)) = (rss_before, rss_after) {
+        assert!(
+            after < before + 8 * 1024,
+            "RSS grew from {before} to {after} KiB"
+        );
+    }
     let began = Instant::now();
     let (_, stats) = profiler.stop_with_dump_stats().unwrap();
     let stopped_in = began.elapsed();

@@ -44,6 +44,16 @@ pub fn peak_rss_kib() -> u64 {
     usage.ru_maxrss as u64
 }
 
+/// Resident set of this process now, in KiB (`/proc/self/statm`'s
+/// second field, in pages); `None` where there is no such file.
+pub fn current_rss_kib() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()? / 1024)
+}
+
 /// The `key=number` fields of a child's result line.
 pub fn fields(line: &str) -> impl Iterator<Item = (&str, f64)> + '_ {
     line.split_whitespace().map(|field| {
