@@ -96,6 +96,9 @@ fn record_has_each_process_push_its_windows() {
         folded_total(&scratch.path("btprof.folded")),
         "two-threads",
     );
+    // The processes' records add up what each pushed.
+    let said = format!("pushed {} of {} windows", pushed.len(), pushed.len());
+    assert!(text(&out.stdout).contains(&said), "{said:?} in the output");
     let pid = pushed[0].label("pid").unwrap().to_owned();
     assert!(pushed.iter().all(|p| p.label("pid") == Some(pid.as_str())));
 }

@@ -247,8 +247,8 @@ pub fn finish(ended_by: &str) -> bool {
         .filter(|&signal| session.handler.is_some() && handler(signal) != session.handler);
     #[cfg(not(target_os = "linux"))]
     let replaced: Option<i32> = None;
-    let profile = match session.profiler.stop() {
-        Ok(profile) => profile,
+    let (profile, push) = match session.profiler.stop_with_dump_stats() {
+        Ok((profile, stats)) => (profile, stats.push.map(|p| p.summary())),
         Err(e) => {
             say_once("stop", format_args!("this process's profile is lost: {e}"));
             return true;
@@ -286,6 +286,7 @@ pub fn finish(ended_by: &str) -> bool {
             .collect(),
         ended_by: ended_by.to_owned(),
         run: run.clone(),
+        push,
     });
     let written = write_atomically(session.stem.with_extension("folded"), |w| {
         profile.write_folded_with(config.fold, w)

@@ -58,6 +58,40 @@ pub struct ProcessRecord {
     /// How it was sampled and what was achieved.
     #[serde(flatten)]
     pub run: RunInfo,
+    /// What pushing its windows did, when it pushed (`record --push`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushSummary>,
+}
+
+/// What one process's pushing did, for `btprof record` to add up: each
+/// process pushes its own windows, so only its record can tell.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushSummary {
+    /// Windows made to be pushed.
+    pub windows: u64,
+    /// Windows the server accepted.
+    pub pushed: u64,
+    /// Windows dropped: the queue was full, or the server refused them.
+    pub dropped: u64,
+    /// Windows still queued when the process stopped.
+    pub unsent: u64,
+    /// Bytes of request bodies the server accepted.
+    pub bytes_sent: u64,
+}
+
+impl std::ops::Add for PushSummary {
+    type Output = PushSummary;
+
+    /// The sum of two processes' pushing.
+    fn add(self, other: PushSummary) -> PushSummary {
+        PushSummary {
+            windows: self.windows + other.windows,
+            pushed: self.pushed + other.pushed,
+            dropped: self.dropped + other.dropped,
+            unsent: self.unsent + other.unsent,
+            bytes_sent: self.bytes_sent + other.bytes_sent,
+        }
+    }
 }
 
 impl ProcessRecord {
@@ -93,6 +127,12 @@ mod tests {
             command_line: vec!["sh".into(), "-c".into(), "exit 7".into()],
             ended_by: "exit".into(),
             run: RunInfo::of_this_process(&stats, 0),
+            push: Some(PushSummary {
+                windows: 3,
+                pushed: 2,
+                unsent: 1,
+                ..PushSummary::default()
+            }),
         };
         let dir = std::env::temp_dir().join(format!("btprof-process-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();

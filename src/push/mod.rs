@@ -97,6 +97,20 @@ pub struct PushStats {
     pub last_error: Option<String>,
 }
 
+impl PushStats {
+    /// The counts `btprof record` adds up over processes; windows the
+    /// server refused count as dropped.
+    pub fn summary(&self) -> crate::formats::process_record::PushSummary {
+        crate::formats::process_record::PushSummary {
+            windows: self.windows,
+            pushed: self.pushed,
+            dropped: self.dropped + self.refused,
+            unsent: self.unsent,
+            bytes_sent: self.bytes_sent,
+        }
+    }
+}
+
 /// Where and how to push: `Push::pyroscope(url)` and the options below,
 /// given to [`crate::ProfilerBuilder::push`].
 ///

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use btprof::formats::process_record::ProcessRecord;
+use btprof::formats::process_record::{ProcessRecord, PushSummary};
 use btprof::profile::Builder;
 use btprof::{Profile, RunInfo, SampleClock};
 
@@ -291,6 +291,16 @@ pub fn paced_without_perf(parts: &[Part], shown: usize) -> Option<String> {
     })
 }
 
+/// The processes' pushing added up, and how many processes pushed;
+/// `None` when none did.
+pub fn pushed(parts: &[Part]) -> Option<(PushSummary, usize)> {
+    let pushing: Vec<PushSummary> = parts.iter().filter_map(|p| p.record.push).collect();
+    let total = pushing
+        .iter()
+        .fold(PushSummary::default(), |all, &one| all + one);
+    (!pushing.is_empty()).then_some((total, pushing.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +313,7 @@ mod tests {
                 command_line: Vec::new(),
                 ended_by: "exit".into(),
                 run,
+                push: None,
             },
             folded: PathBuf::new(),
         }

@@ -399,6 +399,24 @@ fn print_summary(gathered: &merge::Gathered, profile: &Profile, args: &RecordArg
         info.failed_samples,
         losses(info),
     );
+    if let Some((push, processes)) = merge::pushed(&gathered.parts) {
+        println!(
+            "pushed {} of {} windows ({} bytes) from {processes} process{}",
+            push.pushed,
+            push.windows,
+            push.bytes_sent,
+            if processes == 1 { "" } else { "es" },
+        );
+        if push.dropped + push.unsent > 0 {
+            eprintln!(
+                "btprof: warning: {} windows were not pushed: {} dropped, {} still queued at \
+                 exit (each process said why on stderr)",
+                push.dropped + push.unsent,
+                push.dropped,
+                push.unsent
+            );
+        }
+    }
 }
 
 /// How many process names a status line shows before "and N more": a
