@@ -60,7 +60,6 @@ pub fn samples_and_cpu_of(raw: &RawProfile, tid: u64) -> (u64, std::time::Durati
 }
 
 /// A cpu-mode sampler at 1000 Hz on `clock`, started.
-#[cfg(target_os = "linux")]
 pub fn cpu_sampler_at_1000_hz(clock: btprof_sampler::SampleClock) -> btprof_sampler::Sampler {
     btprof_sampler::Sampler::start(btprof_sampler::SamplerConfig {
         hz: 1000,
