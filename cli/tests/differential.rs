@@ -233,3 +233,93 @@ fn the_comparison_is_written_as_the_two_count_file_inferno_writes() {
         Err(_) => println!("NOT CHECKED: FlameGraph's flamegraph.pl is not installed"),
     }
 }
+
+/// inferno's own two-count file: `tests/data/diff-folded/results/default.txt`
+/// of github.com/jonhoo/inferno (release 0.12.8), what `inferno-diff-folded
+/// before.txt after.txt` writes for its test corpus, vendored unchanged.
+fn inferno_two_count_file() -> PathBuf {
+    fixture("difffolded", "inferno-default.folded")
+}
+
+#[test]
+fn inferno_s_own_two_count_file_is_read_by_report_diff_flamegraph_and_export() {
+    let dir = TempDir::new("btprof-compare-test", "inferno_corpus");
+    let file = inferno_two_count_file();
+    let text = fs::read_to_string(&file).unwrap();
+    // The second column's samples, and the first's, summed by hand.
+    let column = |i: usize| -> u64 {
+        text.lines()
+            .map(|l| {
+                l.split(' ')
+                    .rev()
+                    .nth(1 - i)
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum()
+    };
+    let (before, after) = (column(0), column(1));
+    assert_eq!((before, after), (65, 80), "the vendored file changed");
+
+    // A report is of the second count, and says so.
+    let report = btprof(&dir, &["report", path_str(&file), "--format", "json"]);
+    report.assert_stderr(0, "read the second count, the new run's");
+    assert_eq!(report.json()["samples"], after);
+
+    // The diff of its two columns: `write;...;__fget_light_[k]` went from
+    // 0 to 12 of the new run's 80 samples, 15 points of self share.
+    let diff = btprof(&dir, &["diff", path_str(&file), "--format", "json"]);
+    assert!(matches!(diff.code, Some(0 | 1)), "{}", diff.describe());
+    let json = diff.json();
+    let runs = |side: &str| json[side][0]["samples"].as_u64();
+    assert_eq!((runs("base"), runs("new")), (Some(before), Some(after)));
+    let fget = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "__fget_light_[k]")
+        .expect("__fget_light_[k] compared");
+    assert_eq!(fget["presence"], "new", "{fget}");
+
+    // The flamegraph is differential, with the frames inferno draws.
+    let svg = dir.path("inferno.svg");
+    let drawn = btprof(&dir, &["flamegraph", path_str(&file), "-o", path_str(&svg)]);
+    drawn.assert_stdout(0, &["differential"]);
+    let mut theirs = Vec::new();
+    let mut options = inferno::flamegraph::Options::default();
+    inferno::flamegraph::from_reader(&mut options, text.as_bytes(), &mut theirs).unwrap();
+    let ours = fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        placed_frames(&ours),
+        placed_frames(&String::from_utf8(theirs).unwrap())
+    );
+
+    // inferno's quirks on two-count lines: a `#` comment, blank frames
+    // (which inferno's collapsers write for `[unknown]`) and counts
+    // written as decimals read as the file they stand for.
+    let quirky: String = std::iter::once("# two-count file, hand-edited\n".to_owned())
+        .chain(text.lines().map(|l| {
+            let (stack, counts) = l.split_once(' ').unwrap();
+            let counts = counts.replace(' ', ".0 ");
+            format!("{} {counts}.0\n", stack.replace("[unknown]", ""))
+        }))
+        .collect();
+    assert!(
+        quirky.contains("dd;;read ") && quirky.contains(".0 "),
+        "{quirky}"
+    );
+    let quirky = dir.file("quirky.folded", &quirky);
+    let of_quirky = btprof(&dir, &["diff", &quirky, "--format", "json"]);
+    assert_eq!(of_quirky.code, diff.code, "{}", of_quirky.describe());
+    assert_eq!(
+        functions_by_name(&of_quirky, "functions"),
+        functions_by_name(&diff, "functions")
+    );
+
+    // An export is of the second count too, and says so.
+    let pprof = dir.path("inferno.pb.gz");
+    let export = btprof(&dir, &["export", path_str(&file), "-o", path_str(&pprof)]);
+    export.assert_stderr(0, "read the second count, the new run's");
+    assert!(fs::metadata(&pprof).unwrap().len() > 0);
+}
