@@ -208,3 +208,51 @@ fn a_file_that_cannot_be_read_is_named() {
     files.push(locked);
     diff(&dir, &files, &new, &[]).assert_stderr(2, "locked.folded");
 }
+
+#[test]
+fn per_thread_weighting_is_named_in_the_report_and_refused_for_one_run() {
+    let dir = TempDir::new("btprof-compare-runs", "per_thread");
+    // Two threads: `app::hot` is 20% of thread `a` and 30% of thread `b`
+    // in every run, whose split between the threads moves.
+    let write = |side: &str, splits: &[u64]| -> Vec<String> {
+        std::fs::create_dir_all(dir.path(side)).unwrap();
+        splits
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                let b = 1000 - a;
+                let text = format!(
+                    "a;app::hot {}\na;app::rest {}\nb;app::hot {}\nb;app::rest {}\n",
+                    a / 5,
+                    a - a / 5,
+                    b * 3 / 10,
+                    b - b * 3 / 10
+                );
+                dir.file(&format!("{side}/run-{i}.folded"), &text)
+            })
+            .collect()
+    };
+    let base = write("base", &[300, 500, 700]);
+    let new = write("new", &[700, 300, 500]);
+    let run = diff(&dir, &base, &new, &["--per-thread", "--format", "json"]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    let json = run.json();
+    assert_eq!(json["gate"]["per_thread"], true);
+    assert_eq!(json["gate"]["skip_root"], true);
+    let hot = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "app::hot")
+        .unwrap()
+        .clone();
+    // Every run weighted 50/50: 25% each, whatever its split.
+    for share in hot["base_runs"]["percent"].as_array().unwrap() {
+        assert!((share.as_f64().unwrap() - 25.0).abs() < 1e-9, "{hot}");
+    }
+    let text = diff(&dir, &base, &new, &["--per-thread"]);
+    text.assert_stdout(0, &["shares weighted per thread"]);
+
+    let one = diff(&dir, &base[..1], &new[..1], &["--per-thread"]);
+    one.assert_stdout(0, &["warning: shares were not weighted per thread"]);
+}

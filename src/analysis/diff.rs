@@ -53,6 +53,10 @@
 //! the pooled mean, which says nothing of the change's direction, keeps
 //! the correction valid).
 //!
+//! With [`DiffOptions::per_thread`], each run's share is weighted per
+//! thread, so that the split of CPU time between threads drops out (see
+//! [`per_thread`](super::per_thread) for when that is right).
+//!
 //! Either way a function whose share fell by the mirror rule is reported
 //! as **improved**; that never fails the gate.
 
@@ -62,6 +66,7 @@ use std::collections::BTreeSet;
 
 use super::functions::{FunctionTable, SelfFrame};
 use super::gate::{Gate, SideCounts};
+use super::per_thread::PerThread;
 use super::run_checks;
 use crate::profile::{Profile, RunInfo};
 
@@ -121,6 +126,16 @@ pub struct DiffOptions {
     /// inlined std helpers names the user's function, not
     /// `core::hint::black_box`.
     pub self_frame: SelfFrame,
+    /// With three runs a side or more, judge each run's share of a
+    /// function weighted per thread (each stack's first frame, which is
+    /// then a label, as with `skip_root`): as if every run had split its
+    /// samples between threads as the runs do on average. For programs
+    /// whose threads each run for the whole run, where the scheduler's
+    /// split is noise; wrong for a fixed amount of work, where a thread
+    /// that takes longer is the regression (see
+    /// [`per_thread`](super::per_thread)). Ignored, with a warning, under
+    /// the one-run rule.
+    pub per_thread: bool,
 }
 
 impl Default for DiffOptions {
@@ -134,6 +149,7 @@ impl Default for DiffOptions {
             spread_alpha: 0.05,
             skip_root: false,
             self_frame: SelfFrame::OwnCode,
+            per_thread: false,
         }
     }
 }
@@ -234,7 +250,8 @@ pub struct Samples {
     pub total_samples: u64,
     /// Its self share (0..=1): of the one run; of the pooled runs under
     /// [`Rule::SamplingNoise`]; the mean of the runs' shares under
-    /// [`Rule::RunToRunSpread`].
+    /// [`Rule::RunToRunSpread`] (shares weighted per thread with
+    /// [`DiffOptions::per_thread`]).
     pub self_share: f64,
     /// Its total share (0..=1), the same way.
     pub total_share: f64,
@@ -318,7 +335,8 @@ pub struct FunctionDiff {
     pub base: Samples,
     /// On the new side.
     pub new: Samples,
-    /// The gated share (0..=1) in each base run, in run order.
+    /// The gated share (0..=1) in each base run, in run order (weighted
+    /// per thread with [`DiffOptions::per_thread`]).
     pub base_runs: Vec<f64>,
     /// The gated share (0..=1) in each new run, in run order.
     pub new_runs: Vec<f64>,
@@ -440,6 +458,12 @@ impl DiffReport {
         self.options.alpha_for(self.rule)
     }
 
+    /// Whether shares were weighted per thread
+    /// ([`DiffOptions::per_thread`], which the one-run rule ignores).
+    pub fn per_thread(&self) -> bool {
+        self.options.per_thread && self.rule == Rule::RunToRunSpread
+    }
+
     /// What the change was held against, in a sentence: under
     /// [`Rule::SamplingNoise`] it says that run-to-run noise was not
     /// measured, which a reader of a one-run gate needs to know.
@@ -498,8 +522,10 @@ pub fn compare(base: &Profile, new: &Profile, options: &DiffOptions) -> DiffRepo
 /// says so.
 pub fn compare_runs(base: &[Profile], new: &[Profile], options: &DiffOptions) -> DiffReport {
     let rule = Rule::for_runs(base.len(), new.len());
-    let table =
-        |p: &Profile| FunctionTable::with_self_frame(p, options.skip_root, options.self_frame);
+    let per_thread = options.per_thread && rule == Rule::RunToRunSpread;
+    // Weighting per thread takes the root frames for thread labels.
+    let skip_root = options.skip_root || per_thread;
+    let table = |p: &Profile| FunctionTable::with_self_frame(p, skip_root, options.self_frame);
     let base_tables: Vec<FunctionTable> = base.iter().map(table).collect();
     let new_tables: Vec<FunctionTable> = new.iter().map(table).collect();
     let names: BTreeSet<&str> = base_tables
@@ -511,13 +537,21 @@ pub fn compare_runs(base: &[Profile], new: &[Profile], options: &DiffOptions) ->
     let invalid = options.validate().err();
     let empty_side = base.is_empty() || new.is_empty();
     let gate = Gate::new(options, rule, invalid.is_none() && !empty_side);
+    let weighted = per_thread.then(|| PerThread::new(base, new, options.self_frame));
     let sides: Vec<(SideCounts, SideCounts)> = names
         .iter()
         .map(|name| {
-            (
+            let (b, n) = (
                 SideCounts::of(name, &base_tables, options.metric),
                 SideCounts::of(name, &new_tables, options.metric),
-            )
+            );
+            match &weighted {
+                None => (b, n),
+                Some(w) => {
+                    let (bs, ns) = w.shares(name);
+                    (b.with_shares(bs), n.with_shares(ns))
+                }
+            }
         })
         .collect();
     let tests = gate.tests(&sides);
@@ -569,6 +603,12 @@ pub fn compare_runs(base: &[Profile], new: &[Profile], options: &DiffOptions) ->
     ));
     if let Some(why) = invalid {
         warnings.push(format!("nothing was judged: {why}"));
+    }
+    if options.per_thread && !per_thread {
+        warnings.push(format!(
+            "shares were not weighted per thread: that takes {} runs per side",
+            Rule::MIN_RUNS_FOR_SPREAD
+        ));
     }
     for (side, runs) in [("base", &base_runs), ("new", &new_runs)] {
         if runs.is_empty() {

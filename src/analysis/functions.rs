@@ -113,6 +113,36 @@ impl FunctionTable {
         skip_root: bool,
         self_frame: SelfFrame,
     ) -> FunctionTable {
+        FunctionTable::counted(profile, skip_root, self_frame, None)
+    }
+
+    /// One table per root frame (thread or process label) of `profile`,
+    /// sorted by it: each counts only the stacks under that root, with the
+    /// root itself skipped, and its total is those stacks' samples.
+    pub fn by_root(profile: &Profile, self_frame: SelfFrame) -> Vec<(String, FunctionTable)> {
+        let roots: std::collections::BTreeSet<u32> = profile
+            .stacks()
+            .filter_map(|s| s.folded_name_ids(false).next())
+            .collect();
+        let mut tables: Vec<(String, FunctionTable)> = roots
+            .into_iter()
+            .map(|root| {
+                let table = FunctionTable::counted(profile, true, self_frame, Some(root));
+                (profile.name(root).to_owned(), table)
+            })
+            .collect();
+        tables.sort_by(|a, b| a.0.cmp(&b.0));
+        tables
+    }
+
+    /// The counts of the stacks whose first frame is `root` (all stacks
+    /// with `None`); see [`FunctionTable::new`] for `skip_root`.
+    fn counted(
+        profile: &Profile,
+        skip_root: bool,
+        self_frame: SelfFrame,
+        root: Option<u32>,
+    ) -> FunctionTable {
         let n = profile.distinct_names();
         // Per name: whether it can take a sample's self time as its own
         // code (only asked with `OwnCode`).
@@ -130,9 +160,15 @@ impl FunctionTable {
         // recursion counts once without clearing anything per stack.
         let mut seen = vec![0usize; n];
         let mut line = Vec::new();
+        // The samples of the stacks counted: the profile's, unless `root`.
+        let mut stack_samples = 0;
         for (i, stack) in profile.stacks().enumerate() {
             line.clear();
             line.extend(stack.folded_name_ids(false));
+            if root.is_some() && line.first().copied() != root {
+                continue;
+            }
+            stack_samples += stack.count();
             let ids = &line[..];
             let ids = if skip_root {
                 ids.get(1..).unwrap_or_default()
@@ -170,7 +206,10 @@ impl FunctionTable {
             .collect();
         functions.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         FunctionTable {
-            total_samples: profile.total_samples(),
+            total_samples: match root {
+                None => profile.total_samples(),
+                Some(_) => stack_samples,
+            },
             functions,
         }
     }

@@ -12,6 +12,9 @@ pub(crate) struct SideCounts {
     counts: Vec<(u64, u64)>,
     /// All samples per run.
     totals: Vec<u64>,
+    /// `(self, total)` shares per run weighted per thread, which then
+    /// stand for the plain shares (see `per_thread`).
+    weighted: Option<Vec<(f64, f64)>>,
     metric: Metric,
 }
 
@@ -27,7 +30,31 @@ impl SideCounts {
                 })
                 .collect(),
             totals: tables.iter().map(FunctionTable::total_samples).collect(),
+            weighted: None,
             metric,
+        }
+    }
+
+    /// The same counts, judged by these per-run `(self, total)` shares
+    /// (one per run) instead of the plain ones.
+    pub(crate) fn with_shares(self, shares: Vec<(f64, f64)>) -> SideCounts {
+        debug_assert_eq!(shares.len(), self.counts.len());
+        SideCounts {
+            weighted: Some(shares),
+            ..self
+        }
+    }
+
+    /// Each run's `(self, total)` share.
+    fn run_shares(&self) -> Vec<(f64, f64)> {
+        match &self.weighted {
+            Some(shares) => shares.clone(),
+            None => self
+                .counts
+                .iter()
+                .zip(&self.totals)
+                .map(|(&(s, t), &n)| (share(s, n), share(t, n)))
+                .collect(),
         }
     }
 
@@ -45,10 +72,12 @@ impl SideCounts {
 
     /// The gated share of each run (0 for a run without samples).
     fn gated_shares(&self) -> Vec<f64> {
-        self.counts
-            .iter()
-            .zip(&self.totals)
-            .map(|(&c, &n)| share(self.gated(c), n))
+        self.run_shares()
+            .into_iter()
+            .map(|(s, t)| match self.metric {
+                Metric::SelfShare => s,
+                Metric::TotalShare => t,
+            })
             .collect()
     }
 
@@ -64,16 +93,12 @@ impl SideCounts {
             .iter()
             .fold((0, 0), |(a, b), &(s, t)| (a + s, b + t));
         let (self_share, total_share) = if mean {
-            let runs = self.counts.len().max(1) as f64;
-            let sum = |pick: fn((u64, u64)) -> u64| -> f64 {
-                self.counts
-                    .iter()
-                    .zip(&self.totals)
-                    .map(|(&c, &n)| share(pick(c), n))
-                    .sum::<f64>()
-                    / runs
-            };
-            (sum(|c| c.0), sum(|c| c.1))
+            let shares = self.run_shares();
+            let runs = shares.len().max(1) as f64;
+            let (a, b) = shares
+                .iter()
+                .fold((0.0, 0.0), |(a, b), &(s, t)| (a + s, b + t));
+            (a / runs, b / runs)
         } else {
             let n: u64 = self.totals.iter().sum();
             (share(s, n), share(t, n))

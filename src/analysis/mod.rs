@@ -6,6 +6,7 @@
 pub mod diff;
 pub mod functions;
 mod gate;
+pub mod per_thread;
 pub mod report;
 mod run_checks;
 mod significance;

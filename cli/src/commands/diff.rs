@@ -143,6 +143,16 @@ pub struct DiffArgs {
     #[arg(long)]
     pub skip_root: bool,
 
+    /// With 3 runs or more per side: judge each function by its share of
+    /// each thread's samples (root frames, as with --skip-root), weighted
+    /// by how the runs split their samples between threads on average, so
+    /// that one run's split drops out. For programs whose threads each
+    /// run the whole time (a server under a fixed-length load), where the
+    /// scheduler's split is noise; not for a fixed amount of work, where a
+    /// thread that takes longer is the regression.
+    #[arg(long)]
+    pub per_thread: bool,
+
     /// Which frame a sample's self time counts to: own-code (the innermost
     /// frame that is not Rust's standard library: a std helper inlined
     /// into your loop counts as your function's time) or leaf (the
@@ -301,6 +311,7 @@ pub fn run(args: &DiffArgs) -> ExitCode {
             SelfFrameArg::OwnCode => SelfFrame::OwnCode,
             SelfFrameArg::Leaf => SelfFrame::Leaf,
         },
+        per_thread: args.per_thread,
     };
     if let Err(message) = options.validate() {
         return fail(message);

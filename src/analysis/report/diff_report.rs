@@ -150,7 +150,9 @@ fn gate_line(report: &DiffReport) -> String {
         report.alpha(),
         report.tests,
         report.rule.test_name(),
-        if o.skip_root {
+        if report.per_thread() {
+            "; shares weighted per thread (root frames) by the runs' mean split"
+        } else if o.skip_root {
             "; root frames skipped"
         } else {
             ""
@@ -422,7 +424,8 @@ pub fn json(report: &DiffReport) -> Value {
             "alpha": report.alpha(),
             "tests": report.tests,
             "per_test_alpha": report.per_test_alpha,
-            "skip_root": o.skip_root,
+            "skip_root": o.skip_root || report.per_thread(),
+            "per_thread": report.per_thread(),
             "self_frame": o.self_frame.as_str(),
             "test": format!("{}, Bonferroni-corrected", report.rule.test_name()),
             "noise": report.noise_note(),
