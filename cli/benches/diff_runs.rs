@@ -7,13 +7,15 @@
 //! (`btprof --pid-self --no-inline`, `BTPROF_BENCH_HZ` Hz, default 10000,
 //! for `BTPROF_BENCH_SECS` s, default 8): `BTPROF_BENCH_BASE` plain runs
 //! (default 12) and `BTPROF_BENCH_SLOW` runs with `--slow beta=FACTOR`
-//! (default 8; FACTOR `BTPROF_BENCH_FACTOR`, default 1.1, which moves
-//! `beta`'s self share by about 1.5 points), alternately so that a change
+//! (default 8; FACTOR `BTPROF_BENCH_FACTOR`, default 1.09, which moves
+//! `beta`'s self share by about 1.5 points when the workers split the
+//! CPU evenly), alternately so that a change
 //! in the machine's load falls on both. Comparisons then draw runs from
 //! the pools (seeded): a false-alarm comparison takes distinct plain runs
 //! for both sides, a detection comparison plain runs against slowed ones,
 //! and a comparison counts as detecting when `beta` is among the
-//! regressions. Runs are reused across comparisons (40 comparisons of 3
+//! regressions. Three rules judge: 3 runs against 3 at the defaults, the
+//! same with `--per-thread`, and 1 run against 1. Runs are reused across comparisons (40 comparisons of 3
 //! against 3 share 12 runs), so the counts are not independent trials;
 //! the pool keeps the bench to minutes. With `--no-inline` each workload
 //! function's self time is its own (with inlined frames it goes to the
@@ -28,7 +30,10 @@
 //! but takes a different share of each (about 19% and 25%), so its share
 //! of the run moves with how the scheduler split CPU time between the
 //! threads, which on a shared machine changes from run to run; on one
-//! core the scheduler splits it evenly. A single-threaded test, as in the
+//! core the scheduler splits it evenly. The workload measures each
+//! function's share of CPU time itself; the pools' table sets that
+//! truth's spread beside the profile's, which tells the workload's real
+//! variation from the profiler's error. A single-threaded test, as in the
 //! README's CI example, has no such split.
 //!
 //! `cargo bench -p btprof-cli --bench diff_runs` (Linux). Writes
@@ -46,6 +51,8 @@ const BTPROF: &str = env!("CARGO_BIN_EXE_btprof");
 const FALSE_ALARM_COMPARISONS: usize = 40;
 const DETECTION_COMPARISONS: usize = 20;
 const RUNS_PER_SIDE: usize = 3;
+/// The several-run rule with shares weighted per thread.
+const PER_THREAD: &[&str] = &["--per-thread"];
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -67,6 +74,9 @@ struct Run {
     folded: PathBuf,
     self_check: bool,
     samples: u64,
+    /// `beta`'s share of worker CPU time as the workload measured it with
+    /// the threads' CPU clocks (percent): the truth the profile estimates.
+    beta_truth: Option<f64>,
 }
 
 fn record(dir: &Path, name: &str, settings: &Settings, slow: bool, pinned: bool) -> Run {
@@ -95,6 +105,13 @@ fn record(dir: &Path, name: &str, settings: &Settings, slow: bool, pinned: bool)
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
+    // The self-check's row `  beta  MEASURED%  TRUTH%  ...`.
+    let beta_truth = stdout.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        (words.next() == Some("beta"))
+            .then(|| words.nth(1)?.strip_suffix('%')?.parse().ok())
+            .flatten()
+    });
     assert!(
         folded.exists(),
         "btprof wrote no {}: {}",
@@ -105,6 +122,7 @@ fn record(dir: &Path, name: &str, settings: &Settings, slow: bool, pinned: bool)
         folded,
         self_check: out.status.code() == Some(0),
         samples,
+        beta_truth,
     }
 }
 
@@ -147,9 +165,9 @@ fn draw(rng: &mut SplitMix64, n: usize, k: usize, exclude: &[usize]) -> Vec<usiz
 
 /// Runs `btprof diff` on these runs; whether it failed the gate, and
 /// whether `beta` was among the regressions. Prints what regressed.
-fn gate(base: &[&Run], new: &[&Run]) -> (bool, bool) {
+fn gate(base: &[&Run], new: &[&Run], extra: &[&str]) -> (bool, bool) {
     let mut cmd = Command::new(BTPROF);
-    cmd.arg("diff");
+    cmd.arg("diff").args(extra);
     if base.len() == 1 && new.len() == 1 {
         cmd.arg(&base[0].folded).arg(&new[0].folded);
     } else {
@@ -184,10 +202,11 @@ fn gate(base: &[&Run], new: &[&Run]) -> (bool, bool) {
     (code == Some(1), beta)
 }
 
-/// `beta`'s self share (percent) in a folded file, by its leaf frames.
-fn beta_share(folded: &Path) -> f64 {
+/// `beta`'s self share (percent) in a folded file, by its leaf frames,
+/// and worker 0's share of the samples (percent), by root frames.
+fn beta_share(folded: &Path) -> (f64, f64) {
     let text = std::fs::read_to_string(folded).expect("read a run");
-    let (mut beta, mut all) = (0u64, 0u64);
+    let (mut beta, mut worker0, mut all) = (0u64, 0u64, 0u64);
     for line in text.lines() {
         let Some((stack, count)) = line.rsplit_once(' ') else {
             continue;
@@ -201,8 +220,12 @@ fn beta_share(folded: &Path) -> f64 {
         {
             beta += count;
         }
+        if stack.starts_with("btprof-work-0;") {
+            worker0 += count;
+        }
     }
-    beta as f64 * 100.0 / all.max(1) as f64
+    let percent = |n: u64| n as f64 * 100.0 / all.max(1) as f64;
+    (percent(beta), percent(worker0))
 }
 
 fn mean_sd(values: &[f64]) -> (f64, f64) {
@@ -212,16 +235,24 @@ fn mean_sd(values: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// One load's row: what the pools held and the four counts.
+/// One load's row: what the pools held and the counts per rule.
 struct Row {
     load: &'static str,
     pinned: bool,
     beta_base: (f64, f64),
     beta_slow: (f64, f64),
+    /// The workload's own measurement of `beta`'s share: mean and
+    /// standard deviation over the plain runs, then the slowed ones.
+    truth_base: (f64, f64),
+    truth_slow: (f64, f64),
+    /// Worker 0's share of the samples over all runs: lowest, highest.
+    worker0: (f64, f64),
     samples: (f64, f64),
     self_checks: (usize, usize),
     spread_false: usize,
     spread_found: usize,
+    thread_false: usize,
+    thread_found: usize,
     one_false: usize,
     one_found: usize,
     /// The 1-minute load average as the pool's recording began and ended.
@@ -252,29 +283,39 @@ fn measure(load: &'static str, pinned: bool, settings: &Settings, dir: &Path, se
 
     let mut rng = SplitMix64::new(seed);
     let (mut spread_false, mut one_false, mut spread_found, mut one_found) = (0, 0, 0, 0);
+    let (mut thread_false, mut thread_found) = (0, 0);
     for _ in 0..FALSE_ALARM_COMPARISONS {
         let b = draw(&mut rng, base.len(), RUNS_PER_SIDE, &[]);
         let n = draw(&mut rng, base.len(), RUNS_PER_SIDE, &b);
         let side = |ix: &[usize]| ix.iter().map(|&i| &base[i]).collect::<Vec<_>>();
-        spread_false += usize::from(gate(&side(&b), &side(&n)).0);
-        one_false += usize::from(gate(&side(&b[..1]), &side(&n[..1])).0);
+        spread_false += usize::from(gate(&side(&b), &side(&n), &[]).0);
+        thread_false += usize::from(gate(&side(&b), &side(&n), PER_THREAD).0);
+        one_false += usize::from(gate(&side(&b[..1]), &side(&n[..1]), &[]).0);
     }
     for _ in 0..DETECTION_COMPARISONS {
         let b = draw(&mut rng, base.len(), RUNS_PER_SIDE, &[]);
         let n = draw(&mut rng, slow.len(), RUNS_PER_SIDE, &[]);
         let bs: Vec<&Run> = b.iter().map(|&i| &base[i]).collect();
         let ns: Vec<&Run> = n.iter().map(|&i| &slow[i]).collect();
-        spread_found += usize::from(gate(&bs, &ns).1);
-        one_found += usize::from(gate(&bs[..1], &ns[..1]).1);
+        spread_found += usize::from(gate(&bs, &ns, &[]).1);
+        thread_found += usize::from(gate(&bs, &ns, PER_THREAD).1);
+        one_found += usize::from(gate(&bs[..1], &ns[..1], &[]).1);
     }
     let shares = |runs: &[Run]| {
         mean_sd(
             &runs
                 .iter()
-                .map(|r| beta_share(&r.folded))
+                .map(|r| beta_share(&r.folded).0)
                 .collect::<Vec<_>>(),
         )
     };
+    let truth =
+        |runs: &[Run]| mean_sd(&runs.iter().filter_map(|r| r.beta_truth).collect::<Vec<_>>());
+    let worker0: Vec<f64> = base
+        .iter()
+        .chain(&slow)
+        .map(|r| beta_share(&r.folded).1)
+        .collect();
     let samples =
         |runs: &[Run]| runs.iter().map(|r| r.samples as f64).sum::<f64>() / runs.len() as f64;
     let passed = |runs: &[Run]| runs.iter().filter(|r| r.self_check).count();
@@ -283,10 +324,18 @@ fn measure(load: &'static str, pinned: bool, settings: &Settings, dir: &Path, se
         pinned,
         beta_base: shares(&base),
         beta_slow: shares(&slow),
+        truth_base: truth(&base),
+        truth_slow: truth(&slow),
+        worker0: (
+            worker0.iter().copied().fold(f64::INFINITY, f64::min),
+            worker0.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ),
         samples: (samples(&base), samples(&slow)),
         self_checks: (passed(&base), passed(&slow)),
         spread_false,
         spread_found,
+        thread_false,
+        thread_found,
         one_false,
         one_found,
         load_average: (load_before, load_after),
@@ -324,7 +373,7 @@ fn main() {
         secs: env_or("BTPROF_BENCH_SECS", 8.0),
         base_runs: env_or("BTPROF_BENCH_BASE", 12),
         slow_runs: env_or("BTPROF_BENCH_SLOW", 8),
-        factor: env_or("BTPROF_BENCH_FACTOR", 1.1),
+        factor: env_or("BTPROF_BENCH_FACTOR", 1.09),
     };
     assert!(
         settings.base_runs >= 2 * RUNS_PER_SIDE && settings.slow_runs >= RUNS_PER_SIDE,
@@ -349,8 +398,8 @@ fn main() {
         "| load | rule | false alarms (of 40) | regression found (of 20) |\n|---|---|--:|--:|\n",
     );
     let mut pools = String::from(
-        "| load | load average (start, end) | samples per run (plain, slowed) | `beta` self share, plain | slowed | change | self-checks passed (plain, slowed) |\n\
-         |---|--:|--:|--:|--:|--:|--:|\n",
+        "| load | load average (start, end) | samples per run (plain, slowed) | worker 0's share of samples | `beta` self share, plain | slowed | change | `beta` measured by the workload, plain | slowed | self-checks passed (plain, slowed) |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     for r in &rows {
         let load = if r.pinned {
@@ -360,21 +409,36 @@ fn main() {
         };
         table.push_str(&format!(
             "| {} | {RUNS_PER_SIDE} runs against {RUNS_PER_SIDE}: Welch's t, threshold 1 point | {} | {} |\n\
+             | {} | {RUNS_PER_SIDE} runs against {RUNS_PER_SIDE}, `--per-thread`: Welch's t on shares weighted per thread | {} | {} |\n\
              | {} | 1 run against 1: z-test, threshold 2 points | {} | {} |\n",
-            load, r.spread_false, r.spread_found, load, r.one_false, r.one_found
+            load,
+            r.spread_false,
+            r.spread_found,
+            load,
+            r.thread_false,
+            r.thread_found,
+            load,
+            r.one_false,
+            r.one_found
         ));
         pools.push_str(&format!(
-            "| {} | {:.1}, {:.1} | {:.0}, {:.0} | {:.2}% ± {:.2} | {:.2}% ± {:.2} | {:+.2} points | {}/{}, {}/{} |\n",
+            "| {} | {:.1}, {:.1} | {:.0}, {:.0} | {:.1}–{:.1}% | {:.2}% ± {:.2} | {:.2}% ± {:.2} | {:+.2} points | {:.2}% ± {:.2} | {:.2}% ± {:.2} | {}/{}, {}/{} |\n",
             load,
             r.load_average.0,
             r.load_average.1,
             r.samples.0,
             r.samples.1,
+            r.worker0.0,
+            r.worker0.1,
             r.beta_base.0,
             r.beta_base.1,
             r.beta_slow.0,
             r.beta_slow.1,
             r.beta_slow.0 - r.beta_base.0,
+            r.truth_base.0,
+            r.truth_base.1,
+            r.truth_slow.0,
+            r.truth_slow.1,
             r.self_checks.0,
             settings.base_runs,
             r.self_checks.1,
@@ -394,8 +458,11 @@ fn main() {
          draw runs from these pools (seeded), so they share runs: false alarms compare plain \
          runs with other plain runs, detection plain runs with slowed ones and counts a \
          comparison that names `beta` among the regressions. The gate is `btprof diff` at its \
-         defaults.\n\n{table}\n\
-         The pools (`beta`'s self share: mean ± standard deviation over runs):\n\n{pools}",
+         defaults, and with `--per-thread` where the rule says so.\n\n{table}\n\
+         The pools (mean ± standard deviation over runs; worker 0's share of samples is the \
+         lowest and highest over all runs of the load; `beta` measured by the workload is its \
+         share of the workers' CPU time by their own CPU clocks, the truth the profile \
+         estimates):\n\n{pools}",
         machine(),
         settings.base_runs,
         settings.slow_runs,

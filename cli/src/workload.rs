@@ -123,9 +123,10 @@ impl Default for Work {
 impl Work {
     /// The same work with slower functions, as `--slow` spells it:
     /// `FUNCTION` (a name from [`FUNCTIONS`]) does twice the work per call,
-    /// `FUNCTION=FACTOR` that many times the work (1.1: a tenth more, a
-    /// regression of about a point and a half of `beta`'s share, small
-    /// enough to tell a diff's noise rules apart).
+    /// `FUNCTION=FACTOR` that many times the work (`beta=1.09`: 9% more,
+    /// a regression of about a point and a half of `beta`'s share when the
+    /// workers split the CPU evenly, small enough to tell a diff's noise
+    /// rules apart).
     pub fn slow(self, spec: &str) -> Result<Work, String> {
         let (function, factor) = match spec.split_once('=') {
             None => (spec, 2.0),
