@@ -4,6 +4,7 @@
 //! or JSON.
 
 pub mod diff;
+mod diff_options;
 pub mod functions;
 mod gate;
 pub mod per_thread;
