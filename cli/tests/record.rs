@@ -46,12 +46,9 @@ fn check_split(scratch: &Scratch, exe: &Path, clock: &[&str], shares: bool) {
     args.extend_from_slice(&["--", exe.to_str().unwrap()]);
     let (out, lines) = record_folded(scratch, &args, Duration::from_secs(180));
     let stdout = text(&out.stdout);
-    let truth = measured(&stdout);
-    let (a, b) = (samples_in(&lines, "alpha"), samples_in(&lines, "beta"));
-    let (ta, tb) = (truth["alpha"], truth["beta"]);
-    let share = 100.0 * a as f64 / (a + b) as f64;
-    let true_share = 100.0 * ta / (ta + tb);
-    let rate = (a + b) as f64 / (ta + tb);
+    let split = Split::of(&lines, &stdout);
+    let ((a, b), (ta, tb)) = (split.samples, split.cpu);
+    let (share, true_share, rate) = (split.share(), split.true_share(), split.rate());
     let reported: f64 = stdout
         .split(" samples per CPU-second")
         .next()
@@ -141,8 +138,7 @@ fn c_program_without_frame_pointers_is_walked_to_its_entry() {
         Duration::from_secs(120),
     );
     let total = total(&lines);
-    let entries = ["main", "start_alpha", "start_beta"];
-    let reached = samples_where(&lines, |name| entries.contains(&name));
+    let reached = split_complete(&lines);
     println!("{reached} of {total} samples reach main or a thread's start routine");
     // About 750 whole periods (0.75 CPU-s), not random: a survival bar that
     // catches alpha's thread unsampled (250 left), not beta's (500).

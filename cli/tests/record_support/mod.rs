@@ -56,29 +56,54 @@ pub fn scratch_if_installed(tool: &str, name: &str) -> Option<Scratch> {
 /// Compiles `programs/SOURCE` with `flags` into `dir`; `None` (said on
 /// stdout) without a C compiler.
 pub fn compile(dir: &Scratch, source: &str, out: &str, flags: &[&str]) -> Option<PathBuf> {
-    if !has("cc") {
-        println!("NOT CHECKED: no C compiler (cc) on this machine");
+    compile_with("cc", dir, source, out, flags)
+}
+
+/// [`compile`] with the C compiler `cc` (a cross compiler, say).
+pub fn compile_with(
+    cc: &str,
+    dir: &Scratch,
+    source: &str,
+    out: &str,
+    flags: &[&str],
+) -> Option<PathBuf> {
+    if !has(cc) {
+        println!("NOT CHECKED: no C compiler ({cc}) on this machine");
         return None;
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(source);
     let exe = dir.path(out);
-    let status = Command::new("cc")
+    let status = Command::new(cc)
         .args(flags)
         .arg("-o")
         .arg(&exe)
         .arg(&src)
         .arg("-pthread")
         .status()
-        .expect("run cc");
-    assert!(status.success(), "cc {source} failed");
+        .expect("run the C compiler");
+    assert!(status.success(), "{cc} {source} failed");
     Some(exe)
 }
 
 /// Runs `btprof record ARGS`, killing it after `limit`.
 pub fn record(dir: &Scratch, args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(BIN)
+    record_through(&[], dir, args, limit)
+}
+
+/// [`record`], with btprof started by the program and arguments
+/// `through` (an emulator, say) when that is not empty.
+pub fn record_through(through: &[&str], dir: &Scratch, args: &[&str], limit: Duration) -> Output {
+    let mut command = match through.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    let child = command
         .current_dir(&dir.0)
         .arg("record")
         .args(args)
@@ -118,7 +143,17 @@ pub type Folded = Vec<(Vec<String>, u64)>;
 /// Runs `btprof record ARGS` as [`record`] does, which must succeed, and
 /// reads the profile it wrote: most tests look at nothing else.
 pub fn record_folded(dir: &Scratch, args: &[&str], limit: Duration) -> (Output, Folded) {
-    let out = record(dir, args, limit);
+    record_folded_through(&[], dir, args, limit)
+}
+
+/// [`record_folded`] through [`record_through`].
+pub fn record_folded_through(
+    through: &[&str],
+    dir: &Scratch,
+    args: &[&str],
+    limit: Duration,
+) -> (Output, Folded) {
+    let out = record_through(through, dir, args, limit);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let lines = folded(&dir.path("btprof.folded"));
     (out, lines)
@@ -220,4 +255,55 @@ pub fn record_sleep_until_profiled(scratch: &Scratch) -> (std::process::Child, P
     }
     std::thread::sleep(Duration::from_millis(300));
     (child, raw)
+}
+
+/// The profile of `programs/two_threads.c` against the CPU time its two
+/// threads measured themselves.
+pub struct Split {
+    /// Samples in `alpha` and `beta` (or what they call).
+    pub samples: (u64, u64),
+    /// The CPU seconds `alpha`'s and `beta`'s threads measured.
+    pub cpu: (f64, f64),
+}
+
+impl Split {
+    /// From the profile's lines and the program's output.
+    pub fn of(lines: &[(Vec<String>, u64)], stdout: &str) -> Split {
+        let truth = measured(stdout);
+        let cpu = |name: &str| {
+            *truth
+                .get(name)
+                .unwrap_or_else(|| panic!("no CPU time of {name} in: {stdout}"))
+        };
+        Split {
+            samples: (samples_in(lines, "alpha"), samples_in(lines, "beta")),
+            cpu: (cpu("alpha"), cpu("beta")),
+        }
+    }
+
+    /// `alpha`'s share of the two functions' samples, in percent.
+    pub fn share(&self) -> f64 {
+        let (a, b) = self.samples;
+        100.0 * a as f64 / (a + b) as f64
+    }
+
+    /// `alpha`'s share of the two threads' CPU time, in percent.
+    pub fn true_share(&self) -> f64 {
+        let (a, b) = self.cpu;
+        100.0 * a / (a + b)
+    }
+
+    /// The two functions' samples per CPU-second the threads measured.
+    pub fn rate(&self) -> f64 {
+        (self.samples.0 + self.samples.1) as f64 / (self.cpu.0 + self.cpu.1)
+    }
+}
+
+/// The functions a complete stack of `programs/two_threads.c` passes
+/// through: `main`, or a thread's start routine.
+pub const SPLIT_ENTRIES: [&str; 3] = ["main", "start_alpha", "start_beta"];
+
+/// Samples whose stack reaches one of [`SPLIT_ENTRIES`].
+pub fn split_complete(lines: &[(Vec<String>, u64)]) -> u64 {
+    samples_where(lines, |name| SPLIT_ENTRIES.contains(&name))
 }
