@@ -16,6 +16,8 @@
 pub(crate) mod blocked;
 pub(crate) mod blocked_stack;
 pub(crate) mod modules;
+#[cfg(any(test, target_arch = "aarch64"))]
+mod ra_state;
 // Recorded on aarch64: the walker unwinds with this machine's rules.
 #[cfg(all(test, target_arch = "aarch64"))]
 mod recorded_aarch64;

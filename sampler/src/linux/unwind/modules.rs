@@ -143,7 +143,12 @@ impl ModuleList {
         let mut next = HashMap::with_capacity(found.len());
         for f in found {
             let entry = match f.sections {
-                Some(s) => {
+                #[cfg_attr(not(target_arch = "aarch64"), allow(unused_mut))]
+                Some(mut s) => {
+                    // Readable CFI for functions that sign their return
+                    // address (see `ra_state`).
+                    #[cfg(target_arch = "aarch64")]
+                    super::ra_state::clear_ra_state(&mut s.eh_frame);
                     let info = ModuleInfo {
                         name: f.name.clone(),
                         code: f.code.clone(),

@@ -1,27 +1,50 @@
 //! The CFI half of a sample's unwinding on recorded aarch64 data: the
 //! registers and stack top of a frameless call chain, and the program's
-//! `.eh_frame_hdr` and `.eh_frame`, all from
-//! `fixtures/aarch64_frameless/` (its `rec.c` says how they were made).
-//! A ring sample hands the walker the same parts: its registers and its
-//! stack copy.
+//! `.eh_frame_hdr` and `.eh_frame`, from `fixtures/aarch64_frameless/`
+//! (its `rec.c` says how they were made), and the same from the program
+//! built with `-mbranch-protection=standard` as well, whose return
+//! addresses are signed on the stack (`fixtures/aarch64_pac/`). A ring
+//! sample hands the walker the same parts: its registers and its stack
+//! copy.
 //!
 //! The sections' file addresses and the executable segment's span are
-//! the program's (`readelf -lS rec`); the sections are its bytes
+//! each program's (`readelf -lS rec`); the sections are its bytes
 //! (`objcopy -O binary --only-section=.eh_frame rec eh_frame.bin`, and
 //! so for `.eh_frame_hdr`).
 
 use super::modules::{Found, ModuleList, Sections};
 use super::CfiWalker;
 use crate::linux::signal::stack_copy::CopiedStack;
-use crate::walker::{Registers, WalkEnd};
+use crate::walker::{Arch, Registers, WalkEnd};
 
-const SAMPLE: &str = include_str!("fixtures/aarch64_frameless/sample.txt");
-const EH_FRAME_HDR: &[u8] = include_bytes!("fixtures/aarch64_frameless/eh_frame_hdr.bin");
-const EH_FRAME: &[u8] = include_bytes!("fixtures/aarch64_frameless/eh_frame.bin");
-const EH_FRAME_HDR_SVMA: u64 = 0xafc;
-const EH_FRAME_SVMA: u64 = 0xb58;
-/// The executable segment, from file address 0.
-const CODE_BYTES: u64 = 0xc80;
+/// One recorded program and sample.
+struct Fixture {
+    sample: &'static str,
+    eh_frame_hdr: &'static [u8],
+    eh_frame: &'static [u8],
+    eh_frame_hdr_svma: u64,
+    eh_frame_svma: u64,
+    /// The executable segment's size, from file address 0.
+    code_bytes: u64,
+}
+
+const PLAIN: Fixture = Fixture {
+    sample: include_str!("fixtures/aarch64_frameless/sample.txt"),
+    eh_frame_hdr: include_bytes!("fixtures/aarch64_frameless/eh_frame_hdr.bin"),
+    eh_frame: include_bytes!("fixtures/aarch64_frameless/eh_frame.bin"),
+    eh_frame_hdr_svma: 0xafc,
+    eh_frame_svma: 0xb58,
+    code_bytes: 0xc80,
+};
+
+const SIGNED: Fixture = Fixture {
+    sample: include_str!("fixtures/aarch64_pac/sample.txt"),
+    eh_frame_hdr: include_bytes!("fixtures/aarch64_pac/eh_frame_hdr.bin"),
+    eh_frame: include_bytes!("fixtures/aarch64_pac/eh_frame.bin"),
+    eh_frame_hdr_svma: 0xb2c,
+    eh_frame_svma: 0xb88,
+    code_bytes: 0xcc0,
+};
 
 /// What `rec` printed.
 struct Recorded {
@@ -45,8 +68,8 @@ fn fields<const N: usize>(line: &str, names: [&str; N]) -> [u64; N] {
     })
 }
 
-fn recorded() -> Recorded {
-    let mut lines = SAMPLE.lines();
+fn recorded(fixture: &Fixture) -> Recorded {
+    let mut lines = fixture.sample.lines();
     let [bias] = fields(lines.next().unwrap(), ["bias"]);
     let [pc, sp, fp, lr] = fields(lines.next().unwrap(), ["pc", "sp", "fp", "lr"]);
     let returns = fields(
@@ -63,40 +86,28 @@ fn recorded() -> Recorded {
     }
 }
 
-fn program(bias: u64) -> ModuleList {
+fn program(fixture: &Fixture, bias: u64) -> ModuleList {
+    let (hdr, eh_frame) = (fixture.eh_frame_hdr, fixture.eh_frame);
     ModuleList::fixed(vec![Found {
-        key: (bias, bias + EH_FRAME_HDR_SVMA),
+        key: (bias, bias + fixture.eh_frame_hdr_svma),
         name: "rec".to_owned(),
-        code: bias..bias + CODE_BYTES,
+        code: bias..bias + fixture.code_bytes,
         bias,
         sections: Some(Sections {
-            hdr_svma: EH_FRAME_HDR_SVMA..EH_FRAME_HDR_SVMA + EH_FRAME_HDR.len() as u64,
-            hdr: EH_FRAME_HDR.to_vec(),
-            eh_frame_svma: EH_FRAME_SVMA..EH_FRAME_SVMA + EH_FRAME.len() as u64,
-            eh_frame: EH_FRAME.to_vec(),
+            hdr_svma: fixture.eh_frame_hdr_svma..fixture.eh_frame_hdr_svma + hdr.len() as u64,
+            hdr: hdr.to_vec(),
+            eh_frame_svma: fixture.eh_frame_svma..fixture.eh_frame_svma + eh_frame.len() as u64,
+            eh_frame: eh_frame.to_vec(),
         }),
     }])
 }
 
-/// No function of the chain keeps a frame record, so the frame pointer
-/// gives none of its callers and only CFI does: `inner` and `middle` save
-/// their return addresses at offsets only their CFI gives.
-#[test]
-fn a_frameless_chain_is_unwound_by_cfi() {
-    let rec = recorded();
+/// The walk of `rec`'s sample, which must give each function's own return
+/// address.
+fn check_unwound(fixture: &Fixture, rec: &Recorded) {
     let [into_middle, into_outer, into_main] = rec.returns;
-    // The data is what the test says: each return address saved in the
-    // copy, none in a frame record x29 leads to.
-    for ret in [into_middle, into_outer, into_main] {
-        assert!(rec.stack.contains(&ret), "{ret:#x} is not in the copy");
-    }
-    let fp_at = (rec.regs.fp - rec.regs.sp) as usize / 8;
-    assert!(
-        !rec.returns.contains(&rec.stack[fp_at + 1]),
-        "x29 leads to a record of the chain"
-    );
     let copy = CopiedStack::from_parts(rec.regs, rec.regs.sp, &rec.stack);
-    let mut walker = CfiWalker::with_modules(program(rec.bias));
+    let mut walker = CfiWalker::with_modules(program(fixture, rec.bias));
     // The handler's walk: the pc alone, as x29 is not this chain's.
     let done = walker.complete(&copy, &[rec.regs.pc], WalkEnd::Unreadable, 16);
     assert!(
@@ -107,4 +118,41 @@ fn a_frameless_chain_is_unwound_by_cfi() {
         done.end
     );
     assert!(done.sources.cfi >= 3, "{:?}", done.sources);
+}
+
+/// No function of the chain keeps a frame record, so the frame pointer
+/// gives none of its callers and only CFI does: `inner` and `middle` save
+/// their return addresses at offsets only their CFI gives.
+#[test]
+fn a_frameless_chain_is_unwound_by_cfi() {
+    let rec = recorded(&PLAIN);
+    // The data is what the test says: each return address saved in the
+    // copy, none in a frame record x29 leads to.
+    for ret in rec.returns {
+        assert!(rec.stack.contains(&ret), "{ret:#x} is not in the copy");
+    }
+    let fp_at = (rec.regs.fp - rec.regs.sp) as usize / 8;
+    assert!(
+        !rec.returns.contains(&rec.stack[fp_at + 1]),
+        "x29 leads to a record of the chain"
+    );
+    check_unwound(&PLAIN, &rec);
+}
+
+/// The same chain signing its return addresses: its CFI marks where they
+/// are signed (`ra_state`), and each saved one is stripped before it is
+/// looked up.
+#[test]
+fn a_frameless_chain_with_signed_return_addresses_is_unwound_by_cfi() {
+    let rec = recorded(&SIGNED);
+    let strip = |a: u64| Arch::AARCH64_LINUX.strip_code_address(a);
+    // Signed in the copy, plain from `__builtin_return_address`.
+    for ret in rec.returns {
+        assert_eq!(strip(ret), ret, "{ret:#x}");
+        assert!(
+            rec.stack.iter().any(|&w| w != ret && strip(w) == ret),
+            "{ret:#x} is not saved signed in the copy"
+        );
+    }
+    check_unwound(&SIGNED, &rec);
 }
