@@ -74,6 +74,40 @@
 //! # }
 //! ```
 //!
+//! # Labels
+//!
+//! Code marks a region with labels ([`with_labels`], or the guard
+//! [`labels`]), and every sample its thread gives inside carries them
+//! ([`Stack::labels`]): the set the thread had when the sample was taken,
+//! however late the sampler reads it. Scopes nest, an inner value
+//! replacing an outer one of the same name. pprof files and pushed
+//! profiles carry them as sample labels; folded files and flamegraphs
+//! show them as a frame under the thread with
+//! [`FoldOptions::label_frames`].
+//!
+//! ```
+//! # fn main() -> Result<(), btprof::Error> {
+//! let profiler = btprof::Profiler::builder().hz(1000).start()?;
+//! let spin = || {
+//!     let start = std::time::Instant::now();
+//!     let mut x = 1u64;
+//!     while start.elapsed() < std::time::Duration::from_millis(100) {
+//!         x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+//!     }
+//!     x
+//! };
+//! btprof::with_labels(&[("endpoint", "checkout")], spin);
+//! let _tenant = btprof::labels(&[("tenant", "acme")]); // until dropped
+//! spin();
+//! let profile = profiler.stop()?;
+//! for stack in profile.stacks().filter(|s| !s.labels().is_empty()) {
+//!     let labels: Vec<_> = stack.labels().iter().collect();
+//!     println!("{labels:?}: {} samples", stack.count());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Reading folded files and comparing profiles
 //!
 //! [`Profile::read_folded`] reads a folded file of any tool into the same
@@ -138,6 +172,8 @@ pub mod thread_dump;
 pub mod watchdog;
 
 pub use analysis::{diff, report};
+/// Labels for the samples of a region of code (see [Labels](#labels)).
+pub use btprof_sampler::labels::{labels, with_labels, LabelGuard};
 /// Why sampling or a capture failed (inside [`Error::Sampler`]).
 pub use btprof_sampler::Error as SamplerError;
 pub use btprof_sampler::{
@@ -148,7 +184,7 @@ pub use diff::{DiffOptions, DiffReport};
 pub use error::Error;
 pub use formats::flamegraph::FlamegraphOptions;
 pub use formats::folded::{self as folded, FoldOptions, ReadError};
-pub use profile::{Profile, RunInfo, Stack};
+pub use profile::{LabelSet, Profile, RunInfo, Stack};
 #[cfg(feature = "push")]
 pub use push::{Push, PushStats};
 pub use record::lost_samples::signal_blocked_warnings;

@@ -57,6 +57,7 @@ use clap::{Parser, ValueEnum};
   btprof --pid-self --duration 10s --dump-every 1s --dump-dir dumps --keep 5
   btprof --pid-self --push http://localhost:4040 --service-name demo --label env=dev
   btprof --pid-self --slow beta --folded slow.folded
+  btprof --pid-self --label-frames        a flamegraph split by the workload's labels
   btprof --pid-self --dump-threads            what each thread is doing now
   btprof dump --pid 4242                  what each thread of process 4242 is doing now
   btprof diff btprof.folded slow.folded -o diff.svg     exit 1: beta regressed
@@ -138,6 +139,12 @@ struct Args {
     /// --inline` and samply.
     #[arg(long)]
     no_inline: bool,
+
+    /// Put each labelled stack under a frame of its labels below the
+    /// thread root (`[label: function=alpha]`; the workload labels its
+    /// calls), in the folded file and flamegraph.
+    #[arg(long)]
+    label_frames: bool,
 
     /// Most frames kept per stack; deeper stacks are marked truncated.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=512))]
@@ -462,10 +469,12 @@ fn output_options(args: &Args) -> OutputOptions {
         fold: FoldOptions {
             merge_threads: args.merge_threads,
             hide_inlined: args.no_inline,
+            label_frames: args.label_frames,
         },
         flamegraph: FlamegraphOptions {
             merge_threads: args.merge_threads,
             hide_inlined: args.no_inline,
+            label_frames: args.label_frames,
             ..FlamegraphOptions::default()
         },
         // --quiet is about the status line; the files are always named.

@@ -54,6 +54,9 @@ impl Config {
             fold: FoldOptions {
                 merge_threads: false,
                 hide_inlined: std::env::var_os(env::NO_INLINE).is_some_and(|v| v == "1"),
+                // Labels are set through the program's own btprof, which
+                // is not this library's: its samples carry none.
+                label_frames: false,
             },
             deadline: number::<u64>(env::DEADLINE_MS)?
                 .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),

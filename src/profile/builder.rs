@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::intern::{Frame, FrameId, FrameTable, NameTable, StackHead, StackTable, ThreadId};
+use super::labels::{label_set, LabelId, LabelSet, LabelTable, NO_LABELS};
 use super::{sanitize_frame, FrameInfo, Profile, RunInfo, ThreadEntry, TRUNCATED_FRAME};
 use crate::Stats;
 
@@ -30,6 +31,7 @@ pub struct Builder {
     threads: Vec<ThreadEntry>,
     thread_ids: HashMap<ThreadEntry, ThreadId>,
     stacks: StackTable,
+    labels: LabelTable,
     truncated_name: Option<u32>,
     total: u64,
     /// Scratch for one stack's frame ids.
@@ -69,6 +71,32 @@ impl Builder {
         Ok(id)
     }
 
+    /// The id of the label set `set`, added if new.
+    pub fn label_set(&mut self, set: &LabelSet) -> Result<LabelId, Overflow> {
+        self.labels.intern(set, &mut self.names).ok_or(Overflow)
+    }
+
+    /// The id of the label set of `pairs` (`(name, value)`), added if new.
+    ///
+    /// ```
+    /// use btprof::profile::Builder;
+    /// use btprof::Stats;
+    ///
+    /// let mut b = Builder::new();
+    /// let main = b.thread("main", None)?;
+    /// let checkout = b.labels(&[("endpoint", "checkout")])?;
+    /// b.add_labelled_stack(Some(main), checkout, ["main", "pay"], false, 3)?;
+    /// b.add_stack(Some(main), ["main", "pay"], false, 1)?;
+    /// let profile = b.finish(Stats::new(&Default::default()));
+    /// // Equal frames, different labels: two stacks (and one folded line).
+    /// let labelled: Vec<_> = profile.stacks().map(|s| (s.labels().get("endpoint"), s.count())).collect();
+    /// assert_eq!(labelled, [(Some("checkout"), 3), (None, 1)]);
+    /// # Ok::<(), btprof::profile::Overflow>(())
+    /// ```
+    pub fn labels(&mut self, pairs: &[(&str, &str)]) -> Result<LabelId, Overflow> {
+        self.label_set(&label_set(pairs))
+    }
+
     /// Adds `count` samples of the stack `frames` (names, root first) on
     /// `thread`; `truncated` when its walk ended before the thread's root.
     /// Names are made safe for the folded format ([`sanitize_frame`]).
@@ -79,12 +107,29 @@ impl Builder {
         truncated: bool,
         count: u64,
     ) -> Result<(), Overflow> {
+        self.add_labelled_stack(thread, NO_LABELS, frames, truncated, count)
+    }
+
+    /// [`Builder::add_stack`] for samples with the label set `labels`
+    /// (from [`Builder::labels`]).
+    ///
+    /// # Panics
+    ///
+    /// If `labels` is not from this builder.
+    pub fn add_labelled_stack<'s>(
+        &mut self,
+        thread: Option<ThreadId>,
+        labels: LabelId,
+        frames: impl IntoIterator<Item = &'s str>,
+        truncated: bool,
+        count: u64,
+    ) -> Result<(), Overflow> {
         self.ids.clear();
         for name in frames {
             let id = self.intern_named(&sanitize_frame(name))?;
             self.ids.push(id);
         }
-        self.push(thread, truncated, count)
+        self.push(thread, labels, truncated, count)
     }
 
     /// Adds `count` samples of the stack `frames` (root first) on `thread`,
@@ -121,7 +166,25 @@ impl Builder {
         truncated: bool,
         count: u64,
     ) -> Result<(), Overflow> {
-        self.add_interned(frames, Self::intern_frame, thread, truncated, count)
+        self.add_labelled_frames(thread, NO_LABELS, frames, truncated, count)
+    }
+
+    /// [`Builder::add_frames`] for samples with the label set `labels`
+    /// (from [`Builder::labels`] or [`Builder::label_set`]).
+    ///
+    /// # Panics
+    ///
+    /// If `labels` is not from this builder.
+    pub fn add_labelled_frames<'s>(
+        &mut self,
+        thread: Option<ThreadId>,
+        labels: LabelId,
+        frames: impl IntoIterator<Item = FrameInfo<'s>>,
+        truncated: bool,
+        count: u64,
+    ) -> Result<(), Overflow> {
+        let head = (thread, labels, truncated);
+        self.add_interned(frames, Self::intern_frame, head, count)
     }
 
     /// Adds `count` samples of a folded line's frames (root first), names
@@ -131,7 +194,7 @@ impl Builder {
         frames: impl IntoIterator<Item = &'s str>,
         count: u64,
     ) -> Result<(), Overflow> {
-        self.add_interned(frames, Self::intern_named, None, false, count)
+        self.add_interned(frames, Self::intern_named, (None, NO_LABELS, false), count)
     }
 
     /// Interns each of `frames` (root first) with `intern` and adds the
@@ -141,8 +204,7 @@ impl Builder {
         &mut self,
         frames: impl IntoIterator<Item = F>,
         intern: impl Fn(&mut Self, F) -> Result<FrameId, Overflow>,
-        thread: Option<ThreadId>,
-        truncated: bool,
+        (thread, labels, truncated): (Option<ThreadId>, LabelId, bool),
         count: u64,
     ) -> Result<(), Overflow> {
         self.ids.clear();
@@ -150,7 +212,7 @@ impl Builder {
             let id = intern(self, frame)?;
             self.ids.push(id);
         }
-        self.push(thread, truncated, count)
+        self.push(thread, labels, truncated, count)
     }
 
     fn intern_frame(&mut self, info: FrameInfo<'_>) -> Result<FrameId, Overflow> {
@@ -174,16 +236,29 @@ impl Builder {
     fn push(
         &mut self,
         thread: Option<ThreadId>,
+        labels: LabelId,
         truncated: bool,
         count: u64,
     ) -> Result<(), Overflow> {
+        assert!(
+            (labels as usize) < self.labels.len(),
+            "label set {labels} is not from this builder"
+        );
         self.total = self.total.checked_add(count).ok_or(Overflow)?;
         if truncated && self.truncated_name.is_none() {
             self.truncated_name = Some(self.names.intern(TRUNCATED_FRAME).ok_or(Overflow)?);
         }
         // The stack's count is at most the total, which did not overflow.
         self.stacks
-            .add(StackHead { thread, truncated }, &self.ids, count)
+            .add(
+                StackHead {
+                    thread,
+                    truncated,
+                    labels,
+                },
+                &self.ids,
+                count,
+            )
             .map_err(|_| Overflow)
     }
 
@@ -199,6 +274,7 @@ impl Builder {
             frames: self.frames,
             threads: self.threads,
             stacks: self.stacks,
+            labels: self.labels,
             truncated_name: self.truncated_name,
             total: self.total,
             run_info: None,
@@ -244,8 +320,8 @@ impl Builder {
     }
 }
 
-/// `profile`'s stacks sorted by their folded lines; stacks whose lines and
-/// frames are both equal (threads of the same name) merged.
+/// `profile`'s stacks sorted by their folded lines; stacks whose lines,
+/// labels and frames are all equal (threads of the same name) merged.
 ///
 /// Stacks with the same line but different frames (the same functions at
 /// other addresses or lines) stay apart, next to each other, so outputs
@@ -267,10 +343,15 @@ fn sorted_by_folded_line(profile: &Profile) -> StackTable {
             j += 1;
         }
         // Within one run of equal lines, merge the stacks with equal
-        // frames; `add` merges by head and frames, so give them one head
-        // (the first's: the thread names are equal).
+        // labels and frames; `add` merges by head and frames, so give them
+        // one thread (the first's: the thread names are equal), keeping
+        // each one's labels.
         for &(_, index) in &lines[i..j] {
-            let (_, ids, count) = entries[index];
+            let (own, ids, count) = entries[index];
+            let head = StackHead {
+                labels: own.labels,
+                ..head
+            };
             // Fewer stacks than before, counts within the total: cannot fail.
             let _ = sorted.add(head, ids, count);
         }

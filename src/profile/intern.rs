@@ -142,6 +142,9 @@ pub(crate) struct StackHead {
     pub(crate) thread: Option<ThreadId>,
     /// Whether the walk ended before the root of the thread's stack.
     pub(crate) truncated: bool,
+    /// The labels its thread had when sampled (an id of the profile's
+    /// label table; 0: none).
+    pub(crate) labels: u32,
 }
 
 /// Where one distinct stack's frames live in the arena, and its samples.
@@ -258,6 +261,7 @@ mod tests {
     const NO_HEAD: StackHead = StackHead {
         thread: None,
         truncated: false,
+        labels: 0,
     };
 
     #[test]
@@ -272,12 +276,12 @@ mod tests {
     }
 
     #[test]
-    fn the_same_frames_on_another_thread_or_truncated_are_another_stack() {
+    fn the_same_frames_on_another_thread_truncated_or_labelled_are_another_stack() {
         let mut s = StackTable::default();
         s.add(NO_HEAD, &[0, 1], 1).unwrap();
         let threaded = StackHead {
             thread: Some(0),
-            truncated: false,
+            ..NO_HEAD
         };
         s.add(threaded, &[0, 1], 1).unwrap();
         s.add(
@@ -289,7 +293,16 @@ mod tests {
             1,
         )
         .unwrap();
-        assert_eq!(s.len(), 3);
+        s.add(
+            StackHead {
+                labels: 1,
+                ..threaded
+            },
+            &[0, 1],
+            1,
+        )
+        .unwrap();
+        assert_eq!(s.len(), 4);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! A [`Profile`] is interned (see `intern.rs`): a name table, a frame table
 //! (name, and where known module, address, source file and line, and
 //! whether the frame was inlined), a thread table, and the distinct stacks
-//! as sequences of frame ids, root first, each with its thread, whether
-//! its walk was truncated, and its sample count. Beside them: how the
+//! as sequences of frame ids, root first, each with its thread, its label
+//! set (`labels.rs`), whether its walk was truncated, and its sample count. Beside them: how the
 //! profile was taken ([`RunInfo`], and for a recording of this process the
 //! sampler's [`Stats`]).
 //!
@@ -14,6 +14,7 @@
 
 mod builder;
 mod intern;
+mod labels;
 pub mod run_info;
 
 use std::borrow::Cow;
@@ -21,10 +22,12 @@ use std::sync::Arc;
 
 pub use builder::{Builder, Overflow};
 pub use intern::{FrameId, NameId, ThreadId};
+pub use labels::{label_frame, label_set, LabelId, LabelSet, NO_LABELS};
 pub use run_info::RunInfo;
 
 use crate::Stats;
 use intern::{Frame, FrameTable, NameTable, StackHead, StackTable};
+use labels::LabelTable;
 
 /// The frame put under the thread root of a stack whose walk ended early,
 /// so partial stacks are visible instead of posing as complete ones.
@@ -105,6 +108,8 @@ pub struct Profile {
     /// Each thread's name.
     threads: Vec<ThreadEntry>,
     stacks: StackTable,
+    /// The stacks' label sets.
+    labels: LabelTable,
     /// The name id of [`TRUNCATED_FRAME`], once a stack is truncated.
     truncated_name: Option<NameId>,
     total: u64,
@@ -183,18 +188,33 @@ impl<'a> Stack<'a> {
         merge_threads: bool,
         hide_inlined: bool,
     ) -> impl Iterator<Item = NameId> + Clone + 'a {
+        self.folded_name_ids_labelled(merge_threads, hide_inlined, false)
+    }
+
+    /// [`Stack::folded_name_ids_with`], with the stack's label frame
+    /// ([`label_frame`]) under the thread root when `label_frames` and the
+    /// stack has labels.
+    pub fn folded_name_ids_labelled(
+        &self,
+        merge_threads: bool,
+        hide_inlined: bool,
+        label_frames: bool,
+    ) -> impl Iterator<Item = NameId> + Clone + 'a {
         let profile = self.profile;
         let thread = self
             .head
             .thread
             .filter(|_| !merge_threads)
             .map(|t| profile.threads[t as usize].name);
+        let label = label_frames
+            .then(|| profile.labels.frame(self.head.labels))
+            .flatten();
         let truncated = if self.head.truncated {
             profile.truncated_name
         } else {
             None
         };
-        thread.into_iter().chain(truncated).chain(
+        thread.into_iter().chain(label).chain(truncated).chain(
             self.ids
                 .iter()
                 .map(move |&id| profile.frames.get(id))
@@ -216,8 +236,19 @@ impl<'a> Stack<'a> {
         merge_threads: bool,
         hide_inlined: bool,
     ) -> impl Iterator<Item = &'a str> + Clone + 'a {
+        self.folded_names_labelled(merge_threads, hide_inlined, false)
+    }
+
+    /// The names of this stack's folded line (see
+    /// [`Stack::folded_name_ids_labelled`]).
+    pub fn folded_names_labelled(
+        &self,
+        merge_threads: bool,
+        hide_inlined: bool,
+        label_frames: bool,
+    ) -> impl Iterator<Item = &'a str> + Clone + 'a {
         let profile = self.profile;
-        self.folded_name_ids_with(merge_threads, hide_inlined)
+        self.folded_name_ids_labelled(merge_threads, hide_inlined, label_frames)
             .map(move |id| profile.names.get(id))
     }
 }

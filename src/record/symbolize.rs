@@ -16,7 +16,7 @@ use btprof_symbols::{Frame, Resolver, Symbol};
 
 use super::thread_names::full_name;
 use super::walk_ends;
-use crate::profile::{Builder, FrameInfo, Profile, ThreadId, TABLE_FULL_FRAME};
+use crate::profile::{Builder, FrameInfo, LabelId, Profile, ThreadId, NO_LABELS, TABLE_FULL_FRAME};
 
 /// How addresses become frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,8 @@ impl Profile {
     /// owns strings. Raw stacks that fold to the same line (different
     /// instructions of one function, say) stay distinct stacks of the
     /// model, as their addresses and lines differ, and one folded line.
+    /// Each stack keeps the label set its samples were taken with; the
+    /// samples a full table counted per thread have none.
     pub fn from_raw_with(raw: &RawProfile, resolver: &mut Resolver, how: Symbolize) -> Profile {
         let mut builder = Builder::new();
         // Only fails past u32 ids or u64 samples, which the sampler's own
@@ -71,6 +73,9 @@ impl Profile {
             Some(id) => Some(id),
             None => *unknown.get_or_insert_with(|| builder.thread("[unknown thread]", None).ok()),
         };
+        // The sampler's label ids, mapped to the profile's as met: one
+        // lookup per distinct set, not per stack.
+        let mut label_ids: std::collections::HashMap<u32, LabelId> = Default::default();
         let mut frames = Vec::new();
         let mut truncated_at: std::collections::HashMap<Arc<str>, u64> = Default::default();
         for (key, count) in raw.table.iter() {
@@ -98,7 +103,17 @@ impl Profile {
                 .rev()
                 .flat_map(|(address, chain)| chain.iter().map(|f| frame_info(f, *address)))
                 .chain(blocked);
-            let _ = builder.add_frames(thread, root_first, truncated, count);
+            let labels = match label_ids.get(&key.labels) {
+                Some(&id) => id,
+                None => {
+                    let id = builder
+                        .label_set(&raw.labels.get(key.labels))
+                        .unwrap_or(NO_LABELS);
+                    label_ids.insert(key.labels, id);
+                    id
+                }
+            };
+            let _ = builder.add_labelled_frames(thread, labels, root_first, truncated, count);
         }
         for &(thread, count) in raw.table.overflow() {
             let thread = thread_of(&mut builder, thread);

@@ -87,6 +87,7 @@ pub fn run(args: &FlamegraphArgs) -> ExitCode {
         title: args.title.clone(),
         merge_threads: false,
         hide_inlined: false,
+        label_frames: false,
         inverted: args.inverted,
         min_width: args.min_width,
         image_width: Some(args.width as usize),

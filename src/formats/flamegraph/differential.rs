@@ -45,6 +45,7 @@ pub fn write_differential<W: Write>(
     let fold = FoldOptions {
         merge_threads: options.merge_threads,
         hide_inlined: options.hide_inlined,
+        label_frames: options.label_frames,
     };
     let (before, after) = if negated { (new, base) } else { (base, new) };
     let mut lines = Vec::new();

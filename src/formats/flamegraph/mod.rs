@@ -38,6 +38,8 @@ pub struct FlamegraphOptions {
     pub merge_threads: bool,
     /// Leave out inlined frames ([`FoldOptions::hide_inlined`]).
     pub hide_inlined: bool,
+    /// Split stacks by label ([`FoldOptions::label_frames`]).
+    pub label_frames: bool,
     /// Draw an icicle graph: roots at the top, growing down.
     pub inverted: bool,
     /// Frames narrower than this percentage of the whole graph's width
@@ -55,6 +57,7 @@ impl Default for FlamegraphOptions {
             title: None,
             merge_threads: false,
             hide_inlined: false,
+            label_frames: false,
             inverted: false,
             min_width: DEFAULT_MIN_WIDTH,
             image_width: None,
@@ -125,6 +128,7 @@ impl Profile {
         let lines = self.folded_lines(FoldOptions {
             merge_threads: options.merge_threads,
             hide_inlined: options.hide_inlined,
+            label_frames: options.label_frames,
         });
         let mut opts = options.inferno(|| default_title(self));
         if self.stats().is_some() {

@@ -25,12 +25,17 @@ pub struct FoldOptions {
     /// inline expansion write. By default inlined functions are ordinary
     /// frames, as perf (`--inline`) and samply show them.
     pub hide_inlined: bool,
+    /// Put a labelled stack's label frame under its thread root
+    /// ([`crate::profile::label_frame`]: `[label: endpoint=checkout]`), so
+    /// a flamegraph splits by label. Stacks without labels get none, and
+    /// a profile without labels folds as without this option.
+    pub label_frames: bool,
 }
 
 impl Profile {
     /// The folded lines (`thread;root;...;leaf count`), identical lines
-    /// summed: in the profile's order, or, with threads merged or inlined
-    /// frames hidden, sorted.
+    /// summed: in the profile's order, or, with threads merged, inlined
+    /// frames hidden or label frames shown, sorted.
     pub fn folded_lines(&self, options: FoldOptions) -> Vec<String> {
         let mut out = Vec::new();
         self.each_folded_line(options, |line, count| {
@@ -46,13 +51,15 @@ impl Profile {
     /// same functions at other lines) apart and next to each other, so in
     /// the profile's order equal lines are adjacent and are summed as they
     /// stream by. Dropping thread names or inlined frames can make distant
-    /// lines equal, so then the lines are sorted first.
+    /// lines equal, and label frames split a run of equal lines, so then
+    /// the lines are sorted first.
     fn each_folded_line(&self, options: FoldOptions, mut emit: impl FnMut(&str, u64)) {
         let hide_inlined = options.hide_inlined && self.has_inlined_frames();
+        let label_frames = options.label_frames && self.has_labels();
         let line_of = |stack: &crate::Stack<'_>, line: &mut String| {
             line.clear();
             for (i, name) in stack
-                .folded_names_with(options.merge_threads, hide_inlined)
+                .folded_names_labelled(options.merge_threads, hide_inlined, label_frames)
                 .enumerate()
             {
                 if i > 0 {
@@ -61,7 +68,7 @@ impl Profile {
                 line.push_str(name);
             }
         };
-        if options.merge_threads || hide_inlined {
+        if options.merge_threads || hide_inlined || label_frames {
             let mut lines: Vec<(String, u64)> = self
                 .stacks()
                 .map(|stack| {
@@ -260,6 +267,65 @@ mod tests {
         let p = b.finish(Stats::new(&Default::default()));
         assert_eq!(p.folded_lines(FoldOptions::default()), vec!["worker;f 5"]);
         assert_eq!(p.threads().len(), 2);
+    }
+
+    #[test]
+    fn label_frames_split_a_line_by_label_only_when_asked() {
+        let mut b = Builder::new();
+        let (w1, w2) = (
+            b.thread("worker", Some(1)).unwrap(),
+            b.thread("worker", Some(2)).unwrap(),
+        );
+        let checkout = b.labels(&[("endpoint", "checkout")]).unwrap();
+        let acme = b
+            .labels(&[("tenant", "acme"), ("endpoint", "checkout")])
+            .unwrap();
+        b.add_labelled_stack(Some(w1), checkout, ["main", "f"], false, 2)
+            .unwrap();
+        b.add_labelled_stack(Some(w2), checkout, ["main", "f"], false, 3)
+            .unwrap();
+        b.add_labelled_stack(Some(w1), acme, ["main", "f"], true, 4)
+            .unwrap();
+        b.add_stack(Some(w1), ["main", "f"], false, 1).unwrap();
+        b.add_stack(Some(w1), ["main", "g"], false, 6).unwrap();
+        let p = b.finish(Stats::new(&Default::default()));
+        // Threads of one name merge, labels do not.
+        assert_eq!(p.distinct_stacks(), 4);
+        let labelled = |s: &crate::Stack<'_>| s.labels().get("endpoint").is_some();
+        assert_eq!(
+            p.stacks().filter(labelled).map(|s| s.count()).sum::<u64>(),
+            9
+        );
+        // Without the option, the lines are those of no labels at all.
+        assert_eq!(
+            p.folded_lines(FoldOptions::default()),
+            vec![
+                "worker;[btprof: truncated];main;f 4",
+                "worker;main;f 6",
+                "worker;main;g 6"
+            ]
+        );
+        let with_frames = FoldOptions {
+            label_frames: true,
+            ..FoldOptions::default()
+        };
+        assert_eq!(
+            p.folded_lines(with_frames),
+            vec![
+                "worker;[label: endpoint=checkout, tenant=acme];[btprof: truncated];main;f 4",
+                "worker;[label: endpoint=checkout];main;f 5",
+                "worker;main;f 1",
+                "worker;main;g 6",
+            ]
+        );
+        let merged = FoldOptions {
+            merge_threads: true,
+            ..with_frames
+        };
+        assert_eq!(
+            p.folded_lines(merged)[1],
+            "[label: endpoint=checkout];main;f 5"
+        );
     }
 
     #[test]
