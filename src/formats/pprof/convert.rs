@@ -1,5 +1,5 @@
 //! A [`Profile`] as pprof: its thread names become `thread` labels, its
-//! frames keep what is known of them (module, address, file, line,
+//! stacks' labels sample labels, its frames keep what is known of them (module, address, file, line,
 //! inlining), and a walk that ended early is under a `[btprof: truncated]`
 //! root frame, as in the folded file.
 
@@ -36,8 +36,13 @@ fn secs_to_nanos(secs: f64) -> i64 {
 }
 
 /// The pprof tables of `profile`; with `thread_root`, a stack without a
-/// known thread has its first frame taken as the thread's name.
-pub(crate) fn from_profile(profile: &Profile, thread_root: bool) -> PprofBuilder {
+/// known thread has its first frame taken as the thread's name. Of each
+/// stack's labels, those `keep` accepts become labels of its sample.
+pub(crate) fn from_profile(
+    profile: &Profile,
+    thread_root: bool,
+    mut keep: impl FnMut(&str, &str) -> bool,
+) -> PprofBuilder {
     let mut b = PprofBuilder::new(&header(profile.run_info(), profile.source_name()));
     let mut frames: Vec<Frame<'_>> = Vec::new();
     for stack in profile.stacks() {
@@ -52,7 +57,13 @@ pub(crate) fn from_profile(profile: &Profile, thread_root: bool) -> PprofBuilder
             thread = Some(frames[0].name);
             start = 1;
         }
-        b.add_sample(thread, frames[start..].iter().copied(), stack.count());
+        let labels = stack.labels().iter().filter(|&(k, v)| keep(k, v));
+        b.add_labelled_sample(
+            thread,
+            labels,
+            frames[start..].iter().copied(),
+            stack.count(),
+        );
     }
     b
 }

@@ -9,7 +9,9 @@
 //! location as extra lines (pprof's representation of inlining). Frames
 //! known only by name (a folded file read back) become locations without
 //! an address. The thread of a stack becomes a `thread` label on its
-//! sample, so a backend can filter by thread without a fake root frame.
+//! sample, so a backend can filter by thread without a fake root frame,
+//! and each of the stack's labels ([`crate::Stack::labels`]) a string
+//! label beside it, so a backend can split by them.
 //!
 //! Values: every sample carries its count (`samples`/`count`) and, when
 //! the sampling period is known, the time it stands for (`cpu` or `wall`
@@ -139,6 +141,18 @@ impl PprofBuilder {
         frames: impl DoubleEndedIterator<Item = Frame<'f>>,
         count: u64,
     ) {
+        self.add_labelled_sample(thread, [], frames, count);
+    }
+
+    /// [`PprofBuilder::add_sample`] with string labels (`(name, value)`,
+    /// after the `thread` label).
+    pub fn add_labelled_sample<'f, 'l>(
+        &mut self,
+        thread: Option<&str>,
+        labels: impl IntoIterator<Item = (&'l str, &'l str)>,
+        frames: impl DoubleEndedIterator<Item = Frame<'f>>,
+        count: u64,
+    ) {
         let mut ids = std::mem::take(&mut self.location_ids);
         ids.clear();
         // Leaf first, as pprof wants; a run of inlined frames joins the
@@ -161,7 +175,7 @@ impl PprofBuilder {
         if let Some(period) = self.period_nanos {
             value.push(count_value.saturating_mul(period));
         }
-        let label = thread
+        let mut label: Vec<proto::Label> = thread
             .map(|t| proto::Label {
                 key: self.thread_key,
                 str: self.string(t),
@@ -169,6 +183,13 @@ impl PprofBuilder {
             })
             .into_iter()
             .collect();
+        for (name, value) in labels {
+            label.push(proto::Label {
+                key: self.string(name),
+                str: self.string(value),
+                ..proto::Label::default()
+            });
+        }
         self.profile.sample.push(proto::Sample {
             location_id: ids.clone(),
             value,
@@ -290,7 +311,8 @@ impl PprofBuilder {
 
 impl crate::Profile {
     /// Writes the profile as gzipped pprof (`profile.proto`): thread names
-    /// as `thread` labels, frames with the module, address, file, line and
+    /// as `thread` labels and each stack's labels as labels of their own,
+    /// frames with the module, address, file, line and
     /// inlining known of them, values in samples and, with the run's rate,
     /// CPU (or wall) nanoseconds.
     pub fn write_pprof<W: Write>(&self, w: W) -> Result<(), crate::Error> {
@@ -302,7 +324,7 @@ impl crate::Profile {
     /// back) has its first frame taken as its thread's name (as in
     /// btprof's own folded files), a `thread` label instead of a frame.
     pub fn write_pprof_with<W: Write>(&self, thread_root: bool, w: W) -> Result<(), crate::Error> {
-        convert::from_profile(self, thread_root)
+        convert::from_profile(self, thread_root, |_, _| true)
             .write_gzipped(w)
             .map_err(crate::Error::Io)
     }
@@ -412,6 +434,50 @@ mod tests {
         // Unknown period: samples only, period 1 sample.
         assert_eq!(p.sample[0].value, [1]);
         assert_eq!(p.period, 1);
+    }
+
+    #[test]
+    fn a_stacks_labels_are_its_samples_labels_beside_the_thread() {
+        use crate::profile::Builder;
+        let mut b = Builder::new();
+        let t = b.thread("worker", None).unwrap();
+        let set = b
+            .labels(&[("tenant", "acme"), ("endpoint", "pay")])
+            .unwrap();
+        b.add_labelled_stack(Some(t), set, ["main", "f"], false, 3)
+            .unwrap();
+        b.add_stack(Some(t), ["main", "f"], false, 1).unwrap();
+        let profile = b.finish(crate::Stats::new(&Default::default()));
+        let labels = |p: &proto::Profile| -> Vec<Vec<(String, String)>> {
+            p.sample
+                .iter()
+                .map(|s| {
+                    s.label
+                        .iter()
+                        .map(|l| (strings(p, l.key).to_owned(), strings(p, l.str).to_owned()))
+                        .collect()
+                })
+                .collect()
+        };
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let all = convert::from_profile(&profile, false, |_, _| true).finish();
+        assert_eq!(
+            labels(&all),
+            [
+                vec![
+                    pair("thread", "worker"),
+                    pair("endpoint", "pay"),
+                    pair("tenant", "acme")
+                ],
+                vec![pair("thread", "worker")],
+            ]
+        );
+        assert_eq!(all.sample[0].value[0], 3);
+        let kept = convert::from_profile(&profile, false, |k, _| k != "tenant").finish();
+        assert_eq!(
+            labels(&kept)[0],
+            [pair("thread", "worker"), pair("endpoint", "pay")]
+        );
     }
 
     #[test]
