@@ -12,7 +12,8 @@
 //!
 //! Thread `btprof-work-0` runs `alpha`, `beta` and `sort_in_libc`; thread
 //! `btprof-work-1` runs `beta` and the three-deep chain
-//! `chain_outer` → `chain_middle` → `chain_inner`. For a thread dump,
+//! `chain_outer` → `chain_middle` → `chain_inner`. Each call runs under a
+//! label ([`STEP_LABEL`]) naming it, so its samples carry that label. For a thread dump,
 //! [`BlockedReader`] adds `btprof-wait`, waiting in `read` on a pipe.
 //!
 //! [`Work::slow`] makes one function do twice (or any factor of) the work
@@ -48,6 +49,10 @@ pub const INLINED: &str = "timed_spin";
 /// lines in this range, in `workload.rs`).
 pub const INLINED_LINES: std::ops::RangeInclusive<u32> =
     TIMED_SPIN_FIRST_LINE..=TIMED_SPIN_LAST_LINE;
+/// The label each call of a workload function runs under: `alpha`,
+/// `beta`, `sort` (`sort_in_libc`) or `chain` (`chain_outer` and the
+/// functions it calls).
+pub const STEP_LABEL: &str = "step";
 /// Thread names start with this.
 pub const THREAD_PREFIX: &str = "btprof-work-";
 /// Worker threads.
@@ -270,6 +275,16 @@ struct Local {
     values: Vec<u64>,
 }
 
+/// Runs a call under the label `step=NAME` ([`STEP_LABEL`]). A macro, not
+/// a function, so that no frame (nor inlined frame) comes between
+/// `worker_main` and the call.
+macro_rules! step {
+    ($name:literal, $call:expr) => {{
+        let _step = btprof::labels(&[(STEP_LABEL, $name)]);
+        $call
+    }};
+}
+
 #[inline(never)]
 fn worker_main(
     index: usize,
@@ -288,12 +303,12 @@ fn worker_main(
         local.ns = [0; 6];
         let start = thread_cpu_ns();
         if index == 0 {
-            alpha(&mut local);
-            beta(&mut local);
-            sort_in_libc(&mut local);
+            step!("alpha", alpha(&mut local));
+            step!("beta", beta(&mut local));
+            step!("sort", sort_in_libc(&mut local));
         } else {
-            beta(&mut local);
-            chain_outer(&mut local);
+            step!("beta", beta(&mut local));
+            step!("chain", chain_outer(&mut local));
         }
         let end = thread_cpu_ns();
         if was_recording && recording.load(Ordering::Relaxed) {
