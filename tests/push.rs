@@ -140,12 +140,12 @@ fn every_window_arrives_once_with_its_labels() {
         assert!(p.profile.time_nanos > last_start, "windows in order");
         last_start = p.profile.time_nanos;
     }
-    check_with_go_pprof(&accepted[0].raw);
+    check_with_go_pprof(&accepted[0].raw, &[]);
 }
 
-/// `go tool pprof -raw` reads a pushed profile, or the test says it could
-/// not check.
-fn check_with_go_pprof(raw: &[u8]) {
+/// `go tool pprof -raw` reads a pushed profile, with the sample types and
+/// each of `shows`, or the test says it could not check.
+fn check_with_go_pprof(raw: &[u8], shows: &[&str]) {
     if std::process::Command::new("go")
         .arg("version")
         .output()
@@ -171,7 +171,87 @@ fn check_with_go_pprof(raw: &[u8]) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("samples/count cpu/nanoseconds"), "{text}");
+    for part in shows {
+        assert!(text.contains(part), "{part} not in:\n{text}");
+    }
     println!("checked: go tool pprof -raw read a pushed profile");
+}
+
+#[test]
+fn sample_labels_arrive_and_those_the_server_refuses_are_left_out_once() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let receiver = Receiver::start("127.0.0.1:0", &[Behaviour::Accept]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    // `bad-name` breaks the name rule; `env` is a series label's name.
+    let labels = [
+        ("endpoint", "checkout"),
+        ("bad-name", "x"),
+        ("env", "other"),
+    ];
+    let labelled = std::thread::Builder::new()
+        .name("push-labelled".into())
+        .spawn(move || {
+            btprof::with_labels(&labels, || {
+                let mut x = 0u64;
+                while !s.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            })
+        })
+        .unwrap();
+    let (messages, report) = collector();
+    let profiler = Profiler::builder()
+        .push(
+            Push::pyroscope(receiver.url())
+                .service_name("btprof-test")
+                .label("env", "ci")
+                .interval(Duration::from_millis(200))
+                .on_error(report),
+        )
+        .start()
+        .unwrap();
+    wait_for("three windows pushed", || push_stats(&profiler).pushed >= 3);
+    let (profile, stats) = profiler.stop_with_dump_stats().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    labelled.join().unwrap();
+    let push = stats.push.unwrap();
+    let said = messages.lock().unwrap();
+    println!("measured: {push:?}; said {said:?}");
+    assert_eq!(receiver.invalid(), Vec::<String>::new());
+    assert_eq!(push.pushed, push.windows, "{push:?}");
+    let accepted = receiver.accepted();
+    let mut arrived = 0;
+    for p in &accepted {
+        for (labels, samples) in p.sample_labels() {
+            let thread = labels.iter().find(|(k, _)| *k == "thread").map(|l| l.1);
+            let others: Vec<_> = labels.iter().filter(|(k, _)| *k != "thread").collect();
+            if thread == Some("push-labelled") {
+                assert_eq!(others, [&("endpoint", "checkout")], "{labels:?}");
+                arrived += samples;
+            } else {
+                assert_eq!(others, Vec::<&(&str, &str)>::new(), "{labels:?}");
+            }
+        }
+    }
+    // Every labelled sample of the run arrived with its label.
+    let recorded: u64 = profile
+        .stacks()
+        .filter(|s| s.labels().get("endpoint") == Some("checkout"))
+        .map(|s| s.count())
+        .sum();
+    assert!(recorded > 0, "no labelled sample recorded");
+    assert_eq!(arrived as u64, recorded);
+    for name in ["\"bad-name\"", "\"env\""] {
+        let about: Vec<_> = said.iter().filter(|m| m.contains(name)).collect();
+        assert_eq!(about.len(), 1, "{name} said once: {said:?}");
+    }
+    assert!(said.len() == 2, "nothing else said: {said:?}");
+    let labelled_window = accepted
+        .iter()
+        .find(|p| p.sample_labels().iter().any(|(l, _)| l.len() > 1))
+        .expect("a window with labelled samples");
+    check_with_go_pprof(&labelled_window.raw, &["endpoint:[checkout]"]);
 }
 
 #[test]

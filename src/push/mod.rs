@@ -10,7 +10,8 @@
 //! (`sender.rs`) sends the outbox's windows oldest first, one request per
 //! window (`request.rs`), and retries failures with back-off. Labels are
 //! checked against the server's rules when the profiler starts
-//! (`labels.rs`).
+//! (`labels.rs`), and sample labels as each window is encoded
+//! (`sample_labels.rs`).
 //!
 //! `docs/push.md` says what is sent, message by message, and what happens
 //! when the server fails.
@@ -19,6 +20,7 @@ mod labels;
 mod outbox;
 pub mod proto;
 mod request;
+mod sample_labels;
 mod sender;
 
 use std::fmt;
@@ -26,7 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use labels::LabelError;
-pub(crate) use request::Window;
 pub(crate) use sender::Pusher;
 
 /// The default time between pushes (pyroscope-rs's too).

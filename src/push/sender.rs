@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::outbox::Outbox;
 use super::request::{self, Window};
+use super::sample_labels::SampleLabels;
 use super::{Push, PushStats};
 
 /// How a request ended.
@@ -57,6 +58,8 @@ struct State {
 pub(crate) struct Pusher {
     shared: Arc<Shared>,
     config: Arc<Push>,
+    /// Which sample labels are sent (used on the dump thread only).
+    sample_labels: Mutex<SampleLabels>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -85,9 +88,33 @@ impl Pusher {
         })?;
         Ok(Pusher {
             shared,
+            sample_labels: Mutex::new(SampleLabels::new(&config)),
             config,
             thread: Some(thread),
         })
+    }
+
+    /// The window of `profile`, encoded with the sample labels the server
+    /// takes; each name left out is said once for the profiler's life
+    /// (`sample_labels.rs`): no delivery problem, so no recovery to say.
+    pub(crate) fn window(&self, profile: &crate::Profile) -> Option<Window> {
+        let mut to_say: Vec<String> = Vec::new();
+        let window = {
+            let mut rules = self.sample_labels.lock().unwrap_or_else(|e| e.into_inner());
+            Window::of(profile, |name, value| match rules.check(name, value) {
+                Ok(()) => true,
+                Err(why) => {
+                    if rules.first_refusal(name) {
+                        to_say.push(format!("sample label {name:?} is not sent: {why}"));
+                    }
+                    false
+                }
+            })
+        };
+        for message in to_say {
+            (self.config.on_error)(&format!("btprof: push to {}: {message}", self.config.url));
+        }
+        window
     }
 
     /// Queues `window` for sending (never blocks on the network).

@@ -298,7 +298,7 @@ impl State {
         }
         #[cfg(feature = "push")]
         if let Some(pusher) = &self.pusher {
-            if let Some(window) = crate::push::Window::of(&profile) {
+            if let Some(window) = pusher.window(&profile) {
                 pusher.add(window);
             }
         }

@@ -1,7 +1,8 @@
 //! A Pyroscope receiver for the push tests: an HTTP server on loopback
 //! that decodes each push as Pyroscope's distributor and ingester do
 //! (`pkg/validation/validate.go`, the ingester's `uuid.Parse` of the
-//! profile id, gzip then pprof), and that can misbehave on request.
+//! profile id, gzip then pprof, the split by sample labels of
+//! `pkg/pprof/split`), and that can misbehave on request.
 //!
 //! Its messages are its own, written from `api/push/v1/push.proto`, not
 //! btprof's, so a field number wrong in btprof fails here.
@@ -75,6 +76,19 @@ impl Pushed {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Each sample's string labels (`thread` included) and samples.
+    pub fn sample_labels(&self) -> Vec<(Vec<(&str, &str)>, i64)> {
+        let s = |i: i64| self.profile.string_table[i as usize].as_str();
+        self.profile
+            .sample
+            .iter()
+            .map(|sample| {
+                let labels = sample.label.iter().map(|l| (s(l.key), s(l.str))).collect();
+                (labels, sample.value[0])
+            })
+            .collect()
     }
 
     /// The profile's samples (its first value, `samples/count`).
@@ -290,6 +304,23 @@ fn validate(path: &str, headers: &[(String, String)], body: &[u8]) -> Result<Vec
                 if profile.string_table[t.r#type as usize].contains('-') {
                     return Err("sample type contains -".into());
                 }
+            }
+            // The server splits the profile by its samples' string labels
+            // into series of the request's labels plus the sample's (a
+            // label already there wins; span ids do not split), and
+            // validates each series as the request's.
+            for s in &profile.sample {
+                let mut series = labels.clone();
+                for l in s.label.iter().filter(|l| l.str != 0) {
+                    let name = &profile.string_table[l.key as usize];
+                    let value = &profile.string_table[l.str as usize];
+                    let known = series.iter().any(|(k, _)| k == name);
+                    if !known && name != "span_id" && name != "profile_id" {
+                        series.push((name.clone(), value.clone()));
+                    }
+                }
+                series.sort();
+                validate_labels(&series).map_err(|e| format!("a sample's series: {e}"))?;
             }
             pushes.push(Pushed {
                 labels: labels.clone(),

@@ -328,6 +328,20 @@ impl crate::Profile {
             .write_gzipped(w)
             .map_err(crate::Error::Io)
     }
+
+    /// [`Profile::write_pprof`](crate::Profile::write_pprof), with only
+    /// the stack labels `keep` accepts (the push leaves out those the
+    /// server would refuse).
+    #[cfg(feature = "push")]
+    pub(crate) fn write_pprof_keeping<W: Write>(
+        &self,
+        keep: impl FnMut(&str, &str) -> bool,
+        w: W,
+    ) -> Result<(), crate::Error> {
+        convert::from_profile(self, false, keep)
+            .write_gzipped(w)
+            .map_err(crate::Error::Io)
+    }
 }
 
 /// Writes `profile` as a gzipped protobuf, at gzip's fastest level, as
