@@ -141,8 +141,8 @@ struct Args {
     no_inline: bool,
 
     /// Put each labelled stack under a frame of its labels below the
-    /// thread root (`[label: function=alpha]`; the workload labels its
-    /// calls), in the folded file and flamegraph.
+    /// thread root (`[label: step=alpha]`; the workload labels its
+    /// calls), in the folded file, flamegraph and dumps.
     #[arg(long)]
     label_frames: bool,
 
@@ -398,7 +398,8 @@ fn builder(args: &Args) -> btprof::ProfilerBuilder {
                     .clone()
                     .unwrap_or_else(|| DEFAULT_DUMP_DIR.into()),
             )
-            .dump_svg(args.dump_svg);
+            .dump_svg(args.dump_svg)
+            .dump_label_frames(args.label_frames);
         if let Some(keep) = args.keep {
             builder = builder.keep(usize::try_from(keep).unwrap_or(usize::MAX));
         }

@@ -1,7 +1,7 @@
 //! Labels end to end: `btprof --pid-self` runs its workload's calls under
-//! `step=NAME` labels, and the labels reach the folded file and the
-//! flamegraph (with `--label-frames`) and the pprof file (always), where
-//! `go tool pprof` reads them.
+//! `step=NAME` labels, and the labels reach the folded file, the
+//! flamegraph and the dumps (with `--label-frames`) and the pprof file
+//! (always), where `go tool pprof` reads them.
 
 mod run_support;
 
@@ -60,7 +60,16 @@ fn folded_lines(dir: &TempDir) -> Vec<(Vec<String>, u64)> {
 #[test]
 fn label_frames_put_each_call_under_its_label_in_folded_and_svg() {
     let dir = TempDir::new("btprof-labels", "label_frames");
-    record(&dir, &["--label-frames"]);
+    record(
+        &dir,
+        &[
+            "--label-frames",
+            "--dump-every",
+            "1s",
+            "--dump-dir",
+            "dumps",
+        ],
+    );
     let lines = folded_lines(&dir);
     for (function, step) in STEPS {
         let frame = format!("[label: step={step}]");
@@ -85,6 +94,17 @@ fn label_frames_put_each_call_under_its_label_in_folded_and_svg() {
             labelled, all,
             "{function}: {labelled} of {all} under {frame}"
         );
+    }
+    // The windows dumped meanwhile are split alike.
+    let dumped: Vec<String> = fs::read_dir(dir.path("dumps"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "folded"))
+        .map(|p| fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(!dumped.is_empty(), "no dump written");
+    for text in &dumped {
+        assert!(text.contains(";[label: step="), "{text}");
     }
     let svg = fs::read_to_string(dir.path("l.svg")).unwrap();
     let frames = flamegraph_frames(&svg);

@@ -53,6 +53,9 @@ pub struct DumpConfig {
     pub keep: Option<usize>,
     /// Also write an SVG flamegraph per window.
     pub svg: bool,
+    /// Put label frames in the folded files and SVGs
+    /// ([`crate::FoldOptions::label_frames`]).
+    pub label_frames: bool,
     /// File name prefix: by default the program's executable name, so
     /// dumps of several programs in one directory tell themselves apart.
     pub prefix: String,
@@ -70,6 +73,7 @@ impl Default for DumpConfig {
             dir: PathBuf::from("btprof-dumps"),
             keep: None,
             svg: false,
+            label_frames: false,
             prefix: default_prefix(),
             symbolize: Symbolize::default(),
             files: true,
@@ -384,7 +388,11 @@ impl State {
             self.config.prefix, self.seq
         ));
         let mut paths = Vec::with_capacity(3);
-        write_atomically(&folded, |w| profile.write_folded(w))?;
+        let fold = crate::FoldOptions {
+            label_frames: self.config.label_frames,
+            ..Default::default()
+        };
+        write_atomically(&folded, |w| profile.write_folded_with(fold, w))?;
         paths.push(folded.clone());
         let info = profile
             .run_info()
@@ -394,7 +402,11 @@ impl State {
         paths.push(sidecar);
         if self.config.svg {
             let svg = folded.with_extension("svg");
-            write_atomically(&svg, |w| profile.write_flamegraph(w))?;
+            let style = crate::FlamegraphOptions {
+                label_frames: self.config.label_frames,
+                ..Default::default()
+            };
+            write_atomically(&svg, |w| profile.write_flamegraph_with(&style, w))?;
             paths.push(svg);
         }
         Ok(paths)

@@ -150,6 +150,14 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Splits each dump's stacks by label with a label frame under the
+    /// thread ([`crate::FoldOptions::label_frames`]), in its folded file
+    /// and SVG.
+    pub fn dump_label_frames(mut self, label_frames: bool) -> Self {
+        self.dump_config().label_frames = label_frames;
+        self
+    }
+
     /// The dump files' name prefix (default: the program's executable
     /// name, `btprof` if unknown).
     pub fn dump_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -310,11 +318,12 @@ fn validate_dump(dump: &DumpConfig, signal: Option<i32>) -> Result<(), Error> {
         return Ok(());
     }
     if dump.every.is_none() && signal.is_none() {
-        // dump_dir, keep, dump_svg or dump_prefix alone: nothing would
-        // ever write a dump, which the caller surely did not mean.
+        // dump_dir, keep, dump_svg, dump_prefix or dump_label_frames
+        // alone: nothing would ever write a dump, which the caller surely
+        // did not mean.
         return invalid(
-            "dump settings (dump_dir, keep, dump_svg, dump_prefix) were given but nothing \
-             triggers a dump: add dump_every or dump_on_signal"
+            "dump settings (dump_dir, keep, dump_svg, dump_prefix, dump_label_frames) were \
+             given but nothing triggers a dump: add dump_every or dump_on_signal"
                 .into(),
         );
     }
