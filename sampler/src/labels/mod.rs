@@ -13,7 +13,7 @@
 //! added, a name given again taking the inner value. Each distinct set is
 //! interned once ([`sets`]); a sample stores its id. Which set a sample
 //! gets is decided by the sample's time, not by when the sampler reads it
-//! ([`log`]).
+//! (`log.rs`).
 
 pub(crate) mod log;
 pub mod sets;

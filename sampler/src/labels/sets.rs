@@ -3,7 +3,7 @@
 //! sample stores a `u32` and the stack table keys on it.
 //!
 //! Entering a scope must be cheap enough for a request handler, so each
-//! thread remembers the children it made ([`child`]): a repeated scope
+//! thread remembers the children it made (`Children`): a repeated scope
 //! costs a hash and a string compare, and only a new one takes the lock.
 
 use std::hash::{BuildHasher, Hash, Hasher};
