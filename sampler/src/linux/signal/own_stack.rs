@@ -108,9 +108,12 @@ mod tests {
         std::thread::spawn(|| {
             let local = 0u64;
             let sp = std::hint::black_box(&local) as *const u64 as u64;
-            let mut scratch = Vec::new();
-            assert!(stack_regions::refresh(&mut scratch), "maps read");
-            let region = stack_regions::region_containing(sp).expect("own stack is mapped rw");
+            let containing = |addr: u64| {
+                stack_regions::rw_regions_now()
+                    .into_iter()
+                    .find(|&(start, end)| start <= addr && addr < end)
+            };
+            let region = containing(sp).expect("own stack is mapped rw");
             let tp = thread_pointer().expect("a thread pointer");
             let top = top_within(sp, region, tp).expect("a spawned thread's stack is its own");
             assert!(
@@ -132,8 +135,7 @@ mod tests {
             };
             assert_ne!(other, libc::MAP_FAILED);
             let inside = other as u64 + (1 << 15);
-            assert!(stack_regions::refresh(&mut scratch), "maps read");
-            let region = stack_regions::region_containing(inside).expect("mapped rw");
+            let region = containing(inside).expect("mapped rw");
             assert_eq!(
                 top_within(inside, region, tp),
                 None,

@@ -130,6 +130,17 @@ pub(crate) fn parse_rw_regions(maps: &str, out: &mut Vec<(u64, u64)>) {
 }
 
 /// Reads `/proc/self/maps` and publishes its `rw` mappings.
+/// The readable and writable regions of `/proc/self/maps` now, read for
+/// the caller alone: a test that maps memory and then looks for it must
+/// not go through the published snapshot, which other tests refresh.
+#[cfg(test)]
+pub(crate) fn rw_regions_now() -> Vec<(u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    let mut regions = Vec::new();
+    parse_rw_regions(&maps, &mut regions);
+    regions
+}
+
 pub(crate) fn refresh(scratch: &mut Vec<(u64, u64)>) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return false;
@@ -166,7 +177,8 @@ mod tests {
 
     #[test]
     fn lookup_finds_this_threads_stack() {
-        // The only test that publishes; it checks only its own stack.
+        // It checks only its own stack, which no other test's snapshot
+        // lacks.
         let mut scratch = Vec::new();
         assert!(refresh(&mut scratch));
         let local = 0u64;
