@@ -14,6 +14,9 @@ use btprof_testkit::temp_dir::TempDir;
 
 use serde_json::Value;
 
+mod go_support;
+use go_support::{go, go_pprof};
+
 const BIN: &str = env!("CARGO_BIN_EXE_btprof");
 
 fn fixtures(kind: &str) -> PathBuf {
@@ -567,44 +570,18 @@ fn a_bad_output_path_fails_before_touching_anything() {
     assert_eq!(dir.entries(), ["good.folded", "good.json"]);
 }
 
-/// `go`, or `None` having said (on stdout and stderr) that the check is
-/// not made without it.
-fn go() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("go"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let why = "go is not installed (apt-get install golang-go): btprof's pprof output \
-                   was NOT checked with go tool pprof";
-        println!("NOT CHECKED: {why}");
-        eprintln!("NOT CHECKED: {why}");
-    }
-    found
-}
-
 /// Function -> (flat, cum) and the total from `go tool pprof -top`.
 fn pprof_top(go: &Path, file: &Path) -> (BTreeMap<String, (u64, u64)>, u64) {
-    let out = Command::new(go)
-        .args([
-            "tool",
-            "pprof",
+    let text = go_pprof(
+        go,
+        &[
             "-top",
             "-sample_index=samples",
             "-nodefraction=0",
             "-edgefraction=0",
             "-nodecount=1000000",
-        ])
-        .arg(file)
-        .env("PPROF_TMPDIR", std::env::temp_dir())
-        .output()
-        .expect("run go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof failed: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        file,
     );
     // "Showing nodes accounting for 107, 100% of 107 total"
     let total_line = text
@@ -644,7 +621,7 @@ fn pprof_top(go: &Path, file: &Path) -> (BTreeMap<String, (u64, u64)>, u64) {
 
 #[test]
 fn go_tool_pprof_reads_exports_with_the_same_functions_and_totals() {
-    let Some(go) = go() else {
+    let Some(go) = go("btprof's pprof output was") else {
         return;
     };
     let dir = TempDir::new("btprof-interop", "pprof_export");
@@ -664,7 +641,7 @@ fn go_tool_pprof_reads_exports_with_the_same_functions_and_totals() {
 
 #[test]
 fn go_tool_pprof_reads_a_recorded_profile_like_btprof_report() {
-    let Some(go) = go() else {
+    let Some(go) = go("btprof's pprof output was") else {
         return;
     };
     let dir = TempDir::new("btprof-interop", "pprof_record");

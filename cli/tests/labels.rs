@@ -3,16 +3,16 @@
 //! flamegraph and the dumps (with `--label-frames`) and the pprof file
 //! (always), where `go tool pprof` reads them.
 
+mod go_support;
 mod run_support;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
-use std::process::Command;
 
 use btprof_testkit::svg::flamegraph_frames;
 use btprof_testkit::temp_dir::TempDir;
 
+use go_support::{go, go_pprof};
 use run_support::run_in;
 
 /// Each workload function whose samples are checked, and the `step` label
@@ -117,41 +117,6 @@ fn label_frames_put_each_call_under_its_label_in_folded_and_svg() {
     }
 }
 
-/// `go`, or `None` having said (on stdout and stderr) that the check is
-/// not made without it.
-fn go() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("go"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let why = "go is not installed (apt-get install golang-go): the labels of btprof's \
-                   pprof output were NOT checked with go tool pprof";
-        println!("NOT CHECKED: {why}");
-        eprintln!("NOT CHECKED: {why}");
-    }
-    found
-}
-
-/// `go tool pprof ARGS FILE`'s standard output.
-fn go_pprof(go: &PathBuf, args: &[&str], file: &PathBuf) -> String {
-    let out = Command::new(go)
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", std::env::temp_dir())
-        .output()
-        .expect("run go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
 #[test]
 fn pprof_carries_the_labels_without_label_frames_in_the_folded_file() {
     let dir = TempDir::new("btprof-labels", "pprof");
@@ -163,7 +128,7 @@ fn pprof_carries_the_labels_without_label_frames_in_the_folded_file() {
             .all(|(frames, _)| !frames[1].starts_with("[label:")),
         "a label frame without --label-frames: {lines:?}"
     );
-    let Some(go) = go() else {
+    let Some(go) = go("the labels of btprof's pprof output were") else {
         return;
     };
     let pb = dir.path("l.pb.gz");
