@@ -14,10 +14,12 @@ mod new_threads;
 mod pacing;
 mod ring_clock;
 mod signal_blocked;
+mod signal_sends;
 mod signal_timers;
 mod thread_list;
 mod thread_state;
 mod wake_timers;
+mod wall_ticks;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -481,7 +483,10 @@ impl SamplerLoop {
         }
         if !self.timers() {
             self.take_wake_notices();
-            self.signal_due_threads();
+            match self.config.mode {
+                Mode::Cpu => self.signal_due_cpu(),
+                Mode::Wall => self.signal_due_wall(),
+            }
         }
         // After signalling, so reading modules never delays a sample.
         if let Some(cfi) = self.cfi.as_mut() {

@@ -5,7 +5,7 @@
 //! one-shot CPU timer and one off CPU is counted without interruption.
 //! Only threads active at the last listing, or woken since, are looked at.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::{profile, Mode};
 
@@ -17,9 +17,9 @@ use super::super::kernel::cpu_timers::PosixTimer;
 use super::super::kernel::threads;
 use super::collect::OwnedWalk;
 use super::new_threads::NewThreads;
-use super::signal_blocked::blocks_signal_now;
+use super::signal_sends::Sent;
 use super::wake_timers::{WakeTimer, WakeTimers};
-use super::{monotonic_ns, BlockedSince, SamplerLoop, SlotUse};
+use super::{monotonic_ns, SamplerLoop};
 
 /// Wall mode: CPU (ns) a thread may gain and still count as not having run.
 pub(super) const IDLE_SLACK_NS: u64 = 50_000;
@@ -119,7 +119,7 @@ impl SamplerLoop {
     /// ([`UnseenCpu`], [`ExitTails`]); the reading and its time, or `None`.
     ///
     /// [`UnseenCpu`]: super::super::clocks::paced::unseen_cpu::UnseenCpu
-    fn look_at_clock(&mut self, tid: i32) -> Option<(u64, u64)> {
+    pub(super) fn look_at_clock(&mut self, tid: i32) -> Option<(u64, u64)> {
         let tick = self.tick;
         let state = self.threads.get_mut(&tid)?;
         let pacing = self.cpu_pacing.as_mut();
@@ -141,212 +141,84 @@ impl SamplerLoop {
         Some((cpu, at))
     }
 
-    /// Sampler-thread path: samples every thread due this tick, from where
-    /// the last tick ran out of slots. A thread not running user code is
-    /// never signalled (its blocking call would fail with `EINTR`): in cpu
-    /// mode its debt waits; in wall mode it is counted off CPU
-    /// ([`Self::count_blocked`]). Running threads get a one-shot timer
-    /// ([`Self::wall_requests`]) in wall mode, a signal otherwise.
-    pub(super) fn signal_due_threads(&mut self) {
+    /// Cpu mode, each tick: signals every looked-at thread that owes a
+    /// period of CPU ([`CpuDebt`]), at random ticks only (a young born
+    /// thread at any, as it may soon be gone). A thread whose clock did not
+    /// move, or that is not running user code, is never signalled: woken
+    /// from a blocking call it is `R` while it waits for a CPU, and a signal
+    /// then fails the call with `EINTR`. Its debt waits instead.
+    pub(super) fn signal_due_cpu(&mut self) {
         let random_tick = self
             .cpu_pacing
             .as_ref()
             .is_some_and(|p| p.wakeups.random_tick());
-        let count = self.active.len();
-        let start = if count == 0 { 0 } else { self.rotation % count };
-        let mut ran_out_at = None;
         let mut young_threads = false;
-        for n in 0..count {
-            let i = (start + n) % count;
-            let tid = self.active[i];
-            let Some((cpu, read_at_ns)) = self.look_at_clock(tid) else {
-                continue;
+        self.each_active(|this, tid| {
+            let Some((cpu, read_at_ns)) = this.look_at_clock(tid) else {
+                return Sent::Failed;
             };
-            let Some(state) = self.threads.get_mut(&tid) else {
-                continue;
+            let period = this.period_ns;
+            let Some(state) = this.threads.get_mut(&tid) else {
+                return Sent::Failed;
             };
-            young_threads |= state.young_born();
-            let mut weight = 1;
-            // CPU clock and read time, for the handler to detect CPU waits.
-            let mut read_at = (0, 0);
+            let young = state.young_born();
+            young_threads |= young;
             let progressed = state.paced.last_cpu_ns.is_none_or(|last| cpu > last);
-            if self.config.mode == Mode::Wall {
-                state.paced.last_cpu_ns = Some(cpu);
+            // The CPU used since the last look is owed; a period owed is due.
+            if let Some(last) = state.paced.last_cpu_ns {
+                let used = cpu.saturating_sub(last);
+                this.stats.skipped_samples += state.paced.debt.accrue(used, period);
             }
-            if self.config.mode == Mode::Cpu {
-                read_at = (read_at_ns, cpu);
-                // The CPU used since the last look is owed; a period owed is due.
-                if let Some(last) = state.paced.last_cpu_ns {
-                    let used = cpu.saturating_sub(last);
-                    self.stats.skipped_samples += state.paced.debt.accrue(used, self.period_ns);
-                }
-                state.paced.last_cpu_ns = Some(cpu);
-                let Some(due) = state.paced.debt.due(self.period_ns) else {
-                    continue;
-                };
-                // Only a random tick is unbiased (`CpuWakeups`); a young born
-                // thread is taken at any wakeup, as it may soon be gone.
-                if !random_tick && !state.young_born() {
-                    continue;
-                }
-                weight = due;
+            state.paced.last_cpu_ns = Some(cpu);
+            let Some(mut weight) = state.paced.debt.due(period) else {
+                return Sent::Failed;
+            };
+            // Only a random tick is unbiased ([`CpuWakeups`]).
+            if !random_tick && !young {
+                return Sent::Failed;
             }
-            // Only a thread that ran (in cpu mode, one found due) can have
-            // changed its mask; most blocked threads sleep.
-            let look = (progressed || self.config.mode == Mode::Cpu)
-                && state
-                    .blocked
-                    .as_ref()
-                    .is_some_and(|b| monotonic_ns() >= b.look_at_ns);
-            if look {
-                let signal = self.sender.signal();
-                let (period, mode) = (self.period_ns, self.config.mode);
-                if !state.look_again(tid, signal, period, mode, &mut self.stats) {
+            if state
+                .blocked
+                .as_ref()
+                .is_some_and(|b| monotonic_ns() >= b.look_at_ns)
+            {
+                let signal = this.sender.signal();
+                if !state.look_again(tid, signal, period, Mode::Cpu, &mut this.stats) {
                     // It takes the signal now: sampled for the held periods too.
                     weight = state.paced.debt.due(period).unwrap_or(weight);
                 }
             }
-            if self.config.mode == Mode::Wall && state.blocked.is_some() {
-                // Off CPU it needs no signal; only its CPU ticks are lost.
-                let running = progressed
-                    && state.run_state(tid, &mut self.thread_keys)
-                        == Some(threads::RunState::Running);
-                if !running {
-                    if !self.count_unmoved(tid, cpu) {
-                        self.count_blocked(tid, cpu);
-                    }
-                    continue;
-                }
-            }
             if let Some(blocked) = &mut state.blocked {
                 // It blocks the signal: counted once a second look agrees.
-                if self.config.mode == Mode::Cpu {
-                    state.paced.debt.pay(weight, self.period_ns);
-                }
+                state.paced.debt.pay(weight, period);
                 if blocked.confirmed {
-                    self.stats.signal_blocked_samples += weight;
-                    self.stats.add_signal_blocked(tid as u64, weight);
+                    this.stats.signal_blocked_samples += weight;
+                    this.stats.add_signal_blocked(tid as u64, weight);
                 } else {
-                    blocked.owed_ns += weight * self.period_ns;
+                    blocked.owed_ns += weight * period;
                 }
-                continue;
-            }
-            if self.config.mode == Mode::Wall && self.count_unmoved(tid, cpu) {
-                continue;
-            }
-            let Some(state) = self.threads.get_mut(&tid) else {
-                continue;
-            };
-            if state.pending && self.wall_requests {
-                // Its request waits for it to run; counted off CPU meanwhile.
-                let running = progressed
-                    && state.run_state(tid, &mut self.thread_keys)
-                        == Some(threads::RunState::Running);
-                if running {
-                    state.paced.running_ticks += 1;
-                    state.paced.counted_tick = self.tick;
-                } else {
-                    self.count_blocked(tid, cpu);
-                }
-                continue;
+                return Sent::Failed;
             }
             if state.pending {
-                self.stats.skipped_samples += 1;
-                continue;
+                this.stats.skipped_samples += 1;
+                return Sent::Failed;
             }
-            // Cpu mode: a thread woken from a blocking call is `R` while it
-            // waits for a CPU, and a signal then fails the call with `EINTR`.
-            // Only a thread whose clock moved is signalled; owed time past
-            // the debt's cap is counted as skipped.
-            if self.config.mode == Mode::Cpu && !progressed {
-                continue;
-            }
-            match self
-                .threads
-                .get_mut(&tid)
-                .and_then(|s| s.run_state(tid, &mut self.thread_keys))
+            if !progressed
+                || state.run_state(tid, &mut this.thread_keys) != Some(threads::RunState::Running)
             {
-                // Wall mode: the same thread is counted like a blocked one.
-                Some(threads::RunState::Running)
-                    if self.config.mode == Mode::Wall && !progressed =>
-                {
-                    self.count_blocked(tid, cpu);
-                    continue;
-                }
-                Some(threads::RunState::Running) => {}
-                Some(threads::RunState::Blocked) => {
-                    if self.config.mode == Mode::Wall {
-                        self.count_blocked(tid, cpu);
-                    }
-                    continue;
-                }
-                None => continue,
+                return Sent::Failed;
             }
-            let Some(state) = self.threads.get_mut(&tid) else {
-                continue;
-            };
-            if !state.mask_checked {
-                state.mask_checked = true;
-                let signal = self.sender.signal();
-                if blocks_signal_now(tid, signal) {
-                    // Its due periods stay owed on the provisional verdict.
-                    state.blocked = Some(BlockedSince::provisional(cpu, self.listing));
-                    continue;
-                }
-            }
-            let key = state.key;
-            let Some(armed) = self.slots.arm(self.config.max_depth) else {
-                self.stats.slots_full += 1;
-                ran_out_at.get_or_insert(i);
-                continue;
-            };
             // A young born thread keeps its first sample even if late.
-            let first = self.cpu_pacing.is_some()
-                && state.paced.recent_walks.is_empty()
-                && state.young_born();
-            let read_at = if first { (0, 0) } else { read_at };
-            self.slots.mark_sent(armed.slot, read_at.0, read_at.1);
-            let by_request = self.wall_requests;
-            let sent = if by_request {
-                // No lateness check: the timer fires while the thread runs.
-                PosixTimer::open_request(tid, self.sender.signal(), armed.signal_value())
-                    .map(|timer| state.paced.request = Some(timer))
-            } else {
-                self.sender.send(tid, armed.signal_value())
-            };
-            match sent {
-                Ok(()) => {
-                    state.pending = true;
-                    state.paced.counted_tick = self.tick;
-                    if by_request {
-                        state.paced.running_ticks += 1;
-                    }
-                    if self.config.mode == Mode::Cpu {
-                        state.paced.debt.pay(weight, self.period_ns);
-                    }
-                    self.slot_uses[armed.slot] = Some(SlotUse {
-                        tid,
-                        key,
-                        weight: if self.config.mode == Mode::Cpu {
-                            weight
-                        } else {
-                            1
-                        },
-                        armed_at: Instant::now(),
-                        by_request,
-                    });
-                }
-                Err(e) => {
-                    self.slots.cancel(armed.slot);
-                    if e.raw_os_error() == Some(libc::ESRCH) {
-                        self.stats.exited_threads += 1;
-                    } else {
-                        self.stats.failed_samples += 1;
-                    }
+            let first = state.paced.recent_walks.is_empty() && young;
+            let read_at = if first { (0, 0) } else { (read_at_ns, cpu) };
+            let sent = this.send_sample(tid, cpu, weight, read_at, false);
+            if sent == Sent::Yes {
+                if let Some(state) = this.threads.get_mut(&tid) {
+                    state.paced.debt.pay(weight, period);
                 }
             }
-        }
-        self.rotation = ran_out_at.unwrap_or(0);
+            sent
+        });
         if let Some(pacing) = self.cpu_pacing.as_mut() {
             pacing.young_threads = young_threads;
         }
