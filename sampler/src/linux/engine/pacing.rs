@@ -253,20 +253,8 @@ impl SamplerLoop {
                 active.push(tid);
             } else if self.cpu_pacing.is_some() {
                 idle.push(tid);
-            } else if self.config.mode == Mode::Wall && self.tick > state.paced.counted_tick {
-                let whole = state.paced.last_walk_whole;
-                if let (true, Some(walk)) = (
-                    whole,
-                    state.paced.last_walk.as_ref().map(OwnedWalk::off_cpu),
-                ) {
-                    let weight = self.tick - state.paced.counted_tick;
-                    state.paced.counted_tick = self.tick;
-                    let key = state.key;
-                    self.stats.reused_samples += weight;
-                    self.intern(key, &walk, weight);
-                } else {
-                    self.count_blocked(tid, now);
-                }
+            } else if self.config.mode == Mode::Wall {
+                self.count_idle(tid, now);
             }
         }
         self.active = active;

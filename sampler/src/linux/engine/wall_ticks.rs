@@ -7,6 +7,7 @@
 use crate::Mode;
 
 use super::super::kernel::threads::RunState;
+use super::collect::OwnedWalk;
 use super::signal_sends::Sent;
 use super::SamplerLoop;
 
@@ -105,5 +106,35 @@ impl SamplerLoop {
                 None => Sent::Failed,
             }
         });
+    }
+
+    /// Wall mode, at a listing: counts the ticks since an idle thread's
+    /// last count on its last whole stack, off CPU, else on the stack it
+    /// blocks on. Idle threads are not looked at until they run again.
+    pub(super) fn count_idle(&mut self, tid: i32, cpu_ns: u64) {
+        let tick = self.tick;
+        let Some(state) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        if tick <= state.paced.counted_tick {
+            return;
+        }
+        let whole = state.paced.last_walk_whole;
+        match state
+            .paced
+            .last_walk
+            .as_ref()
+            .filter(|_| whole)
+            .map(OwnedWalk::off_cpu)
+        {
+            Some(walk) => {
+                let weight = tick - state.paced.counted_tick;
+                state.paced.counted_tick = tick;
+                let key = state.key;
+                self.stats.reused_samples += weight;
+                self.intern(key, &walk, weight);
+            }
+            None => self.count_blocked(tid, cpu_ns),
+        }
     }
 }
