@@ -13,12 +13,12 @@ use super::super::clocks::paced::cpu_debt::CpuDebt;
 use super::super::clocks::paced::cpu_wakeups::CpuWakeups;
 use super::super::clocks::paced::exit_tails::ExitTails;
 use super::super::clocks::paced::unseen_cpu::UnseenCpu;
+use super::super::clocks::paced::wake_timers::{WakeTimer, WakeTimers};
 use super::super::kernel::cpu_timers::PosixTimer;
 use super::super::kernel::threads;
 use super::collect::OwnedWalk;
 use super::new_threads::NewThreads;
 use super::signal_sends::Sent;
-use super::wake_timers::{WakeTimer, WakeTimers};
 use super::{monotonic_ns, SamplerLoop};
 
 /// Wall mode: CPU (ns) a thread may gain and still count as not having run.

@@ -6,67 +6,17 @@
 //! Each thread a listing finds idle gets a one-shot CPU timer
 //! ([`PosixTimer::open_wake`]) that fires after a period of CPU and raises
 //! the profiling signal; the handler only notes it ([`wake_notices`]).
-//! Each timer holds a queued-signal entry against `RLIMIT_SIGPENDING`, so
-//! at most a quarter of that limit, and [`WAKE_NOTICES`], are opened.
+//! How many may be open at once is
+//! [`WakeTimers`](super::super::clocks::paced::wake_timers::WakeTimers)' to say.
 
 use std::time::Duration;
 
+use super::super::clocks::paced::wake_timers::WakeTimer;
 use super::super::kernel::cpu_timers::PosixTimer;
 use super::super::kernel::threads;
-use super::super::signal::wake_notices::{self, WAKE_NOTICES};
+use super::super::signal::wake_notices;
 use super::pacing::CpuPacing;
 use super::SamplerLoop;
-
-/// A thread's wake timer and the notice index it carries.
-#[derive(Debug)]
-pub(super) struct WakeTimer {
-    timer: PosixTimer,
-    index: usize,
-    /// Armed and not yet noticed.
-    armed: bool,
-}
-
-/// The run's wake timers: which thread holds each notice index.
-#[derive(Debug)]
-pub(super) struct WakeTimers {
-    /// The thread each index was given to (0: free).
-    owners: Vec<i32>,
-    free: Vec<usize>,
-    /// The most timers open at once.
-    cap: usize,
-    /// The kernel refused a timer for want of resources: no more this run.
-    refused: bool,
-    notices: Vec<usize>,
-}
-
-impl WakeTimers {
-    pub(super) fn new() -> WakeTimers {
-        wake_notices::clear();
-        WakeTimers {
-            owners: Vec::new(),
-            free: Vec::new(),
-            cap: WAKE_NOTICES.min(sigpending_limit() / 4),
-            refused: false,
-            notices: Vec::new(),
-        }
-    }
-
-    fn allocate(&mut self, tid: i32) -> Option<usize> {
-        if let Some(i) = self.free.pop() {
-            self.owners[i] = tid;
-            return Some(i);
-        }
-        (self.owners.len() < self.cap).then(|| {
-            self.owners.push(tid);
-            self.owners.len() - 1
-        })
-    }
-
-    fn release(&mut self, index: usize) {
-        self.owners[index] = 0;
-        self.free.push(index);
-    }
-}
 
 /// What one pass of [`SamplerLoop::arm_or_open`] left undone.
 #[derive(Debug, Default)]
@@ -75,23 +25,6 @@ struct Unarmed {
     ran_out: bool,
     /// Idle threads it could give no timer.
     without: u64,
-}
-
-/// The soft `RLIMIT_SIGPENDING` (`usize::MAX` if unlimited).
-fn sigpending_limit() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: a valid resource and a valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_SIGPENDING, &mut limit) } != 0 {
-        return 0;
-    }
-    if limit.rlim_cur == libc::RLIM_INFINITY {
-        usize::MAX
-    } else {
-        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
-    }
 }
 
 impl SamplerLoop {
@@ -210,27 +143,5 @@ impl SamplerLoop {
                 self.active.push(tid);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn indices_are_given_up_to_the_cap_and_reused_once_released() {
-        let mut wakes = WakeTimers {
-            owners: Vec::new(),
-            free: Vec::new(),
-            cap: 2,
-            refused: false,
-            notices: Vec::new(),
-        };
-        assert_eq!(wakes.allocate(10), Some(0));
-        assert_eq!(wakes.allocate(11), Some(1));
-        assert_eq!(wakes.allocate(12), None);
-        wakes.release(0);
-        assert_eq!(wakes.allocate(12), Some(0));
-        assert_eq!(wakes.owners, vec![12, 11]);
     }
 }

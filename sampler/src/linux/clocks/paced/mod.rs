@@ -5,3 +5,4 @@ pub(crate) mod cpu_debt;
 pub(crate) mod cpu_wakeups;
 pub(crate) mod exit_tails;
 pub(crate) mod unseen_cpu;
+pub(crate) mod wake_timers;
