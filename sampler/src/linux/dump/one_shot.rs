@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::capture::{CapturedThread, NotTaken, RunState, Taken};
-use crate::walker::{Registers, WalkEnd};
+use crate::walker::WalkEnd;
 use crate::Error;
 
 use super::super::kernel::cpu_timers::PosixTimer;
@@ -25,16 +25,14 @@ use super::super::kernel::task_clock::TaskClock;
 use super::super::kernel::threads::{self, TaskList};
 use super::super::signal::checked_memory;
 use super::super::signal::dump_slot::{
-    capture_signal, COPY_WORDS, DUMP_MARK, NEXT_GENERATION, REQUEST_FD, REQUEST_GENERATION,
-    REQUEST_TID, SLOT,
+    capture_signal, DUMP_MARK, NEXT_GENERATION, REQUEST_FD, REQUEST_GENERATION, REQUEST_TID, SLOT,
 };
 use super::super::signal::install::{self, SignalSender};
-use super::super::signal::stack_copy::CopiedStack;
 use super::super::unwind::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall};
 use super::super::unwind::CfiWalker;
 // The dump slot uses the samples' generation-tagged states.
 use super::super::signal::slots::{state, ARMED, DONE, IDLE};
-use super::super::signal::{handler, own_stack, slots};
+use super::super::signal::{own_stack, slots};
 use super::super::MAX_DEPTH;
 
 /// How long a signalled thread may take to reply before the request is
@@ -97,66 +95,39 @@ impl Drop for Request {
     }
 }
 
-/// The capture signal's handler for one capture: the shared handler with
-/// all but fault signals blocked, so no profiler handler runs inside it
-/// and faults still crash. Drop restores the action as `install` does.
+/// The capture signal's handler for one capture: the shared handler with all but fault
+/// signals blocked, so no profiler handler runs inside it and faults still crash. Drop
+/// restores the action as `install` does.
 struct CaptureHandler {
     signal: libc::c_int,
     previous: libc::sigaction,
 }
 
 impl CaptureHandler {
-    fn install(sig: libc::c_int) -> Result<CaptureHandler, Error> {
-        // SAFETY: an all-zero sigaction is valid.
-        let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid signal and out-pointer.
-        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut previous) } != 0 {
-            return Err(Error::Io(std::io::Error::last_os_error()));
-        }
-        if previous.sa_sigaction != libc::SIG_DFL && previous.sa_sigaction != libc::SIG_IGN {
-            return Err(Error::SignalInUse(sig));
-        }
-        // SAFETY: as above.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = handler::on_signal as *const () as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
-        // SAFETY: building a valid signal set in place.
-        unsafe {
-            libc::sigfillset(&mut action.sa_mask);
-            for fault in [
-                libc::SIGSEGV,
-                libc::SIGBUS,
-                libc::SIGILL,
-                libc::SIGFPE,
-                libc::SIGTRAP,
-            ] {
-                libc::sigdelset(&mut action.sa_mask, fault);
+    fn install(signal: libc::c_int) -> Result<CaptureHandler, Error> {
+        let previous = install::unused_action(signal)?;
+        install::set_handler(signal, |mask| {
+            // SAFETY: a valid sigset and signals.
+            unsafe {
+                libc::sigfillset(mask);
+                for fault in [
+                    libc::SIGSEGV,
+                    libc::SIGBUS,
+                    libc::SIGILL,
+                    libc::SIGFPE,
+                    libc::SIGTRAP,
+                ] {
+                    libc::sigdelset(mask, fault);
+                }
             }
-        }
-        // SAFETY: a valid action whose handler is async-signal-safe.
-        if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
-            return Err(Error::Io(std::io::Error::last_os_error()));
-        }
-        Ok(CaptureHandler {
-            signal: sig,
-            previous,
-        })
+        })?;
+        Ok(CaptureHandler { signal, previous })
     }
 }
 
 impl Drop for CaptureHandler {
     fn drop(&mut self) {
-        if !install::handler_is_ours(self.signal) {
-            return;
-        }
-        // SAFETY: an all-zero sigaction with SIG_IGN set.
-        let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
-        ignore.sa_sigaction = libc::SIG_IGN;
-        // SAFETY: valid actions for a valid signal.
-        unsafe {
-            libc::sigaction(self.signal, &ignore, std::ptr::null_mut());
-            libc::sigaction(self.signal, &self.previous, std::ptr::null_mut());
-        }
+        install::restore_if_ours(self.signal, &self.previous);
     }
 }
 
@@ -397,14 +368,10 @@ impl Session {
                 std::thread::sleep(Duration::from_micros(20));
             }
         }
-        // SAFETY: `Done` for our generation (Acquire): no handler claims
-        // the slot until we arm it again.
-        let (frames, words) = unsafe { (&*SLOT.frames.get(), &*SLOT.words.get()) };
+        // SAFETY: `Done` for our generation (Acquire): no handler claims the slot until we arm
+        // it again.
+        let (frames, copy) = unsafe { (&*SLOT.frames.get(), SLOT.copy.view_any()) };
         let depth = (SLOT.depth.load(Relaxed) as usize).min(MAX_DEPTH);
-        let len = (SLOT.len.load(Relaxed) as usize).min(COPY_WORDS);
-        let [pc, sp, fp, lr] = SLOT.regs.each_ref().map(|r| r.load(Relaxed));
-        let regs = Registers { pc, fp, sp, lr };
-        let copy = CopiedStack::from_parts(regs, SLOT.base.load(Relaxed), &words[..len]);
         let fp_end = WalkEnd::from_u8(SLOT.end.load(Relaxed) as u8);
         let cfi = self
             .shared

@@ -1,11 +1,10 @@
 //! Reading the interrupted thread's stack without ever faulting.
 //!
-//! A mappings snapshot ([`super::stack_regions`]) does not prove memory is
-//! mapped when read (coroutine runtimes remap stacks). So reads go through
-//! `process_vm_readv` on our own pid, which fails instead of faulting and
-//! takes no lock; each call copies a window, as a call per record would
-//! cost more than the walk. Where it is refused ([`probe`]), walks keep
-//! only the pc and end [`WalkEnd::Unreadable`].
+//! A mappings snapshot ([`super::stack_regions`]) does not prove memory is mapped when read
+//! (coroutine runtimes remap stacks), so reads go through `process_vm_readv` on our own pid,
+//! which fails instead of faulting and takes no lock. Each call copies a window, as a call
+//! per record would cost more than the walk. Where it is refused ([`probe`]), walks keep only
+//! the pc and end [`WalkEnd::Unreadable`].
 //!
 //! [`WalkEnd::Unreadable`]: crate::walker::WalkEnd::Unreadable
 
@@ -20,8 +19,7 @@ pub const WINDOW_WORDS: usize = 512;
 /// Whether `process_vm_readv` works on our own pid here.
 static AVAILABLE: AtomicBool = AtomicBool::new(false);
 
-/// Checks once, outside any handler, that `process_vm_readv` can read
-/// this process; returns whether it can.
+/// Checks once, outside any handler, whether `process_vm_readv` can read this process.
 pub fn probe() -> bool {
     let word = [0x5a5a_5a5a_5a5a_5a5au64; 1];
     let mut out = [0u64; 1];
@@ -32,8 +30,8 @@ pub fn probe() -> bool {
     works
 }
 
-/// Copies `[addr, addr + 8 * out.len())` with the fault-safe read; returns
-/// the words copied (0 where refused). Async-signal-safe.
+/// Copies `[addr, addr + 8 * out.len())` fault-safely; returns the words copied (0 where
+/// refused). Async-signal-safe.
 pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
     if !AVAILABLE.load(Relaxed) || out.is_empty() {
         return 0;
@@ -43,10 +41,9 @@ pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
     bytes / 8
 }
 
-/// Copies the interrupted stack from `base` (sp rounded down) up to `high`
-/// into `out`; returns the words copied. Below `own_top`
-/// ([`own_stack::readable_top`]) it reads directly. Async-signal-safe;
-/// only on the interrupted thread.
+/// Copies the interrupted stack from `base` (sp rounded down) up to `high` into `out`;
+/// returns the words copied. Below `own_top` ([`own_stack::readable_top`]) it reads directly.
+/// Async-signal-safe; only on the interrupted thread.
 ///
 /// [`own_stack::readable_top`]: super::own_stack::readable_top
 pub(crate) fn copy_stack_top(base: u64, high: u64, own_top: Option<u64>, out: &mut [u64]) -> usize {
@@ -56,8 +53,8 @@ pub(crate) fn copy_stack_top(base: u64, high: u64, own_top: Option<u64>, out: &m
         return copy_words(base, &mut out[..room]);
     }
     for (i, word) in out[..room].iter_mut().enumerate() {
-        // SAFETY: the calling thread's own stack block, mapped while it
-        // runs. Volatile: other threads may write it.
+        // SAFETY: the calling thread's own stack block, mapped while it runs. Volatile: other
+        // threads may write it.
         *word = unsafe { (base as *const u64).add(i).read_volatile() };
     }
     room
@@ -72,9 +69,8 @@ unsafe fn read_self(addr: u64, out: *mut u64, bytes: usize) -> usize {
     unsafe { read_process(libc::getpid(), addr, out.cast(), bytes) }
 }
 
-/// Copies up to `bytes` bytes at `addr` of process `pid` into `out`;
-/// returns the bytes copied (up to the first unreadable page, 0 on
-/// error). Async-signal-safe.
+/// Copies up to `bytes` bytes at `addr` of process `pid` into `out`; returns the bytes copied
+/// (up to the first unreadable page, 0 on error). Async-signal-safe.
 ///
 /// # Safety
 /// `out` must be valid for writes of `bytes` bytes.
@@ -92,8 +88,8 @@ pub(crate) unsafe fn read_process(
         iov_base: addr as *mut libc::c_void,
         iov_len: bytes,
     };
-    // SAFETY: the local iovec is valid for `bytes` (the caller's promise);
-    // the kernel checks the remote one. Raw syscall: no libc state.
+    // SAFETY: the local iovec is valid for `bytes` (the caller's promise); the kernel checks
+    // the remote one. Raw syscall: no libc state.
     let n = unsafe {
         libc::syscall(
             libc::SYS_process_vm_readv,
@@ -105,15 +101,11 @@ pub(crate) unsafe fn read_process(
             0usize,
         )
     };
-    if n < 0 {
-        0
-    } else {
-        n as usize
-    }
+    n.max(0) as usize
 }
 
-/// A [`StackMemory`] that copies windows of the stack into a slot's
-/// buffer. One per walk; async-signal-safe.
+/// A [`StackMemory`] that copies windows of the stack into a slot's buffer. One per walk;
+/// async-signal-safe.
 pub struct CheckedMemory<'a> {
     window: &'a [Cell<u64>],
     /// Address of `window[0]`.
@@ -123,16 +115,14 @@ pub struct CheckedMemory<'a> {
     /// The live stack, from the interrupted sp: copies stay inside it.
     low: u64,
     high: u64,
-    /// Below this the stack is the thread's own, read directly; `low`
-    /// when none is.
+    /// Below this the stack is the thread's own, read directly; `low` when none is.
     own_top: u64,
     /// Copies made, for tests.
     copies: Cell<u32>,
 }
 
 impl<'a> CheckedMemory<'a> {
-    /// A reader of `[low, high)` copying into `window` (old contents are
-    /// never read).
+    /// A reader of `[low, high)` copying into `window` (old contents are never read).
     pub fn new(window: &'a mut [u64], low: u64, high: u64) -> CheckedMemory<'a> {
         CheckedMemory {
             window: Cell::from_mut(window).as_slice_of_cells(),
@@ -163,8 +153,8 @@ impl<'a> CheckedMemory<'a> {
         addr >= base && addr + 16 <= base + 8 * self.len.get() as u64
     }
 
-    /// Copies a window holding the record at `addr`, from sp if that
-    /// reaches it, else from the record; never past `high`.
+    /// Copies a window holding the record at `addr`, from sp if that reaches it, else from
+    /// the record; never past `high`.
     fn refill(&self, addr: u64) -> bool {
         if !AVAILABLE.load(Relaxed) {
             return false;
@@ -199,8 +189,8 @@ impl StackMemory for CheckedMemory<'_> {
         }
         if addr + 16 <= self.own_top {
             let record = addr as *const u64;
-            // SAFETY: inside the calling thread's own stack, mapped while
-            // it runs; aligned. Volatile: other threads may write it.
+            // SAFETY: inside the calling thread's own stack, mapped while it runs; aligned.
+            // Volatile: other threads may write it.
             return Some(unsafe { [record.read_volatile(), record.add(1).read_volatile()] });
         }
         if !self.holds(addr) && !self.refill(addr) {
@@ -269,11 +259,7 @@ mod tests {
         let w = walk(Arch::X86_64, &regs, Some(bounds), &mut memory, &mut out);
         assert_eq!(&out[..w.depth], &[0x99, 0x111, 0x222, 0x333]);
         assert_eq!(w.end, WalkEnd::Complete);
-        assert_eq!(
-            memory.copies(),
-            2,
-            "one window from sp, one more for page 2"
-        );
+        assert_eq!(memory.copies(), 2, "one window from sp, one for page 2");
 
         // Unmap page 2 on (the bounds, like a stale snapshot, claim it).
         // SAFETY: our own mapping.

@@ -1,5 +1,5 @@
-//! The profiling signal's handler: tells what the signal is (a sample asked for, a timer's
-//! sample, a capture's request, a wake notice, or a stray) and walks the stack into a slot.
+//! The profiling signal's handler: tells a sample asked for, a timer's sample, a capture's
+//! request, a wake notice and a stray apart, and walks the stack into a slot.
 
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
@@ -10,6 +10,7 @@ use super::slots::{
     state, Slot, ARMED, CLAIMED, DONE, IDLE, MAX_DEPTH, MISSING_REGIONS, NEXT_GENERATION,
     NO_FREE_SLOT, OWN_PID, SLOT_TABLE, STRAY_SIGNALS, TIMER_MAX_DEPTH, UNKNOWN_STACK_SPAN, WRITING,
 };
+use super::stack_copy::CAPTURE;
 use super::{dump_slot, own_stack, stack_regions, timer_fds, timer_values, wake_notices};
 
 /// Tests only: CPU time each handler spends after claiming its slot, to catch threads in it.
@@ -21,11 +22,9 @@ pub(crate) static HANDLER_TEST_DELAY_NS: core::sync::atomic::AtomicU64 =
 pub(crate) static HANDLER_TEST_DELAY_TID: core::sync::atomic::AtomicI32 =
     core::sync::atomic::AtomicI32::new(0);
 
-/// How long a thread may have waited off CPU between the sampler's decision and the signal
-/// and still be sampled at a system call's exit (above a signal's delivery time in a VM).
-/// Samples after other waits land at unbiased preemption points and are kept, but threads are
-/// preempted at a system call's return far more often than their CPU time there warrants, so
-/// such a late sample is given up and its periods paid by later samples.
+/// The longest wait off CPU after the sampler's decision for a sample at a system call's exit
+/// to be kept: threads are preempted there far more often than their CPU time warrants, so a
+/// later one is given up and its periods paid by later samples.
 const SYSCALL_EXIT_LATE_NS: u64 = 10_000;
 
 /// The profiling signal's handler. Async-signal-safe: no allocation, locks or panics; keeps errno.
@@ -34,14 +33,14 @@ pub(crate) extern "C" fn on_signal(
     info: *mut libc::siginfo_t,
     context: *mut libc::c_void,
 ) {
-    // SAFETY: reading and writing this thread's errno is always allowed.
-    let errno_ptr = unsafe { libc::__errno_location() };
-    // SAFETY: `__errno_location` returns a valid pointer for this thread.
-    let saved_errno = unsafe { *errno_ptr };
-    // SAFETY: the kernel passes an `SA_SIGINFO` handler a valid `siginfo_t` and `ucontext_t`.
-    unsafe { take_sample(info, context) };
-    // SAFETY: as above.
-    unsafe { *errno_ptr = saved_errno };
+    // SAFETY: `__errno_location` is valid for this thread, and the kernel passes an
+    // `SA_SIGINFO` handler a valid `siginfo_t` and `ucontext_t`.
+    unsafe {
+        let errno = libc::__errno_location();
+        let saved = *errno;
+        take_sample(info, context);
+        *errno = saved;
+    }
 }
 
 /// `si_code` of a poll-band signal: how a perf timer's overflow arrives with `F_SETSIG`.
@@ -55,6 +54,8 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
     }
     // SAFETY: non-null and provided by the kernel (see `on_signal`).
     let info = unsafe { &*info };
+    // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
+    let pc = || registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
     let claimed = if info.si_code == libc::SI_QUEUE {
         // SAFETY: si_pid and si_value are valid for SI_QUEUE signals.
         let (pid, value) = unsafe { (info.si_pid(), info.si_value().sival_ptr as usize) };
@@ -68,9 +69,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             STRAY_SIGNALS.fetch_add(1, Relaxed);
             None
         } else {
-            // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
-            let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
-            claim_armed(value, pc)
+            claim_armed(value, pc())
         }
     } else if POLL_CODES.contains(&info.si_code) {
         // SAFETY: a poll-band signal carries `si_band` and `si_fd`.
@@ -82,7 +81,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
             return;
         }
         if info.si_signo == dump_slot::capture_signal() {
-            // A capture's request that fired after the capture closed it: no sample; dropped.
+            // A capture's request that fired after the capture closed it.
             return;
         }
         if timer_fds::is_ours(fd) {
@@ -97,12 +96,8 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
         unsafe { dump_slot::on_dump_signal(dump_slot::DUMP_MARK | generation as usize, context) };
         return;
     } else if let Some(value) = timer_values::requested_slot(info) {
-        // The sampler's request for one sample of a running thread.
-        // SAFETY: `context` is the kernel's `ucontext_t` (checked non-null).
-        let pc = registers(unsafe { &*(context as *const libc::ucontext_t) }).pc;
-        claim_armed(value, pc)
+        claim_armed(value, pc())
     } else if let Some(index) = timer_values::wake_index(info) {
-        // An idle thread ran again: the sampler looks at it next wakeup.
         wake_notices::note(index);
         return;
     } else {
@@ -153,15 +148,13 @@ fn claim_armed(value: usize, pc: u64) -> Option<(&'static Slot, u64, usize)> {
     slot.tid.store(unsafe { libc::gettid() }, Relaxed);
     let max_depth = (slot.max_depth.load(Relaxed) as usize).min(MAX_DEPTH);
     let sent = slot.sent_ns.load(Relaxed);
+    // The wait: wall time since the sampler's reading less this thread's CPU time.
     let late = sent != 0 && {
-        // Wall time since the sampler's reading less this thread's CPU time: its wait.
+        let cpu =
+            clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(slot.sent_cpu_ns.load(Relaxed));
         let waited = clock_ns(libc::CLOCK_MONOTONIC)
             .saturating_sub(sent)
-            .saturating_sub(
-                clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
-                    .saturating_sub(slot.sent_cpu_ns.load(Relaxed)),
-            );
-        // Only a wait that ends at a system call's exit is given up.
+            .saturating_sub(cpu);
         waited > SYSCALL_EXIT_LATE_NS && after_system_call(pc)
     };
     slot.late.store(u32::from(late), Relaxed);
@@ -192,13 +185,11 @@ fn after_system_call(pc: u64) -> bool {
     if super::checked_memory::copy_words(base, &mut words) * 8 < at + LEN as usize {
         return false;
     }
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&words[0].to_ne_bytes());
-    bytes[8..].copy_from_slice(&words[1].to_ne_bytes());
-    let mut code = 0u32;
-    for i in (0..LEN as usize).rev() {
-        code = code << 8 | u32::from(bytes[at + i]);
-    }
+    // SAFETY: two words are sixteen bytes, in memory order.
+    let bytes: [u8; 16] = unsafe { core::mem::transmute(words) };
+    let code = (0..LEN as usize)
+        .rev()
+        .fold(0u32, |code, i| code << 8 | u32::from(bytes[at + i]));
     code == CODE
 }
 
@@ -213,9 +204,8 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Claims the first `Idle` slot, `Idle -> Writing` with a fresh generation, for a timer
-/// sample; counts the sample lost if none is free. Lowest first, so only the few slots in use
-/// at once have their pages written: a first write copies the page and interrupts every CPU.
+/// Claims the lowest `Idle` slot for a timer sample (`Idle -> Writing`, fresh generation), or
+/// counts it lost. Lowest first, so only the few slots in use at once have their pages written.
 pub(super) fn claim_free() -> Option<(&'static Slot, u64, usize)> {
     for (index, slot) in SLOT_TABLE.iter().enumerate() {
         let current = slot.state.load(Relaxed);
@@ -265,30 +255,39 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
         .store(clock_ns(libc::CLOCK_MONOTONIC), Relaxed);
     // SAFETY: `context` is the kernel's `ucontext_t` for this delivery.
     let regs = unsafe { registers(&*(context as *const libc::ucontext_t)) };
-    // Bounded by the snapshot's mapping of the stack, else a span above sp: reads are
-    // fault-safe, so the bound only limits a corrupt chain; a miss asks for a new snapshot.
-    let region = stack_regions::region_containing(regs.sp);
-    let high = match region {
-        Some((_, high)) => high,
-        None => {
-            MISSING_REGIONS.fetch_add(1, Relaxed);
-            regs.sp.saturating_add(UNKNOWN_STACK_SPAN)
-        }
-    };
-    let own_top = region.and_then(|region| own_stack::readable_top(regs.sp, region));
+    let (high, own_top, listed) = stack_bounds(regs.sp);
+    if !listed {
+        MISSING_REGIONS.fetch_add(1, Relaxed);
+    }
     let bounds = Some(StackBounds { low: regs.sp, high });
-    // SAFETY: we won `-> Writing`: sole writer, unread by the sampler until `Done`.
-    let frames = unsafe { &mut (&mut *slot.frames.0.get())[..max_depth] };
-    // SAFETY: as above, the window is ours until we store `Done`.
-    let window = unsafe { &mut *slot.window.0.get() };
-    // The snapshot proves nothing about now: reads off the thread's stack are fault-safe.
-    // SAFETY: we won `-> Writing`: the slot's copy is ours too (kept for CFI unwinding).
-    let mut memory = unsafe { slot.copy.capture(&regs, high, own_top, window) };
-    let walk = walker::walk(Arch::host(), &regs, bounds, &mut memory, frames);
+    // SAFETY: we won `-> Writing`: sole writer of frames, window and copy until `Done`.
+    let (frames, window) = unsafe { (&mut *slot.frames.0.get(), &mut *slot.window.0.get()) };
+    // SAFETY: as above.
+    let mut memory = unsafe {
+        slot.copy
+            .capture(&regs, high, own_top, window, CAPTURE.load(Relaxed))
+    };
+    let walk = walker::walk(
+        Arch::host(),
+        &regs,
+        bounds,
+        &mut memory,
+        &mut frames[..max_depth],
+    );
     slot.depth.store(walk.depth as u32, Relaxed);
     slot.lr.store(walk.lr, Relaxed);
     slot.end.store(walk.end as u32, Relaxed);
     slot.state.store(state(generation, DONE), Release);
+}
+
+/// Where a walk from `sp` must stop, the top of the thread's own stack block if it is one
+/// ([`own_stack`]), and whether the snapshot lists the stack. The bound only limits a corrupt
+/// chain, as reads are fault-safe; an unlisted stack gets a fixed span.
+pub(super) fn stack_bounds(sp: u64) -> (u64, Option<u64>, bool) {
+    let region = stack_regions::region_containing(sp);
+    let high = region.map_or(sp.saturating_add(UNKNOWN_STACK_SPAN), |(_, high)| high);
+    let own_top = region.and_then(|region| own_stack::readable_top(sp, region));
+    (high, own_top, region.is_some())
 }
 
 #[cfg(test)]
@@ -305,12 +304,11 @@ mod tests {
         let code: &[u8] = &[0x0f, 0x05];
         #[cfg(target_arch = "aarch64")]
         let code: &[u8] = &[0x01, 0x00, 0x00, 0xd4];
-        // Every alignment, so the instruction straddles a word boundary too.
+        // Every alignment, so it straddles a word boundary too; read through the kernel.
         let mut buffer = [0u8; 64];
         for offset in 0..16 {
             buffer.fill(0x90);
             buffer[offset..offset + code.len()].copy_from_slice(code);
-            // Read through the kernel, which the compiler cannot see.
             std::hint::black_box(&mut buffer);
             let end = buffer.as_ptr() as u64 + (offset + code.len()) as u64;
             assert!(after_system_call(end), "offset {offset}");

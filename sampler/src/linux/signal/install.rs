@@ -23,9 +23,8 @@ pub(crate) static INSTALLED_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// The action before ours, for the fork handler.
 struct SavedAction(UnsafeCell<MaybeUninit<libc::sigaction>>);
 
-// SAFETY: written by `install` before the Release store of
-// `INSTALLED_SIGNAL`, read after an Acquire load sees it; one sampler per
-// process, so installs never overlap.
+// SAFETY: written by `install` before the Release store of `INSTALLED_SIGNAL`, read after an
+// Acquire load sees it; one sampler per process, so installs never overlap.
 unsafe impl Sync for SavedAction {}
 
 static SAVED_ACTION: SavedAction = SavedAction(UnsafeCell::new(MaybeUninit::zeroed()));
@@ -33,41 +32,20 @@ static SAVED_ACTION: SavedAction = SavedAction(UnsafeCell::new(MaybeUninit::zero
 static REGISTER_FORK_HANDLER: Once = Once::new();
 
 impl InstalledHandler {
-    /// Installs `slots::on_signal` for `signal`. Refuses a signal that
-    /// already has a handler: taking it over would break its owner.
+    /// Installs [`handler::on_signal`] for `signal`, with the capture's signal masked so a
+    /// capture never walks from inside a sample.
     pub fn install(signal: libc::c_int) -> Result<Self, Error> {
-        let mut previous = MaybeUninit::<libc::sigaction>::zeroed();
-        // SAFETY: querying the current action into a valid out-pointer.
-        if unsafe { libc::sigaction(signal, std::ptr::null(), previous.as_mut_ptr()) } != 0 {
-            return Err(Error::Io(io::Error::last_os_error()));
-        }
-        // SAFETY: sigaction filled it in.
-        let previous = unsafe { previous.assume_init() };
-        if previous.sa_sigaction != libc::SIG_DFL && previous.sa_sigaction != libc::SIG_IGN {
-            return Err(Error::SignalInUse(signal));
-        }
-        // SAFETY: an all-zero sigaction is valid.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = handler::on_signal as *const () as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
-        // The capture's signal is blocked in the handler too, so a capture
-        // never walks from inside a sample.
-        // SAFETY: a valid sigset and valid signals.
-        unsafe {
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaddset(&mut action.sa_mask, super::dump_slot::capture_signal());
-        };
+        let previous = unused_action(signal)?;
         REGISTER_FORK_HANDLER.call_once(|| {
             // SAFETY: the child handler is async-signal-safe and 'static.
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         });
-        // SAFETY: the claim is held: nobody reads this before the store of
-        // `INSTALLED_SIGNAL`.
+        // SAFETY: the claim is held: nobody reads this before the store of `INSTALLED_SIGNAL`.
         unsafe { (*SAVED_ACTION.0.get()).write(previous) };
-        // SAFETY: a valid action; the handler is async-signal-safe.
-        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
-            return Err(Error::Io(io::Error::last_os_error()));
-        }
+        set_handler(signal, |mask| {
+            // SAFETY: a valid sigset and signal.
+            unsafe { libc::sigaddset(mask, super::dump_slot::capture_signal()) };
+        })?;
         INSTALLED_SIGNAL.store(signal, Ordering::Release);
         Ok(InstalledHandler {
             signal,
@@ -78,22 +56,56 @@ impl InstalledHandler {
     }
 }
 
-/// Whether our handler is `signal`'s action right now.
-pub(crate) fn handler_is_ours(signal: libc::c_int) -> bool {
+/// `signal`'s action now.
+fn current_action(signal: libc::c_int) -> io::Result<libc::sigaction> {
     let mut current = MaybeUninit::<libc::sigaction>::zeroed();
     // SAFETY: querying the current action into a valid out-pointer.
     if unsafe { libc::sigaction(signal, std::ptr::null(), current.as_mut_ptr()) } != 0 {
-        return false;
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: sigaction filled it in.
-    let current = unsafe { current.assume_init() };
-    current.sa_sigaction == handler::on_signal as *const () as usize
+    Ok(unsafe { current.assume_init() })
 }
 
-/// Puts the previous action back if ours is still installed, passing
-/// through `SIG_IGN` to discard pending instances: a queued real-time
-/// signal meeting `SIG_DFL` would kill the process. Async-signal-safe.
-fn restore_if_ours(signal: libc::c_int, previous: &libc::sigaction) {
+/// `signal`'s action, refused if it has a handler: taking it over would break its owner.
+pub(crate) fn unused_action(signal: libc::c_int) -> Result<libc::sigaction, Error> {
+    let previous = current_action(signal).map_err(Error::Io)?;
+    if previous.sa_sigaction != libc::SIG_DFL && previous.sa_sigaction != libc::SIG_IGN {
+        return Err(Error::SignalInUse(signal));
+    }
+    Ok(previous)
+}
+
+/// Makes [`handler::on_signal`] `signal`'s handler, with the signals `mask` adds to an empty
+/// set blocked while it runs.
+pub(crate) fn set_handler(
+    signal: libc::c_int,
+    mask: impl FnOnce(&mut libc::sigset_t),
+) -> Result<(), Error> {
+    // SAFETY: an all-zero sigaction is valid.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler::on_signal as *const () as usize;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    // SAFETY: a valid sigset.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    mask(&mut action.sa_mask);
+    // SAFETY: a valid action; the handler is async-signal-safe.
+    if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
+        return Err(Error::Io(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Whether our handler is `signal`'s action right now.
+pub(crate) fn handler_is_ours(signal: libc::c_int) -> bool {
+    current_action(signal)
+        .is_ok_and(|current| current.sa_sigaction == handler::on_signal as *const () as usize)
+}
+
+/// Puts the previous action back if ours is still installed, passing through `SIG_IGN` to
+/// discard pending instances: a queued real-time signal meeting `SIG_DFL` would kill the
+/// process. Async-signal-safe.
+pub(crate) fn restore_if_ours(signal: libc::c_int, previous: &libc::sigaction) {
     if !handler_is_ours(signal) {
         return;
     }
@@ -107,9 +119,8 @@ fn restore_if_ours(signal: libc::c_int, previous: &libc::sigaction) {
     }
 }
 
-/// `pthread_atfork` child handler: restores the previous action and frees
-/// the slots and region readers of parent threads that do not exist here,
-/// so the child can profile itself. Async-signal-safe.
+/// `pthread_atfork` child handler: restores the previous action and frees the slots and region
+/// readers of parent threads that do not exist here. Async-signal-safe.
 extern "C" fn after_fork_in_child() {
     let signal = INSTALLED_SIGNAL.swap(0, Ordering::Acquire);
     if signal != 0 {
@@ -122,8 +133,7 @@ extern "C" fn after_fork_in_child() {
 }
 
 impl Drop for InstalledHandler {
-    /// Restores the previous action; a forked child's copy does nothing
-    /// (the fork handler did it).
+    /// Restores the previous action; a forked child's copy does nothing (the fork handler did).
     fn drop(&mut self) {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != self.pid {
@@ -178,13 +188,11 @@ impl SignalSender {
         }
     }
 
-    /// The signal sent.
     pub fn signal(&self) -> libc::c_int {
         self.signal
     }
 
-    /// Sends the signal to thread `tid` with `value` in `si_value`;
-    /// `ESRCH`: the thread exited.
+    /// Sends the signal to thread `tid` with `value` in `si_value`; `ESRCH`: the thread exited.
     pub fn send(&self, tid: i32, value: usize) -> io::Result<()> {
         let info = QueuedInfo {
             signo: self.signal,

@@ -1,18 +1,13 @@
-//! The part of the interrupted stack the handler may read directly.
+//! The part of the interrupted stack the handler may read directly, without a checked read's
+//! system call ([`super::checked_memory`]).
 //!
-//! Checked reads ([`super::checked_memory`]) are system calls. The stack
-//! block of the thread the handler runs on needs no check: glibc and musl
-//! map each thread one block with its stack and, at the top, its control
-//! block, where the thread pointer points; it is unmapped only after the
-//! thread exits. So when the snapshot's mapping holding sp also holds the
-//! thread pointer above sp, `[sp, thread pointer)` is read directly,
-//! provided the snapshot is newer than the sampler's thread listing (an
-//! older one may merge the block with a coroutine stack now apart).
-//!
-//! Coroutine and alternate stacks, the main thread and a frame pointer
-//! leaving the range stay checked. Not covered: a thread without a guard
-//! page whose neighbour below, merged with its block in the snapshot, was
-//! since replaced by a smaller mapping.
+//! glibc and musl map each thread one block: its stack and, at the top, its control block,
+//! where the thread pointer points; it is unmapped only after the thread exits. So when the
+//! snapshot's mapping holding sp also holds the thread pointer above sp, `[sp, thread
+//! pointer)` is read directly, provided the snapshot is newer than the thread listing (an
+//! older one may merge the block with a coroutine stack now apart). Other stacks stay checked.
+//! Not covered: a thread without a guard page whose neighbour below, merged with its block in
+//! the snapshot, was since replaced by a smaller mapping.
 
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -21,9 +16,8 @@ use super::stack_regions;
 /// Whether user code may read the thread pointer ([`probe`]).
 static READABLE: AtomicBool = AtomicBool::new(false);
 
-/// Checks once, outside any handler, that the thread pointer can be read
-/// without a system call: always on aarch64, on x86_64 with
-/// `HWCAP2_FSGSBASE`.
+/// Checks once, outside any handler, that the thread pointer can be read without a system
+/// call: always on aarch64, on x86_64 with `HWCAP2_FSGSBASE`.
 pub fn probe() -> bool {
     #[cfg(target_arch = "x86_64")]
     let readable = {
@@ -45,9 +39,12 @@ fn thread_pointer() -> Option<u64> {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `probe` saw HWCAP2_FSGSBASE, so `rdfsbase` runs in user
-        // mode.
-        let fs = unsafe { read_fs_base() };
+        let fs: u64;
+        // SAFETY: `probe` saw HWCAP2_FSGSBASE, so `rdfsbase` runs in user mode; it only reads
+        // a register.
+        unsafe {
+            core::arch::asm!("rdfsbase {}", out(reg) fs, options(nomem, nostack, preserves_flags))
+        };
         (fs != 0).then_some(fs)
     }
     #[cfg(target_arch = "aarch64")]
@@ -61,21 +58,8 @@ fn thread_pointer() -> Option<u64> {
     }
 }
 
-/// # Safety
-/// The CPU and kernel must allow `rdfsbase` in user mode.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-unsafe fn read_fs_base() -> u64 {
-    let fs: u64;
-    // SAFETY: the caller's promise; the instruction only reads a register.
-    unsafe {
-        core::arch::asm!("rdfsbase {}", out(reg) fs, options(nomem, nostack, preserves_flags));
-    }
-    fs
-}
-
-/// Where the directly readable part of the interrupted stack ends, or
-/// `None` to read it checked. Handler only. Async-signal-safe.
+/// Where the directly readable part of the interrupted stack ends, or `None` to read it
+/// checked. Handler only. Async-signal-safe.
 #[inline]
 pub(crate) fn readable_top(sp: u64, region: (u64, u64)) -> Option<u64> {
     if !stack_regions::covers_listed() {
@@ -95,8 +79,7 @@ fn top_within(sp: u64, region: (u64, u64), tp: u64) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// A thread's own stack is readable up to its thread pointer; a
-    /// separate mapping is not.
+    /// A thread's own stack is readable up to its thread pointer; a separate mapping is not.
     #[test]
     fn a_threads_own_stack_is_readable_and_a_mapping_of_its_own_is_not() {
         if !probe() {
@@ -141,11 +124,7 @@ mod tests {
             let region = containing(inside)
                 .or_else(|| unlisted_under_qemu("a new mapping", extent))
                 .expect("mapped rw");
-            assert_eq!(
-                top_within(inside, region, tp),
-                None,
-                "not the thread's stack"
-            );
+            assert_eq!(top_within(inside, region, tp), None, "not its stack");
             // SAFETY: our own mapping.
             unsafe { libc::munmap(other, 1 << 16) };
         })
@@ -153,11 +132,9 @@ mod tests {
         .expect("thread");
     }
 
-    /// QEMU builds the guest's `/proc/self/maps` from the host's, and
-    /// leaves out a host mapping whose guest pages differ in flags (the
-    /// host merges neighbouring mappings the guest made apart). So under
-    /// QEMU a mapping missing from it is taken at its known extent; run
-    /// natively, a missing mapping fails the test.
+    /// QEMU builds the guest's `/proc/self/maps` from the host's and leaves out a mapping whose
+    /// guest pages differ in flags, so under QEMU a missing mapping is taken at its known
+    /// extent; natively it fails the test.
     fn unlisted_under_qemu(what: &str, extent: (u64, u64)) -> Option<(u64, u64)> {
         crate::emulation::under_qemu().then(|| {
             println!("under QEMU: {what} is not in /proc/self/maps; its own extent is used");
@@ -165,11 +142,10 @@ mod tests {
         })
     }
 
-    /// The calling thread's whole stack block, as its attributes say:
-    /// the stack and, at its top, the thread's control block.
+    /// The calling thread's whole stack block (stack and control block), from its attributes.
     fn own_stack_block() -> (u64, u64) {
-        // SAFETY: the attributes are initialised by `pthread_getattr_np`
-        // before they are read, and destroyed once.
+        // SAFETY: `pthread_getattr_np` initialises the attributes before they are read; they
+        // are destroyed once.
         unsafe {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
             assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);

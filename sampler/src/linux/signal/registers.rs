@@ -1,7 +1,6 @@
-//! The interrupted registers from an `SA_SIGINFO` handler's `ucontext_t`
-//! (plain reads, async-signal-safe). Read at the kernel's byte offsets for
-//! either architecture, so the aarch64 layout is tested on x86_64 too;
-//! compile-time checks tie the offsets to libc's struct.
+//! The interrupted registers from an `SA_SIGINFO` handler's `ucontext_t` (plain reads,
+//! async-signal-safe), at the kernel's byte offsets for either architecture so the aarch64
+//! layout is tested on x86_64 too; compile-time checks tie the offsets to libc's struct.
 
 use crate::walker::{Arch, Registers};
 
@@ -14,9 +13,8 @@ struct UcontextLayout {
     lr: Option<usize>,
 }
 
-/// The kernel's layouts (`asm/ucontext.h`): on x86_64 `uc_mcontext.gregs`
-/// starts at byte 40, with `rbp` at word 10, `rsp` 15, `rip` 16; on aarch64
-/// `uc_mcontext` starts at 176, after the 128-byte `uc_sigmask`, with
+/// The kernel's layouts (`asm/ucontext.h`): on x86_64 `uc_mcontext.gregs` starts at byte 40,
+/// with `rbp` at word 10, `rsp` 15, `rip` 16; on aarch64 `uc_mcontext` starts at 176, with
 /// `fault_address` then `regs[31]` (`x29` word 29, `x30` 30), `sp`, `pc`.
 const fn ucontext_layout(arch: Arch) -> UcontextLayout {
     match arch {
@@ -41,8 +39,8 @@ const fn ucontext_layout(arch: Arch) -> UcontextLayout {
     }
 }
 
-/// The registers in `uc`, the bytes of a `ucontext_t` of `arch`; `None`
-/// if too short. Raw: the walk strips pointer authentication.
+/// The registers in `uc`, the bytes of a `ucontext_t` of `arch`; `None` if too short. Raw:
+/// the walk strips pointer authentication.
 fn ucontext_registers(arch: Arch, uc: &[u8]) -> Option<Registers> {
     let word = |at: usize| -> Option<u64> {
         let bytes = uc.get(at..at.checked_add(8)?)?;
@@ -53,10 +51,7 @@ fn ucontext_registers(arch: Arch, uc: &[u8]) -> Option<Registers> {
         pc: word(layout.pc)?,
         fp: word(layout.fp)?,
         sp: word(layout.sp)?,
-        lr: match layout.lr {
-            Some(at) => word(at)?,
-            None => 0,
-        },
+        lr: layout.lr.map_or(Some(0), word)?,
     })
 }
 
@@ -98,8 +93,7 @@ const _: () = {
 mod tests {
     use super::*;
 
-    /// An aarch64 signal frame's `ucontext_t`: `words` at their offsets,
-    /// 0xa5 elsewhere.
+    /// An aarch64 signal frame's `ucontext_t`: `words` at their offsets, 0xa5 elsewhere.
     fn aarch64_ucontext(words: &[(usize, u64)]) -> Vec<u8> {
         // Through pstate, then part of __reserved.
         let mut uc = vec![0xa5u8; 176 + 8 + 34 * 8 + 64];
@@ -154,8 +148,8 @@ mod tests {
         );
     }
 
-    /// A real signal frame (this thread signals itself) reads plausibly;
-    /// under QEMU this checks the emulator's frame.
+    /// A real signal frame (this thread signals itself) reads plausibly; under QEMU this
+    /// checks the emulator's frame.
     #[test]
     fn a_real_signal_frame_reads_plausibly() {
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1,16 +1,14 @@
-//! Sample slots: where the signal handler ([`super::handler`]) leaves one thread's walk for
-//! the sampler thread. A slot's state word holds the arming generation above a 2-bit phase:
-//! - `Idle -> Armed`: the sampler ([`SlotOwner::arm`]), before signalling the thread with
-//!   slot index and generation in `si_value`. `Armed -> Idle`: the sampler cancelling, so
-//!   a late handler finds nothing to write into.
+//! Sample slots, where the handler ([`super::handler`]) leaves one thread's walk for the
+//! sampler thread. A slot's state word holds the arming generation above a 2-bit phase:
+//! - `Idle -> Armed`: the sampler ([`SlotOwner::arm`]), before signalling the thread with slot
+//!   and generation in `si_value`; `Armed -> Idle` cancels, so a late handler writes nothing.
 //! - `Armed -> Writing`: that thread's handler, by compare-and-swap on the generation.
 //! - `Idle -> Writing`, fresh generation: a per-thread timer's handler
 //!   ([`thread_timers`](crate::linux::clocks::timers::thread_timers)), which nobody arms.
-//! - `Writing -> Done`: the handler, with `Release`, once the walk is written.
+//! - `Writing -> Done` (`Release`): the handler, once the walk is written.
 //! - `Done -> Idle`: the sampler, after copying the walk out.
 //!
-//! Everything is static, so a handler that runs after the profiler stopped touches only
-//! memory that still exists. Wake timers' handlers take no slot ([`super::wake_notices`]).
+//! All static, so a handler running after the profiler stopped touches memory that exists.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{
@@ -24,8 +22,7 @@ use super::checked_memory::WINDOW_WORDS;
 use super::dump_slot;
 use super::stack_copy::{CopiedStack, StackCopy};
 
-/// Slots in flight at once; further threads wait for later ticks. The index travels in the
-/// low 8 bits of `si_value`, so 256 is the most.
+/// Slots in flight at once: the index travels in the low 8 bits of `si_value`.
 pub(crate) const SLOTS: usize = 256;
 /// The hard cap on frames per sample; `max_depth` may only lower it.
 pub const MAX_DEPTH: usize = 512;
@@ -41,7 +38,6 @@ pub(crate) const fn state(generation: u64, phase: u64) -> u64 {
     generation << 2 | phase
 }
 
-/// Frames written by the one handler holding the slot `Writing`, read by the sampler after `Done`.
 pub(super) struct FrameBuf(pub(super) UnsafeCell<[u64; MAX_DEPTH]>);
 
 // SAFETY: only the handler that won `-> Writing` writes; the sampler reads
@@ -62,14 +58,13 @@ pub(super) struct Slot {
     pub(super) lr: AtomicU64,
     /// The thread that wrote the walk (timer samples).
     pub(super) tid: AtomicI32,
-    /// Armed slots in cpu mode: the target's CPU clock and `CLOCK_MONOTONIC` before the
-    /// signal (0: no check), for the handler's lateness test (`handler::SYSCALL_EXIT_LATE_NS`).
+    /// Armed in cpu mode: `CLOCK_MONOTONIC` and the target's CPU clock before the signal
+    /// (0: no check), for the handler's lateness test (`handler::SYSCALL_EXIT_LATE_NS`).
     pub(super) sent_ns: AtomicU64,
     pub(super) sent_cpu_ns: AtomicU64,
     /// The handler found the signal late and walked nothing.
     pub(super) late: AtomicU32,
-    /// When the handler took the sample (`CLOCK_MONOTONIC` ns): what
-    /// decides its labels ([`crate::labels`]).
+    /// When the handler took the sample (`CLOCK_MONOTONIC` ns), which decides its labels.
     pub(super) taken_ns: AtomicU64,
     pub(super) frames: FrameBuf,
     pub(super) window: WindowBuf,
@@ -109,17 +104,16 @@ pub(crate) static STRAY_SIGNALS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static MISSING_REGIONS: AtomicU64 = AtomicU64::new(0);
 /// Timer samples lost because every slot was full.
 pub(crate) static NO_FREE_SLOT: AtomicU64 = AtomicU64::new(0);
-/// Slots timer handlers claimed, one bit per slot, set after the claim and
-/// taken by [`SlotOwner::collect_claimed`], which reads only those slots.
+/// Slots timer handlers claimed, one bit each, set after the claim; taken by
+/// [`SlotOwner::collect_claimed`].
 pub(super) static CLAIMED: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
 const _: () = assert!(SLOTS % 64 == 0);
 /// Frames a timer sample keeps (slots armed by the sampler carry their own).
 pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 
-/// Whether thread `tid` holds a slot it is writing, or wrote and the sampler has not collected.
-/// The handler's `sa_mask` blocks the profiling signal, so check this before taking `SigBlk`
-/// as proof the thread blocks it. Conservative (a slot may name a thread from an earlier use),
-/// and blind to the handler's first instructions, before it claims a slot.
+/// Whether thread `tid` holds a slot it is writing or wrote and the sampler has not collected:
+/// the handler masks the profiling signal, so check this before taking `SigBlk` as proof the
+/// thread blocks it. Conservative, and blind to the handler's first instructions.
 pub(crate) fn in_handler(tid: i32) -> bool {
     dump_slot::in_dump_handler(tid)
         || SLOT_TABLE.iter().any(|slot| {
@@ -127,8 +121,8 @@ pub(crate) fn in_handler(tid: i32) -> bool {
         })
 }
 
-/// In a forked child: frees every slot, since only the forking thread exists there and no
-/// sampler runs yet. Async-signal-safe.
+/// In a forked child, where only the forking thread exists: frees every slot.
+/// Async-signal-safe.
 pub(crate) fn reset_after_fork() {
     for slot in &SLOT_TABLE {
         slot.state.store(IDLE, Release);
@@ -198,10 +192,9 @@ impl SlotOwner {
         }
     }
 
-    /// Arms a free slot for one signal, or `None` when all are in flight. Skips `Writing`
-    /// slots (a handler that outlived an earlier profiler) and, after the first full scan,
-    /// `Done` ones (timer walks awaiting [`Self::collect_claimed`]); before it, `Armed` and
-    /// `Done` slots are an earlier profiler's and are taken over.
+    /// Arms a free slot for one signal, or `None` when all are in flight. Skips `Writing` slots
+    /// and, after the first full scan, `Done` ones (timer walks awaiting
+    /// [`Self::collect_claimed`]); before it, `Armed` and `Done` are an earlier profiler's.
     pub fn arm(&mut self, max_depth: usize) -> Option<Armed> {
         let generation = NEXT_GENERATION.fetch_add(1, Relaxed);
         for (slot, s) in SLOT_TABLE.iter().enumerate() {
@@ -227,8 +220,7 @@ impl SlotOwner {
         None
     }
 
-    /// Takes back an armed slot whose handler has not started; `false` if the handler
-    /// already claimed it: poll again.
+    /// Takes back an armed slot whose handler has not started; `false`: poll again.
     pub fn cancel(&mut self, slot: usize) -> bool {
         let Some(armed) = self.armed[slot] else {
             return true;
@@ -269,7 +261,7 @@ impl SlotOwner {
     }
 
     /// Records the target's CPU clock `cpu_ns`, read at monotonic `now_ns`, before `slot`'s
-    /// signal; `now_ns` 0 turns the lateness check off (wall mode samples threads off CPU).
+    /// signal; `now_ns` 0 turns the lateness check off (wall mode).
     pub fn mark_sent(&mut self, slot: usize, now_ns: u64, cpu_ns: u64) {
         SLOT_TABLE[slot].sent_cpu_ns.store(cpu_ns, Relaxed);
         SLOT_TABLE[slot].sent_ns.store(now_ns, Relaxed);
@@ -280,15 +272,13 @@ impl SlotOwner {
         self.armed[slot].is_some()
     }
 
-    /// Hands each finished timer walk (unarmed slot now `Done`) to `collect` with its thread,
-    /// frees it, and returns how many slots a handler is still writing. Reads only slots
-    /// claimed since the last look ([`CLAIMED`]) or written then, as each slot's state has
-    /// its own page; the first look reads all, for walks an earlier profiler left.
+    /// Hands each finished timer walk to `collect` with its thread, frees it, and returns how
+    /// many slots a handler is still writing. Reads only slots claimed since the last look
+    /// ([`CLAIMED`]) or written then (each slot has its own page); the first look reads all.
     pub fn collect_claimed(&mut self, mut collect: impl FnMut(i32, Collected<'_>)) -> usize {
         let mut writing = 0;
         for (word, claimed) in CLAIMED.iter().enumerate() {
-            // Taken before the slots are read: a handler sets its bit after
-            // its claim, so a claim this misses is found by the next look.
+            // Before the slots are read: a claim this misses sets its bit for the next look.
             let claimed = claimed.swap(0, Acquire);
             let mut bits = match self.scanned_all {
                 true => claimed | std::mem::take(&mut self.writing[word]),
@@ -347,8 +337,7 @@ unsafe fn hand_out(s: &Slot, scratch: &mut Vec<u64>, collect: impl FnOnce(Collec
 mod tests {
     use super::*;
 
-    /// Once every slot was scanned, arming skips a timer walk left `Done`, which the next
-    /// look collects with its thread.
+    /// Once every slot was scanned, arming skips a timer walk left `Done` for the next look.
     #[test]
     fn arming_never_takes_a_timer_walk_not_collected_yet() {
         let mut owner = SlotOwner::new();

@@ -1,7 +1,6 @@
-//! The handler's half of CFI unwinding: a copy of the registers and stack
-//! top in the sample's slot. The handler's frame-pointer walk reads the
-//! copy first ([`CopyThenChecked`]); the sampler thread later unwinds it
-//! with CFI ([`super::super::unwind::CfiWalker`]).
+//! The handler's half of CFI unwinding: a copy of the registers and stack top in the sample's
+//! slot, which the handler's frame-pointer walk reads first ([`CopyThenChecked`]) and the
+//! sampler thread later unwinds with CFI ([`super::super::unwind::CfiWalker`]).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -10,31 +9,26 @@ use crate::walker::{Registers, StackMemory};
 
 use super::checked_memory::{self, CheckedMemory};
 
-/// Stack words copied per sample, at most, never past the stack's end.
-/// CFI gets past a frame only if its return address is in the copy, so it
-/// must exceed a frame holding a common 8 KiB buffer (`std::io::copy`,
-/// `BUFSIZ`).
+/// Stack words copied per sample, at most: CFI gets past a frame only if its return address is
+/// in the copy, so it must exceed a frame holding a common 8 KiB buffer (`BUFSIZ`).
 pub(crate) const COPY_WORDS: usize = 2048;
 
 /// Whether handlers copy the stack (off: frame pointers only).
 pub(crate) static CAPTURE: AtomicBool = AtomicBool::new(false);
 
-/// One slot's copy, owned like the slot's frames (see `slots`).
-pub(crate) struct StackCopy {
-    pc: AtomicU64,
-    sp: AtomicU64,
-    fp: AtomicU64,
-    lr: AtomicU64,
+/// One slot's copy of `N` words, owned like the slot's frames (see `slots`).
+pub(crate) struct StackCopy<const N: usize = COPY_WORDS> {
+    regs: [AtomicU64; 4],
     /// Address of `words[0]` (sp, 8-aligned down).
     base: AtomicU64,
     /// Words holding the copy; 0: none.
     len: AtomicU32,
-    words: UnsafeCell<[u64; COPY_WORDS]>,
+    words: UnsafeCell<[u64; N]>,
 }
 
 // SAFETY: `words` is written by the handler that claimed the slot and read
 // by the sampler after an `Acquire` load of `Done` (see `slots`).
-unsafe impl Sync for StackCopy {}
+unsafe impl<const N: usize> Sync for StackCopy<N> {}
 
 /// A finished copy, as the sampler thread reads it.
 pub(crate) struct CopiedStack<'a> {
@@ -66,21 +60,25 @@ impl<'a> CopiedStack<'a> {
     }
 }
 
-impl StackCopy {
+/// A frame-pointer walk over the copy alone.
+impl StackMemory for CopiedStack<'_> {
+    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
+        Some([self.read(addr)?, self.read(addr.checked_add(8)?)?])
+    }
+}
+
+impl<const N: usize> StackCopy<N> {
     pub const fn new() -> Self {
         StackCopy {
-            pc: AtomicU64::new(0),
-            sp: AtomicU64::new(0),
-            fp: AtomicU64::new(0),
-            lr: AtomicU64::new(0),
+            regs: [const { AtomicU64::new(0) }; 4],
             base: AtomicU64::new(0),
             len: AtomicU32::new(0),
-            words: UnsafeCell::new([0; COPY_WORDS]),
+            words: UnsafeCell::new([0; N]),
         }
     }
 
-    /// Handler side: records `regs` and, if capturing, copies the stack up
-    /// to `high`; returns the walker's memory. Async-signal-safe.
+    /// Handler side: records `regs` and, if `copy`, the stack up to `high`; returns the
+    /// walker's memory. Async-signal-safe.
     ///
     /// # Safety
     /// The caller won `Writing` on this copy's slot; `window` is the slot's.
@@ -90,18 +88,17 @@ impl StackCopy {
         high: u64,
         own_top: Option<u64>,
         window: &'a mut [u64],
+        copy: bool,
     ) -> CopyThenChecked<'a> {
-        self.pc.store(regs.pc, Relaxed);
-        self.sp.store(regs.sp, Relaxed);
-        self.fp.store(regs.fp, Relaxed);
-        self.lr.store(regs.lr, Relaxed);
+        for (to, from) in self.regs.iter().zip([regs.pc, regs.sp, regs.fp, regs.lr]) {
+            to.store(from, Relaxed);
+        }
         let base = regs.sp & !7;
         // SAFETY: the caller owns the slot.
         let words = unsafe { &mut *self.words.get() };
-        let len = if CAPTURE.load(Relaxed) {
-            checked_memory::copy_stack_top(base, high, own_top, words)
-        } else {
-            0
+        let len = match copy {
+            true => checked_memory::copy_stack_top(base, high, own_top, words),
+            false => 0,
         };
         self.base.store(base, Relaxed);
         self.len.store(len as u32, Relaxed);
@@ -117,22 +114,24 @@ impl StackCopy {
     /// # Safety
     /// The slot is `Done` (seen with `Acquire`) while the result is used.
     pub unsafe fn view(&self) -> Option<CopiedStack<'_>> {
-        let len = (self.len.load(Relaxed) as usize).min(COPY_WORDS);
-        if len == 0 {
-            return None;
-        }
-        // SAFETY: the caller's promise: no writer runs.
-        let words = unsafe { &(&*self.words.get())[..len] };
-        Some(CopiedStack {
-            regs: Registers {
-                pc: self.pc.load(Relaxed),
-                fp: self.fp.load(Relaxed),
-                sp: self.sp.load(Relaxed),
-                lr: self.lr.load(Relaxed),
-            },
+        // SAFETY: the caller's promise.
+        let copy = unsafe { self.view_any() };
+        (!copy.words.is_empty()).then_some(copy)
+    }
+
+    /// As [`Self::view`], an empty copy too.
+    ///
+    /// # Safety
+    /// As for [`Self::view`].
+    pub unsafe fn view_any(&self) -> CopiedStack<'_> {
+        let len = (self.len.load(Relaxed) as usize).min(N);
+        let [pc, sp, fp, lr] = self.regs.each_ref().map(|r| r.load(Relaxed));
+        CopiedStack {
+            regs: Registers { pc, fp, sp, lr },
             base: self.base.load(Relaxed),
-            words,
-        })
+            // SAFETY: the caller's promise: no writer runs.
+            words: unsafe { &(&*self.words.get())[..len] },
+        }
     }
 }
 

@@ -1,10 +1,8 @@
-//! The readable, writable mappings of this process, which bound the
-//! handler's walk. A handler cannot ask for stack bounds
-//! (`pthread_getattr_np` allocates), so the sampler thread publishes the
-//! `rw` mappings here, refreshed before a new thread is first signalled.
-//! They prove nothing at the moment of a read ([`super::checked_memory`]).
-//! Publication is a static double buffer with reader counts: the writer
-//! only rewrites the buffer no handler reads.
+//! The `rw` mappings of this process, which bound the handler's walk: a handler cannot ask for
+//! stack bounds (`pthread_getattr_np` allocates), so the sampler thread publishes them here
+//! before a new thread is first signalled. They prove nothing at the moment of a read
+//! ([`super::checked_memory`]). A static double buffer with reader counts: the writer only
+//! rewrites the buffer no handler reads.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 
@@ -28,9 +26,8 @@ impl RegionBuf {
 }
 
 static BUFS: [RegionBuf; 2] = [RegionBuf::new(), RegionBuf::new()];
-/// Whether the snapshot was read after the running sampler last listed a
-/// new thread, so each thread it signals had its stack block mapped then
-/// ([`super::own_stack`] relies on it). False with no sampler running.
+/// Whether the snapshot was read after the running sampler last listed a new thread, so each
+/// thread it signals had its stack block mapped then ([`super::own_stack`] relies on it).
 static COVERS_LISTED: AtomicBool = AtomicBool::new(false);
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
@@ -66,22 +63,19 @@ pub(crate) fn region_containing(addr: u64) -> Option<(u64, u64)> {
     found
 }
 
-/// Whether the snapshot is newer than every listed thread.
-/// Async-signal-safe.
+/// Whether the snapshot is newer than every listed thread. Async-signal-safe.
 pub(crate) fn covers_listed() -> bool {
     COVERS_LISTED.load(SeqCst)
 }
 
-/// Sampler thread only: `true` right after a snapshot read once every
-/// thread was listed; `false` when a listing finds a new thread or the
-/// sampler stops.
+/// Sampler thread only: `true` right after a snapshot read once every thread was listed;
+/// `false` when a listing finds a new thread or the sampler stops.
 pub(crate) fn set_covers_listed(covers: bool) {
     COVERS_LISTED.store(covers, SeqCst);
 }
 
-/// In a forked child: forgets the readers (parent threads inside
-/// [`region_containing`] do not exist there) and [`covers_listed`].
-/// Async-signal-safe.
+/// In a forked child: forgets the readers (parent threads inside [`region_containing`] do not
+/// exist there) and [`covers_listed`]. Async-signal-safe.
 pub(crate) fn reset_after_fork() {
     for readers in &READERS {
         readers.store(0, SeqCst);
@@ -89,8 +83,8 @@ pub(crate) fn reset_after_fork() {
     COVERS_LISTED.store(false, SeqCst);
 }
 
-/// Publishes sorted, disjoint `regions`; `false`, changing nothing, while a
-/// handler holds the spare buffer. Sampler thread only.
+/// Publishes sorted, disjoint `regions`; `false`, changing nothing, while a handler holds the
+/// spare buffer. Sampler thread only.
 pub(crate) fn publish(regions: &[(u64, u64)]) -> bool {
     let spare = 1 - CURRENT.load(SeqCst);
     if READERS[spare].load(SeqCst) != 0 {
@@ -129,10 +123,8 @@ pub(crate) fn parse_rw_regions(maps: &str, out: &mut Vec<(u64, u64)>) {
     out.sort_unstable();
 }
 
-/// Reads `/proc/self/maps` and publishes its `rw` mappings.
-/// The readable and writable regions of `/proc/self/maps` now, read for
-/// the caller alone: a test that maps memory and then looks for it must
-/// not go through the published snapshot, which other tests refresh.
+/// The `rw` regions now, for the caller alone: a test must not look for its own mapping in
+/// the published snapshot, which other tests refresh.
 #[cfg(test)]
 pub(crate) fn rw_regions_now() -> Vec<(u64, u64)> {
     let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
@@ -141,6 +133,7 @@ pub(crate) fn rw_regions_now() -> Vec<(u64, u64)> {
     regions
 }
 
+/// Reads `/proc/self/maps` and publishes its `rw` mappings.
 pub(crate) fn refresh(scratch: &mut Vec<(u64, u64)>) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return false;
@@ -177,8 +170,7 @@ mod tests {
 
     #[test]
     fn lookup_finds_this_threads_stack() {
-        // It checks only its own stack, which no other test's snapshot
-        // lacks.
+        // Only its own stack, which no other test's snapshot lacks.
         let mut scratch = Vec::new();
         assert!(refresh(&mut scratch));
         let local = 0u64;

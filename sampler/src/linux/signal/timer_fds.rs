@@ -1,6 +1,5 @@
-//! Which perf descriptors are btprof's signal timers, so the handler takes
-//! only their poll-band signals as samples. A descriptor is registered
-//! before its signal is enabled and removed after it is disabled.
+//! Which perf descriptors are btprof's signal timers, so the handler takes only their
+//! poll-band signals as samples. Registered before the signal is enabled, removed after.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -1,9 +1,6 @@
-//! Wake notices: which idle threads started to run again.
-//!
-//! The sampler-thread clock looks only at threads that ran since the last
-//! listing, so an idle thread gets a wake timer
-//! ([`crate::linux::kernel::cpu_timers::PosixTimer::open_wake`]) whose
-//! signal sets its bit here with one async-signal-safe `fetch_or`.
+//! Wake notices: which idle threads ran again. The sampler-thread clock looks only at threads
+//! that ran since the last listing, so an idle thread gets a wake timer
+//! ([`crate::linux::kernel::cpu_timers::PosixTimer::open_wake`]) whose signal sets its bit.
 
 use core::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
 
