@@ -1,9 +1,7 @@
-//! `struct perf_event_attr` (up to `PERF_ATTR_SIZE_VER5`, 112 bytes) and
-//! the flag bits btprof sets, from `<linux/perf_event.h>`, for
-//! [`super::task_clock`] and [`super::super::clocks::ring::born_threads`].
+//! `struct perf_event_attr` (up to `PERF_ATTR_SIZE_VER5`, 112 bytes) and the flag bits btprof
+//! sets, from `<linux/perf_event.h>`.
 
-/// The attribute block passed to `perf_event_open`; zero is the kernel's
-/// default, and `size` says how much of it there is.
+/// The attribute block passed to `perf_event_open`; zero is the kernel's default.
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct PerfEventAttr {
@@ -41,8 +39,7 @@ impl PerfEventAttr {
         }
     }
 
-    /// A software event that counts and samples nothing, user space only
-    /// (as unprivileged use requires), not inherited.
+    /// A software event that counts and samples nothing, user space only, not inherited.
     pub(crate) fn dummy() -> Self {
         PerfEventAttr {
             kind: PERF_TYPE_SOFTWARE,
@@ -55,8 +52,8 @@ impl PerfEventAttr {
 
     /// `perf_event_open` with no group; the new descriptor is close-on-exec.
     pub(crate) fn open(&self, tid: i32, cpu: i32) -> std::io::Result<libc::c_int> {
-        // SAFETY: `self` is initialised and `size` its length; `tid` is our
-        // thread (0: the caller), `cpu` a CPU or -1.
+        // SAFETY: `self` is initialised and `size` its length; `tid` is our thread (0: the
+        // caller), `cpu` a CPU or -1.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
@@ -67,10 +64,9 @@ impl PerfEventAttr {
                 PERF_FLAG_FD_CLOEXEC,
             )
         };
-        if fd < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(fd as libc::c_int)
+        match fd {
+            ..0 => Err(std::io::Error::last_os_error()),
+            fd => Ok(fd as libc::c_int),
         }
     }
 }
@@ -80,30 +76,22 @@ const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 const PERF_COUNT_SW_DUMMY: u64 = 9;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 
-/// `disabled`.
+// The bits of `perf_event_attr`'s flags word, named as in the header.
 pub(crate) const FLAG_DISABLED: u64 = 1 << 0;
-/// `inherit`: threads created later by the thread get a copy of the event.
 pub(crate) const FLAG_INHERIT: u64 = 1 << 1;
-/// `exclude_kernel` and `exclude_hv`: user space only, as unprivileged
-/// use requires.
+/// `exclude_kernel` and `exclude_hv`: user space only, as unprivileged use requires.
 pub(crate) const FLAGS_EXCLUDE_KERNEL_HV: u64 = (1 << 5) | (1 << 6);
-/// `exclude_hv` alone: kernel samples too, where allowed.
 pub(crate) const FLAG_EXCLUDE_HV: u64 = 1 << 6;
-/// `comm`: a record when a thread changes its name.
 pub(crate) const FLAG_COMM: u64 = 1 << 9;
 /// `inherit_stat`: an inherited copy's count is recorded at thread exit.
 pub(crate) const FLAG_INHERIT_STAT: u64 = 1 << 11;
-/// `task`: records of threads starting and exiting.
 pub(crate) const FLAG_TASK: u64 = 1 << 13;
-/// `sample_id_all`: every record ends with the sample's tid and time.
 pub(crate) const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
-/// `exclude_callchain_kernel`.
 pub(crate) const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
-/// `use_clockid`: record times on `clockid`.
 pub(crate) const FLAG_USE_CLOCKID: u64 = 1 << 25;
-/// `inherit_thread` (Linux 5.13): inherited by threads, not by children.
+/// Linux 5.13: inherited by threads, not by children.
 pub(crate) const FLAG_INHERIT_THREAD: u64 = 1 << 35;
-/// `remove_on_exec` (Linux 5.13): gone when the thread calls `execve`.
+/// Linux 5.13: gone when the thread calls `execve`.
 pub(crate) const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;
 
 pub(crate) const PERF_SAMPLE_TID: u64 = 1 << 1;

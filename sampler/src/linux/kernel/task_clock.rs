@@ -1,9 +1,6 @@
-//! One thread's task clock: a perf software event counting the thread's
-//! user-space CPU time and overflowing once per period, optionally
-//! signalling that thread. The sampler's per-thread timers
-//! ([`super::super::clocks::timers::thread_timers`]) and the overhead
-//! benchmark's floor (`benches/support/floor.rs`) share it, so both measure
-//! the same event.
+//! One thread's task clock: a perf software event counting its user-space CPU time and
+//! overflowing once per period, optionally signalling it. The per-thread timers and the
+//! overhead benchmark's floor share it, so both measure the same event.
 
 use std::io;
 
@@ -17,8 +14,7 @@ const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
 const F_OWNER_TID: libc::c_int = 0;
 
-/// What btprof's tests add to every task-clock read, standing for time a
-/// VM host stole (which the count includes); else zero.
+/// What btprof's tests add to every task-clock read, as time a VM host stole; else zero.
 pub(crate) fn stolen_for_tests() -> u64 {
     #[cfg(feature = "test-hooks")]
     return crate::linux::test_hooks::TEST_STOLEN_NS.load(std::sync::atomic::Ordering::Relaxed);
@@ -39,10 +35,9 @@ pub struct TaskClock {
 }
 
 impl TaskClock {
-    /// Opens a disabled task clock on thread `tid` (0: the caller) that
-    /// overflows every `period_ns` of its CPU time.
+    /// Opens a disabled task clock on thread `tid` (0: the caller) that overflows every
+    /// `period_ns` of its CPU time; enabled only once the signal is routed.
     pub fn open(tid: i32, period_ns: u64) -> io::Result<TaskClock> {
-        // `disabled`: enabled only once the signal is routed to the thread.
         let mut attr =
             PerfEventAttr::task_clock(period_ns, FLAG_DISABLED | FLAGS_EXCLUDE_KERNEL_HV);
         attr.wakeup_events = 1;
@@ -57,9 +52,8 @@ impl TaskClock {
             kind: F_OWNER_TID,
             pid: tid,
         };
-        // SAFETY: fcntls on our own descriptor; `owner` outlives the call.
-        // Owner and signal are set before `O_ASYNC`, so an overflow never
-        // raises `SIGIO` (fatal) or reaches another thread.
+        // SAFETY: fcntls on our own descriptor; `owner` outlives the call. Owner and signal
+        // are set before `O_ASYNC`, so an overflow never raises `SIGIO` (fatal) elsewhere.
         unsafe {
             check(libc::fcntl(self.fd, F_SETOWN_EX, &owner as *const FOwnerEx))?;
             check(libc::fcntl(self.fd, F_SETSIG, signal))?;
@@ -69,20 +63,17 @@ impl TaskClock {
         Ok(())
     }
 
-    /// Counts until the next overflow, which signals once and disables
-    /// the event (`PERF_EVENT_IOC_REFRESH` 1).
+    /// Counts until the next overflow, which signals once and disables the event.
     pub fn enable_for_one_overflow(&self) -> io::Result<()> {
         // SAFETY: an ioctl with an integer argument on our perf descriptor.
         check(unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_REFRESH, 1) }).map(drop)
     }
 
-    /// Starts counting.
     pub fn enable(&self) -> io::Result<()> {
         // SAFETY: an ioctl without argument on our own perf descriptor.
         check(unsafe { libc::ioctl(self.fd, PERF_EVENT_IOC_ENABLE, 0) }).map(drop)
     }
 
-    /// The descriptor, as a signal's `si_fd` names it.
     pub fn fd(&self) -> libc::c_int {
         self.fd
     }

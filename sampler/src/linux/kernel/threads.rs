@@ -1,12 +1,11 @@
-//! The threads of this process: listing, CPU clocks, names and states.
-//! Listing runs every tick, so it reuses one open `/proc/self/task`.
+//! The threads of this process: listing (every tick, so through one open `/proc/self/task`),
+//! CPU clocks, names and states.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-/// Lists thread ids of this process.
 pub(crate) struct TaskList {
     dir: OwnedFd,
     buf: Vec<u8>,
@@ -31,8 +30,7 @@ impl TaskList {
         })
     }
 
-    /// How many threads the process has now, from one cheap `fstat`: the
-    /// task directory's link count is two plus its threads.
+    /// How many threads the process has now: the task directory's link count less two.
     pub fn count(&self) -> io::Result<u64> {
         // SAFETY: an all-zero `stat` is valid.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -118,10 +116,14 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// Thread `tid`'s CPU clock: glibc's `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`.
+pub(crate) fn thread_clock(tid: i32) -> libc::clockid_t {
+    (!tid << 3) | 6
+}
+
 /// CPU time of thread `tid` in nanoseconds; `None` if it is gone.
 pub(crate) fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    // (~tid << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED, as glibc builds it.
-    clock_ns((!tid << 3) | 4 | 2)
+    clock_ns(thread_clock(tid))
 }
 
 /// The configured CPUs: at most this many threads run at once.
@@ -161,12 +163,22 @@ pub(crate) fn thread_name(tid: i32) -> Option<String> {
 
 /// Whether thread `tid` has `signal` in `SigBlk`; `None` if it exited.
 pub(crate) fn blocks_signal(tid: i32, signal: libc::c_int) -> Option<bool> {
+    let [blocked] = status_masks(tid, ["SigBlk:"])?;
+    Some(blocked & (1u64 << (signal - 1)) != 0)
+}
+
+/// The hex masks `fields` of thread `tid`'s status file; `None` if it exited.
+fn status_masks<const N: usize>(tid: i32, fields: [&str; N]) -> Option<[u64; N]> {
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
-    let mask = status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigBlk:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())?;
-    Some(mask & (1u64 << (signal - 1)) != 0)
+    let mask = |name: &str| {
+        let hex = status.lines().find_map(|l| l.strip_prefix(name))?;
+        u64::from_str_radix(hex.trim(), 16).ok()
+    };
+    let mut masks = [0; N];
+    for (to, name) in masks.iter_mut().zip(fields) {
+        *to = mask(name)?;
+    }
+    Some(masks)
 }
 
 /// Whether a thread runs user code or is blocked in the kernel.
@@ -194,16 +206,15 @@ fn stat_path(tid: i32) -> String {
     format!("/proc/self/task/{tid}/stat\0")
 }
 
-/// A thread's `/proc` state file kept open for cheap `pread`s (read before
-/// each signal); fails once the thread is gone. The stat file also gives
-/// the name; the `syscall` file is cheaper for the kernel to format.
+/// A thread's `/proc` state file kept open for cheap `pread`s; fails once the thread is gone.
+/// The stat file also gives the name; the `syscall` file is cheaper for the kernel to format.
 pub(crate) struct StateFile {
     fd: OwnedFd,
     names: bool,
 }
 
-/// State files open at once: at most a sixteenth of the descriptor limit,
-/// leaving the program its own; threads beyond are read by path.
+/// State files open at once: at most a sixteenth of the descriptor limit, leaving the program
+/// its own; threads beyond are read by path.
 static OPEN_STATE_FILES: AtomicUsize = AtomicUsize::new(0);
 const STATE_FILES_MOST: usize = 1024;
 
@@ -213,13 +224,11 @@ impl StateFile {
         Self::open(&stat_path(tid), true)
     }
 
-    /// Opens thread `tid`'s `syscall` file; `None` if gone, over budget or
-    /// not shown to this process.
+    /// Opens thread `tid`'s `syscall` file; `None` if gone, over budget or not shown to us.
     pub(crate) fn open_syscall(tid: i32) -> Option<StateFile> {
         Self::open(&format!("/proc/self/task/{tid}/syscall\0"), false)
     }
 
-    /// The budget is computed once, not per call.
     fn open(path: &str, names: bool) -> Option<StateFile> {
         static BUDGET: OnceLock<usize> = OnceLock::new();
         let budget = *BUDGET.get_or_init(|| STATE_FILES_MOST.min(nofile_limit() / 16));
@@ -279,9 +288,9 @@ pub(crate) fn nofile_limit() -> usize {
     }
 }
 
-/// The state and name in the text of a stat file.
+/// The state and name in the text of a stat file, `pid (comm) S ...`, whose comm may hold
+/// spaces and parentheses.
 fn parse_stat(stat: &[u8]) -> Option<Stat<'_>> {
-    // `pid (comm) S ...`: comm may hold spaces and parentheses.
     let open = stat.iter().position(|&b| b == b'(')?;
     let close = stat.iter().rposition(|&b| b == b')')?;
     let state = if *stat.get(close + 2)? == b'R' {
@@ -295,8 +304,7 @@ fn parse_stat(stat: &[u8]) -> Option<Stat<'_>> {
     Some(Stat { state, name })
 }
 
-/// The pc of the system call thread `tid` is blocked in; `None` if it
-/// runs or is gone.
+/// The pc of the system call thread `tid` is blocked in; `None` if it runs or is gone.
 pub(crate) fn blocked_syscall_pc(tid: i32) -> Option<u64> {
     let mut buf = [0u8; 256];
     let text = read_small(&format!("/proc/self/task/{tid}/syscall\0"), &mut buf)?;
@@ -330,23 +338,42 @@ pub(crate) struct SignalStatus {
 
 /// Thread `tid`'s [`SignalStatus`] for `signal`; `None` if it exited.
 pub(crate) fn signal_status(tid: i32, signal: libc::c_int) -> Option<SignalStatus> {
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-    };
+    let [blocked, pending] = status_masks(tid, ["SigBlk:", "SigPnd:"])?;
     let bit = 1u64 << (signal - 1);
     Some(SignalStatus {
-        blocked: field("SigBlk:")? & bit != 0,
-        pending: field("SigPnd:")? & bit != 0,
+        blocked: blocked & bit != 0,
+        pending: pending & bit != 0,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    /// Waits up to 5 s for `done`, else fails with `what`.
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A thread named `name`, its tid, and the sender that lets it exit.
+    fn waiting_thread(name: &str) -> (i32, mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                tx.send(gettid()).unwrap();
+                go_rx.recv().ok();
+            })
+            .unwrap();
+        (rx.recv().unwrap(), go_tx, thread)
+    }
 
     /// The link count matches the listing (some tries may race threads).
     #[test]
@@ -366,8 +393,8 @@ mod tests {
         panic!("count, listed, count again never agreed: {seen:?}");
     }
 
-    /// A kept-open state file tells blocked from running and fails once
-    /// the thread is gone; stat gives the name.
+    /// A kept-open state file tells blocked from running and fails once the thread is gone;
+    /// stat gives the name, which may hold spaces and parentheses.
     #[test]
     fn a_state_file_follows_its_thread() {
         for names in [true, false] {
@@ -375,26 +402,13 @@ mod tests {
                 true => StateFile::open_stat(tid),
                 false => StateFile::open_syscall(tid),
             };
-            let (tx, rx) = std::sync::mpsc::channel();
-            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-            let t = std::thread::Builder::new()
-                .name("btp st) (x".into())
-                .spawn(move || {
-                    tx.send(gettid()).unwrap();
-                    go_rx.recv().ok();
-                })
-                .unwrap();
-            let tid = rx.recv().unwrap();
+            let (tid, go, t) = waiting_thread("btp st) (x");
             let file = open(tid).expect("its state file");
             let mut buf = [0u8; 512];
             let state = |file: &StateFile, buf: &mut [u8; 512]| file.read(buf).map(|s| s.state);
-            // Blocked in `recv` (soon, if not yet).
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while state(&file, &mut buf) != Some(RunState::Blocked) {
-                assert!(std::time::Instant::now() < deadline, "never blocked");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            // A name may hold spaces and parentheses.
+            wait_for("never blocked", || {
+                state(&file, &mut buf) == Some(RunState::Blocked)
+            });
             let name = file.read(&mut buf).and_then(|s| s.name);
             assert_eq!(name, names.then_some("btp st) (x"));
             // The reading thread is in `pread`, yet its stat file says `R`.
@@ -404,15 +418,9 @@ mod tests {
                     Some(RunState::Running)
                 );
             }
-            go_tx.send(()).unwrap();
+            go.send(()).unwrap();
             t.join().unwrap();
-            while file.read(&mut buf).is_some() {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "still read after exit"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
+            wait_for("still read after exit", || file.read(&mut buf).is_none());
         }
     }
 
@@ -427,7 +435,7 @@ mod tests {
             return;
         }
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = mpsc::channel();
         let spinner = {
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -458,38 +466,20 @@ mod tests {
         let mut tids = Vec::new();
         tasks.read(&mut tids).unwrap();
         assert!(tids.contains(&gettid()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::Builder::new()
-            .name("btprof-t-list".into())
-            .spawn(move || {
-                tx.send(gettid()).unwrap();
-                done_rx.recv().ok();
-            })
-            .unwrap();
-        let other = rx.recv().unwrap();
+        let (other, done, t) = waiting_thread("btprof-t-list");
         tasks.read(&mut tids).unwrap();
         assert!(tids.contains(&other), "{other} not in {tids:?}");
         assert_eq!(thread_name(other).as_deref(), Some("btprof-t-list"));
         assert!(thread_cpu_ns(other).is_some());
-        done_tx.send(()).unwrap();
+        done.send(()).unwrap();
         t.join().unwrap();
-        // `join` returns before the thread leaves the group; wait a bit.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
+        // `join` returns before the thread leaves the group.
+        wait_for("still listed 5 s after join", || {
             tasks.read(&mut tids).unwrap();
-            if !tids.contains(&other) || std::time::Instant::now() > deadline {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert!(
-            !tids.contains(&other),
-            "{other} still listed 5 s after join"
-        );
+            !tids.contains(&other)
+        });
         assert_eq!(thread_cpu_ns(other), None);
     }
-
     #[test]
     fn cpu_clock_advances_while_spinning() {
         let tid = gettid();
