@@ -1,10 +1,7 @@
-//! The frame pointer of a thread blocked in a system call, which
-//! `/proc/self/task/TID/syscall` does not report.
-//!
-//! The C library's syscall wrappers have CFI and keep the caller's frame
-//! pointer, so the first frame that needs it finds it pointing at its own
-//! frame record: the lowest address above that frame's sp in the copy
-//! that holds a plausible chain of records.
+//! The frame pointer of a thread blocked in a system call, which `/proc/self/task/TID/syscall`
+//! does not report. The C library's syscall wrappers have CFI and keep the caller's frame
+//! pointer, so the first frame that needs it finds it at its own frame record: the lowest
+//! address above that frame's sp in the copy that holds a plausible chain of records.
 
 use framehop::{FrameAddress, Unwinder};
 
@@ -17,13 +14,13 @@ use super::{initial_regs, sp_fp, CfiWalker};
 const MAX_CFI_FRAMES: usize = 16;
 /// Frame records checked above a candidate before it is believed.
 const CHAIN_CHECK: usize = 2;
-/// The frame pointer CFI starts with: not zero (a chain's end) and never
-/// in a copy, so a frame that needs it fails to read.
+/// The frame pointer CFI starts with: not zero (a chain's end) and never in a copy, so a frame
+/// that needs it fails to read.
 const UNKNOWN_FP: u64 = 0x10;
 
 impl CfiWalker {
-    /// The registers of a thread blocked at `sp` and `pc`, its stack from
-    /// `base` in `words`; fp from the copy, or 0.
+    /// The registers of a thread blocked at `sp` and `pc`, its stack from `base` in `words`;
+    /// fp from the copy, or 0.
     pub(crate) fn registers_at_syscall(
         &mut self,
         pc: u64,
@@ -31,19 +28,20 @@ impl CfiWalker {
         base: u64,
         words: &[u64],
     ) -> crate::walker::Registers {
-        let mut regs = crate::walker::Registers {
+        let regs = crate::walker::Registers {
             pc,
-            fp: 0,
             sp,
-            lr: 0,
+            ..Default::default()
         };
-        let guess = CopiedStack::from_parts(regs, base, words);
-        regs.fp = self.frame_pointer_at_syscall(&guess).unwrap_or(0);
-        regs
+        let fp = self.frame_pointer_at_syscall(&CopiedStack::from_parts(regs, base, words));
+        crate::walker::Registers {
+            fp: fp.unwrap_or(0),
+            ..regs
+        }
     }
 
-    /// The frame pointer at a system call of the thread whose stack `copy`
-    /// holds, or `None` where CFI needs none.
+    /// The frame pointer at a system call of the thread whose stack `copy` holds, or `None`
+    /// where CFI needs none.
     pub(crate) fn frame_pointer_at_syscall(&mut self, copy: &CopiedStack<'_>) -> Option<u64> {
         let arch = Arch::host();
         let mut regs = initial_regs(&crate::walker::Registers {
@@ -69,19 +67,16 @@ impl CfiWalker {
                     address = FrameAddress::from_return_address(stripped)?;
                 }
                 Ok(None) => return None,
-                Err(_) => {
-                    // This frame needs the frame pointer: find its record.
-                    return self.lowest_frame_record(copy, sp);
-                }
+                // This frame needs the frame pointer: find its record.
+                Err(_) => return self.lowest_frame_record(copy, sp),
             }
         }
         None
     }
 
-    /// The lowest aligned address at or above `sp` holding a record whose
-    /// chain holds for [`CHAIN_CHECK`] records; failing that, the lowest
-    /// ending early with a zero. Zero-then-stale-return pairs are common
-    /// among locals, so a chain ending at once is the last resort.
+    /// The lowest aligned address at or above `sp` holding a record whose chain holds for
+    /// [`CHAIN_CHECK`] records; failing that, the lowest ending early with a zero (a last
+    /// resort: zero-then-stale-return pairs are common among locals).
     fn lowest_frame_record(&self, copy: &CopiedStack<'_>, sp: u64) -> Option<u64> {
         let arch = Arch::host();
         let mut candidate = sp.next_multiple_of(8);
@@ -99,9 +94,9 @@ impl CfiWalker {
         shorter
     }
 
-    /// How many records from `start` hold (return address in known code,
-    /// next record above or zero), at most [`CHAIN_CHECK`]; `None` if one
-    /// does not. Leaving the copy after the first counts as full.
+    /// How many records from `start` hold (return address in known code, next record above or
+    /// zero), at most [`CHAIN_CHECK`]; `None` if one does not. Leaving the copy after the
+    /// first counts as full.
     fn chain_length(&self, copy: &CopiedStack<'_>, start: u64, arch: Arch) -> Option<usize> {
         let mut record = start;
         for checked in 0..CHAIN_CHECK {

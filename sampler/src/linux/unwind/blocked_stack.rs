@@ -1,9 +1,7 @@
-//! The stack of a thread blocked in a system call, read from outside it.
-//!
-//! A blocked thread is never signalled (that could end its call with
-//! `EINTR`). Its sp and pc come from `/proc/self/task/TID/syscall`, its
-//! stack is copied, its frame pointer recovered ([`super::blocked`]) and
-//! the copy unwound; it must then still be blocked at the same sp and pc.
+//! The stack of a thread blocked in a system call, read from outside it: a signal could end
+//! its call with `EINTR`. Its sp and pc come from `/proc/self/task/TID/syscall`, its stack is
+//! copied, its frame pointer recovered ([`super::blocked`]) and the copy unwound; it must then
+//! still be blocked at the same sp and pc.
 
 use crate::walker::{self, Arch, StackBounds};
 
@@ -25,7 +23,6 @@ pub(crate) enum BlockedRead<'a> {
     Gone,
 }
 
-/// Buffers for reading blocked threads' stacks, reused.
 pub(crate) struct BlockedStackReader {
     /// This process's `rw` mappings, sorted: a stack ends with its mapping.
     regions: Vec<(u64, u64)>,
@@ -35,7 +32,6 @@ pub(crate) struct BlockedStackReader {
 }
 
 impl BlockedStackReader {
-    /// A reader with the current mappings.
     pub(crate) fn new() -> Self {
         let mut reader = BlockedStackReader {
             regions: Vec::new(),
@@ -90,11 +86,7 @@ impl BlockedStackReader {
         );
         // Still blocked where it was read: the copy is of that stack.
         match read_syscall(tid) {
-            Some(Syscall::At {
-                nr: nr2,
-                sp: sp2,
-                pc: pc2,
-            }) if (nr2, sp2, pc2) == (nr, sp, pc) => {}
+            Some(now) if now == (Syscall::At { nr, sp, pc }) => {}
             None => return BlockedRead::Gone,
             _ => return BlockedRead::Moved,
         }
@@ -103,20 +95,23 @@ impl BlockedStackReader {
     }
 }
 
-/// The end of the `rw` mapping holding `addr`.
-fn region_of(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
+/// The end of the mapping among sorted `regions` that holds `addr`.
+pub(crate) fn region_of(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
     let i = regions.partition_point(|&(start, _)| start <= addr);
     let (start, end) = *regions.get(i.checked_sub(1)?)?;
     (start..end).contains(&addr).then_some(end)
 }
 
-/// What `/proc/self/task/TID/syscall` says.
+/// What a thread's `syscall` file says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Syscall {
-    /// The thread is running: no registers to read.
     Running,
     /// Blocked in call `nr` (-1: outside one), with user sp and pc.
-    At { nr: i64, sp: u64, pc: u64 },
+    At {
+        nr: i64,
+        sp: u64,
+        pc: u64,
+    },
 }
 
 pub(crate) fn read_syscall(tid: i32) -> Option<Syscall> {

@@ -1,17 +1,12 @@
-//! CFI-assisted walking through code without frame pointers (the C
-//! library, distribution libraries, C dependencies).
+//! CFI-assisted walking through code without frame pointers (the C library, distribution
+//! libraries, C dependencies).
 //!
-//! The handler ([`stack_copy`](crate::linux::signal::stack_copy)) copies
-//! the registers and stack top and walks the frame pointers through the
-//! copy. The sampler thread ([`CfiWalker`]) then unwinds the copy with
-//! each module's `.eh_frame` through `framehop` ([`modules`]), using the
-//! frame pointer where a frame has no CFI, and where the copy ends joins
-//! the handler's walk at the frame pointer it reached.
-//!
-//! Unwinding stays out of the handler: gimli's allocation-free evaluation
-//! would use several KiB of the interrupted stack, over the handler's
-//! budget, and a handler would read a module list `dlclose` can change.
-//! A frameless frame returning beyond the copy ends the walk (truncated).
+//! The handler ([`stack_copy`](crate::linux::signal::stack_copy)) copies the registers and
+//! stack top and walks the frame pointers. The sampler thread ([`CfiWalker`]) then unwinds
+//! the copy with each module's `.eh_frame` through `framehop` ([`modules`]) and, where the
+//! copy ends, joins the handler's walk at the frame pointer it reached. Unwinding stays out
+//! of the handler: gimli's evaluation would use several KiB of the interrupted stack, and the
+//! module list can change under `dlclose`.
 
 pub(crate) mod blocked;
 pub(crate) mod blocked_stack;
@@ -45,6 +40,26 @@ pub(crate) struct FrameSources {
     pub frame_pointer: u64,
 }
 
+impl FrameSources {
+    /// A frame-pointer walk of `frames`, pc first.
+    fn frame_pointers(frames: usize) -> Self {
+        let frame_pointer = frames.saturating_sub(1) as u64;
+        FrameSources {
+            cfi: 0,
+            frame_pointer,
+        }
+    }
+}
+
+/// How a walk that kept `kept` of `offered` frames ends: cut at the depth cap, or as `end`.
+fn capped(kept: usize, offered: usize, end: WalkEnd) -> WalkEnd {
+    if kept < offered {
+        WalkEnd::DepthCap
+    } else {
+        end
+    }
+}
+
 /// The sampler thread's CFI unwinder, reused for every sample.
 pub(crate) struct CfiWalker {
     modules: ModuleList,
@@ -52,14 +67,12 @@ pub(crate) struct CfiWalker {
     out: Vec<u64>,
     /// When the loader was last asked whether objects changed.
     checked_at: Option<Instant>,
-    /// Whether a walk meeting unknown code may still ask the loader this
-    /// tick.
+    /// Whether a walk meeting unknown code may still ask the loader this tick.
     may_ask: bool,
 }
 
-/// How often the loader is asked for changes when no sample calls for it.
-/// `dl_iterate_phdr` takes the loader lock, and a `fork` while we hold it
-/// leaves it held in the child, so ask rarely.
+/// How often the loader is asked for changes when no sample calls for it: rarely, as
+/// `dl_iterate_phdr` takes the loader lock, which a `fork` meanwhile leaves held in the child.
 const CHECK_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A walk completed by [`CfiWalker::complete`]: borrowed frames, pc first.
@@ -82,8 +95,7 @@ impl CfiWalker {
         }
     }
 
-    /// A walker over another process's list
-    /// ([`modules::ModuleList::fixed`]); it never asks our loader.
+    /// A walker over another process's list ([`modules::ModuleList::fixed`]).
     pub fn with_modules(modules: ModuleList) -> Self {
         CfiWalker {
             modules,
@@ -91,9 +103,8 @@ impl CfiWalker {
         }
     }
 
-    /// Picks up loaded or unloaded objects every [`CHECK_INTERVAL`], and
-    /// lets the next walk meeting unknown code ask the loader at once.
-    /// Call once per tick, between collections.
+    /// Picks up loaded or unloaded objects every [`CHECK_INTERVAL`], and lets the next walk
+    /// meeting unknown code ask the loader at once. Call once per tick, between collections.
     pub fn refresh_modules(&mut self) {
         if self
             .checked_at
@@ -109,18 +120,16 @@ impl CfiWalker {
         self.checked_at.is_some()
     }
 
-    /// Asks the loader for changes, rereading if any; returns whether the
-    /// list changed.
+    /// Asks the loader for changes, rereading if any; returns whether the list changed.
     fn ask_loader(&mut self) -> bool {
         self.checked_at = Some(Instant::now());
         self.modules.refresh()
     }
 
-    /// Completes one sample: unwinds `copy` with CFI and joins the
-    /// handler's walk (`fp_frames`, ended by `fp_end`) beyond it, at most
-    /// `max_depth` frames. Unknown code, most often a library `dlopen`ed
-    /// since the last check, makes it ask the loader (once per tick) and
-    /// unwind again, since that code's frame pointer may hold data.
+    /// Completes one sample: unwinds `copy` with CFI and joins the handler's walk
+    /// (`fp_frames`, ended by `fp_end`) beyond it, at most `max_depth` frames. Unknown code,
+    /// most often a library `dlopen`ed since the last check, makes it ask the loader (once per
+    /// tick) and unwind again, since that code's frame pointer may hold data.
     pub fn complete<'a>(
         &'a mut self,
         copy: &CopiedStack<'_>,
@@ -190,27 +199,21 @@ impl CfiWalker {
                     } else {
                         sources.cfi += 1;
                     }
-                    // The call, not the return address, is the caller's
-                    // code (a call may end its function).
+                    // The call, not the return address, is the caller's code.
                     unknown_code |= !modules.covers(stripped - 1);
                     out.push(stripped);
                     address = next;
                 }
                 Ok(None) => break WalkEnd::Complete,
                 Err(e) => {
-                    // The copy ends (or CFI gave up) at the frame of `fp`:
-                    // join the handler's walk there.
+                    // The copy ends (or CFI gave up) at the frame of `fp`: join the
+                    // handler's walk there.
                     if let Some(i) = join_index(copy, fp_frames.len(), fp, sp) {
                         let tail = &fp_frames[i + 1..];
-                        let room = max_depth - out.len();
-                        let taken = tail.len().min(room);
+                        let taken = tail.len().min(max_depth - out.len());
                         out.extend_from_slice(&tail[..taken]);
                         sources.frame_pointer += taken as u64;
-                        break if taken < tail.len() {
-                            WalkEnd::DepthCap
-                        } else {
-                            fp_end
-                        };
+                        break capped(taken, tail.len(), fp_end);
                     }
                     break match e {
                         framehop::Error::FramepointerUnwindingMovedBackwards => {
@@ -224,23 +227,14 @@ impl CfiWalker {
                 }
             }
         };
-        // CFI got no further than the handler's walk: keep that walk, whose
-        // fault-safe read says better why it stopped.
+        // CFI got no further than the handler's walk: keep that walk, whose fault-safe read
+        // says better why it stopped.
         if end.is_truncated() && out.len() <= fp_frames.len() {
             out.clear();
-            let n = fp_frames.len().min(max_depth);
-            out.extend_from_slice(&fp_frames[..n]);
-            sources = FrameSources {
-                cfi: 0,
-                frame_pointer: n.saturating_sub(1) as u64,
-            };
+            out.extend_from_slice(&fp_frames[..fp_frames.len().min(max_depth)]);
             return Unwound {
-                end: if n < fp_frames.len() {
-                    WalkEnd::DepthCap
-                } else {
-                    fp_end
-                },
-                sources,
+                end: capped(out.len(), fp_frames.len(), fp_end),
+                sources: FrameSources::frame_pointers(out.len()),
                 unknown_code,
             };
         }
@@ -260,8 +254,8 @@ struct Unwound {
     unknown_code: bool,
 }
 
-/// The sampler's hook on each collected walk: completes it with CFI when
-/// it can and counts frame sources; returns the frames and the end.
+/// The sampler's hook on each collected walk: completes it with CFI when it can and counts
+/// frame sources; returns the frames and the end.
 pub(crate) fn finish<'a>(
     cfi: Option<&'a mut CfiWalker>,
     walk: &'a Collected<'a>,
@@ -276,14 +270,11 @@ pub(crate) fn finish<'a>(
         _ => (
             walk.frames,
             walk.end,
-            FrameSources {
-                cfi: 0,
-                frame_pointer: walk.frames.len().saturating_sub(1) as u64,
-            },
+            FrameSources::frame_pointers(walk.frames.len()),
         ),
     };
-    // No code lives at 0: a 0 caller ends a chain read outside the handler
-    // (a ring sample's kernel call chain), not a frame.
+    // No code lives at 0: a 0 caller ends a chain read outside the handler (a ring sample's
+    // kernel call chain), not a frame.
     let kept = frames
         .iter()
         .skip(1)
@@ -295,8 +286,8 @@ pub(crate) fn finish<'a>(
     (&frames[..kept], end)
 }
 
-/// The index `i` in the handler's walk whose record is at `fp`, so
-/// `fp_frames[i + 1]` is that frame's caller; re-traced through the copy.
+/// The index `i` in the handler's walk whose record is at `fp`, so `fp_frames[i + 1]` is that
+/// frame's caller; re-traced through the copy.
 fn join_index(copy: &CopiedStack<'_>, fp_len: usize, fp: u64, sp: u64) -> Option<usize> {
     if fp == 0 || fp < sp {
         return None;
@@ -337,41 +328,28 @@ fn sp_fp(regs: &framehop::UnwindRegsNative) -> (u64, u64) {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::walker::{walk, Registers, StackBounds, StackMemory};
+    use crate::walker::{walk, Registers, StackBounds};
 
     /// This function's return address, into a caller with a frame pointer.
     #[inline(never)]
     fn return_address() -> u64 {
         let ret: u64;
-        // SAFETY: reads this function's own frame record at `rbp` (frame
-        // pointers are forced); no side effects.
+        // SAFETY: reads this function's own frame record at `rbp` (frame pointers are forced).
         unsafe { core::arch::asm!("mov {}, [rbp + 8]", out(reg) ret, options(nostack, readonly)) };
         ret
     }
 
-    /// A stack copy as a frame-pointer walk reads it.
-    struct Words<'a>(&'a CopiedStack<'a>);
-
-    impl StackMemory for Words<'_> {
-        fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
-            Some([self.0.read(addr)?, self.0.read(addr + 8)?])
-        }
-    }
-
     /// The handler's frame-pointer walk of `copy`.
-    fn fp_walk(copy: &CopiedStack<'_>, end_of_stack: u64) -> (Vec<u64>, WalkEnd) {
+    fn fp_walk(mut copy: CopiedStack<'_>, high: u64) -> (Vec<u64>, WalkEnd) {
         let mut out = [0u64; 16];
-        let bounds = StackBounds {
-            low: copy.regs.sp,
-            high: end_of_stack,
-        };
-        let w = walk(
-            Arch::host(),
-            &copy.regs,
-            Some(bounds),
-            &mut Words(copy),
-            &mut out,
+        let (regs, bounds) = (
+            copy.regs,
+            StackBounds {
+                low: copy.regs.sp,
+                high,
+            },
         );
+        let w = walk(Arch::host(), &regs, Some(bounds), &mut copy, &mut out);
         (out[..w.depth].to_vec(), w.end)
     }
 
@@ -406,9 +384,8 @@ mod tests {
         }
     }
 
-    /// A frameless function in a library loaded after the last check:
-    /// with its CFI the caller is found, whether `rbp` is the caller's
-    /// frame pointer or data.
+    /// A frameless function in a library loaded after the last check: with its CFI the caller
+    /// is found, whether `rbp` is the caller's frame pointer or data.
     #[test]
     fn code_loaded_since_the_last_check_is_unwound_with_its_cfi() {
         let _turn = modules::tests::LOADER
@@ -452,7 +429,8 @@ mod tests {
                 lr: 0,
             };
             let copy = CopiedStack::from_parts(regs, base, &words);
-            let (fp_frames, fp_end) = fp_walk(&copy, end_of_stack);
+            let (fp_frames, fp_end) =
+                fp_walk(CopiedStack::from_parts(regs, base, &words), end_of_stack);
             // The frame-pointer walk alone misses the caller.
             assert_eq!(fp_frames, [spin], "{fp_leaves}");
             let done = walker.complete(&copy, &fp_frames, fp_end, 16);

@@ -1,10 +1,7 @@
-//! The loaded modules' unwind information, for CFI unwinding.
-//!
-//! Built by the sampler thread from `dl_iterate_phdr`. The sections are
-//! *copied* while it holds the loader lock, so a later `dlclose` never
-//! leaves an unwind reading unmapped memory. The list is rebuilt only when
-//! `dlpi_adds` / `dlpi_subs` change, copying only new objects. No signal
-//! handler reads it (see [`super`]).
+//! The loaded modules' unwind information, for CFI unwinding, built by the sampler thread
+//! from `dl_iterate_phdr`. The sections are *copied* under the loader lock, so a later
+//! `dlclose` never leaves an unwind reading unmapped memory. The list is rebuilt only when
+//! `dlpi_adds` / `dlpi_subs` change, copying only new objects.
 
 use std::ffi::CStr;
 use std::ops::Range;
@@ -21,8 +18,7 @@ pub(crate) const MAX_EH_FRAME_BYTES: usize = 64 << 20;
 /// Objects already copied, by (load bias, `.eh_frame_hdr` address).
 type Known = HashMap<(u64, u64), (ModuleInfo, Module<Vec<u8>>)>;
 
-/// One object's contribution, from `dl_iterate_phdr` or another process's
-/// memory (`dump::remote::modules`).
+/// One object's contribution, from `dl_iterate_phdr` or another process's memory.
 pub(crate) struct Found {
     pub key: (u64, u64),
     pub name: String,
@@ -51,8 +47,7 @@ pub struct ModuleInfo {
     pub code: Range<u64>,
 }
 
-/// The unwinder over every loaded object with `.eh_frame_hdr`. Sampler
-/// thread only.
+/// The unwinder over every loaded object with `.eh_frame_hdr`. Sampler thread only.
 pub(crate) struct ModuleList {
     adds: u64,
     subs: u64,
@@ -88,7 +83,6 @@ impl ModuleList {
         list
     }
 
-    /// The unwinder over the current list.
     pub fn unwinder(&self) -> &NativeUnwinder {
         &self.unwinder
     }
@@ -99,20 +93,18 @@ impl ModuleList {
         i > 0 && self.ranges[i - 1].contains(&addr)
     }
 
-    /// The objects in the list.
     #[cfg(test)]
     pub fn modules(&self) -> impl Iterator<Item = &ModuleInfo> {
         self.known.values().map(|(info, _)| info)
     }
 
-    /// How many times the list was rebuilt.
     #[cfg(test)]
     pub fn rebuilds(&self) -> u64 {
         self.rebuilds
     }
 
-    /// Rebuilds the list if the loader's objects changed; returns whether
-    /// it did. Takes the loader lock: never from a signal handler.
+    /// Rebuilds the list if the loader's objects changed; returns whether it did. Takes the
+    /// loader lock: never from a signal handler.
     pub fn refresh(&mut self) -> bool {
         if self.fixed {
             return false;
@@ -145,8 +137,7 @@ impl ModuleList {
             let entry = match f.sections {
                 #[cfg_attr(not(target_arch = "aarch64"), allow(unused_mut))]
                 Some(mut s) => {
-                    // Readable CFI for functions that sign their return
-                    // address (see `ra_state`).
+                    // Readable CFI for functions that sign their return address.
                     #[cfg(target_arch = "aarch64")]
                     super::ra_state::clear_ra_state(&mut s.eh_frame);
                     let info = ModuleInfo {
@@ -194,8 +185,7 @@ struct IterateCx<'a> {
     counters: Option<(u64, u64)>,
 }
 
-/// `(dlpi_adds, dlpi_subs)`, or `u64::MAX` for both where missing (then
-/// every refresh rebuilds).
+/// `(dlpi_adds, dlpi_subs)`, or `u64::MAX` for both where missing (every refresh rebuilds).
 fn loader_counters() -> (u64, u64) {
     let mut counters = (u64::MAX, u64::MAX);
     // SAFETY: the callback reads only its info and stops after one.
@@ -220,8 +210,7 @@ unsafe extern "C" fn read_counters(
     size: usize,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: `info` is valid for `size` bytes; `data` is
-    // `loader_counters`'s pair.
+    // SAFETY: `info` is valid for `size` bytes; `data` is `loader_counters`'s pair.
     unsafe {
         if has_counters(size) {
             *(data as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs);
@@ -235,8 +224,7 @@ unsafe extern "C" fn collect_object(
     size: usize,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: `data` is `refresh`'s `IterateCx`; `info` is valid for
-    // `size` bytes.
+    // SAFETY: `data` is `refresh`'s `IterateCx`; `info` is valid for `size` bytes.
     let (cx, info) = unsafe { (&mut *(data as *mut IterateCx), &*info) };
     if cx.counters.is_none() && has_counters(size) {
         cx.counters = Some((info.dlpi_adds, info.dlpi_subs));
@@ -259,21 +247,12 @@ unsafe fn describe(info: &libc::dl_phdr_info, known: &Known) -> Option<Found> {
     let bias = info.dlpi_addr;
     // SAFETY: the loader's program headers for this object.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let mut code: Option<Range<u64>> = None;
-    let mut hdr: Option<Range<u64>> = None;
-    for ph in phdrs {
-        let start = bias.wrapping_add(ph.p_vaddr);
-        if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
-            let end = start.wrapping_add(ph.p_memsz);
-            code = Some(match code {
-                Some(c) => c.start.min(start)..c.end.max(end),
-                None => start..end,
-            });
-        } else if ph.p_type == libc::PT_GNU_EH_FRAME {
-            hdr = Some(start..start.wrapping_add(ph.p_memsz));
-        }
-    }
-    let (code, hdr) = (code?, hdr?);
+    let (code, hdr) = code_and_hdr(
+        bias,
+        phdrs
+            .iter()
+            .map(|ph| (ph.p_type, ph.p_flags, ph.p_vaddr, ph.p_memsz)),
+    )?;
     let key = (bias, hdr.start);
     let name = if info.dlpi_name.is_null() {
         String::new()
@@ -312,8 +291,7 @@ unsafe fn describe(info: &libc::dl_phdr_info, known: &Known) -> Option<Found> {
     };
     let eh_frame_start = eh_frame_address(hdr_bytes, hdr.start)?;
     let segment = readable(eh_frame_start)?;
-    // SAFETY: `[eh_frame_start, segment.end)` is a loaded segment's
-    // file-backed part.
+    // SAFETY: `[eh_frame_start, segment.end)` is a loaded segment's file-backed part.
     let rest = unsafe {
         std::slice::from_raw_parts(
             eh_frame_start as *const u8,
@@ -336,6 +314,25 @@ unsafe fn describe(info: &libc::dl_phdr_info, known: &Known) -> Option<Found> {
             eh_frame: rest[..len].to_vec(),
         }),
     })
+}
+
+/// The span of an object's executable segments and of its `.eh_frame_hdr`, from its program
+/// headers as `(type, flags, vaddr, memsz)`, loaded at `bias`.
+pub(crate) fn code_and_hdr(
+    bias: u64,
+    phdrs: impl Iterator<Item = (u32, u32, u64, u64)>,
+) -> Option<(Range<u64>, Range<u64>)> {
+    let (mut code, mut hdr): (Option<Range<u64>>, _) = (None, None);
+    for (kind, flags, vaddr, memsz) in phdrs {
+        let start = bias.wrapping_add(vaddr);
+        let end = start.wrapping_add(memsz);
+        if kind == libc::PT_LOAD && flags & libc::PF_X != 0 {
+            code = Some(code.map_or(start..end, |c| c.start.min(start)..c.end.max(end)));
+        } else if kind == libc::PT_GNU_EH_FRAME {
+            hdr = Some(start..end);
+        }
+    }
+    Some((code?, hdr?))
 }
 
 /// Decodes `.eh_frame_hdr`'s `eh_frame_ptr`, given its mapped address.
@@ -366,8 +363,8 @@ pub(crate) fn eh_frame_address(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
     }
 }
 
-/// The length of the `.eh_frame` records at the start of `bytes`, through
-/// the terminator or the last whole record.
+/// The length of the `.eh_frame` records at the start of `bytes`, through the terminator or
+/// the last whole record.
 pub(crate) fn eh_frame_len(bytes: &[u8]) -> usize {
     let mut at = 0usize;
     loop {

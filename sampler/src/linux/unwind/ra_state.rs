@@ -1,29 +1,20 @@
-//! aarch64 CFI of functions that sign their return address, made
-//! readable to the unwinder.
+//! aarch64 CFI of functions that sign their return address, made readable to the unwinder.
 //!
-//! A function built with `-mbranch-protection=standard` (or `pac-ret`)
-//! marks where its return address is signed with
-//! `DW_CFA_AARCH64_negate_ra_state` (or, with `FEAT_PAuth_LR`,
-//! `DW_CFA_AARCH64_negate_ra_state_with_pc`). gimli parses the first only
-//! when told the section is aarch64's, which framehop does not tell it,
-//! and not the second at all: the whole entry then fails, and the frame
-//! falls back to the frame pointer. The signing state only tells an
-//! unwinder to authenticate the saved address; btprof strips every code
-//! address instead (`Arch::strip_code_address`), so neither opcode holds
-//! anything the walk needs. [`clear_ra_state`] rewrites both, in the copy
-//! of `.eh_frame` the unwinder reads, to `DW_CFA_nop`: one byte for one
-//! byte (neither has operands), so no offset moves and `.eh_frame_hdr`'s
-//! table stays right.
-//!
-//! Entries whose layout it cannot follow (64-bit DWARF, an unknown
-//! augmentation or opcode) are left as they are from there on.
+//! `-mbranch-protection=standard` marks where a return address is signed with
+//! `DW_CFA_AARCH64_negate_ra_state` (or `..._with_pc`, with `FEAT_PAuth_LR`). gimli parses the
+//! first only when told the section is aarch64's, which framehop does not, and not the second
+//! at all, so the whole entry fails. The state only asks to authenticate the saved address,
+//! and btprof strips every code address instead (`Arch::strip_code_address`), so
+//! [`clear_ra_state`] rewrites both, in the unwinder's copy of `.eh_frame`, to `DW_CFA_nop`:
+//! one byte for one, so no offset moves and `.eh_frame_hdr` stays right. Entries it cannot
+//! follow (64-bit DWARF, an unknown augmentation or opcode) are left as they are from there on.
 
 const DW_CFA_NOP: u8 = 0x00;
 const NEGATE_RA_STATE_WITH_PC: u8 = 0x2c;
 const NEGATE_RA_STATE: u8 = 0x2d;
 
-/// Rewrites the return-address signing opcodes of every entry of
-/// `eh_frame` to `DW_CFA_nop`; returns how many it rewrote.
+/// Rewrites the return-address signing opcodes of every entry of `eh_frame` to `DW_CFA_nop`;
+/// returns how many it rewrote.
 pub(crate) fn clear_ra_state(eh_frame: &mut [u8]) -> usize {
     let mut cies: Vec<(usize, Cie)> = Vec::new();
     let mut cleared = 0;
@@ -61,8 +52,8 @@ struct Cie {
     has_data: bool,
 }
 
-/// Where the instructions of the entry at `at` begin, and the size of an
-/// encoded address in them; records a CIE in `cies`.
+/// Where the instructions of the entry at `at` begin, and the size of an encoded address in
+/// them; records a CIE in `cies`.
 fn entry_instructions(
     mut c: Cursor<'_>,
     at: usize,
@@ -126,8 +117,7 @@ fn read_cie(c: &mut Cursor<'_>) -> Option<Cie> {
                 data.skip(pointer_size(encoding)?)?;
             }
             b'S' | b'B' | b'G' => {}
-            // An augmentation of unknown layout: only its data's length
-            // is known, which still finds the instructions.
+            // Unknown layout: its data's length still finds the instructions.
             _ => break,
         }
     }
@@ -138,8 +128,7 @@ fn read_cie(c: &mut Cursor<'_>) -> Option<Cie> {
     })
 }
 
-/// The size of an address in pointer encoding `encoding`; `None` for the
-/// variable-length ones.
+/// The size of an address in pointer encoding `encoding`; `None` for variable-length ones.
 fn pointer_size(encoding: u8) -> Option<usize> {
     match encoding & 0x0f {
         0x00 | 0x04 | 0x0c => Some(8),
@@ -149,8 +138,8 @@ fn pointer_size(encoding: u8) -> Option<usize> {
     }
 }
 
-/// Rewrites the signing opcodes among `instructions`; stops at an opcode
-/// it does not know, whose operands it cannot step over.
+/// Rewrites the signing opcodes among `instructions`; stops at an opcode it does not know,
+/// whose operands it cannot step over.
 fn clear_in(instructions: &mut [u8], pointer: Option<usize>) -> usize {
     let mut cleared = 0;
     let mut at = 0;
@@ -164,8 +153,8 @@ fn clear_in(instructions: &mut [u8], pointer: Option<usize>) -> usize {
     cleared
 }
 
-/// Where the instruction at `at` ends; `None` at the end, or where its
-/// opcode is unknown or its operands run past the end.
+/// Where the instruction at `at` ends; `None` at the end, or where its opcode is unknown or
+/// its operands run past the end.
 fn after_instruction(instructions: &[u8], at: usize, pointer: Option<usize>) -> Option<usize> {
     let op = *instructions.get(at)?;
     let mut c = Cursor {
@@ -228,8 +217,7 @@ impl<'a> Cursor<'a> {
         (to <= self.bytes.len()).then(|| self.at = to)
     }
 
-    /// An unsigned LEB128 number (a signed one has the same bytes);
-    /// `None` past 64 bits.
+    /// An unsigned LEB128 number (a signed one has the same bytes); `None` past 64 bits.
     fn uleb(&mut self) -> Option<u64> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
@@ -260,13 +248,12 @@ impl<'a> Cursor<'a> {
 mod tests {
     use super::*;
 
-    /// `.eh_frame` of `fixtures/aarch64_frameless/rec.c` built with
-    /// `-mbranch-protection=standard`, and without it.
+    /// `.eh_frame` of `fixtures/aarch64_frameless/rec.c` with `-mbranch-protection=standard`
+    /// and without.
     const SIGNED: &[u8] = include_bytes!("fixtures/aarch64_pac/eh_frame.bin");
     const PLAIN: &[u8] = include_bytes!("fixtures/aarch64_frameless/eh_frame.bin");
 
-    /// Eight opcodes, as `readelf -wf` lists them
-    /// (`DW_CFA_AARCH64_negate_ra_state`), and not one other byte changed.
+    /// Eight opcodes, as `readelf -wf` lists them, and not one other byte changed.
     #[test]
     fn every_signing_opcode_of_a_real_section_is_cleared_and_nothing_else() {
         let mut copy = SIGNED.to_vec();
@@ -283,8 +270,8 @@ mod tests {
         assert_eq!(plain, PLAIN);
     }
 
-    /// A CIE (`zR`, pc-relative 4-byte addresses) and an FDE whose
-    /// instructions hold 0x2d as an operand and then as an opcode.
+    /// A CIE (`zR`, pc-relative 4-byte addresses) and an FDE whose instructions hold 0x2d as
+    /// an operand and then as an opcode.
     fn section() -> Vec<u8> {
         let cie = [
             0, 0, 0, 0, // CIE id
@@ -325,10 +312,8 @@ mod tests {
         );
     }
 
-    /// Cut anywhere, or with any byte wrong, the section is read up to
-    /// where it holds, nothing panics, and a byte changes only from a
-    /// signing opcode's value to `DW_CFA_nop` (a wrong byte may make an
-    /// operand read as an opcode: no worse than the section already is).
+    /// Cut anywhere, or with any byte wrong, the section is read up to where it holds, nothing
+    /// panics, and a byte changes only from a signing opcode's value to `DW_CFA_nop`.
     #[test]
     fn a_cut_or_broken_section_is_read_safely() {
         let whole = section();

@@ -1,16 +1,8 @@
-//! The CFI half of a sample's unwinding on recorded aarch64 data: the
-//! registers and stack top of a frameless call chain, and the program's
-//! `.eh_frame_hdr` and `.eh_frame`, from `fixtures/aarch64_frameless/`
-//! (its `rec.c` says how they were made), and the same from the program
-//! built with `-mbranch-protection=standard` as well, whose return
-//! addresses are signed on the stack (`fixtures/aarch64_pac/`). A ring
-//! sample hands the walker the same parts: its registers and its stack
-//! copy.
-//!
-//! The sections' file addresses and the executable segment's span are
-//! each program's (`readelf -lS rec`); the sections are its bytes
-//! (`objcopy -O binary --only-section=.eh_frame rec eh_frame.bin`, and
-//! so for `.eh_frame_hdr`).
+//! The CFI half of a sample's unwinding on recorded aarch64 data: the registers and stack top
+//! of a frameless call chain and the program's `.eh_frame_hdr` and `.eh_frame`, from
+//! `fixtures/aarch64_frameless/` (its `rec.c` says how they were made), and the same built with
+//! `-mbranch-protection=standard`, whose return addresses are signed (`fixtures/aarch64_pac/`).
+//! Addresses and spans are from `readelf -lS rec`, the sections from `objcopy -O binary`.
 
 use super::modules::{Found, ModuleList, Sections};
 use super::CfiWalker;
@@ -102,8 +94,7 @@ fn program(fixture: &Fixture, bias: u64) -> ModuleList {
     }])
 }
 
-/// The walk of `rec`'s sample, which must give each function's own return
-/// address.
+/// The walk of `rec`'s sample, which must give each function's own return address.
 fn check_unwound(fixture: &Fixture, rec: &Recorded) {
     let [into_middle, into_outer, into_main] = rec.returns;
     let copy = CopiedStack::from_parts(rec.regs, rec.regs.sp, &rec.stack);
@@ -120,14 +111,11 @@ fn check_unwound(fixture: &Fixture, rec: &Recorded) {
     assert!(done.sources.cfi >= 3, "{:?}", done.sources);
 }
 
-/// No function of the chain keeps a frame record, so the frame pointer
-/// gives none of its callers and only CFI does: `inner` and `middle` save
-/// their return addresses at offsets only their CFI gives.
+/// No function of the chain keeps a frame record, so only CFI gives its callers.
 #[test]
 fn a_frameless_chain_is_unwound_by_cfi() {
     let rec = recorded(&PLAIN);
-    // The data is what the test says: each return address saved in the
-    // copy, none in a frame record x29 leads to.
+    // Each return address is in the copy, none in a frame record x29 leads to.
     for ret in rec.returns {
         assert!(rec.stack.contains(&ret), "{ret:#x} is not in the copy");
     }
@@ -139,9 +127,7 @@ fn a_frameless_chain_is_unwound_by_cfi() {
     check_unwound(&PLAIN, &rec);
 }
 
-/// The same chain signing its return addresses: its CFI marks where they
-/// are signed (`ra_state`), and each saved one is stripped before it is
-/// looked up.
+/// The same chain signing its return addresses: each saved one is stripped before lookup.
 #[test]
 fn a_frameless_chain_with_signed_return_addresses_is_unwound_by_cfi() {
     let rec = recorded(&SIGNED);
