@@ -1,13 +1,11 @@
 //! One-shot captures on Linux: every thread's stack, or one thread's, now.
 //!
-//! A running thread is asked for its registers by an event on its own CPU
-//! time ([`Request`]), raised only on its way back to user code, so no
-//! blocking call ends with `EINTR` (the calling thread, and one no event
-//! opens for, get an `SI_QUEUE` signal with [`DUMP_MARK`]). The handler
-//! fills the dump's own static slot, touching no profiler state, and the
-//! capturing thread unwinds the copy with CFI. A thread not running is read
-//! from outside ([`BlockedStackReader`]), retried if it moved, then marked
-//! [`NotTaken::Moved`]; one that blocks the signal is reported from `/proc`.
+//! A running thread is asked for its registers by an event on its own CPU time ([`Request`]),
+//! raised only on its way back to user code, so no blocking call ends with `EINTR` (the calling
+//! thread, and one no event opens for, get an `SI_QUEUE` signal with [`DUMP_MARK`]). The
+//! handler fills the dump's own static slot, and the capturing thread unwinds the copy with
+//! CFI. A thread not running is read from outside ([`BlockedStackReader`]), retried if it
+//! moved, then marked [`NotTaken::Moved`]; one that blocks the signal is reported from `/proc`.
 
 use core::sync::atomic::{
     AtomicBool,
@@ -28,20 +26,18 @@ use super::super::signal::dump_slot::{
     capture_signal, DUMP_MARK, NEXT_GENERATION, REQUEST_FD, REQUEST_GENERATION, REQUEST_TID, SLOT,
 };
 use super::super::signal::install::{self, SignalSender};
-use super::super::unwind::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall};
-use super::super::unwind::CfiWalker;
-// The dump slot uses the samples' generation-tagged states.
 use super::super::signal::slots::{state, ARMED, DONE, IDLE};
 use super::super::signal::{own_stack, slots};
+use super::super::unwind::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall};
+use super::super::unwind::CfiWalker;
 use super::super::MAX_DEPTH;
 
-/// How long a signalled thread may take to reply before the request is
-/// withdrawn.
+/// How long a signalled thread may take to reply before the request is withdrawn.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tries at reading a blocked thread that keeps moving.
 const TRIES: usize = 4;
-/// Milliseconds to wait for a thread to leave a profiler's sample
-/// handler before reading it as it is.
+/// Milliseconds to wait for a thread to leave a profiler's sample handler before reading it
+/// as it is.
 const MAX_HANDLER_WAITS: u32 = 200;
 
 /// Set once perf events were refused: later captures use POSIX timers.
@@ -49,13 +45,11 @@ static PERF_REFUSED: AtomicBool = AtomicBool::new(false);
 /// A perf request's period: the shortest the software clock takes.
 const REQUEST_PERIOD_NS: u64 = 10_000;
 
-/// How a running thread is asked for its registers; closed, with any
-/// signal it queued, on drop.
+/// How a running thread is asked for its registers; closed, with any signal it queued, on drop.
 enum Request {
     /// A perf task-clock event good for one overflow.
     Perf(TaskClock),
-    /// A POSIX CPU timer where perf is refused (it waits for a tick); held
-    /// for its drop.
+    /// A POSIX CPU timer where perf is refused (it waits for a tick); held for its drop.
     Timer(#[allow(dead_code)] PosixTimer),
 }
 
@@ -131,8 +125,8 @@ impl Drop for CaptureHandler {
     }
 }
 
-/// The CFI unwinder kept between captures (its module list is costly);
-/// the lock makes captures take turns on the one slot.
+/// The CFI unwinder kept between captures (its module list is costly); the lock makes captures
+/// take turns on the one slot.
 struct Shared {
     cfi: Option<CfiWalker>,
 }
@@ -156,16 +150,14 @@ pub fn capture_threads() -> Result<Vec<CapturedThread>, Error> {
     Ok(out)
 }
 
-/// The raw stack of thread `tid` of this process ([`RunState::Gone`] if
-/// not ours).
+/// The raw stack of thread `tid` of this process ([`RunState::Gone`] if not ours).
 pub fn capture_thread(tid: u64) -> Result<CapturedThread, Error> {
     let tid = i32::try_from(tid).map_err(|_| Error::InvalidConfig(format!("no thread {tid}")))?;
     Ok(Session::open()?.capture(tid))
 }
 
-/// One capture: the lock, the signal and, without a profiler, a handler.
-/// Fields drop in order: the lock last, or the next capture would take
-/// this one's handler for the program's.
+/// One capture: the lock, the signal and, without a profiler, a handler. Fields drop in order:
+/// the lock last, or the next capture would take this one's handler for the program's.
 struct Session {
     sender: SignalSender,
     _handler: Option<CaptureHandler>,
@@ -182,8 +174,7 @@ impl Session {
         own_stack::probe();
         let cfi = shared.cfi.get_or_insert_with(CfiWalker::new);
         cfi.refresh_modules();
-        // Its own signal never merges with a pending sample signal; a
-        // profiler given that signal serves both.
+        // Its own signal never merges with a pending sample; a profiler given it serves both.
         let sig = capture_signal();
         let installed = install::INSTALLED_SIGNAL.load(Acquire);
         let handler = if installed == sig && install::handler_is_ours(sig) {
@@ -249,19 +240,14 @@ impl Session {
     fn by_signal(&mut self, tid: i32, name: &str) -> Option<CapturedThread> {
         let sig = self.sender.signal();
         let not_taken = |state, why| {
+            let name = name.to_owned();
             Some(CapturedThread::not_taken(
-                tid as u64,
-                name.to_owned(),
-                state,
-                None,
-                why,
+                tid as u64, name, state, None, why,
             ))
         };
-        // A thread that blocks the signal shows it masked at every look,
-        // one in a handler only for a moment. A look counts only if the
-        // thread ran since the last: one preempted in a profiler's handler
-        // stays masked without running. A withdrawn request still pending is
-        // given time to land.
+        // A thread that blocks the signal shows it masked at every look, one in a handler only
+        // for a moment. A look counts only if the thread ran since the last (one preempted in a
+        // profiler's handler stays masked). A withdrawn request still pending may yet land.
         let mut blocked_looks = 0;
         let mut cpu_at_last_look = None;
         let mut waits = 0;
@@ -317,17 +303,10 @@ impl Session {
         };
         if let Err(e) = sent {
             SLOT.state.store(IDLE, Release);
-            let why = if e.raw_os_error() == Some(libc::ESRCH) {
-                NotTaken::Gone
-            } else {
-                NotTaken::NoReply
+            return match e.raw_os_error() {
+                Some(libc::ESRCH) => not_taken(RunState::Gone, NotTaken::Gone),
+                _ => not_taken(RunState::Running, NotTaken::NoReply),
             };
-            let state = if why == NotTaken::Gone {
-                RunState::Gone
-            } else {
-                RunState::Running
-            };
-            return not_taken(state, why);
         }
         let start = Instant::now();
         let mut polls = 0u32;
@@ -373,12 +352,9 @@ impl Session {
         let (frames, copy) = unsafe { (&*SLOT.frames.get(), SLOT.copy.view_any()) };
         let depth = (SLOT.depth.load(Relaxed) as usize).min(MAX_DEPTH);
         let fp_end = WalkEnd::from_u8(SLOT.end.load(Relaxed) as u8);
-        let cfi = self
-            .shared
-            .cfi
-            .as_mut()
-            .expect("set when the session opened");
-        let done = cfi.complete(&copy, &frames[..depth], fp_end, MAX_DEPTH);
+        let done = self
+            .cfi()
+            .complete(&copy, &frames[..depth], fp_end, MAX_DEPTH);
         let captured = CapturedThread {
             tid: tid as u64,
             name: name.to_owned(),
@@ -394,8 +370,14 @@ impl Session {
         Some(captured)
     }
 
-    /// A thread not running, read from outside at the kernel's sp and pc;
-    /// `None` if it moved.
+    fn cfi(&mut self) -> &mut CfiWalker {
+        self.shared
+            .cfi
+            .as_mut()
+            .expect("set when the session opened")
+    }
+
+    /// A thread not running, read from outside at the kernel's sp and pc; `None` if it moved.
     fn read_from_outside(
         &mut self,
         tid: i32,
@@ -405,33 +387,22 @@ impl Session {
         sp: u64,
         pc: u64,
     ) -> Option<CapturedThread> {
-        let syscall = (nr >= 0).then_some(nr);
+        let (tid_u64, name, syscall) = (tid as u64, name.to_owned(), (nr >= 0).then_some(nr));
         let cfi = self
             .shared
             .cfi
             .as_mut()
             .expect("set when the session opened");
-        let (frames, end) = match self.reader.read(tid, cfi, nr, sp, pc) {
-            BlockedRead::Read(walk) => (walk.frames.to_vec(), walk.end),
+        Some(match self.reader.read(tid, cfi, nr, sp, pc) {
+            BlockedRead::Read(walk) => {
+                let (frames, end) = (walk.frames.to_vec(), walk.end);
+                CapturedThread::from_outside(tid_u64, name, state, syscall, frames, end)
+            }
             BlockedRead::Moved => return None,
             BlockedRead::Gone => {
-                return Some(CapturedThread::not_taken(
-                    tid as u64,
-                    name.to_owned(),
-                    RunState::Gone,
-                    syscall,
-                    NotTaken::Gone,
-                ))
+                CapturedThread::not_taken(tid_u64, name, RunState::Gone, syscall, NotTaken::Gone)
             }
-        };
-        Some(CapturedThread::from_outside(
-            tid as u64,
-            name.to_owned(),
-            state,
-            syscall,
-            frames,
-            end,
-        ))
+        })
     }
 }
 

@@ -1,12 +1,8 @@
-//! One-shot captures of another process's threads (`btprof dump --pid`).
-//!
-//! Each thread is captured in turn, with `ptrace` where the in-process
-//! dump signals: a running thread is seized, stopped with
-//! `PTRACE_INTERRUPT`, its registers read and stack copied, and detached
-//! at once ([`ptrace`]). A thread blocked in the kernel is never stopped
-//! (a ptrace stop can end `epoll_wait` with `EINTR`): it is read from
-//! outside as `unwind::blocked_stack` does. Unwinding ([`modules`]) runs
-//! on the copies once every thread is going again.
+//! One-shot captures of another process's threads (`btprof dump --pid`), each in turn. A
+//! running thread is seized, stopped with `PTRACE_INTERRUPT`, its registers read and stack
+//! copied, and detached at once ([`ptrace`]). A thread blocked in the kernel is never stopped
+//! (a ptrace stop can end `epoll_wait` with `EINTR`): it is read from outside, as
+//! `unwind::blocked_stack` does. Unwinding ([`modules`]) runs on the copies.
 
 mod modules;
 mod ptrace;
@@ -14,30 +10,29 @@ mod ptrace;
 use std::io;
 
 use crate::capture::{CapturedThread, NotTaken, RunState, Taken};
-use crate::walker::{self, Arch, Registers, StackBounds, StackMemory, WalkEnd};
+use crate::walker::{self, Arch, Registers, StackBounds, WalkEnd};
 use crate::Error;
 
 use super::super::signal::checked_memory;
 use super::super::signal::stack_copy::CopiedStack;
 use super::super::signal::stack_regions::parse_rw_regions;
-use super::super::unwind::blocked_stack::{parse_syscall, Syscall};
+use super::super::unwind::blocked_stack::{parse_syscall, region_of, Syscall};
 use super::super::unwind::modules::ModuleList;
 use super::super::unwind::CfiWalker;
 use super::super::MAX_DEPTH;
 
 use self::ptrace::StopError;
 
-/// Stack copied per thread, at most, up to the mapping's end; larger than
-/// in-process since the whole walk runs on the copy.
+/// Stack copied per thread, at most, up to the mapping's end; larger than in-process since the
+/// whole walk runs on the copy.
 pub(crate) const COPY_BYTES: usize = 512 << 10;
 /// Tries at reading a blocked thread that keeps moving.
 const TRIES: usize = 4;
 /// For btprof's own tests: milliseconds to hold each stopped thread.
 pub(crate) const HOLD_STOPPED_ENV: &str = "BTPROF_TEST_HOLD_STOPPED_MS";
 
-/// The raw stack of every thread of process `pid`, each stopped only for
-/// its register read and stack copy if running. Fails with
-/// [`Error::NoSuchProcess`], [`Error::OwnProcess`] (see
+/// The raw stack of every thread of process `pid`, each stopped only for its register read and
+/// stack copy if running. Fails with [`Error::NoSuchProcess`], [`Error::OwnProcess`] (see
 /// [`crate::one_shot::capture_threads`]) or [`Error::TraceRefused`].
 pub fn capture_process(pid: u32) -> Result<Vec<CapturedThread>, Error> {
     // SAFETY: getpid has no preconditions.
@@ -105,8 +100,7 @@ fn list_tasks(pid: u32) -> io::Result<Vec<i32>> {
     Ok(tids)
 }
 
-/// Copies up to `out.len()` bytes at `addr` of process `pid`; returns how
-/// many were copied.
+/// Copies up to `out.len()` bytes at `addr` of process `pid`; returns how many were copied.
 pub(super) fn read_memory(pid: i32, addr: u64, out: &mut [u8]) -> usize {
     // SAFETY: `out` is valid for writes of its own length.
     unsafe { checked_memory::read_process(pid, addr, out.as_mut_ptr(), out.len()) }
@@ -123,15 +117,6 @@ struct Session {
     regions: Vec<(u64, u64)>,
     copy: Vec<u64>,
     fp_frames: Vec<u64>,
-}
-
-/// A copy of a thread's stack as a frame-pointer walk reads it.
-struct Copied<'a>(&'a CopiedStack<'a>);
-
-impl StackMemory for Copied<'_> {
-    fn read_record(&mut self, addr: u64) -> Option<[u64; 2]> {
-        Some([self.0.read(addr)?, self.0.read(addr.checked_add(8)?)?])
-    }
 }
 
 impl Session {
@@ -172,12 +157,9 @@ impl Session {
             }
         }
         let (state, syscall) = last.unwrap_or((RunState::Blocked, None));
+        let moved = NotTaken::Moved;
         Ok(CapturedThread::not_taken(
-            tid as u64,
-            name,
-            state,
-            syscall,
-            NotTaken::Moved,
+            tid as u64, name, state, syscall, moved,
         ))
     }
 
@@ -233,11 +215,7 @@ impl Session {
         // Still blocked where it was read: the copy is of that stack.
         let text = self.read_task(tid, "syscall");
         match text.as_deref().and_then(parse_syscall) {
-            Some(Syscall::At {
-                nr: nr2,
-                sp: sp2,
-                pc: pc2,
-            }) if (nr2, sp2, pc2) == (nr, sp, pc) => {}
+            Some(now) if now == (Syscall::At { nr, sp, pc }) => {}
             None => return Outside::Gone,
             _ => return Outside::Moved,
         }
@@ -245,11 +223,10 @@ impl Session {
         Outside::Read(frames, end)
     }
 
-    /// Copies the stack from `sp` to its mapping's end; returns its base
-    /// and length in words.
+    /// Copies the stack from `sp` to its mapping's end; returns its base and length in words.
     fn copy_stack(&mut self, sp: u64) -> (u64, usize) {
         let base = sp & !7;
-        let high = region_end(&self.regions, sp).unwrap_or(base + COPY_BYTES as u64);
+        let high = region_of(&self.regions, sp).unwrap_or(base + COPY_BYTES as u64);
         let words = ((high.saturating_sub(base)) / 8).min(self.copy.len() as u64) as usize;
         let buf = &mut self.copy[..words];
         // SAFETY: a `u64` slice viewed as bytes; every bit pattern is valid.
@@ -261,21 +238,14 @@ impl Session {
 
     /// Walks the copy taken at `regs`: frame pointers, then CFI.
     fn unwind(&mut self, regs: Registers, base: u64, len: usize) -> (Vec<u64>, WalkEnd) {
-        let copy = CopiedStack::from_parts(regs, base, &self.copy[..len]);
-        let bounds = StackBounds {
+        let mut copy = CopiedStack::from_parts(regs, base, &self.copy[..len]);
+        let bounds = (len > 0).then_some(StackBounds {
             low: regs.sp,
             high: copy.end(),
-        };
-        let walk = walker::walk(
-            Arch::host(),
-            &regs,
-            (len > 0).then_some(bounds),
-            &mut Copied(&copy),
-            &mut self.fp_frames,
-        );
-        let done = self
-            .cfi
-            .complete(&copy, &self.fp_frames[..walk.depth], walk.end, MAX_DEPTH);
+        });
+        let fp = walker::walk(Arch::host(), &regs, bounds, &mut copy, &mut self.fp_frames);
+        let fp_frames = &self.fp_frames[..fp.depth];
+        let done = self.cfi.complete(&copy, fp_frames, fp.end, MAX_DEPTH);
         (done.frames.to_vec(), done.end)
     }
 
@@ -305,11 +275,4 @@ enum Outside {
     Read(Vec<u64>, WalkEnd),
     Moved,
     Gone,
-}
-
-/// The end of the `rw` mapping holding `addr`.
-fn region_end(regions: &[(u64, u64)], addr: u64) -> Option<u64> {
-    let i = regions.partition_point(|&(start, _)| start <= addr);
-    let (start, end) = *regions.get(i.checked_sub(1)?)?;
-    (start..end).contains(&addr).then_some(end)
 }

@@ -1,22 +1,13 @@
-//! Another process's loaded objects and their unwind information.
-//!
-//! Each mapping at file offset 0 with an ELF header is an object; its
-//! program headers give the bias, code span and `PT_GNU_EH_FRAME`. The
-//! sections are copied from the process's memory, not the files, which
-//! also covers the vDSO and replaced files. Nothing here stops a thread.
-
-use std::ops::Range;
+//! Another process's loaded objects and their unwind information. Each mapping at file offset 0
+//! with an ELF header is an object. The sections are copied from the process's memory, not the
+//! files, which also covers the vDSO and replaced files. Nothing here stops a thread.
 
 use crate::linux::unwind::modules::{
-    eh_frame_address, eh_frame_len, Found, Sections, MAX_EH_FRAME_BYTES,
+    code_and_hdr, eh_frame_address, eh_frame_len, Found, Sections, MAX_EH_FRAME_BYTES,
 };
 
 use super::read_memory;
 
-const PT_LOAD: u32 = 1;
-const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
-const PF_X: u32 = 1;
-const PF_R: u32 = 4;
 /// A sanity bound on `.eh_frame_hdr` (8 bytes per function).
 const MAX_HDR_BYTES: u64 = 16 << 20;
 
@@ -31,8 +22,8 @@ struct Phdr {
     memsz: u64,
 }
 
-/// The objects `maps` (`/proc/PID/maps`) lists, with copies of their
-/// unwind sections; those without readable headers are left out.
+/// The objects `maps` (`/proc/PID/maps`) lists, with copies of their unwind sections; those
+/// without readable headers are left out.
 pub(crate) fn objects(pid: i32, maps: &str) -> Vec<Found> {
     let mut found: Vec<Found> = Vec::new();
     for (start, name) in object_starts(maps) {
@@ -76,24 +67,13 @@ fn describe(pid: i32, start: u64, name: &str) -> Option<Found> {
     // The mapping at offset 0 holds the segment that starts the file.
     let first = phdrs
         .iter()
-        .filter(|p| p.kind == PT_LOAD)
+        .filter(|p| p.kind == libc::PT_LOAD)
         .min_by_key(|p| p.offset)?;
     let bias = start.wrapping_sub(first.vaddr.wrapping_sub(first.offset));
-    let mut code: Option<Range<u64>> = None;
-    let mut hdr: Option<Range<u64>> = None;
-    for p in &phdrs {
-        let at = bias.wrapping_add(p.vaddr);
-        if p.kind == PT_LOAD && p.flags & PF_X != 0 {
-            let end = at.wrapping_add(p.memsz);
-            code = Some(match code {
-                Some(c) => c.start.min(at)..c.end.max(end),
-                None => at..end,
-            });
-        } else if p.kind == PT_GNU_EH_FRAME {
-            hdr = Some(at..at.wrapping_add(p.memsz));
-        }
-    }
-    let (code, hdr) = (code?, hdr?);
+    let (code, hdr) = code_and_hdr(
+        bias,
+        phdrs.iter().map(|p| (p.kind, p.flags, p.vaddr, p.memsz)),
+    )?;
     let hdr_len = hdr.end.checked_sub(hdr.start)?;
     if !(8..=MAX_HDR_BYTES).contains(&hdr_len) {
         return None;
@@ -103,7 +83,7 @@ fn describe(pid: i32, start: u64, name: &str) -> Option<Found> {
     // `.eh_frame` ends at most with its segment's file-backed part.
     let segment_end = phdrs
         .iter()
-        .filter(|p| p.kind == PT_LOAD && p.flags & PF_R != 0)
+        .filter(|p| p.kind == libc::PT_LOAD && p.flags & libc::PF_R != 0)
         .map(|p| {
             let s = bias.wrapping_add(p.vaddr);
             s..s.wrapping_add(p.filesz)
