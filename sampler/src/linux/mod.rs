@@ -1,24 +1,20 @@
 //! Linux, own process: two clocks pace the samples ([`SampleClock`]).
 //!
-//! **Perf** ([`SampleClock::Perf`], the default in cpu mode where `perf_event_open` is
-//! allowed): the kernel samples every thread into ring buffers by its CPU time, with no
-//! signal ([`clocks::ring`]). Threads created later inherit the events, so they are sampled
-//! from their first instruction. A thread the rings cannot take gets a perf timer that
-//! signals it ([`clocks::timers`]), and the handler walks its stack into a static slot
-//! ([`signal::slots`]).
+//! **Perf** (the default in cpu mode where `perf_event_open` is allowed): the kernel samples
+//! every thread into ring buffers by its CPU time, with no signal ([`clocks::ring`]); threads
+//! created later inherit the events. A thread the rings cannot take gets a perf timer that
+//! signals it ([`clocks::timers`]), and the handler walks its stack into a slot.
 //!
-//! **The sampler thread** (where perf is refused, when forced, and always in wall mode)
-//! paces the samples itself ([`clocks::paced`]). In cpu mode it signals each thread whose CPU
-//! time reached a period, also waking at random moments so samples do not line up with where
-//! threads resume. In wall mode a blocked thread is counted on the stack it waits in
+//! **The sampler thread** (where perf is refused, when forced, and always in wall mode) paces
+//! the samples itself ([`clocks::paced`]): in cpu mode it signals each thread whose CPU time
+//! reached a period; in wall mode a blocked thread is counted on the stack it waits in
 //! ([`unwind::blocked_stack`]) and a running one gets a one-shot CPU timer
-//! ([`kernel::cpu_timers`]); the sampler never waits for a handler. (`setitimer` is no
-//! alternative: it fires at the tick rate, in whichever thread the kernel picks.)
+//! ([`kernel::cpu_timers`]).
 //!
 //! Layout: this file chooses the clock, installs the handler and starts the sampler thread
-//! ([`spawn`]); [`engine`] is the sampler thread's loop; [`clocks`] holds each clock's state;
+//! ([`spawn`]); [`engine`] is the sampler thread's loop; [`clocks`] each clock's state;
 //! [`signal`] the handler and all it touches, under the async-signal-safety rules stated
-//! there; [`kernel`] thin system-call wrappers; [`unwind`] CFI over stack copies and blocked
+//! there; [`kernel`] system-call wrappers; [`unwind`] CFI over stack copies and blocked
 //! stacks; [`dump`] one-shot captures, of this process or through `ptrace`.
 
 pub mod bench_support;
@@ -49,10 +45,8 @@ use signal::{checked_memory, own_stack, slots, stack_copy, stack_regions};
 /// The longest `start` waits for the sampler thread's first listing.
 const FIRST_LISTING_WAIT: Duration = Duration::from_millis(500);
 
-/// The default profiling signal: `SIGURG`, ignored by default. A signal still queued at
-/// `execve` reaches the new program with default actions, where a real-time one would kill
-/// it and `SIGURG` is dropped; a standard signal is queued at most once per thread. btprof
-/// refuses it when it already has a handler, and ignores foreign ones.
+/// The default profiling signal: `SIGURG`, ignored by default, so one still queued at `execve`
+/// is dropped where a real-time one would kill the new program.
 pub fn default_signal() -> i32 {
     libc::SIGURG
 }
@@ -65,8 +59,8 @@ fn usable_signal(signal: i32) -> bool {
         || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal)
 }
 
-/// The clock forced by the configuration or the environment, if the kernel
-/// allows it; else perf in cpu mode where allowed, the sampler thread otherwise.
+/// The clock forced by the configuration or the environment, if the kernel allows it; else
+/// perf in cpu mode where allowed, the sampler thread otherwise.
 fn choose_clock(config: &SamplerConfig) -> Result<SampleClock, Error> {
     let forced = match config.clock {
         Some(clock) => Some(clock),
@@ -96,8 +90,8 @@ fn choose_clock(config: &SamplerConfig) -> Result<SampleClock, Error> {
     }
 }
 
-/// Undone after the sampler thread is joined (it closed every timer): the
-/// handler's drop flushes pending signals and restores the previous action.
+/// Undone after the sampler thread is joined (it closed every timer): the handler's drop
+/// flushes pending signals and restores the previous action.
 pub(crate) struct Running {
     _handler: InstalledHandler,
 }
@@ -124,9 +118,7 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     let signal = config.signal.unwrap_or_else(default_signal);
     // SAFETY: getpid has no preconditions.
     slots::OWN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-    // Without a fault-safe read, walks keep only the pc.
     checked_memory::probe();
-    // Where the thread pointer cannot be read cheaply, every read is checked.
     own_stack::probe();
     stack_copy::CAPTURE.store(!config.frame_pointers_only, Ordering::Relaxed);
     slots::TIMER_MAX_DEPTH.store(
@@ -141,16 +133,13 @@ pub(crate) fn spawn(config: SamplerConfig) -> Result<(SamplerThread, Running), E
     let thread = SamplerThread::spawn(config.hz, move |cx| {
         install::block_in_this_thread(signal);
         scheduling::request_short_slice();
-        // Perf only: the sampler-thread clock's wakeups were tuned with
-        // the sampler at the weight of the threads it samples.
         if clock == SampleClock::Perf {
             scheduling::raise_weight();
         }
         SamplerLoop::new(config, clock, signal, cx.progress, cx.requests)?.run(&cx.stop)
     })?;
-    // Threads already running are not sampled until the first listing, so
-    // wait for it, bounded (it takes no lock a caller could hold). Perf
-    // only: the sampler thread's clock lists a period later anyway.
+    // Threads already running are not sampled until the first listing, so wait for it,
+    // bounded (it takes no lock a caller could hold). Perf only: the other lists a period later.
     let deadline = Instant::now() + FIRST_LISTING_WAIT;
     while clock.is_kernel_paced()
         && thread.progress().listings.load(Ordering::Acquire) == 0
