@@ -179,13 +179,9 @@ pub(crate) struct SignalSender {
 
 impl SignalSender {
     pub fn new(signal: libc::c_int) -> Self {
-        SignalSender {
-            // SAFETY: getpid and getuid have no preconditions.
-            pid: unsafe { libc::getpid() },
-            // SAFETY: as above.
-            uid: unsafe { libc::getuid() },
-            signal,
-        }
+        // SAFETY: getpid and getuid have no preconditions.
+        let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
+        SignalSender { pid, uid, signal }
     }
 
     pub fn signal(&self) -> libc::c_int {

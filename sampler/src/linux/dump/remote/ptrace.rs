@@ -1,6 +1,6 @@
-//! Stopping one thread of another process just long enough to read its
-//! registers and copy its stack. No ptrace option is set (above all no
-//! `PTRACE_O_EXITKILL`): if btprof dies, its tracees run on.
+//! Stopping one thread of another process just long enough to read its registers and copy its
+//! stack. No ptrace option is set (above all no `PTRACE_O_EXITKILL`): if btprof dies, its
+//! tracees run on.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -9,7 +9,6 @@ use crate::walker::{Arch, Registers};
 
 /// `PTRACE_EVENT_STOP`: the stop `PTRACE_INTERRUPT` reports to a seizer.
 const PTRACE_EVENT_STOP: i32 = 128;
-/// `NT_PRSTATUS`: the general registers.
 const NT_PRSTATUS: usize = 1;
 /// How long a thread may take to stop (after any scheduling latency).
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -19,7 +18,6 @@ pub(super) struct Stopped {
     tid: i32,
     /// The signal of a signal-delivery stop, handed back at detach; 0: none.
     signal: i32,
-    /// When the stop was seen.
     pub since: Instant,
     detached: bool,
 }
@@ -28,11 +26,9 @@ pub(super) struct Stopped {
 pub(super) enum StopError {
     /// It exited (or was never there).
     Gone,
-    /// The kernel refused to let us trace it.
     Refused,
     /// Not stopped in time; it stays seized until btprof exits.
     NoStop,
-    /// Anything else.
     Other,
 }
 
@@ -109,8 +105,7 @@ impl Stopped {
             iov_base: words.as_mut_ptr().cast(),
             iov_len: std::mem::size_of_val(&words),
         };
-        // SAFETY: the thread is in our stop; the kernel writes at most
-        // `iov_len` bytes to the buffer.
+        // SAFETY: the thread is in our stop; the kernel writes at most `iov_len` bytes.
         let rc = unsafe {
             libc::ptrace(
                 libc::PTRACE_GETREGSET,
@@ -173,9 +168,8 @@ const _: () = {
     assert!(offset_of!(R, pc) == 32 * 8);
 };
 
-/// The walk's registers from an `NT_PRSTATUS` set of `arch`, raw; `None`
-/// if too short. Decoded from words, not libc's struct, so every layout is
-/// tested on every machine.
+/// The walk's registers from an `NT_PRSTATUS` set of `arch`, raw; `None` if too short. From
+/// words, not libc's struct, so every layout is tested on every machine.
 fn prstatus_registers(arch: Arch, words: &[u64]) -> Option<Registers> {
     Some(match arch {
         Arch::X86_64 => Registers {
