@@ -97,7 +97,6 @@ fn parse_tid(name: &[u8]) -> Option<i32> {
     std::str::from_utf8(name).ok()?.parse().ok()
 }
 
-/// The calling thread's id.
 pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
@@ -139,7 +138,6 @@ pub(crate) fn thread_exists(tid: i32) -> bool {
     unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) == 0 }
 }
 
-/// The calling thread's CPU time in nanoseconds.
 pub(crate) fn own_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
 }

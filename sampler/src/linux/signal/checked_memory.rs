@@ -143,7 +143,6 @@ impl<'a> CheckedMemory<'a> {
         self
     }
 
-    /// The copies this reader made.
     pub fn copies(&self) -> u32 {
         self.copies.get()
     }

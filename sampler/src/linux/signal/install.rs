@@ -56,7 +56,6 @@ impl InstalledHandler {
     }
 }
 
-/// `signal`'s action now.
 fn current_action(signal: libc::c_int) -> io::Result<libc::sigaction> {
     let mut current = MaybeUninit::<libc::sigaction>::zeroed();
     // SAFETY: querying the current action into a valid out-pointer.

@@ -143,7 +143,6 @@ pub(crate) struct CopyThenChecked<'a> {
 }
 
 impl<'a> CopyThenChecked<'a> {
-    /// Reads `words` (copied from `base`) first, then `rest`.
     pub(crate) fn new(base: u64, words: &'a [u64], rest: CheckedMemory<'a>) -> Self {
         CopyThenChecked { base, words, rest }
     }

@@ -17,9 +17,7 @@ pub(crate) use super::super::signal::dump_slot::COPY_WORDS;
 pub(crate) enum BlockedRead<'a> {
     /// Its frames; it was still blocked where it was read.
     Read(Completed<'a>),
-    /// It ran meanwhile.
     Moved,
-    /// It exited.
     Gone,
 }
 
@@ -146,23 +144,19 @@ mod tests {
 
     #[test]
     fn syscall_lines_parse() {
+        let at = |nr| {
+            Some(Syscall::At {
+                nr,
+                sp: 0x7ffc10,
+                pc: 0x7f1234,
+            })
+        };
         assert_eq!(parse_syscall("running\n"), Some(Syscall::Running));
         assert_eq!(
             parse_syscall("0 0x3 0x7f00 0x1 0x0 0x0 0x0 0x7ffc10 0x7f1234\n"),
-            Some(Syscall::At {
-                nr: 0,
-                sp: 0x7ffc10,
-                pc: 0x7f1234
-            })
+            at(0)
         );
-        assert_eq!(
-            parse_syscall("-1 0x7ffc10 0x7f1234\n"),
-            Some(Syscall::At {
-                nr: -1,
-                sp: 0x7ffc10,
-                pc: 0x7f1234
-            })
-        );
+        assert_eq!(parse_syscall("-1 0x7ffc10 0x7f1234\n"), at(-1));
         assert_eq!(parse_syscall(""), None);
         assert_eq!(parse_syscall("0 0x1"), None);
     }

@@ -98,7 +98,6 @@ pub(super) fn stop(tid: i32) -> Result<Stopped, StopError> {
 }
 
 impl Stopped {
-    /// The stopped thread's registers.
     pub fn registers(&self) -> io::Result<Registers> {
         let mut words = [0u64; PRSTATUS_WORDS];
         let mut iov = libc::iovec {
