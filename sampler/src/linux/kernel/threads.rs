@@ -6,6 +6,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+pub(crate) use crate::linux::signal::handler::{gettid, try_clock_ns as clock_ns};
+
 pub(crate) struct TaskList {
     dir: OwnedFd,
     buf: Vec<u8>,
@@ -95,24 +97,6 @@ fn parse_tid(name: &[u8]) -> Option<i32> {
         return None;
     }
     std::str::from_utf8(name).ok()?.parse().ok()
-}
-
-pub(crate) fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
-}
-
-/// Reads `clock` in nanoseconds; `None` if it is gone. Async-signal-safe.
-pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
-    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Thread `tid`'s CPU clock: glibc's `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`.

@@ -68,8 +68,7 @@ pub(crate) fn is_request_fd(fd: i32) -> bool {
 /// # Safety
 /// `context` must be the handler's `ucontext_t`.
 pub(crate) unsafe fn on_perf_request(context: *const libc::c_void) {
-    // SAFETY: gettid has no preconditions.
-    if REQUEST_TID.load(Acquire) != unsafe { libc::gettid() } {
+    if REQUEST_TID.load(Acquire) != handler::gettid() {
         return;
     }
     let generation = REQUEST_GENERATION.load(Acquire);
@@ -102,8 +101,7 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     {
         return;
     }
-    // SAFETY: gettid has no preconditions.
-    SLOT.tid.store(unsafe { libc::gettid() }, Relaxed);
+    SLOT.tid.store(handler::gettid(), Relaxed);
     // SAFETY: the caller's promise.
     let regs = registers(unsafe { &*(context as *const libc::ucontext_t) });
     let (high, own_top, _) = handler::stack_bounds(regs.sp);

@@ -117,8 +117,7 @@ unsafe fn take_sample(info: *const libc::siginfo_t, context: *const libc::c_void
 #[cfg(feature = "test-hooks")]
 fn test_delay() {
     let delay = HANDLER_TEST_DELAY_NS.load(Relaxed);
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    if delay != 0 && HANDLER_TEST_DELAY_TID.load(Relaxed) == unsafe { libc::gettid() } {
+    if delay != 0 && HANDLER_TEST_DELAY_TID.load(Relaxed) == gettid() {
         let until = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_add(delay);
         while clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) < until {
             core::hint::spin_loop();
@@ -144,8 +143,7 @@ fn claim_armed(value: usize, pc: u64) -> Option<(&'static Slot, u64, usize)> {
         STRAY_SIGNALS.fetch_add(1, Relaxed);
         return None;
     };
-    // SAFETY: gettid has no preconditions and is async-signal-safe.
-    slot.tid.store(unsafe { libc::gettid() }, Relaxed);
+    slot.tid.store(gettid(), Relaxed);
     let max_depth = (slot.max_depth.load(Relaxed) as usize).min(MAX_DEPTH);
     let sent = slot.sent_ns.load(Relaxed);
     // The wait: wall time since the sampler's reading less this thread's CPU time.
@@ -193,15 +191,28 @@ fn after_system_call(pc: u64) -> bool {
     code == CODE
 }
 
-/// `clock` in nanoseconds. Async-signal-safe (`clock_gettime` is).
+/// `clock` in nanoseconds, 0 if it is gone. Async-signal-safe.
 pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
+    try_clock_ns(clock).unwrap_or(0)
+}
+
+/// `clock` in nanoseconds; `None` if it is gone (a thread's clock). Async-signal-safe.
+pub(crate) fn try_clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// The calling thread's id. Async-signal-safe.
+pub(crate) fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
 }
 
 /// Claims the lowest `Idle` slot for a timer sample (`Idle -> Writing`, fresh generation), or
@@ -219,8 +230,7 @@ pub(super) fn claim_free() -> Option<(&'static Slot, u64, usize)> {
             .is_ok()
         {
             CLAIMED[index / 64].fetch_or(1 << (index % 64), Release);
-            // SAFETY: gettid has no preconditions and is async-signal-safe.
-            slot.tid.store(unsafe { libc::gettid() }, Relaxed);
+            slot.tid.store(gettid(), Relaxed);
             slot.late.store(0, Relaxed);
             let max_depth = (TIMER_MAX_DEPTH.load(Relaxed) as usize).min(MAX_DEPTH);
             return Some((slot, generation, max_depth));

@@ -353,8 +353,7 @@ mod tests {
         assert_ne!(armed.slot, walk, "armed over a timer walk");
         let mut collected = Vec::new();
         owner.collect_claimed(|tid, _| collected.push(tid));
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
+        let tid = super::super::handler::gettid();
         assert!(collected.contains(&tid), "{collected:?}");
         assert!(owner.cancel(armed.slot));
     }
