@@ -1,11 +1,9 @@
 //! The part of the interrupted stack the handler may read directly, without a checked read's
-//! system call ([`super::checked_memory`]).
-//!
-//! glibc and musl map each thread one block: its stack and, at the top, its control block,
-//! where the thread pointer points; it is unmapped only after the thread exits. So when the
-//! snapshot's mapping holding sp also holds the thread pointer above sp, `[sp, thread
-//! pointer)` is read directly, provided the snapshot is newer than the thread listing (an
-//! older one may merge the block with a coroutine stack now apart). Other stacks stay checked.
+//! system call ([`super::checked_memory`]; docs/reliability.md). glibc and musl map each
+//! thread one block, its stack under its control block, where the thread pointer points, and
+//! unmap it only after the thread exits. So `[sp, thread pointer)` is read directly when the
+//! snapshot's mapping holding sp holds the thread pointer too and the snapshot is newer than
+//! the thread listing (an older one may merge the block with a coroutine stack now apart).
 //! Not covered: a thread without a guard page whose neighbour below, merged with its block in
 //! the snapshot, was since replaced by a smaller mapping.
 

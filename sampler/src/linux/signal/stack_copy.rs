@@ -31,6 +31,7 @@ pub(crate) struct StackCopy<const N: usize = COPY_WORDS> {
 unsafe impl<const N: usize> Sync for StackCopy<N> {}
 
 /// A finished copy, as the sampler thread reads it.
+#[derive(Clone, Copy)]
 pub(crate) struct CopiedStack<'a> {
     /// The interrupted registers, pointer authentication not stripped.
     pub regs: Registers,

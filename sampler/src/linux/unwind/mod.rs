@@ -341,15 +341,9 @@ mod tests {
 
     /// The handler's frame-pointer walk of `copy`.
     fn fp_walk(mut copy: CopiedStack<'_>, high: u64) -> (Vec<u64>, WalkEnd) {
-        let mut out = [0u64; 16];
-        let (regs, bounds) = (
-            copy.regs,
-            StackBounds {
-                low: copy.regs.sp,
-                high,
-            },
-        );
-        let w = walk(Arch::host(), &regs, Some(bounds), &mut copy, &mut out);
+        let (mut out, regs) = ([0u64; 16], copy.regs);
+        let bounds = Some(StackBounds { low: regs.sp, high });
+        let w = walk(Arch::host(), &regs, bounds, &mut copy, &mut out);
         (out[..w.depth].to_vec(), w.end)
     }
 
@@ -391,18 +385,12 @@ mod tests {
         let _turn = modules::tests::LOADER
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
-            panic!("the C test library was not built (see the build script's warning)");
-        };
         // Both walkers read the module list before the library is loaded.
         let mut walkers = [CfiWalker::new(), CfiWalker::new()];
         for w in &mut walkers {
             w.refresh_modules();
         }
-        let c_path = std::ffi::CString::new(path).unwrap();
-        // SAFETY: loading our own test library, which has no initialisers.
-        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(!handle.is_null(), "dlopen {path}");
+        let handle = modules::tests::dlopen_noframes();
         // SAFETY: a valid handle and a NUL-terminated name.
         let spin = unsafe { libc::dlsym(handle, c"noframes_spin".as_ptr()) } as u64;
         assert_ne!(spin, 0);
@@ -429,8 +417,7 @@ mod tests {
                 lr: 0,
             };
             let copy = CopiedStack::from_parts(regs, base, &words);
-            let (fp_frames, fp_end) =
-                fp_walk(CopiedStack::from_parts(regs, base, &words), end_of_stack);
+            let (fp_frames, fp_end) = fp_walk(copy, end_of_stack);
             // The frame-pointer walk alone misses the caller.
             assert_eq!(fp_frames, [spin], "{fp_leaves}");
             let done = walker.complete(&copy, &fp_frames, fp_end, 16);

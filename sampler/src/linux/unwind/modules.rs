@@ -403,6 +403,18 @@ pub(super) mod tests {
     /// The loader's counters are process-wide: such tests take turns.
     pub(in crate::linux::unwind) static LOADER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    /// Loads the C test library without frame pointers; its handle.
+    pub(in crate::linux::unwind) fn dlopen_noframes() -> *mut libc::c_void {
+        let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
+            panic!("the C test library was not built (see the build script's warning)");
+        };
+        let c_path = std::ffi::CString::new(path).unwrap();
+        // SAFETY: loading our own test library, which has no initialisers.
+        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen {path}");
+        handle
+    }
+
     #[test]
     fn finds_this_program_and_the_c_library() {
         let _turn = LOADER.lock().unwrap_or_else(|e| e.into_inner());
@@ -434,9 +446,6 @@ pub(super) mod tests {
     #[test]
     fn follows_dlopen_and_dlclose() {
         let _turn = LOADER.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(path) = option_env!("BTPROF_NOFRAMES_LIB") else {
-            panic!("the C test library was not built (see the build script's warning)");
-        };
         let mut list = ModuleList::new();
         list.refresh();
         let listed = |list: &ModuleList| {
@@ -444,10 +453,7 @@ pub(super) mod tests {
                 .any(|m| m.name.ends_with("libbtprof_noframes.so"))
         };
         assert!(!listed(&list));
-        let c_path = std::ffi::CString::new(path).unwrap();
-        // SAFETY: loading our own test library, which has no initialisers.
-        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(!handle.is_null(), "dlopen {path}");
+        let handle = dlopen_noframes();
         assert!(list.refresh(), "a dlopen changes the loader's counters");
         assert!(listed(&list));
         // SAFETY: nothing from the library is in use.

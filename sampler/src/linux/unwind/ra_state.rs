@@ -1,13 +1,9 @@
-//! aarch64 CFI of functions that sign their return address, made readable to the unwinder.
-//!
-//! `-mbranch-protection=standard` marks where a return address is signed with
-//! `DW_CFA_AARCH64_negate_ra_state` (or `..._with_pc`, with `FEAT_PAuth_LR`). gimli parses the
-//! first only when told the section is aarch64's, which framehop does not, and not the second
-//! at all, so the whole entry fails. The state only asks to authenticate the saved address,
-//! and btprof strips every code address instead (`Arch::strip_code_address`), so
-//! [`clear_ra_state`] rewrites both, in the unwinder's copy of `.eh_frame`, to `DW_CFA_nop`:
-//! one byte for one, so no offset moves and `.eh_frame_hdr` stays right. Entries it cannot
-//! follow (64-bit DWARF, an unknown augmentation or opcode) are left as they are from there on.
+//! aarch64 CFI of functions that sign their return address, made readable to the unwinder
+//! (docs/aarch64.md): gimli under framehop fails a whole entry on
+//! `DW_CFA_AARCH64_negate_ra_state` and its `_with_pc` form, and btprof strips code addresses
+//! itself, so [`clear_ra_state`] rewrites both to `DW_CFA_nop` in the unwinder's copy. One
+//! byte for one, so no offset moves and `.eh_frame_hdr` stays right. Entries it cannot follow
+//! (64-bit DWARF, an unknown augmentation or opcode) are left as they are from there on.
 
 const DW_CFA_NOP: u8 = 0x00;
 const NEGATE_RA_STATE_WITH_PC: u8 = 0x2c;
