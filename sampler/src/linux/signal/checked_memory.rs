@@ -42,10 +42,9 @@ pub(crate) fn copy_words(addr: u64, out: &mut [u64]) -> usize {
 }
 
 /// Copies the interrupted stack from `base` (sp rounded down) up to `high` into `out`;
-/// returns the words copied. Below `own_top` ([`own_stack::readable_top`]) it reads directly.
-/// Async-signal-safe; only on the interrupted thread.
-///
-/// [`own_stack::readable_top`]: super::own_stack::readable_top
+/// returns the words copied. Below `own_top`
+/// ([`readable_top`](super::own_stack::readable_top)) it reads directly. Async-signal-safe;
+/// only on the interrupted thread.
 pub(crate) fn copy_stack_top(base: u64, high: u64, own_top: Option<u64>, out: &mut [u64]) -> usize {
     let high = own_top.map_or(high, |top| top.min(high));
     let room = (high.saturating_sub(base) / 8).min(out.len() as u64) as usize;
@@ -135,9 +134,7 @@ impl<'a> CheckedMemory<'a> {
         }
     }
 
-    /// Reads records below `top` ([`own_stack::readable_top`]) directly.
-    ///
-    /// [`own_stack::readable_top`]: super::own_stack::readable_top
+    /// Reads records below `top` ([`readable_top`](super::own_stack::readable_top)) directly.
     pub(crate) fn with_own_stack(mut self, top: Option<u64>) -> Self {
         self.own_top = top.map_or(self.low, |top| top.min(self.high));
         self
@@ -201,11 +198,23 @@ impl StackMemory for CheckedMemory<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::walker::{walk, Arch, Registers, StackBounds, WalkEnd};
 
     const PAGE: usize = 4096;
+
+    /// A new private `rw` mapping of `len` bytes; its address.
+    pub(in crate::linux::signal) fn map_anonymous(len: usize) -> *mut libc::c_void {
+        let (rw, private) = (
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        );
+        // SAFETY: an anonymous private mapping anywhere.
+        let at = unsafe { libc::mmap(std::ptr::null_mut(), len, rw, private, -1, 0) };
+        assert_ne!(at, libc::MAP_FAILED);
+        at
+    }
 
     /// A walk across an unmapped page stops there, without a fault.
     #[test]
@@ -217,17 +226,7 @@ mod tests {
             return;
         }
         assert!(probe(), "process_vm_readv on our own pid");
-        // SAFETY: an anonymous private mapping anywhere.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4 * PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        } as u64;
+        let base = map_anonymous(4 * PAGE) as u64;
         let word = |i: u64| base + 8 * i;
         // Records at words 8 -> 700 -> 1100 (pages 0, 1, 2): [next fp, ret].
         let records = [

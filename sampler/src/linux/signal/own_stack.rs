@@ -105,18 +105,7 @@ mod tests {
                 region.1
             );
 
-            // SAFETY: an anonymous private mapping anywhere.
-            let other = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    1 << 16,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(other, libc::MAP_FAILED);
+            let other = super::super::checked_memory::tests::map_anonymous(1 << 16);
             let inside = other as u64 + (1 << 15);
             let extent = (other as u64, other as u64 + (1 << 16));
             let region = containing(inside)
