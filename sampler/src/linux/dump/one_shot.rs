@@ -284,22 +284,16 @@ impl Session {
         let generation = NEXT_GENERATION.fetch_add(1, Relaxed);
         // Idle: earlier requests were settled under this session's lock.
         SLOT.state.store(state(generation, ARMED), Release);
-        // The calling thread is on a CPU in user code now.
+        // The calling thread is on a CPU in user code now, and one no event opens for (seccomp,
+        // timer limit) gets a plain signal.
         let mut request = None;
-        let sent = if tid == threads::gettid() {
-            self.sender.send(tid, DUMP_MARK | generation as usize)
-        } else {
-            match Request::open(tid, self.sender.signal(), generation) {
-                Ok(opened) => {
-                    request = Some(opened);
-                    Ok(())
-                }
-                // No event (seccomp, timer limit): a plain signal.
-                Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
-                    self.sender.send(tid, DUMP_MARK | generation as usize)
-                }
-                Err(e) => Err(e),
+        let sent = match (tid != threads::gettid()).then(|| Request::open(tid, sig, generation)) {
+            Some(Ok(opened)) => {
+                request = Some(opened);
+                Ok(())
             }
+            Some(Err(e)) if e.raw_os_error() == Some(libc::ESRCH) => Err(e),
+            _ => self.sender.send(tid, DUMP_MARK | generation as usize),
         };
         if let Err(e) = sent {
             SLOT.state.store(IDLE, Release);
