@@ -27,7 +27,7 @@ use super::super::signal::dump_slot::{
 };
 use super::super::signal::install::{self, SignalSender};
 use super::super::signal::slots::{state, ARMED, DONE, IDLE};
-use super::super::signal::{own_stack, slots};
+use super::super::signal::{handler, own_stack, slots};
 use super::super::unwind::blocked_stack::{read_syscall, BlockedRead, BlockedStackReader, Syscall};
 use super::super::unwind::CfiWalker;
 use super::super::MAX_DEPTH;
@@ -203,7 +203,7 @@ impl Session {
                 return gone(name);
             };
             // Inside a profiler's short sample handler: wait for it.
-            if code != b'R' && slots::in_handler(tid) && handler_waits < MAX_HANDLER_WAITS {
+            if code != b'R' && handler::in_handler(tid) && handler_waits < MAX_HANDLER_WAITS {
                 handler_waits += 1;
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
@@ -255,7 +255,7 @@ impl Session {
             let Some(status) = threads::signal_status(tid, sig) else {
                 return not_taken(RunState::Gone, NotTaken::Gone);
             };
-            if status.blocked && !slots::in_handler(tid) {
+            if status.blocked && !handler::in_handler(tid) {
                 let cpu = threads::thread_cpu_ns(tid);
                 if matches!((cpu, cpu_at_last_look), (Some(now), Some(last)) if now > last) {
                     blocked_looks += 1;

@@ -9,7 +9,7 @@ use crate::{Mode, SamplerStats};
 
 use super::super::clocks::timers::thread_timers::ThreadTimer;
 use super::super::kernel::threads;
-use super::super::signal::slots;
+use super::super::signal::handler;
 use super::{monotonic_ns, BlockedSince, SamplerLoop, ThreadState};
 
 impl BlockedSince {
@@ -59,12 +59,12 @@ const BLOCKED_LOOK_INTERVAL_NS: u64 = 100_000_000;
 
 /// Whether thread `tid` blocks `signal` itself: `SigBlk` has it and the
 /// thread is not inside btprof's handler, whose `sa_mask` blocks it too
-/// ([`slots::in_handler`], checked before and after). A thread just entering
+/// ([`handler::in_handler`], checked before and after). A thread just entering
 /// the handler still looks blocked, so callers wait for a second look.
 pub(super) fn blocks_signal_now(tid: i32, signal: libc::c_int) -> bool {
-    !slots::in_handler(tid)
+    !handler::in_handler(tid)
         && threads::blocks_signal(tid, signal) == Some(true)
-        && !slots::in_handler(tid)
+        && !handler::in_handler(tid)
 }
 
 impl ThreadState {
@@ -220,7 +220,7 @@ impl SamplerLoop {
         };
         // Still pending: another must not be queued. Blocked outside our
         // handler: it may block the signal.
-        if !(status.pending || (status.blocked && !slots::in_handler(tid))) {
+        if !(status.pending || (status.blocked && !handler::in_handler(tid))) {
             return false;
         }
         let listing = self.listing;

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-pub(crate) use crate::linux::signal::handler::{gettid, try_clock_ns as clock_ns};
+pub(crate) use crate::linux::signal::safe_calls::{gettid, try_clock_ns as clock_ns};
 
 pub(crate) struct TaskList {
     dir: OwnedFd,

@@ -10,10 +10,10 @@ use core::sync::atomic::{
 use crate::walker::{self, Arch};
 
 use super::checked_memory::WINDOW_WORDS;
-use super::handler;
 use super::registers::registers;
 use super::slots::{state, ARMED, DONE, IDLE, MAX_DEPTH, WRITING};
 use super::stack_copy::StackCopy;
+use super::{safe_calls, stack_bounds};
 
 /// Stack words copied; more than a sample's, as one thread is copied at a time.
 pub(crate) const COPY_WORDS: usize = 4096;
@@ -68,7 +68,7 @@ pub(crate) fn is_request_fd(fd: i32) -> bool {
 /// # Safety
 /// `context` must be the handler's `ucontext_t`.
 pub(crate) unsafe fn on_perf_request(context: *const libc::c_void) {
-    if REQUEST_TID.load(Acquire) != handler::gettid() {
+    if REQUEST_TID.load(Acquire) != safe_calls::gettid() {
         return;
     }
     let generation = REQUEST_GENERATION.load(Acquire);
@@ -87,7 +87,7 @@ pub(crate) fn in_dump_handler(tid: i32) -> bool {
 /// # Safety
 /// `context` must be the handler's `ucontext_t`.
 pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) {
-    let entered = handler::clock_ns(libc::CLOCK_MONOTONIC);
+    let entered = safe_calls::clock_ns(libc::CLOCK_MONOTONIC);
     let generation = (value & !DUMP_MARK) as u64;
     if SLOT
         .state
@@ -101,10 +101,10 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     {
         return;
     }
-    SLOT.tid.store(handler::gettid(), Relaxed);
+    SLOT.tid.store(safe_calls::gettid(), Relaxed);
     // SAFETY: the caller's promise.
     let regs = registers(unsafe { &*(context as *const libc::ucontext_t) });
-    let (high, own_top, _) = handler::stack_bounds(regs.sp);
+    let (high, own_top, _) = stack_bounds::stack_bounds(regs.sp);
     // SAFETY: we won `Writing`, so the buffers are ours until `Done`.
     let (window, frames) = unsafe { (&mut *SLOT.window.get(), &mut *SLOT.frames.get()) };
     // SAFETY: as above.
@@ -114,7 +114,7 @@ pub(crate) unsafe fn on_dump_signal(value: usize, context: *const libc::c_void) 
     SLOT.depth.store(walk.depth as u32, Relaxed);
     SLOT.lr.store(walk.lr, Relaxed);
     SLOT.end.store(walk.end as u32, Relaxed);
-    let left = handler::clock_ns(libc::CLOCK_MONOTONIC);
+    let left = safe_calls::clock_ns(libc::CLOCK_MONOTONIC);
     SLOT.held_ns.store(left.saturating_sub(entered), Relaxed);
     SLOT.state.store(state(generation, DONE), Release);
 }

@@ -6,12 +6,14 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use crate::walker::{self, Arch, StackBounds};
 
 use super::registers::registers;
+use super::safe_calls::{clock_ns, gettid};
 use super::slots::{
     state, Slot, ARMED, CLAIMED, DONE, IDLE, MAX_DEPTH, MISSING_REGIONS, NEXT_GENERATION,
-    NO_FREE_SLOT, OWN_PID, SLOT_TABLE, STRAY_SIGNALS, TIMER_MAX_DEPTH, UNKNOWN_STACK_SPAN, WRITING,
+    NO_FREE_SLOT, OWN_PID, SLOT_TABLE, STRAY_SIGNALS, TIMER_MAX_DEPTH, WRITING,
 };
+use super::stack_bounds::stack_bounds;
 use super::stack_copy::CAPTURE;
-use super::{dump_slot, own_stack, stack_regions, timer_fds, timer_values, wake_notices};
+use super::{dump_slot, timer_fds, timer_values, wake_notices};
 
 /// Tests only: CPU time each handler spends after claiming its slot, to catch threads in it.
 #[cfg(feature = "test-hooks")]
@@ -191,30 +193,6 @@ fn after_system_call(pc: u64) -> bool {
     code == CODE
 }
 
-/// `clock` in nanoseconds, 0 if it is gone. Async-signal-safe.
-pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
-    try_clock_ns(clock).unwrap_or(0)
-}
-
-/// `clock` in nanoseconds; `None` if it is gone (a thread's clock). Async-signal-safe.
-pub(crate) fn try_clock_ns(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
-    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-}
-
-/// The calling thread's id. Async-signal-safe.
-pub(crate) fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
-}
-
 /// Claims the lowest `Idle` slot for a timer sample (`Idle -> Writing`, fresh generation), or
 /// counts it lost. Lowest first, so only the few slots in use at once have their pages written.
 pub(super) fn claim_free() -> Option<(&'static Slot, u64, usize)> {
@@ -290,14 +268,14 @@ unsafe fn walk_into(slot: &Slot, generation: u64, max_depth: usize, context: *co
     slot.state.store(state(generation, DONE), Release);
 }
 
-/// Where a walk from `sp` must stop, the top of the thread's own stack block if it is one
-/// ([`own_stack`]), and whether the snapshot lists the stack. The bound only limits a corrupt
-/// chain, as reads are fault-safe; an unlisted stack gets a fixed span.
-pub(super) fn stack_bounds(sp: u64) -> (u64, Option<u64>, bool) {
-    let region = stack_regions::region_containing(sp);
-    let high = region.map_or(sp.saturating_add(UNKNOWN_STACK_SPAN), |(_, high)| high);
-    let own_top = region.and_then(|region| own_stack::readable_top(sp, region));
-    (high, own_top, region.is_some())
+/// Whether thread `tid` holds a slot it is writing or wrote and the sampler has not collected:
+/// the handler masks the profiling signal, so check this before taking `SigBlk` as proof the
+/// thread blocks it. Conservative, and blind to the handler's first instructions.
+pub(crate) fn in_handler(tid: i32) -> bool {
+    dump_slot::in_dump_handler(tid)
+        || SLOT_TABLE.iter().any(|slot| {
+            matches!(slot.state.load(Acquire) & 3, WRITING | DONE) && slot.tid.load(Relaxed) == tid
+        })
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@ use core::sync::atomic::{
 use crate::walker::WalkEnd;
 
 use super::checked_memory::WINDOW_WORDS;
-use super::dump_slot;
 use super::stack_copy::{CopiedStack, StackCopy};
 
 /// Slots in flight at once: the index travels in the low 8 bits of `si_value`.
@@ -111,16 +110,6 @@ const _: () = assert!(SLOTS % 64 == 0);
 /// Frames a timer sample keeps (slots armed by the sampler carry their own).
 pub(crate) static TIMER_MAX_DEPTH: AtomicU32 = AtomicU32::new(MAX_DEPTH as u32);
 
-/// Whether thread `tid` holds a slot it is writing or wrote and the sampler has not collected:
-/// the handler masks the profiling signal, so check this before taking `SigBlk` as proof the
-/// thread blocks it. Conservative, and blind to the handler's first instructions.
-pub(crate) fn in_handler(tid: i32) -> bool {
-    dump_slot::in_dump_handler(tid)
-        || SLOT_TABLE.iter().any(|slot| {
-            matches!(slot.state.load(Acquire) & 3, WRITING | DONE) && slot.tid.load(Relaxed) == tid
-        })
-}
-
 /// In a forked child, where only the forking thread exists: frees every slot.
 /// Async-signal-safe.
 pub(crate) fn reset_after_fork() {
@@ -131,9 +120,6 @@ pub(crate) fn reset_after_fork() {
         word.store(0, Release);
     }
 }
-
-/// How far above sp a walk may go when the snapshot lacks the stack: a default thread stack.
-pub(crate) const UNKNOWN_STACK_SPAN: u64 = 8 << 20;
 
 /// What `arm` hands back: the slot and the value to send with the signal.
 #[derive(Clone, Copy, Debug)]
@@ -353,7 +339,7 @@ mod tests {
         assert_ne!(armed.slot, walk, "armed over a timer walk");
         let mut collected = Vec::new();
         owner.collect_claimed(|tid, _| collected.push(tid));
-        let tid = super::super::handler::gettid();
+        let tid = super::super::safe_calls::gettid();
         assert!(collected.contains(&tid), "{collected:?}");
         assert!(owner.cancel(armed.slot));
     }

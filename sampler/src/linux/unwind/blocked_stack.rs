@@ -7,7 +7,7 @@ use crate::walker::{self, Arch, StackBounds};
 
 use super::super::signal::checked_memory::{self, CheckedMemory, WINDOW_WORDS};
 use super::super::signal::stack_copy::{CopiedStack, CopyThenChecked};
-use super::super::signal::{slots, stack_regions};
+use super::super::signal::{stack_bounds, stack_regions};
 use super::super::MAX_DEPTH;
 use super::{CfiWalker, Completed};
 
@@ -62,7 +62,8 @@ impl BlockedStackReader {
             None => {
                 // A stack mapped since the mappings were read.
                 self.refresh_regions();
-                region_of(&self.regions, sp).unwrap_or(sp.saturating_add(slots::UNKNOWN_STACK_SPAN))
+                region_of(&self.regions, sp)
+                    .unwrap_or(sp.saturating_add(stack_bounds::UNKNOWN_STACK_SPAN))
             }
         };
         let base = sp & !7;
