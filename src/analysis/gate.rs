@@ -2,7 +2,8 @@
 //! in, a verdict, its test statistic and what decided it out. See
 //! [`diff`](super::diff) for the rules themselves.
 
-use super::diff::{Decided, DiffOptions, FunctionDiff, Metric, Presence, Rule, Samples, Verdict};
+use super::diff_options::{DiffOptions, Metric, Rule};
+use super::function_diff::{Decided, FunctionDiff, Presence, Samples, Verdict};
 use super::functions::FunctionTable;
 use super::significance::{normal_upper_tail, student_t_upper_tail, two_proportion_z, welch_t};
 

@@ -5,6 +5,7 @@
 
 pub mod diff;
 mod diff_options;
+mod function_diff;
 pub mod functions;
 mod gate;
 pub mod per_thread;

@@ -2,7 +2,8 @@
 //! with the others are named, so that a broken run is not silently
 //! averaged into its side's mean.
 
-use super::diff::{DiffOptions, RunSummary};
+use super::diff_options::DiffOptions;
+use super::function_diff::RunSummary;
 use super::functions::FunctionTable;
 
 /// A run with fewer than this fraction of its side's median samples (or
@@ -70,8 +71,8 @@ fn partial_functions(
     let metric = options.metric;
     let gated = |t: &FunctionTable, name: &str| {
         t.get(name).map_or(0, |f| match metric {
-            super::diff::Metric::SelfShare => f.self_samples,
-            super::diff::Metric::TotalShare => f.total_samples,
+            super::diff_options::Metric::SelfShare => f.self_samples,
+            super::diff_options::Metric::TotalShare => f.total_samples,
         })
     };
     let mut names: Vec<&str> = tables
