@@ -256,16 +256,3 @@ fn load_dwarf(file: &DwarfFile) -> Option<Dwarf> {
         }
     }
 }
-
-/// Where `file`'s non-empty segments are mapped when it is loaded at
-/// `bias`: the address ranges a module answers for.
-pub(crate) fn segment_ranges(file: &object::File<'_>, bias: u64) -> Vec<std::ops::Range<u64>> {
-    use object::{Object, ObjectSegment};
-    file.segments()
-        .filter(|s| s.size() != 0)
-        .map(|s| {
-            let at = s.address().wrapping_add(bias);
-            at..at.saturating_add(s.size())
-        })
-        .collect()
-}

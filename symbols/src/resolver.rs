@@ -169,7 +169,7 @@ impl Resolver {
                         format!("{}: not an object file: {e}", path.display()),
                     )
                 })?;
-                let ranges = crate::module::segment_ranges(&file, bias);
+                let ranges = crate::platform::segment_ranges(&file, bias);
                 let name: Arc<str> = path
                     .file_name()
                     .map_or_else(|| Arc::from("[file]"), |n| Arc::from(&*n.to_string_lossy()));

@@ -231,7 +231,7 @@ fn mapped_file(read: &Path, path: PathBuf, start: u64) -> Option<LoadedModule> {
         .min_by_key(|s| s.file_range().0)?;
     let (offset, _) = first.file_range();
     let bias = start.wrapping_sub(first.address().wrapping_sub(offset));
-    let ranges = crate::module::segment_ranges(&file, bias);
+    let ranges = crate::platform::segment_ranges(&file, bias);
     let name = display_name(path.as_os_str().as_bytes(), "[anonymous]");
     Some(LoadedModule::new(name, Source::File(read.to_owned()), bias, ranges).with_path(Some(path)))
 }
@@ -259,7 +259,7 @@ fn copied_vdso(pid: u32, range: Range<u64>) -> Option<LoadedModule> {
         let file = object::File::parse(&*image).ok()?;
         let first = file.segments().min_by_key(|s| s.file_range().0)?;
         let bias = range.start.wrapping_sub(first.address());
-        (bias, crate::module::segment_ranges(&file, bias))
+        (bias, crate::platform::segment_ranges(&file, bias))
     };
     Some(LoadedModule::new(
         Arc::from("linux-vdso.so.1"),
