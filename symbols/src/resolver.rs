@@ -68,6 +68,10 @@ pub struct Resolver {
     of_current_process: bool,
     search: DebugSearch,
     demangler: Demangler,
+    /// The dynamic loader's generation when the modules were listed (Linux; see
+    /// `platform::linux::loader_generation`): while it stays the same, a refresh has
+    /// nothing to re-read.
+    loader_generation: Option<(u64, u64)>,
 }
 
 impl Resolver {
@@ -82,6 +86,7 @@ impl Resolver {
             of_current_process: false,
             search: DebugSearch::default(),
             demangler: Demangler::default(),
+            loader_generation: None,
         };
         resolver.rebuild_ranges();
         resolver
@@ -109,7 +114,12 @@ impl Resolver {
     /// [`Resolver::resolve_frames`] in the module.
     #[cfg(target_os = "linux")]
     pub fn for_current_process() -> io::Result<Resolver> {
-        Resolver::for_process_modules(crate::platform::linux::current_modules())
+        // Read before listing: a library loaded in between is then seen by the next refresh.
+        let generation = crate::platform::linux::loader_generation();
+        let mut resolver =
+            Resolver::for_process_modules(crate::platform::linux::current_modules())?;
+        resolver.loader_generation = generation;
+        Ok(resolver)
     }
 
     /// Snapshot of the modules mapped in another process, `pid`, from its
@@ -253,12 +263,22 @@ impl Resolver {
     /// modules that are still present. The address caches are dropped on any change because
     /// an address may now belong to a different module. Does nothing for a resolver built
     /// from given modules.
+    ///
+    /// The loader's counts of objects added and removed decide whether anything changed,
+    /// so an unchanged process costs one `dl_iterate_phdr` step, not a rescan: profilers
+    /// refresh before every window they symbolise. Where the loader has no such counts,
+    /// every refresh rescans.
     #[cfg(target_os = "linux")]
     pub fn refresh(&mut self) {
         if self.of_current_process {
+            let generation = crate::platform::linux::loader_generation();
+            if generation.is_some() && generation == self.loader_generation {
+                return;
+            }
             let fresh = crate::platform::linux::current_modules();
             self.replace_modules(fresh);
             self.demangler = Demangler::for_current_process();
+            self.loader_generation = generation;
         }
     }
 

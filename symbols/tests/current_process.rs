@@ -164,6 +164,36 @@ fn refresh_sees_dlopened_library() {
     );
 }
 
+/// A refresh skips the rescan while the loader's counts of loaded and unloaded objects
+/// stay the same: a library that was not loaded before must still bump them and appear.
+#[cfg(target_env = "gnu")]
+#[test]
+fn refresh_sees_a_library_loaded_for_the_first_time() {
+    let _list = module_list_lock();
+    // glibc's small compatibility libraries: nothing in a test process loads them.
+    let candidates = [c"libBrokenLocale.so.1", c"libanl.so.1"];
+    let not_loaded = |name: &CStr| {
+        // SAFETY: RTLD_NOLOAD only asks whether the library is loaded; a handle it
+        // returns is leaked (the library is loaded anyway).
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        handle.is_null()
+    };
+    let Some(library) = candidates.into_iter().find(|&name| not_loaded(name)) else {
+        return;
+    };
+    let mut r = resolver();
+    r.refresh();
+    let before = r.module_count();
+    // SAFETY: a glibc library whose initialiser affects nothing here; the handle is leaked
+    // so it stays loaded for the rest of the test process.
+    let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return;
+    }
+    r.refresh();
+    assert_eq!(r.module_count(), before + 1, "{library:?}");
+}
+
 #[test]
 fn module_names_are_file_names() {
     let r = resolver();

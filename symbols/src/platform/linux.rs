@@ -76,6 +76,49 @@ fn loaded_objects() -> Vec<LoadedObject> {
     objects
 }
 
+/// `dl_iterate_phdr` callback: stores the loader's `(dlpi_adds, dlpi_subs)` in the
+/// `Option<(u64, u64)>` passed as `data` and stops at the first module. Must not unwind.
+unsafe extern "C" fn read_generation(
+    info: *mut libc::dl_phdr_info,
+    size: libc::size_t,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: `data` is the `&mut Option<(u64, u64)>` that `loader_generation` passed to
+    // `dl_iterate_phdr`, exclusively borrowed for the duration of the call.
+    let generation = unsafe { &mut *data.cast::<Option<(u64, u64)>>() };
+    // A loader older than the two counters passes a smaller structure: no generation then.
+    let has_counters = size
+        >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs)
+            + std::mem::size_of::<libc::c_ulonglong>();
+    // SAFETY: the loader passes a valid `dl_phdr_info` of `size` bytes for the duration of
+    // the callback, and the counters are read only when `size` covers them.
+    if let (true, Some(info)) = (has_counters, unsafe { info.as_ref() }) {
+        *generation = Some((widen(info.dlpi_adds), widen(info.dlpi_subs)));
+    }
+    1
+}
+
+/// The dynamic loader's counts of objects added and removed so far (`dlpi_adds`,
+/// `dlpi_subs`: glibc bumps them on every `dlopen` that maps an object and every `dlclose`
+/// that unmaps one; musl bumps the first and never unloads). Equal counts mean the list
+/// [`current_modules`] would report is the one it reported then, so a refresh can skip
+/// the rescan, whose `/proc/self/maps` read (for the vDSO's extent) costs tens of
+/// microseconds each time: a profiler refreshes before every window it symbolises.
+/// `None` when the loader does not report them.
+pub(crate) fn loader_generation() -> Option<(u64, u64)> {
+    let mut generation: Option<(u64, u64)> = None;
+    // SAFETY: `read_generation` matches the callback signature, only accesses `data` as the
+    // `Option<(u64, u64)>` passed here, and does not unwind; `dl_iterate_phdr` calls it
+    // synchronously, so the borrow of `generation` outlives every call.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(read_generation),
+            (&raw mut generation).cast::<c_void>(),
+        );
+    }
+    generation
+}
+
 /// Snapshot of the current process's modules, ready for the resolver.
 pub(crate) fn current_modules() -> Vec<LoadedModule> {
     let vdso = vdso_mapping();
