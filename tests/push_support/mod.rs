@@ -2,7 +2,9 @@
 //! that decodes each push as Pyroscope's distributor and ingester do
 //! (`pkg/validation/validate.go`, the ingester's `uuid.Parse` of the
 //! profile id, gzip then pprof, the split by sample labels of
-//! `pkg/pprof/split`), and that can misbehave on request.
+//! `pkg/pprof/split`), and that can misbehave on request. Like
+//! Pyroscope's server it keeps a connection open after an answered push,
+//! so clients reuse it (the scripted failures close theirs).
 //!
 //! Its messages are its own, written from `api/push/v1/push.proto`, not
 //! btprof's, so a field number wrong in btprof fails here.
@@ -134,16 +136,8 @@ impl Receiver {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let next = {
-                            let mut script = behaviour.lock().unwrap();
-                            if script.len() > 1 {
-                                script.remove(0)
-                            } else {
-                                script[0]
-                            }
-                        };
-                        let received = received.clone();
-                        thread::spawn(move || serve(stream, next, &received));
+                        let (received, script) = (received.clone(), behaviour.clone());
+                        thread::spawn(move || serve(stream, &script, &received));
                     }
                     Err(_) => thread::sleep(Duration::from_millis(5)),
                 }
@@ -215,17 +209,47 @@ fn read_request(stream: &mut TcpStream) -> Option<Request> {
     Some((path, headers, body))
 }
 
-fn respond(stream: &mut TcpStream, status: u16, body: &str) {
+/// Answers `status`; with `keep_alive` the connection stays open for the
+/// client's next request, as Pyroscope's HTTP server (Go's `net/http`)
+/// keeps it.
+fn respond(stream: &mut TcpStream, status: u16, body: &str, keep_alive: bool) {
+    let connection = if keep_alive { "keep-alive" } else { "close" };
     let _ = write!(
         stream,
         "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
+         Connection: {connection}\r\n\r\n{body}",
         body.len()
     );
 }
 
-fn serve(mut stream: TcpStream, behaviour: Behaviour, received: &Mutex<Received>) {
+/// The behaviour for the next request: the script's first, the last
+/// repeating.
+fn next_behaviour(script: &Mutex<Vec<Behaviour>>) -> Behaviour {
+    let mut script = script.lock().unwrap();
+    if script.len() > 1 {
+        script.remove(0)
+    } else {
+        script[0]
+    }
+}
+
+/// Serves one connection: request after request while the answers keep it
+/// open (those of [`Behaviour::Accept`]); each request takes the next
+/// behaviour of the script once its first bytes arrive, so a connection
+/// the client closes unused takes none.
+fn serve(mut stream: TcpStream, script: &Mutex<Vec<Behaviour>>, received: &Mutex<Received>) {
     stream.set_nonblocking(false).unwrap();
+    let mut first = [0u8; 1];
+    while matches!(stream.peek(&mut first), Ok(1..)) {
+        if !serve_one(&mut stream, next_behaviour(script), received) {
+            return;
+        }
+    }
+}
+
+/// Serves one request as `behaviour` says; whether the connection stays
+/// open.
+fn serve_one(stream: &mut TcpStream, behaviour: Behaviour, received: &Mutex<Received>) -> bool {
     if behaviour == Behaviour::ResetMidBody {
         let mut part = [0u8; 64];
         let _ = stream.read(&mut part);
@@ -238,32 +262,41 @@ fn serve(mut stream: TcpStream, behaviour: Behaviour, received: &Mutex<Received>
         // SAFETY: a valid socket and a linger struct of the size given.
         unsafe {
             libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&stream),
+                std::os::fd::AsRawFd::as_raw_fd(&*stream),
                 libc::SOL_SOCKET,
                 libc::SO_LINGER,
                 (&linger as *const libc::linger).cast(),
                 std::mem::size_of::<libc::linger>() as libc::socklen_t,
             )
         };
-        return;
+        return false;
     }
-    let Some((path, headers, body)) = read_request(&mut stream) else {
-        return;
+    let Some((path, headers, body)) = read_request(stream) else {
+        return false;
     };
     received.lock().unwrap().requests += 1;
     match behaviour {
-        Behaviour::Hang => thread::sleep(Duration::from_secs(3600)),
-        Behaviour::Status(status) => respond(&mut stream, status, "scripted failure"),
-        _ => match validate(&path, &headers, &body) {
-            Ok(pushes) => {
-                received.lock().unwrap().accepted.extend(pushes);
-                respond(&mut stream, 200, "");
+        Behaviour::Hang => {
+            thread::sleep(Duration::from_secs(3600));
+            false
+        }
+        Behaviour::Status(status) => {
+            respond(stream, status, "scripted failure", false);
+            false
+        }
+        _ => {
+            match validate(&path, &headers, &body) {
+                Ok(pushes) => {
+                    received.lock().unwrap().accepted.extend(pushes);
+                    respond(stream, 200, "", true);
+                }
+                Err(why) => {
+                    received.lock().unwrap().invalid.push(why.clone());
+                    respond(stream, 400, &why, true);
+                }
             }
-            Err(why) => {
-                received.lock().unwrap().invalid.push(why.clone());
-                respond(&mut stream, 400, &why);
-            }
-        },
+            true
+        }
     }
 }
 
