@@ -237,11 +237,21 @@ impl RunInfo {
 }
 
 /// The executable's file name, or `unknown`.
+///
+/// Read once per process: every window's metadata names the program, and
+/// reading the `/proc/self/exe` link each time was a visible part of a
+/// dump's cost. The executable cannot change without an `exec`, which
+/// starts the process afresh (a file replaced or deleted under a running
+/// program is still the program it runs).
 pub(crate) fn program_name() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "unknown".into())
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "unknown".into())
+    })
+    .clone()
 }
 
 /// The host name, or `unknown`.
