@@ -28,12 +28,16 @@ impl Window {
     /// The window `profile` (symbolised), encoded with the sample labels
     /// `keep` accepts; `None` if it has no samples (an idle program:
     /// nothing worth a request) or cannot be encoded.
-    pub fn of(profile: &crate::Profile, keep: impl FnMut(&str, &str) -> bool) -> Option<Window> {
+    pub(crate) fn of(
+        profile: &crate::Profile,
+        keep: impl FnMut(&str, &str) -> bool,
+        gzip: &mut crate::formats::pprof::Gzip,
+    ) -> Option<Window> {
         if profile.is_empty() {
             return None;
         }
         let mut pprof = Vec::new();
-        profile.write_pprof_keeping(keep, &mut pprof).ok()?;
+        profile.write_pprof_keeping(keep, gzip, &mut pprof).ok()?;
         let info = profile.run_info();
         let nanos = |secs: f64| (secs * 1e9).round() as i64;
         let start = info.map_or(0, |i| nanos(i.start_unix_secs));

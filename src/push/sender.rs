@@ -17,6 +17,7 @@ use super::outbox::Outbox;
 use super::request::{self, Window};
 use super::sample_labels::SampleLabels;
 use super::{Push, PushStats};
+use crate::formats::pprof::Gzip;
 
 /// How a request ended.
 #[derive(Debug)]
@@ -58,8 +59,9 @@ struct State {
 pub(crate) struct Pusher {
     shared: Arc<Shared>,
     config: Arc<Push>,
-    /// Which sample labels are sent (used on the dump thread only).
-    sample_labels: Mutex<SampleLabels>,
+    /// Which sample labels are sent, and the compressor kept from window
+    /// to window (used on the dump thread only).
+    encoding: Mutex<(SampleLabels, Gzip)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -88,7 +90,7 @@ impl Pusher {
         })?;
         Ok(Pusher {
             shared,
-            sample_labels: Mutex::new(SampleLabels::new(&config)),
+            encoding: Mutex::new((SampleLabels::new(&config), Gzip::new())),
             config,
             thread: Some(thread),
         })
@@ -100,8 +102,9 @@ impl Pusher {
     pub(crate) fn window(&self, profile: &crate::Profile) -> Option<Window> {
         let mut to_say: Vec<String> = Vec::new();
         let window = {
-            let mut rules = self.sample_labels.lock().unwrap_or_else(|e| e.into_inner());
-            Window::of(profile, |name, value| match rules.check(name, value) {
+            let mut encoding = self.encoding.lock().unwrap_or_else(|e| e.into_inner());
+            let (rules, gzip) = &mut *encoding;
+            let keep = |name: &str, value: &str| match rules.check(name, value) {
                 Ok(()) => true,
                 Err(why) => {
                     if rules.first_refusal(name) {
@@ -109,7 +112,8 @@ impl Pusher {
                     }
                     false
                 }
-            })
+            };
+            Window::of(profile, keep, gzip)
         };
         for message in to_say {
             (self.config.on_error)(&format!("btprof: push to {}: {message}", self.config.url));
