@@ -8,7 +8,11 @@
 //! time. So threads of btprof's own ([`WarmUp`]; excluded from sampling
 //! like the dump thread, every signal blocked) copy the stacks sampled so
 //! far, soon after the start and then every [`INTERVAL`] (backing off to
-//! [`MAX_INTERVAL`] while no new stack turns up), and resolve, at a low
+//! [`MAX_INTERVAL`] while no new stack turns up, or while the passes find
+//! no address the resolver has not cached: after each cut of a window the
+//! table starts empty and fills with the stacks the resolver has seen
+//! already, and copying it every interval was pushing's largest cost on
+//! the warm-up's side), and resolve, at a low
 //! CPU priority on Linux ([`NICE`]), the addresses the resolver has not
 //! cached yet, with the resolver the stop (and each dump and snapshot)
 //! then uses: [`SharedResolver`]. Stop resolves only what was first
@@ -279,6 +283,10 @@ struct Shared {
     passes: AtomicU64,
     /// A copy is pending or being resolved (changed under `pending`'s lock).
     behind: AtomicBool,
+    /// The last pass resolved an address the resolver had not cached: the
+    /// program is reaching new code, so the copier keeps its short
+    /// interval.
+    found_new: AtomicBool,
     addresses: AtomicU64,
     dwarf_loads: AtomicU64,
     copier_cpu_ns: AtomicU64,
@@ -309,6 +317,7 @@ impl WarmUp {
             copies: AtomicU64::new(0),
             passes: AtomicU64::new(0),
             behind: AtomicBool::new(false),
+            found_new: AtomicBool::new(true),
             addresses: AtomicU64::new(0),
             dwarf_loads: AtomicU64::new(0),
             copier_cpu_ns: AtomicU64::new(0),
@@ -415,8 +424,9 @@ fn copy_tables(shared: &Shared, sampler: &Weak<Sampler>) {
             .store(thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
         match new {
             None => return,
-            Some(false) => wait = (wait * 2).clamp(INTERVAL, MAX_INTERVAL),
-            Some(true) => wait = INTERVAL,
+            // New stacks, and the last pass found new addresses.
+            Some(true) if shared.found_new.load(Ordering::Relaxed) => wait = INTERVAL,
+            Some(_) => wait = (wait * 2).clamp(INTERVAL, MAX_INTERVAL),
         }
     }
 }
@@ -545,6 +555,7 @@ fn resolve(shared: &Shared, raw: &RawProfile) -> bool {
         .dwarf_loads
         .fetch_add(resolver.dwarf_loads() - loads, Ordering::Relaxed);
     shared.addresses.fetch_add(found, Ordering::Relaxed);
+    shared.found_new.store(found > 0, Ordering::Relaxed);
     true
 }
 
