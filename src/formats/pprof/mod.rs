@@ -69,9 +69,11 @@ impl Default for Header {
     }
 }
 
-/// Frames of one location: the function the code is in, preceded by the
-/// functions inlined into it, each with its line.
-type LocationKey = (u64, u64, Vec<(u64, i64)>);
+/// One location: its address and mapping, then for each frame (the
+/// functions inlined into the code first, the function it is in last) the
+/// function's id and the line (as `u64`). Flat, so that a lookup borrows a
+/// reused buffer as a slice instead of building a key per frame.
+type LocationKey = Vec<u64>;
 
 /// Builds a pprof profile one sample at a time.
 pub struct PprofBuilder {
@@ -85,6 +87,8 @@ pub struct PprofBuilder {
     period_nanos: Option<i64>,
     /// Reused per sample.
     location_ids: Vec<u64>,
+    /// Reused per location looked up.
+    location_key: LocationKey,
 }
 
 impl PprofBuilder {
@@ -99,6 +103,7 @@ impl PprofBuilder {
             thread_key: 0,
             period_nanos: None,
             location_ids: Vec::new(),
+            location_key: Vec::new(),
         };
         b.string(""); // index 0, as the proto requires
         b.thread_key = b.string("thread");
@@ -213,32 +218,37 @@ impl PprofBuilder {
     fn location(&mut self, group: &[Frame<'_>]) -> u64 {
         let outer = group[group.len() - 1];
         let mapping = outer.module.map_or(0, |m| self.mapping(m, group));
-        let lines: Vec<(u64, i64)> = group
-            .iter()
-            .map(|f| (self.function(f), f.line.map_or(0, i64::from)))
-            .collect();
         let address = outer.address.unwrap_or(0);
-        let key = (address, mapping, lines);
-        if let Some(&id) = self.locations.get(&key) {
-            return id;
+        let mut key = std::mem::take(&mut self.location_key);
+        key.clear();
+        key.extend([address, mapping]);
+        for frame in group {
+            let function = self.function(frame);
+            key.extend([function, i64::from(frame.line.unwrap_or(0)) as u64]);
         }
-        let id = self.profile.location.len() as u64 + 1;
-        self.profile.location.push(proto::Location {
-            id,
-            mapping_id: mapping,
-            address,
-            line: key
-                .2
-                .iter()
-                .map(|&(function_id, line)| proto::Line {
-                    function_id,
-                    line,
-                    column: 0,
-                })
-                .collect(),
-            is_folded: false,
-        });
-        self.locations.insert(key, id);
+        let id = match self.locations.get(&key[..]) {
+            Some(&id) => id,
+            None => {
+                let id = self.profile.location.len() as u64 + 1;
+                self.profile.location.push(proto::Location {
+                    id,
+                    mapping_id: mapping,
+                    address,
+                    line: key[2..]
+                        .chunks_exact(2)
+                        .map(|pair| proto::Line {
+                            function_id: pair[0],
+                            line: pair[1] as i64,
+                            column: 0,
+                        })
+                        .collect(),
+                    is_folded: false,
+                });
+                self.locations.insert(key.clone(), id);
+                id
+            }
+        };
+        self.location_key = key;
         id
     }
 
