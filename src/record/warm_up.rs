@@ -227,13 +227,24 @@ impl SharedResolver {
     fn give_back(&self, resolver: Resolver) {
         let mut slot = self.lock();
         slot.lent -= 1;
-        // Two users at once (one gave up waiting): the first back is kept.
-        let extra = match slot.resolver {
+        // Two users at once (one gave up waiting and made a fresh one):
+        // keep the one that loaded more DWARF. First back is usually the
+        // fresh one, of a dump that waited out a warm pass in the middle
+        // of a load; keeping it would throw that load away when the pass
+        // ends, and the next pass or dump would do it again.
+        let extra = match slot.resolver.take() {
             None => {
                 slot.resolver = Some(resolver);
                 None
             }
-            Some(_) => Some(resolver),
+            Some(kept) if kept.dwarf_loads() >= resolver.dwarf_loads() => {
+                slot.resolver = Some(kept);
+                Some(resolver)
+            }
+            Some(kept) => {
+                slot.resolver = Some(resolver);
+                Some(kept)
+            }
         };
         drop(slot);
         self.returned.notify_all();
