@@ -341,8 +341,8 @@ impl crate::Profile {
 
     /// [`Profile::write_pprof`](crate::Profile::write_pprof), with only
     /// the stack labels `keep` accepts (the push leaves out those the
-    /// server would refuse).
-    /// Compressed with `gzip`, whose state is reused from window to window.
+    /// server would refuse), compressed with `gzip`, whose state is reused
+    /// from window to window.
     #[cfg(feature = "push")]
     pub(crate) fn write_pprof_keeping(
         &self,
