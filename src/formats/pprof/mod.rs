@@ -356,10 +356,9 @@ impl crate::Profile {
 }
 
 /// [`write_gzipped`] for a writer of many profiles: the same format and
-/// level (the deflate blocks may split differently), but the deflate state (a few hundred kilobytes that zlib allocates and
-/// clears) and the buffer of the encoded proto are kept and reset between
-/// profiles instead of made anew. Initialising the deflate state was
-/// about a fifth of encoding a small pushed window.
+/// level (the deflate blocks may split differently), but the deflate
+/// state, which zlib allocates and clears at some cost, and the buffer of
+/// the encoded proto are kept and reset between profiles.
 #[cfg(feature = "push")]
 pub(crate) struct Gzip {
     deflate: flate2::Compress,
