@@ -71,6 +71,7 @@ pub struct Resolver {
     /// The dynamic loader's generation when the modules were listed (Linux; see
     /// `platform::linux::loader_generation`): while it stays the same, a refresh has
     /// nothing to re-read.
+    #[cfg(target_os = "linux")]
     loader_generation: Option<(u64, u64)>,
 }
 
@@ -86,6 +87,7 @@ impl Resolver {
             of_current_process: false,
             search: DebugSearch::default(),
             demangler: Demangler::default(),
+            #[cfg(target_os = "linux")]
             loader_generation: None,
         };
         resolver.rebuild_ranges();
