@@ -107,9 +107,23 @@ fn record_split(name: &str, flags: &[&str]) {
         split.true_share()
     );
     // Misses: samples before main or after it, and walks that could not
-    // finish; 1% is 15 of the 1,500.
+    // finish; 1% is 15 of the 1,500. Under QEMU walks also stop short at
+    // random, 0.1-4% of them from run to run, with this code and the code
+    // before it alike: the emulator's maps omit mappings at random (see the
+    // own-stack test) and it does not emulate process_vm_readv, the reads a
+    // walk falls back on. So under QEMU only a broken unwinder is caught,
+    // as the self-check's complete-stack bars are not checked there either.
+    let least = if emulated {
+        println!(
+            "NOT CHECKED under QEMU: {name}'s 99% complete-stack bar (walks stop short at \
+             random under emulation: see docs/aarch64.md); checked: at least 90%"
+        );
+        0.90
+    } else {
+        0.99
+    };
     assert!(
-        complete as f64 >= 0.99 * total as f64,
+        complete as f64 >= least * total as f64,
         "{complete} of {total} stacks complete: {lines:?}"
     );
     assert!(
