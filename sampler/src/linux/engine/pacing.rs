@@ -155,11 +155,11 @@ impl SamplerLoop {
         let mut young_threads = false;
         self.each_active(|this, tid| {
             let Some((cpu, read_at_ns)) = this.look_at_clock(tid) else {
-                return Sent::Failed;
+                return Sent::No;
             };
             let period = this.period_ns;
             let Some(state) = this.threads.get_mut(&tid) else {
-                return Sent::Failed;
+                return Sent::No;
             };
             let young = state.young_born();
             young_threads |= young;
@@ -171,11 +171,11 @@ impl SamplerLoop {
             }
             state.paced.last_cpu_ns = Some(cpu);
             let Some(mut weight) = state.paced.debt.due(period) else {
-                return Sent::Failed;
+                return Sent::No;
             };
             // Only a random tick is unbiased ([`CpuWakeups`]).
             if !random_tick && !young {
-                return Sent::Failed;
+                return Sent::No;
             }
             if state
                 .blocked
@@ -197,16 +197,16 @@ impl SamplerLoop {
                 } else {
                     blocked.owed_ns += weight * period;
                 }
-                return Sent::Failed;
+                return Sent::No;
             }
             if state.pending {
                 this.stats.skipped_samples += 1;
-                return Sent::Failed;
+                return Sent::No;
             }
             if !progressed
                 || state.run_state(tid, &mut this.thread_keys) != Some(threads::RunState::Running)
             {
-                return Sent::Failed;
+                return Sent::No;
             }
             // A young born thread keeps its first sample even if late.
             let first = state.paced.recent_walks.is_empty() && young;

@@ -17,8 +17,9 @@ pub(super) enum Sent {
     Blocks,
     /// Every slot is armed: later threads wait for the next tick.
     NoSlot,
-    /// It exited or the send failed, counted in the stats.
-    Failed,
+    /// Nothing sent: the thread was not due, was counted another way, or
+    /// exited or the send failed (counted in the stats).
+    No,
 }
 
 impl SamplerLoop {
@@ -54,7 +55,7 @@ impl SamplerLoop {
     ) -> Sent {
         let (signal, listing, tick) = (self.sender.signal(), self.listing, self.tick);
         let Some(state) = self.threads.get_mut(&tid) else {
-            return Sent::Failed;
+            return Sent::No;
         };
         if !state.mask_checked {
             state.mask_checked = true;
@@ -97,7 +98,7 @@ impl SamplerLoop {
                 } else {
                     self.stats.failed_samples += 1;
                 }
-                Sent::Failed
+                Sent::No
             }
         }
     }

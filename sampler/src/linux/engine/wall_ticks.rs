@@ -16,10 +16,10 @@ impl SamplerLoop {
     pub(super) fn signal_due_wall(&mut self) {
         self.each_active(|this, tid| {
             let Some((cpu, _)) = this.look_at_clock(tid) else {
-                return Sent::Failed;
+                return Sent::No;
             };
             let Some(state) = this.threads.get_mut(&tid) else {
-                return Sent::Failed;
+                return Sent::No;
             };
             let progressed = state.paced.last_cpu_ns.is_none_or(|last| cpu > last);
             state.paced.last_cpu_ns = Some(cpu);
@@ -48,12 +48,12 @@ impl SamplerLoop {
                     if !this.count_unmoved(tid, cpu) {
                         this.count_blocked(tid, cpu);
                     }
-                    return Sent::Failed;
+                    return Sent::No;
                 }
                 let period = this.period_ns;
                 let Some(blocked) = this.threads.get_mut(&tid).and_then(|s| s.blocked.as_mut())
                 else {
-                    return Sent::Failed;
+                    return Sent::No;
                 };
                 // It blocks the signal: counted once a second look agrees.
                 if blocked.confirmed {
@@ -62,10 +62,10 @@ impl SamplerLoop {
                 } else {
                     blocked.owed_ns += period;
                 }
-                return Sent::Failed;
+                return Sent::No;
             }
             if this.count_unmoved(tid, cpu) {
-                return Sent::Failed;
+                return Sent::No;
             }
             let pending = this.threads.get(&tid).is_some_and(|s| s.pending);
             if pending && this.wall_requests {
@@ -79,11 +79,11 @@ impl SamplerLoop {
                 } else {
                     this.count_blocked(tid, cpu);
                 }
-                return Sent::Failed;
+                return Sent::No;
             }
             if pending {
                 this.stats.skipped_samples += 1;
-                return Sent::Failed;
+                return Sent::No;
             }
             let state = this
                 .threads
@@ -93,7 +93,7 @@ impl SamplerLoop {
                 // Its clock stood still: counted like a blocked thread.
                 Some(RunState::Running) if !progressed => {
                     this.count_blocked(tid, cpu);
-                    Sent::Failed
+                    Sent::No
                 }
                 Some(RunState::Running) => {
                     let by_request = this.wall_requests;
@@ -101,9 +101,9 @@ impl SamplerLoop {
                 }
                 Some(RunState::Blocked) => {
                     this.count_blocked(tid, cpu);
-                    Sent::Failed
+                    Sent::No
                 }
-                None => Sent::Failed,
+                None => Sent::No,
             }
         });
     }
