@@ -27,16 +27,7 @@ fn sigterm_to_btprof_ends_the_command_and_writes_its_profile() {
     assert!(stderr.contains("got SIGTERM while sleep ran"), "{stderr}");
     assert!(stderr.contains("sleep ("), "{stderr}");
     assert!(stderr.contains("died of SIGTERM"), "{stderr}");
-    let lines = folded(&scratch.path("btprof.folded"));
-    // Not a chance count: in wall mode each tick counts the sleeping thread,
-    // and 300 ms or more were profiled; none is a profile not written.
-    assert!(total(&lines) > 0, "{stderr}");
-    assert!(
-        lines.iter().all(|(f, _)| f[0].starts_with("sleep (")),
-        "{lines:?}"
-    );
-    let record = raw_record(&raw);
-    assert_eq!(record["ended_by"], "signal SIGTERM", "{record}");
+    let record = assert_sleep_profiled_until(&scratch, &raw, &stderr, "signal SIGTERM");
     // The command is gone, not left running: btprof waited for it.
     let pid = record["pid"].as_i64().expect("a pid") as i32;
     // SAFETY: signal 0 only asks whether the process exists.

@@ -257,6 +257,28 @@ pub fn record_sleep_until_profiled(scratch: &Scratch) -> (std::process::Child, P
     (child, raw)
 }
 
+/// Checks what a signalled [`record_sleep_until_profiled`] run left: a
+/// profile of sleep written, and the record saying which signal ended it;
+/// returns the record.
+pub fn assert_sleep_profiled_until(
+    scratch: &Scratch,
+    raw: &Path,
+    stderr: &str,
+    ended_by: &str,
+) -> serde_json::Value {
+    let lines = folded(&scratch.path("btprof.folded"));
+    // Not a chance count: in wall mode each tick counts the sleeping thread,
+    // and 300 ms or more were profiled; none is a profile not written.
+    assert!(total(&lines) > 0, "{stderr}");
+    assert!(
+        lines.iter().all(|(f, _)| f[0].starts_with("sleep (")),
+        "{lines:?}"
+    );
+    let record = raw_record(raw);
+    assert_eq!(record["ended_by"], ended_by, "{record}");
+    record
+}
+
 /// The profile of `programs/two_threads.c` against the CPU time its two
 /// threads measured themselves.
 pub struct Split {
