@@ -1,9 +1,6 @@
-//! A perf event's ring buffer, read by the sampler thread, and the records
-//! btprof asks for in it.
-//!
-//! The kernel writes records up to `data_head` of a shared mapping (a
-//! metadata page, then a power-of-two data area); the reader publishes
-//! `data_tail` to free what it consumed.
+//! A perf event's ring buffer and its records: the kernel writes records up
+//! to `data_head` of a shared mapping (a metadata page, then a power-of-two
+//! data area), and the reader publishes `data_tail` to free what it read.
 
 use std::borrow::Cow;
 use std::io;
@@ -14,7 +11,6 @@ use crate::walker::{Arch, Registers};
 /// Offsets of `data_head` and `data_tail` in `perf_event_mmap_page`.
 const DATA_HEAD_OFFSET: usize = 1024;
 const DATA_TAIL_OFFSET: usize = 1032;
-
 const PERF_RECORD_LOST: u32 = 2;
 const PERF_RECORD_COMM: u32 = 3;
 const PERF_RECORD_EXIT: u32 = 4;
@@ -66,7 +62,6 @@ pub(crate) enum Record<'a> {
         /// Return addresses, pc first, without context markers; borrowed
         /// where possible, so taking a sample allocates nothing.
         callchain: Cow<'a, [u64]>,
-        /// The interrupted user registers.
         regs: Option<Registers>,
         /// The top of the user stack from `regs.sp` up: the valid bytes.
         stack: &'a [u8],
@@ -134,7 +129,6 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// A call chain's words without the context markers.
 fn frames_of(words: impl Iterator<Item = u64>) -> Vec<u64> {
     words.filter(|&ip| ip < PERF_CONTEXT_MAX).collect()
 }
@@ -148,8 +142,7 @@ pub(crate) fn words_in_place(bytes: &[u8]) -> Option<&[u64]> {
     (head.is_empty() && tail.is_empty()).then_some(words)
 }
 
-/// A sample record's thread id and time, without parsing the rest;
-/// `None` for other records.
+/// A sample record's thread id and time, without parsing the rest.
 pub(crate) fn sample_tid_time(bytes: &[u8]) -> Option<(i32, u64)> {
     if u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?) != PERF_RECORD_SAMPLE {
         return None;
@@ -317,7 +310,6 @@ impl PerfRing {
         })
     }
 
-    /// Bytes of record space.
     pub(crate) fn data_size(&self) -> u64 {
         self.data_size
     }
@@ -453,7 +445,6 @@ mod tests {
     /// A pointer-authentication signature (bits 48-54, 56-63; 55 clear).
     const PAC: u64 = 0x3a17_0000_0000_0000;
 
-    /// Reads a frame record from a sample's stack copy.
     struct FromCopy<'a>(&'a CopiedStack<'a>);
 
     impl StackMemory for FromCopy<'_> {

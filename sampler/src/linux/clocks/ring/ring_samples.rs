@@ -1,6 +1,5 @@
-//! What the sampler takes out of a perf ring's records: each sample is
-//! unwound while still in the ring, and the rest is kept only as far as
-//! ordering the CPUs' records by time needs.
+//! What the sampler takes out of a ring's records: samples unwound in place,
+//! the rest kept only to order the CPUs' records by time.
 
 use std::sync::Arc;
 
@@ -8,15 +7,13 @@ use crate::walker::{Registers, WalkEnd};
 
 use super::perf_ring::{words_in_place, Record};
 
-/// A ring sample borrowed from the ring, for the caller of
-/// [`drain`](super::born_threads::BornThreads::drain) to unwind in place:
-/// a CFI walk touches few stack words, where copying all out is costly.
+/// A sample borrowed from the ring for [`drain`](super::born_threads::BornThreads::drain)'s
+/// caller to unwind in place, as a CFI walk reads few of its stack words.
 pub(crate) struct RingSample<'a> {
     /// Return addresses by frame pointers, pc first.
     pub frames: &'a [u64],
     /// [`WalkEnd::DepthCap`] where the kernel's chain was cut at its limit.
     pub end: WalkEnd,
-    /// The interrupted user registers, if the kernel gave them.
     pub regs: Option<Registers>,
     /// The copied stack words, from `regs.sp` up (empty if none).
     pub stack: &'a [u64],
@@ -27,7 +24,6 @@ pub(crate) struct BornSample<W> {
     pub tid: i32,
     /// When the kernel took it (`CLOCK_MONOTONIC` ns).
     pub time: u64,
-    /// As [`RingSample::end`].
     pub end: WalkEnd,
     pub walk: Option<W>,
     /// The thread's name then, from its last name record (`None`: none seen).
@@ -51,7 +47,7 @@ impl<W> Default for HeldRecords<W> {
 }
 
 impl<W> HeldRecords<W> {
-    /// The records held, to be read with the rings' new ones.
+    /// The records held, to read with the rings' new ones.
     pub(crate) fn take(&mut self) -> Vec<(u64, Owned<W>)> {
         std::mem::replace(&mut self.held, std::mem::take(&mut self.spare))
     }
@@ -62,14 +58,14 @@ impl<W> HeldRecords<W> {
         self.held.extend(sorted.drain(newer..));
     }
 
-    /// The list [`Self::take`] gave, read: kept for its capacity.
+    /// The list [`Self::take`] gave, kept for its capacity.
     pub(crate) fn give_back(&mut self, mut list: Vec<(u64, Owned<W>)>) {
         list.clear();
         self.spare = list;
     }
 }
 
-/// A record copied out of the ring, for ordering the CPUs' records by time.
+/// A record copied out of the ring.
 pub(crate) enum Owned<W> {
     Sample(BornSample<W>),
     Fork { tid: i32, parent: i32 },
@@ -160,11 +156,10 @@ mod tests {
     #[test]
     fn drains_of_the_same_size_reuse_their_lists() {
         let mut held = HeldRecords::default();
-        // Each of the two lists grows once in each role.
+        // Each list grows once in each role; from then on nothing is allocated.
         for round in 0..3 {
             drain_once(&mut held, 1 + round * 100);
         }
-        // From then on nothing is allocated.
         for round in 3..9 {
             let capacity = drain_once(&mut held, 1 + round * 100);
             assert!(capacity >= 110, "round {round}: capacity {capacity}");

@@ -1,24 +1,8 @@
-//! The perf clock's rings: every thread sampled by the kernel, with no signal.
-//!
-//! Each thread found at start (within [`FD_BUDGET`](open::FD_BUDGET)) gets a task-clock
-//! event per CPU opened with `inherit`, so every thread it creates gets a copy; each CPU's
-//! events write into one ring ([`PerfRing`]). At each whole period of a thread's CPU time
-//! the kernel records the call chain, registers and stack top ([`ring_size::STACK_BYTES`])
-//! for the sampler thread to unwind. The sampled thread never runs btprof code, so its
-//! signal mask and blocking calls never see the profiler. Kernel code is sampled too where
-//! allowed, else user code only.
-//!
-//! A thread whose stack is deeper than its ring samples reach (beyond
-//! `perf_event_max_stack`, or walks running off the copied stack) is handed to a timer
-//! ([`BornThreads::hand_off`]); events cannot be closed per thread, so its ring samples are
-//! dropped by thread id. Threads beyond the budget, or born under no event, get a timer too.
-//!
-//! A thread's last part-period counts as one more sample of its last stack with the
-//! probability of its fraction of a period, right on average ([`Settled`]); `inherit_stat`
-//! gives an exiting thread's count. Opened-on threads are accounted from their CPU clocks.
-//! Unsampled time goes to [`crate::SamplerStats::unsampled_cpu`], records a full ring drops
-//! to [`crate::SamplerStats::lost_samples`] ([`ring_size`] sizes the rings). Needs Linux
-//! 5.13: `inherit_thread` (forked children are never counted) and `remove_on_exec`.
+//! The perf clock's rings. Each thread found at start gets a task-clock event per CPU opened
+//! with `inherit`, so every thread it creates gets a copy; at each whole period of a thread's
+//! CPU time the kernel writes its call chain, registers and stack top into its CPU's ring
+//! ([`PerfRing`]), and the sampled thread runs no btprof code. Needs Linux 5.13:
+//! `inherit_thread` (forked children are never counted) and `remove_on_exec`.
 
 use std::collections::HashMap;
 use std::io;
@@ -26,14 +10,11 @@ use std::sync::Arc;
 
 mod open;
 
-use open::ContextAnchor;
+use open::{record_bytes, ContextAnchor};
 
 use super::super::split_mix::SplitMix64;
-use super::born_cpu::ClockReading;
-
 use super::perf_ring::{sample_tid_time, PerfRing, Record, USER_REGS_MASK};
 use super::ring_samples::{own, BornSample, HeldRecords, Owned, RingSample};
-use super::ring_size::{self, record_bytes};
 use crate::linux::kernel::perf_attr::{
     PerfEventAttr, FLAGS_EXCLUDE_KERNEL_HV, FLAG_COMM, FLAG_EXCLUDE_CALLCHAIN_KERNEL,
     FLAG_EXCLUDE_HV, FLAG_INHERIT, FLAG_INHERIT_STAT, FLAG_INHERIT_THREAD, FLAG_REMOVE_ON_EXEC,
@@ -43,25 +24,28 @@ use crate::linux::kernel::perf_attr::{
 
 /// How long a born thread's final counts may lag its exit record before it is settled without.
 const FINAL_COUNTS_WAIT_NS: u64 = 500_000_000;
-/// How long `stop` waits for final counts after an exit record: the kernel writes them at
-/// once when at all (often only for the last of threads ending together).
+/// How long `stop` waits for final counts after an exit record: they come at once if at all.
 const FINAL_COUNTS_GRACE_NS: u64 = 5_000_000;
 /// How long after its timestamp a record may still be on its way into its ring (a virtual
-/// CPU can stop in between). A drain takes only older records, so a sample is never
-/// counted before a rename that preceded it in another ring.
+/// CPU can stop in between). Drains take only older records, so a sample is never counted
+/// before a rename that preceded it in another ring.
 const RECORD_SETTLE_NS: u64 = 2_000_000;
-/// A born thread whose ring samples are all in (exited, handed to a timer,
-/// or stopped): its CPU time, and whether its last part-period counts.
+/// How often (ns) a born thread's CPU clock is read again while it runs, to bound the time
+/// estimated from samples, which stolen time inflates.
+const READ_AGAIN_NS: u64 = 100_000_000;
+/// Samples since the last reading before it is read again, so reads stay few beside them.
+const READ_AGAIN_SAMPLES: u64 = 8;
+
+/// A born thread whose ring samples are all in (exited, handed off or stopped): its CPU time,
+/// and whether its last part-period counts as one more sample, by chance as its fraction.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Settled {
     pub tid: i32,
     /// It exited (or sampling stopped): `cpu_ns` is its whole CPU time.
     pub ended: bool,
-    /// It had ring samples.
     pub sampled: bool,
     /// CPU time from birth to its exit, its hand-off or the stop.
     pub cpu_ns: u64,
-    /// Whether one more sample counts under its last stack.
     pub extra_sample: bool,
 }
 
@@ -87,8 +71,52 @@ struct Young {
     name: Option<Arc<str>>,
     parent: i32,
     excluded: bool,
-    /// Its CPU clock as last read, for its CPU time at exit.
     clock: ClockReading,
+}
+
+/// A born thread's CPU clock as last read, and its samples since. Its CPU time at exit is
+/// the last reading plus a period per later sample (the partial periods cancel on average):
+/// the kernel's final count would include time a VM's host stole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ClockReading {
+    /// Its CPU clock and when it was read (`CLOCK_MONOTONIC` ns, as ring records are
+    /// stamped); `None` before the first reading.
+    read: Option<(u64, u64)>,
+    samples_since: u64,
+}
+
+impl ClockReading {
+    fn sampled(&mut self, time_ns: u64) {
+        if self.read.is_some_and(|(_, at)| time_ns > at) {
+            self.samples_since += 1;
+        }
+    }
+
+    /// Whether its clock is to be read at `now_ns`, given it has samples.
+    fn due(&self, now_ns: u64) -> bool {
+        match self.read {
+            None => true,
+            Some((_, at)) => {
+                self.samples_since >= READ_AGAIN_SAMPLES
+                    && now_ns.saturating_sub(at) >= READ_AGAIN_NS
+            }
+        }
+    }
+
+    /// Its clock read `cpu_ns` at `at_ns`, after every sample counted so far (a drain takes
+    /// in only records older than its start).
+    fn read(&mut self, cpu_ns: u64, at_ns: u64) {
+        self.read = Some((cpu_ns, at_ns));
+        self.samples_since = 0;
+    }
+
+    /// Its CPU time at exit; the kernel's count `counted_ns` if never read.
+    fn at_exit(&self, counted_ns: u64, period_ns: u64) -> u64 {
+        match self.read {
+            Some((cpu_ns, _)) => cpu_ns + self.samples_since * period_ns,
+            None => counted_ns,
+        }
+    }
 }
 
 /// A thread the events were opened on.
@@ -105,7 +133,6 @@ struct Parent {
     fds: Vec<libc::c_int>,
     /// Final counts of exited threads born under it, which the kernel adds to its events.
     children_ns: u64,
-    /// Its name from its last name-change record.
     name: Option<Arc<str>>,
 }
 
@@ -130,7 +157,6 @@ pub(crate) struct BornThreads {
     rings: Vec<PerfRing>,
     /// Events writing into one of `rings` (closed on drop).
     redirected: Vec<libc::c_int>,
-    /// Threads the events were opened on, sampled by them too.
     parents: HashMap<i32, Parent>,
     /// Threads with at least one ring sample so far.
     sampled_threads: u64,
@@ -139,13 +165,12 @@ pub(crate) struct BornThreads {
     own_tid: i32,
     period_ns: u64,
     max_stack: usize,
-    /// Bytes of stack each sample copies ([`ring_size::stack_bytes`]).
+    /// Bytes of stack each sample copies ([`open::stack_bytes`]).
     stack_bytes: u32,
     pass: u64,
-    /// Births and exits read from the rings ([`Self::task_records`]).
     births: u64,
     exits: u64,
-    /// One per opened-on thread where allowed: the threads it creates keep their own events.
+    /// One per opened-on thread where allowed ([`ContextAnchor`]).
     anchors: Vec<ContextAnchor>,
     rng: SplitMix64,
     /// When sampling stopped (monotonic ns): later samples are not counted.
@@ -168,7 +193,6 @@ impl BornThreads {
         }));
     }
 
-    /// Born thread `tid`'s CPU clock read `cpu_ns` at `at_ns`.
     pub(crate) fn clock_read(&mut self, tid: i32, cpu_ns: u64, at_ns: u64) {
         if let Some(y) = self.young.get_mut(&tid) {
             y.clock.read(cpu_ns, at_ns);
@@ -188,8 +212,9 @@ impl BornThreads {
     }
 
     /// Thread `tid` has its own timer from `at_ns` (`CLOCK_MONOTONIC`), after `cpu_ns` of
-    /// CPU time since birth: later ring samples are dropped, and it is settled after the
-    /// next drain. For a thread not yet known as born here, earlier ring samples count.
+    /// CPU time since birth. Events cannot be closed per thread, so its later ring samples
+    /// are dropped by thread id; it is settled after the next drain. For a thread not yet
+    /// known as born here, earlier ring samples count.
     pub(crate) fn hand_off(&mut self, tid: i32, at_ns: u64, cpu_ns: u64) {
         if let Some(parent) = self.parents.get_mut(&tid) {
             parent.handoff.get_or_insert(at_ns);
@@ -226,9 +251,8 @@ impl BornThreads {
         }
     }
 
-    /// Whether the part of a period opened-on thread `tid` ran after its last ring sample
-    /// counts as one more sample (with the probability of its fraction of a period). Asked
-    /// once, at its exit or the stop, with its events' count `cpu_ns`; never after a hand-off.
+    /// Whether what opened-on thread `tid` ran after its last ring sample counts as one more
+    /// sample, by chance as its fraction of a period; asked once, with its events' count.
     pub(crate) fn parent_tail(&mut self, tid: i32, cpu_ns: u64) -> bool {
         let Some(parent) = self.parents.get_mut(&tid) else {
             return false;
@@ -270,12 +294,10 @@ impl BornThreads {
         None
     }
 
-    /// Bytes of stack each ring sample copies.
     pub(crate) fn stack_bytes(&self) -> usize {
         self.stack_bytes as usize
     }
 
-    /// How many threads have had a ring sample so far.
     pub(crate) fn sampled_threads(&self) -> u64 {
         self.sampled_threads
     }
@@ -291,10 +313,9 @@ impl BornThreads {
         }
     }
 
-    /// Reads every ring: each sample to count is unwound by `unwind` and pushed to
-    /// `samples` with its thread's name then; threads whose samples are all in go to
-    /// `settled`. Records newer than [`RECORD_SETTLE_NS`] wait in `held` unless
-    /// `everything`. Returns the records lost (ring full or malformed).
+    /// Reads every ring: samples to count, unwound by `unwind`, go to `samples` with their
+    /// thread's name then, threads whose samples are all in to `settled`; records newer than
+    /// [`RECORD_SETTLE_NS`] wait in `held` unless `everything`. Returns the records lost.
     pub(crate) fn drain<W>(
         &mut self,
         samples: &mut Vec<BornSample<W>>,
@@ -412,7 +433,7 @@ impl BornThreads {
         lost
     }
 
-    /// Sampling stops now: samples taken from here on are not counted.
+    /// Samples taken from now on are not counted.
     pub(crate) fn stop_sampling(&mut self) {
         self.stopped_at_ns
             .get_or_insert(crate::linux::monotonic_ns());
@@ -441,7 +462,7 @@ impl BornThreads {
         })
     }
 
-    /// At stop, after a last [`Self::drain`]: settles every born thread, living ones by `cpu_of`.
+    /// At stop, after a last [`Self::drain`]: settles every born thread, the living by `cpu_of`.
     pub(crate) fn finish(
         &mut self,
         settled: &mut Vec<Settled>,
@@ -463,8 +484,8 @@ impl BornThreads {
             if y.excluded {
                 return y.exited_pass.is_none();
             }
-            // Another CPU's ring may hold samples for one more pass, and final
-            // counts may come later still ([`FINAL_COUNTS_WAIT_NS`]).
+            // Another CPU's ring may hold samples for one more pass, and final counts may
+            // come later still.
             let exited = y.exited_pass.is_some_and(|p| {
                 all || (pass > p
                     && (y.reads >= counts
@@ -485,8 +506,7 @@ impl BornThreads {
                 return true;
             };
 
-            // The event overflows at each whole period from birth, so what ran
-            // after the last overflow is the count modulo the period.
+            // The event overflows at each whole period from birth.
             let counted = if exited && y.handoff.is_none() {
                 y.read_ns
             } else {
@@ -512,5 +532,48 @@ impl Drop for BornThreads {
             // SAFETY: closing descriptors this value owns.
             unsafe { libc::close(fd) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 1_000_000;
+
+    #[test]
+    fn a_thread_never_read_keeps_the_kernels_count() {
+        let mut c = ClockReading::default();
+        c.sampled(5);
+        assert!(c.due(0));
+        assert_eq!(c.at_exit(7 * P, P), 7 * P);
+    }
+
+    #[test]
+    fn samples_after_the_reading_add_a_period_each() {
+        let mut c = ClockReading::default();
+        c.read(40 * P + 300, 1_000);
+        // Taken before the reading: already in the clock's value.
+        c.sampled(999);
+        for t in 1_001..1_011 {
+            c.sampled(t);
+        }
+        // A stolen pause made the kernel count 20 ms more than ran.
+        assert_eq!(c.at_exit(70 * P, P), 50 * P + 300);
+    }
+
+    #[test]
+    fn it_is_read_again_after_enough_time_and_samples() {
+        let mut c = ClockReading::default();
+        c.read(0, 0);
+        for t in 1..READ_AGAIN_SAMPLES {
+            c.sampled(t);
+        }
+        assert!(!c.due(READ_AGAIN_NS), "too few samples since");
+        c.sampled(READ_AGAIN_SAMPLES);
+        assert!(!c.due(READ_AGAIN_NS - 1), "too soon");
+        assert!(c.due(READ_AGAIN_NS));
+        c.read(5 * P, READ_AGAIN_NS);
+        assert!(!c.due(2 * READ_AGAIN_NS));
     }
 }

@@ -1,16 +1,31 @@
 //! Opening the inherited events at start: one ring per CPU, owned by the
-//! first thread whose events open, then other threads' events redirected
-//! into them, within the descriptor budget.
+//! first thread whose events open, other threads' events redirected into
+//! them. A ring holds what a busy machine keeps the sampler from reading, in
+//! few enough pages (each allocated and locked) for unprivileged limits.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use super::*;
+use crate::linux::signal::stack_copy::COPY_WORDS;
 
 /// Descriptors the inherited events may take (one per CPU per thread, plus
 /// its [`ContextAnchor`]), capped by [`fd_budget`] so the application keeps its own.
 pub(super) const FD_BUDGET: usize = 4096;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: write into another event's ring.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+/// Bytes of user stack a ring sample copies for CFI: as a handler ([`COPY_WORDS`]).
+const STACK_BYTES: u32 = (COPY_WORDS * 8) as u32;
+/// The copy in rings too small to hold [`MIN_RING_RECORDS`] of those.
+const SMALL_STACK_BYTES: u32 = 8 << 10;
+/// Fewest records a ring holds, so at slow rates the sampler has time to read it.
+const MIN_RING_RECORDS: usize = 64;
+/// Data pages per CPU's ring, largest first; where locked memory is short
+/// (`perf_event_mlock_kb`, then `RLIMIT_MEMLOCK`), the next is tried.
+const RING_PAGES: [usize; 9] = [2048, 1024, 512, 256, 128, 64, 32, 16, 8];
+/// How long (ns) of samples a ring holds; no longer, as mapping allocates every page.
+const RING_HOLDS_NS: u64 = 500_000_000;
+/// The most memory all the rings may take together.
+const RING_MEMORY: usize = 16 << 20;
 
 impl BornThreads {
     /// Opens the inherited events on `tids` (not `own_tid`), in order, within
@@ -58,7 +73,7 @@ impl BornThreads {
             own_tid,
             period_ns: period_ns.max(1),
             max_stack,
-            stack_bytes: ring_size::STACK_BYTES,
+            stack_bytes: STACK_BYTES,
             pass: 0,
             births: 0,
             exits: 0,
@@ -73,16 +88,15 @@ impl BornThreads {
         }
         let mut ring_cpus = Vec::new();
         let mut tids = tids.iter().copied().filter(|&t| t != own_tid);
-        // The first thread whose events open owns the rings, one per CPU.
         let mut first_error = None;
         let mut first = None;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
         let cpu_count = cpus.max(1) as usize;
-        let mut sizes = ring_size::candidates(period_ns, max_stack, page, cpu_count).peekable();
+        let mut sizes = candidates(period_ns, max_stack, page, cpu_count).peekable();
         while let (Some(pages), Some(tid)) = (sizes.peek().copied(), tids.clone().next()) {
             let mut short_of_memory = false;
-            born.stack_bytes = ring_size::stack_bytes(pages * page);
+            born.stack_bytes = stack_bytes(pages * page);
             attr.sample_stack_user = born.stack_bytes;
             for cpu in 0..cpus.max(1) as i32 {
                 let mapped = match attr.open(tid, cpu) {
@@ -175,7 +189,6 @@ impl BornThreads {
     }
 }
 
-/// Closes a descriptor this module opened.
 fn close(fd: libc::c_int) {
     // SAFETY: `fd` is ours and used nowhere else.
     unsafe { libc::close(fd) };
@@ -190,8 +203,7 @@ fn fd_budget() -> usize {
     FD_BUDGET.min(crate::linux::kernel::threads::nofile_limit() / 8)
 }
 
-/// `/proc/sys/kernel/perf_event_max_stack`: the most frames a call chain
-/// may ask for.
+/// The most frames a call chain may ask for (`kernel.perf_event_max_stack`).
 fn kernel_max_stack() -> usize {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
         .ok()
@@ -199,26 +211,88 @@ fn kernel_max_stack() -> usize {
         .unwrap_or(127)
 }
 
-/// A dummy event on one thread, not inherited; closed on drop. It keeps
-/// the kernel from passing one thread's inherited events to another.
-///
-/// If all of a creator's events are inherited, the kernel marks the new
-/// thread's copies as a clone of its set, and cloned sets that follow each
-/// other on a CPU are swapped instead of stopped: a period one thread began
-/// ends on the other. So each thread the perf clock opens inherited events
-/// on gets an anchor, a dummy event that is not inherited, and the threads
-/// it creates keep their own events. (Their children are clones again;
-/// btprof opens nothing on threads born while sampling.)
+/// A dummy event on one thread, not inherited. Without it the kernel marks the
+/// inherited events of the threads it creates as clones, which swap events on a
+/// CPU instead of stopping them (`docs/decisions/context-anchor.md`).
 pub(crate) struct ContextAnchor {
     _event: OwnedFd,
 }
 
 impl ContextAnchor {
-    /// Opens the anchor on thread `tid` of this process.
     pub(crate) fn open(tid: i32) -> io::Result<ContextAnchor> {
         let fd = PerfEventAttr::dummy().open(tid, -1)?;
         // SAFETY: `fd` was just opened, is valid and owned by nothing else.
         let _event = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(ContextAnchor { _event })
+    }
+}
+
+/// The ring sizes to try in pages per CPU, largest first: from what
+/// [`ring_pages_for`] needs (within [`RING_MEMORY`]) down to the smallest.
+fn candidates(
+    period_ns: u64,
+    max_stack: usize,
+    page: usize,
+    cpus: usize,
+) -> impl Iterator<Item = usize> + Clone {
+    let smallest = RING_PAGES[RING_PAGES.len() - 1];
+    let largest = ring_pages_for(period_ns, max_stack, page);
+    RING_PAGES.into_iter().filter(move |&pages| {
+        pages == smallest || (pages <= largest && pages * page * cpus <= RING_MEMORY)
+    })
+}
+
+/// The most a sample record takes: stack copy, registers, longest call chain.
+pub(super) fn record_bytes(stack_bytes: u32, max_stack: usize) -> usize {
+    stack_bytes as usize + 8 * (max_stack + 32)
+}
+
+/// The fewest of [`RING_PAGES`] that hold [`RING_HOLDS_NS`] of records at
+/// one per `period_ns`, and at least [`MIN_RING_RECORDS`].
+fn ring_pages_for(period_ns: u64, max_stack: usize, page: usize) -> usize {
+    let records = (RING_HOLDS_NS / period_ns.max(1)).max(MIN_RING_RECORDS as u64) as usize;
+    let bytes = records.saturating_mul(record_bytes(STACK_BYTES, max_stack));
+    RING_PAGES
+        .iter()
+        .rev()
+        .copied()
+        .find(|&pages| pages * page >= bytes)
+        .unwrap_or(RING_PAGES[0])
+}
+
+/// Bytes of stack each sample copies in rings of `ring_bytes`.
+pub(super) fn stack_bytes(ring_bytes: usize) -> u32 {
+    if ring_bytes / STACK_BYTES as usize >= MIN_RING_RECORDS {
+        STACK_BYTES
+    } else {
+        SMALL_STACK_BYTES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_are_sized_by_the_rate() {
+        let at = |hz: u64| ring_pages_for(1_000_000_000 / hz, 127, 4096);
+        // 500 ms of 1000 Hz is more than the largest ring holds.
+        assert_eq!(at(1000), 2048);
+        assert_eq!(at(250), 1024);
+        // 64 records at least, whatever the rate.
+        assert_eq!(at(100), 512);
+        assert_eq!(at(1), 512);
+    }
+
+    #[test]
+    fn all_the_rings_fit_in_their_memory_whatever_the_cpus() {
+        let tried: Vec<usize> = candidates(1_000_000, 127, 4096, 4).collect();
+        // 8 MiB per CPU on four CPUs is over 16 MiB: 4 MiB first.
+        assert_eq!(tried, [1024, 512, 256, 128, 64, 32, 16, 8]);
+        let tried: Vec<usize> = candidates(10_000_000, 127, 4096, 64).collect();
+        assert_eq!(tried, [64, 32, 16, 8]);
+        let tried: Vec<usize> = candidates(10_000_000, 127, 4096, 1024).collect();
+        // The smallest is tried however many CPUs there are.
+        assert_eq!(tried, [8]);
     }
 }
