@@ -1,7 +1,6 @@
 //! Sebastiano Vigna's SplitMix64: well-mixed 64-bit values for tick jitter
 //! and random rounding. Not for anything that needs secrecy.
 
-/// The generator's state.
 #[derive(Clone, Debug)]
 pub(crate) struct SplitMix64(u64);
 
@@ -18,14 +17,13 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// A uniform value in (0, 1], from 53 random bits: never 0, so its
-    /// logarithm is finite.
+    /// A uniform value in (0, 1] from 53 bits: never 0, so its log is finite.
     pub(crate) fn unit(&mut self) -> f64 {
         ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
     }
 
-    /// True with probability `part / whole` (always when `part >= whole`),
-    /// so a fraction of a period counts as a whole sample on average.
+    /// True with probability `part / whole` (always when `part >= whole`):
+    /// a fraction of a period counts as a whole sample on average.
     pub(crate) fn chance(&mut self, part: u64, whole: u64) -> bool {
         self.next() % whole.max(1) < part
     }

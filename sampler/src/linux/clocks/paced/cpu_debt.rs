@@ -1,21 +1,14 @@
-//! How much CPU time each sample stands for where the sampler thread, not
-//! the kernel, decides when to sample (the Linux fallback in cpu mode).
-//!
-//! A thread is owed one sample per period of CPU time; a late sample
-//! stands for more, so samples per CPU-second stay at the rate. Rule: a
-//! sample's weight comes from the debt left after the *previous* sample,
-//! paid off over [`SPREAD`] samples, never from the wait just before it:
-//! the first sample after a long wait lands near where the thread was
-//! preempted, and weighting it by that wait would move CPU time there.
-//! A sample given up at a biased place (a system call's exit after a wait)
-//! does not make the thread due sooner, which would sample that place
-//! again: its periods are [lost](CpuDebt::refund) and ride on the next
-//! samples.
+//! How much CPU time each sample stands for on the paced clock. A sample's
+//! weight comes from the debt left after the *previous* sample, paid off
+//! over [`SPREAD`] samples, never from the wait just before it: the first
+//! sample after a long wait lands near where the thread was preempted, and
+//! weighting it by that wait would move CPU time there. A sample given up
+//! at a biased place does not make the thread due sooner, which would
+//! sample that place again: its periods ride on the next samples.
 
 /// A debt is paid off over about this many samples: enough that no weight
 /// hangs on one wait, few enough that weights soon follow the load.
 pub const SPREAD: u64 = 8;
-
 /// The most periods a thread may be owed; more are dropped and counted as
 /// skipped, lest a long unsampleable stretch land on a handful of stacks.
 pub const MAX_OWED_PERIODS: u64 = 20 * SPREAD;
@@ -25,17 +18,14 @@ pub const MAX_OWED_PERIODS: u64 = 20 * SPREAD;
 pub struct CpuDebt {
     /// CPU time used and not yet paid by a sample, in nanoseconds.
     owed_ns: u64,
-    /// What was owed right after the last payment: the history the next
-    /// sample's weight is taken from.
+    /// What was owed after the last payment, which the next weight comes from.
     settled_ns: u64,
-    /// Periods of samples given up, added to the next samples' weights
-    /// ([`SPREAD`] at a time) without making any sample due sooner.
+    /// Periods of samples given up, riding on the next samples' weights.
     lost_periods: u64,
 }
 
 impl CpuDebt {
-    /// Adds `used_ns` of CPU time. Returns the periods dropped above
-    /// [`MAX_OWED_PERIODS`].
+    /// Adds `used_ns` of CPU time; returns the periods dropped above the cap.
     pub fn accrue(&mut self, used_ns: u64, period_ns: u64) -> u64 {
         self.owed_ns = self.owed_ns.saturating_add(used_ns);
         let most = MAX_OWED_PERIODS * period_ns;
@@ -48,8 +38,7 @@ impl CpuDebt {
         dropped
     }
 
-    /// The weight the next sample would have, or `None` while less than
-    /// one period is owed (no sample is due).
+    /// The weight the next sample would have; `None` while no period is owed.
     pub fn due(&self, period_ns: u64) -> Option<u64> {
         if self.owed_ns < period_ns {
             return None;
@@ -67,8 +56,7 @@ impl CpuDebt {
         self.settled_ns = self.owed_ns;
     }
 
-    /// A sample paid for was given up: its periods ride on the next ones.
-    /// Returns the periods dropped above [`MAX_OWED_PERIODS`].
+    /// A sample paid for was given up; returns the periods dropped above the cap.
     pub fn refund(&mut self, weight: u64) -> u64 {
         self.lost_periods += weight;
         let dropped = self.lost_periods.saturating_sub(MAX_OWED_PERIODS);
@@ -76,8 +64,7 @@ impl CpuDebt {
         dropped
     }
 
-    /// The thread exited: empties the debt, returning all it was owed (ns,
-    /// lost periods included) for its last stacks ([`super::exit_tails`]).
+    /// The thread exited: empties the debt, returning all it was owed (ns).
     pub fn take_all(&mut self, period_ns: u64) -> u64 {
         let ns = self
             .owed_ns
@@ -91,7 +78,6 @@ impl CpuDebt {
         self.lost_periods.div_ceil(SPREAD)
     }
 
-    /// CPU time owed, in nanoseconds.
     #[cfg(test)]
     pub fn owed_ns(&self) -> u64 {
         self.owed_ns

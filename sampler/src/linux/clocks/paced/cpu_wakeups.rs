@@ -1,37 +1,24 @@
-//! When the sampler thread wakes in cpu mode on the Linux fallback.
-//!
-//! Samples are taken only at **random ticks**, exponentially distributed
-//! with a mean of [`RANDOM_TICK_MEAN_PERIODS`] periods. A sample a fixed
-//! time after a thread resumed (a fixed period, or a predicted due time)
-//! lands a fixed distance past its resumption points, such as a system
-//! call's exit; an exponential wait has no memory, so a tick finds a
-//! running thread at an unbiased point. A thread is signalled at the first
-//! tick that finds it due ([`CpuDebt`]) and running: its clock moved since
-//! the last **look** at the threads' clocks, which is at most
-//! [`CpuWakeups::look_gap_ns`] before the tick. A look samples nothing.
-//!
-//! [`CpuDebt`]: super::cpu_debt::CpuDebt
+//! When the sampler thread wakes on the paced clock. Samples are taken only at
+//! random ticks, exponentially distributed, so a tick finds a running thread at
+//! an unbiased point, not a fixed distance past where it resumed
+//! (`docs/decisions/random-ticks.md`). A thread is signalled at the first tick
+//! that finds it due and running: its clock moved since the last look at the
+//! clocks, at most [`CpuWakeups::look_gap_ns`] before.
 
 use super::super::split_mix::SplitMix64;
 
-/// Random ticks come this many periods apart on average, so a due thread
-/// waits about that long for its sample.
+/// Random ticks come this many periods apart on average.
 pub const RANDOM_TICK_MEAN_PERIODS: u64 = 1;
-
-/// No two wakeups are further apart than this many periods, so that a
-/// thread born since the last (each wakeup looks for them, see
-/// `unseen_cpu`) is found while it still runs.
+/// No two wakeups are further apart than this many periods, so a thread
+/// born since the last one (see `unseen_cpu`) is found while it runs.
 pub const MAX_GAP_PERIODS: u64 = 1;
-
-/// A random tick comes at most this long (ns) after a look at the threads'
-/// clocks, so that the readings it judges "running" by are no older than
-/// about a time slice on a busy machine.
+/// A random tick comes at most this long (ns) after a look at the clocks,
+/// so the readings it judges "running" by are about a time slice old.
 pub const MAX_LOOK_GAP_NS: u64 = 2_000_000;
 
 /// The sampler thread's wakeup times in cpu mode on the fallback.
 #[derive(Clone, Debug)]
 pub struct CpuWakeups {
-    /// CPU time per sample, in nanoseconds.
     period_ns: u64,
     rng: SplitMix64,
     /// The deadline slept to was a random tick, not a look.
@@ -59,11 +46,9 @@ impl CpuWakeups {
         }
     }
 
-    /// The deadline to sleep until, decided at `now_ns`: the next random
-    /// tick if within the look gap, else a look before it (by an exponential
-    /// wait of the ticks' mean cut at the gap), at most [`MAX_GAP_PERIODS`]
-    /// from now. With `young_threads` (threads born while sampling run) it
-    /// looks every gap, so their last reading before an exit is at most a gap old.
+    /// The deadline to sleep until from `now_ns`: the next random tick if within
+    /// the look gap, else a look before it, at most [`MAX_GAP_PERIODS`] away.
+    /// With `young_threads` it looks every gap, so none exits unread for longer.
     pub fn next(&mut self, now_ns: u64, young_threads: bool) -> u64 {
         let mean = RANDOM_TICK_MEAN_PERIODS * self.period_ns;
         let tick_at = match self.tick_at_ns.take() {
@@ -108,7 +93,6 @@ impl CpuWakeups {
         self.random
     }
 
-    /// Wakeups so far.
     pub fn ticks(&self) -> u64 {
         self.ticks
     }
@@ -118,7 +102,7 @@ impl CpuWakeups {
         self.missed
     }
 
-    /// An exponential wait of the given mean, capped at 20 means.
+    /// An exponential wait of the given mean.
     fn exponential(&mut self, mean_ns: u64) -> u64 {
         let wait = -self.rng.unit().ln() * mean_ns as f64;
         (wait as u64).min(20 * mean_ns)
@@ -187,7 +171,6 @@ mod tests {
         for (period, gap, most_per_tick) in [(P, P, 1.65), (10 * P, MAX_LOOK_GAP_NS, 2.6)] {
             let wakeups = follow(period, 200, false);
             for &(wait, random) in &wakeups {
-                // A random tick comes within the gap of its look.
                 assert!(!random || wait <= gap, "random tick {wait} ns after a look");
                 assert!(wait <= MAX_GAP_PERIODS * period, "a wait of {wait} ns");
             }

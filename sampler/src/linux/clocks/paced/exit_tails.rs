@@ -1,16 +1,7 @@
-//! The CPU time a thread used after its last sample, on the Linux
-//! fallback in cpu mode.
-//!
-//! An exited thread's clock cannot be read, but the process's CPU clock
-//! keeps its time: at a listing, with every live thread read, what the
-//! process used beyond those readings and the sampler's own was used by
-//! threads gone since, after their last reading ([`UnreadCpu`]). It is
-//! shared among them, each at most the wall time from its last reading to
-//! the listing that found it gone ([`share_out`]); the rest stays
-//! unsampled, and is reported. Owed and shared time become whole samples,
-//! a fraction of a period by chance ([`samples_for`]), each on one of the
-//! thread's last few stacks at random ([`ExitTails::pick`]): the very last
-//! is too often in the thread's teardown.
+//! The CPU time a thread used after its last sample, on the paced clock. An
+//! exited thread's clock cannot be read, but the process's keeps its time
+//! ([`UnreadCpu`]), shared among the threads gone ([`share_out`]). Each
+//! sample goes on one of a thread's last stacks: the last is often teardown.
 
 use std::collections::HashMap;
 
@@ -24,9 +15,9 @@ pub(crate) struct UnreadCpu {
 }
 
 impl UnreadCpu {
-    /// At a listing, all live threads just read (`read_ns`: total read from
-    /// threads): the CPU time unread since the last. What ran between the
-    /// threads' reading and the process's is counted alike each time, so cancels.
+    /// At a listing, all live threads just read (`read_ns` in all): the CPU
+    /// time unread since the last. What ran between the threads' reading and
+    /// the process's is counted alike each time, so cancels.
     pub(crate) fn at_listing(&mut self, process_ns: u64, own_ns: u64, read_ns: u64) -> u64 {
         let unread = i128::from(process_ns) - i128::from(own_ns) - i128::from(read_ns);
         let grew = self.at_last_listing.map_or(0, |last| unread - last);
@@ -75,7 +66,6 @@ impl ExitTails {
         self.excluded_now.insert(tid, cpu_ns);
     }
 
-    /// As [`UnreadCpu::at_listing`].
     pub(crate) fn at_listing(&mut self, process_ns: u64, own_ns: u64) -> u64 {
         std::mem::swap(&mut self.excluded, &mut self.excluded_now);
         self.excluded_now.clear();
@@ -87,7 +77,6 @@ impl ExitTails {
         (self.rng.next() % n.max(1) as u64) as usize
     }
 
-    /// How many samples `ns` of CPU time stands for ([`samples_for`]).
     pub(crate) fn samples_for(&mut self, ns: u64, period_ns: u64) -> u64 {
         samples_for(ns, period_ns, &mut self.rng)
     }
@@ -110,8 +99,8 @@ impl AsMut<ExitTail> for ExitTail {
     }
 }
 
-/// Shares `unread_ns` among `tails` (or what holds them) in proportion to
-/// their caps, each getting at most its cap. Returns what is left over.
+/// Shares `unread_ns` among `tails` in proportion to their caps, each at
+/// most its cap; returns the rest, which stays unsampled.
 pub(crate) fn share_out<T: AsMut<ExitTail>>(unread_ns: u64, tails: &mut [T]) -> u64 {
     let caps: u128 = tails
         .iter_mut()
@@ -129,8 +118,8 @@ pub(crate) fn share_out<T: AsMut<ExitTail>>(unread_ns: u64, tails: &mut [T]) -> 
     left
 }
 
-/// How many samples `ns` of CPU time stands for: its whole periods, and
-/// one more with the probability of the fraction left.
+/// How many samples `ns` stands for: its whole periods, and one more by
+/// chance as the fraction left.
 pub(crate) fn samples_for(ns: u64, period_ns: u64, rng: &mut SplitMix64) -> u64 {
     let period = period_ns.max(1);
     ns / period + u64::from(rng.chance(ns % period, period))

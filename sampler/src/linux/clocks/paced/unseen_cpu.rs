@@ -1,26 +1,17 @@
-//! CPU time of threads the sampler does not know yet, and when to list the
-//! threads early to find them.
-//!
-//! Where perf events are refused, a new thread is learnt of only from a
-//! listing, but its CPU time shows at once in the process's CPU clock:
-//! what exceeds the threads looked at and the sampler's own ran on threads
-//! it does not know. A quarter period of it triggers an early listing.
-//! Checks are spaced to take at most 1/[`SHARE`] of the time; listings,
-//! which come in bursts when threads churn, spend a credit earned at
-//! 1/[`SHARE`] of the wall time and banked up to [`MAX_CREDIT`], so that
-//! a burst is not spaced out while short threads come and go.
+//! When to list early on the paced clock: a new thread's CPU time shows at
+//! once in the process's CPU clock, beyond the threads looked at and the
+//! sampler's own. Early listings come in bursts when threads churn, so they
+//! spend a banked credit ([`MAX_CREDIT`]) rather than being spaced.
 
 use std::time::Duration;
 
 /// Checks and early listings take at most 1/this of the sampler's time.
 pub(crate) const SHARE: u64 = 20;
-/// The least time between two checks.
 const MIN_INTERVAL: Duration = Duration::from_micros(250);
 /// The most sampler CPU time listings may bank for a burst.
 const MAX_CREDIT: Duration = Duration::from_millis(2);
 
-/// The process's CPU time against what the sampler saw since the last
-/// listing (readings are passed in).
+/// The process's CPU time against what the sampler saw since the last listing.
 #[derive(Debug)]
 pub(crate) struct UnseenCpu {
     /// Unseen CPU time that makes a check suspect an unknown thread.
@@ -29,7 +20,6 @@ pub(crate) struct UnseenCpu {
     listing_gap_ns: u64,
     /// The least time between checks, set by the last check's cost.
     interval_ns: u64,
-    /// When the last check, and the last listing, were (monotonic ns).
     checked_at_ns: u64,
     listed_at_ns: u64,
     /// Sampler CPU time listings may spend as of `credit_at_ns` (< 0: owed).
@@ -43,8 +33,6 @@ pub(crate) struct UnseenCpu {
 }
 
 impl UnseenCpu {
-    /// Suspects an unknown thread once a quarter of `period_ns` went unseen;
-    /// lists early at most every quarter period.
     pub(crate) fn new(period_ns: u64) -> Self {
         UnseenCpu {
             threshold_ns: (period_ns / 4).max(1),

@@ -1,7 +1,6 @@
-//! Wake timers' bookkeeping, on the sampler-thread clock in cpu mode:
-//! which idle thread holds each wake notice index. Each timer holds a
-//! queued-signal entry against `RLIMIT_SIGPENDING`, so at most a quarter
-//! of that limit, and [`WAKE_NOTICES`], are open at once.
+//! Which idle thread holds each wake notice index, on the paced clock.
+//! Each timer holds a queued-signal entry against `RLIMIT_SIGPENDING`, so at
+//! most a quarter of that limit, and [`WAKE_NOTICES`], are open at once.
 
 use crate::linux::kernel::cpu_timers::PosixTimer;
 use crate::linux::signal::wake_notices::{self, WAKE_NOTICES};
@@ -15,7 +14,6 @@ pub(crate) struct WakeTimer {
     pub(crate) armed: bool,
 }
 
-/// The run's wake timers: which thread holds each notice index.
 #[derive(Debug)]
 pub(crate) struct WakeTimers {
     /// The thread each index was given to (0: free).

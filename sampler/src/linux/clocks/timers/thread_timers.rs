@@ -1,12 +1,8 @@
 //! Per-thread CPU-time timers: a task-clock perf event per thread whose
-//! overflow, once per period of its CPU time, signals that thread
-//! (`F_SETOWN_EX` with `F_OWNER_TID`, not `SIGIO` to the process). With
-//! `exclude_kernel` every sample lands in user code. Where perf is refused
-//! the sampler paces samples from its own thread.
-//!
-//! A descriptor is in the bitmap `signal::timer_fds` from before its
-//! signal is enabled until after it is disabled: the handler takes a
-//! poll-band signal as a sample only from a descriptor in it.
+//! overflow signals that thread (`F_OWNER_TID`) once per period of its CPU
+//! time, in user code (`exclude_kernel`). A descriptor is in
+//! `signal::timer_fds` from before its signal is enabled until after it is
+//! disabled: the handler takes a poll-band signal only from one in it.
 
 use std::io;
 
@@ -14,7 +10,6 @@ use crate::linux::kernel::task_clock::TaskClock;
 use crate::linux::kernel::threads;
 use crate::linux::signal::timer_fds::{set_ours, MAX_FD};
 
-/// One thread's CPU-time timer; disabled, unregistered and closed on drop.
 #[derive(Debug)]
 pub(crate) struct ThreadTimer {
     clock: TaskClock,
@@ -24,8 +19,7 @@ pub(crate) struct ThreadTimer {
 }
 
 impl ThreadTimer {
-    /// Opens a task-clock timer on thread `tid` of this process that raises
-    /// `signal` in that thread every `period_ns` of its CPU time.
+    /// Opens a timer on thread `tid` raising `signal` every `period_ns` of its CPU time.
     pub(crate) fn open(tid: i32, period_ns: u64, signal: libc::c_int) -> io::Result<ThreadTimer> {
         let clock = TaskClock::open(tid, period_ns)?;
         clock.signal_thread(tid, signal)?;
@@ -46,8 +40,8 @@ impl ThreadTimer {
         Ok(timer)
     }
 
-    /// CPU time (ns) since the timer was opened, by the thread's CPU clock,
-    /// which leaves out time a VM's host stole; `None` once it exited.
+    /// CPU time (ns) since the timer opened by the thread's CPU clock, which
+    /// leaves out time a VM's host stole; `None` once it exited.
     pub(crate) fn cpu_ns(&self) -> Option<u64> {
         threads::thread_cpu_ns(self.tid).map(|now| now.saturating_sub(self.cpu_at_open))
     }
@@ -67,8 +61,7 @@ impl Drop for ThreadTimer {
     }
 }
 
-/// Whether this process may open per-thread CPU timers: opens a disabled
-/// one on the calling thread and closes it.
+/// Whether this process may open per-thread CPU timers (opens a disabled one).
 pub(crate) fn available() -> io::Result<()> {
     TaskClock::open(0, 1_000_000).map(drop)
 }
