@@ -506,7 +506,8 @@ impl BornThreads {
                 return true;
             };
 
-            // The event overflows at each whole period from birth.
+            // The event overflows at each whole period from birth, so what ran
+            // after the last overflow is the count modulo the period.
             let counted = if exited && y.handoff.is_none() {
                 y.read_ns
             } else {

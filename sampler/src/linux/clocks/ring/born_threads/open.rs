@@ -88,6 +88,7 @@ impl BornThreads {
         }
         let mut ring_cpus = Vec::new();
         let mut tids = tids.iter().copied().filter(|&t| t != own_tid);
+        // The first thread whose events open owns the rings, one per CPU.
         let mut first_error = None;
         let mut first = None;
         // SAFETY: sysconf has no preconditions.
