@@ -10,8 +10,9 @@
 //! count is per CPU time, so a busy machine changes nothing): short
 //! threads, one after another, each spinning 2 ms of CPU in
 //! `born_threads_spin`. Their samples times the period must come to
-//! 90-110% of the CPU time they measured on their own clocks, their CPU
-//! time must be in the stats, and their stacks must hold the spin function
+//! 90-110% of the CPU time they measured on their own clocks (on the perf
+//! clock, widened by the time the host stole meanwhile), their CPU time
+//! must be in the stats, and their stacks must hold the spin function
 //! and reach the thread's entry.
 //!
 //! The sampler-thread fallback (no perf events) is held to the same (but
@@ -39,7 +40,7 @@ use btprof_sampler::{
 use btprof_symbols::Resolver;
 
 mod support;
-use btprof_testkit::{spin_cpu, thread_cpu, time_outside_cpu_clocks_all_cpus, with_watchdog};
+use btprof_testkit::{spin_cpu, steal_time_all_cpus, thread_cpu, with_watchdog};
 use support::frame_names;
 
 /// Short threads, run one after another.
@@ -95,10 +96,10 @@ struct Capture {
     born_samples: u64,
     exit_samples: u64,
     timer_threads: u64,
-    /// What all CPUs spent on stolen and interrupt time while the threads
-    /// ran: the most by which the task clock can have counted more (or its
-    /// timer skipped more) than the threads' CPU clocks.
-    outside: Duration,
+    /// The time the host stole from all CPUs while the threads ran: the
+    /// most by which the task clock can have counted more (or its timer
+    /// skipped more) than the threads' CPU clocks.
+    stolen: Duration,
 }
 
 fn run() -> Capture {
@@ -108,19 +109,19 @@ fn run() -> Capture {
         ..SamplerConfig::default()
     })
     .expect("start");
-    let outside_before = time_outside_cpu_clocks_all_cpus().unwrap_or_default();
+    let stolen_before = steal_time_all_cpus().unwrap_or_default();
     let mut threads = Vec::new();
     for _ in 0..THREADS {
         threads.push(short_thread());
     }
-    let outside = time_outside_cpu_clocks_all_cpus()
+    let stolen = steal_time_all_cpus()
         .unwrap_or_default()
-        .saturating_sub(outside_before);
+        .saturating_sub(stolen_before);
     let raw = sampler.stop().expect("stop");
-    tally(&raw, &threads, outside)
+    tally(&raw, &threads, stolen)
 }
 
-fn tally(raw: &RawProfile, threads: &[(u64, Duration)], outside: Duration) -> Capture {
+fn tally(raw: &RawProfile, threads: &[(u64, Duration)], stolen: Duration) -> Capture {
     let mut resolver = Resolver::for_current_process().unwrap();
     let (mut samples, mut in_spin, mut complete) = (0, 0, 0);
     let mut of_thread: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
@@ -166,7 +167,7 @@ fn tally(raw: &RawProfile, threads: &[(u64, Duration)], outside: Duration) -> Ca
         born_samples: raw.stats.born_samples,
         exit_samples: raw.stats.exit_samples,
         timer_threads: raw.stats.timer_threads,
-        outside,
+        stolen,
     }
 }
 
@@ -178,7 +179,7 @@ fn report(path: &str, c: &Capture) {
          {} samples in the spin function, {} of them reaching the thread's entry; \
          born samples {}, counted at exit {}, threads on a timer of their own {}; \
          {} threads never seen, {:.1} ms of CPU, of {:.1} ms no sample covered; \
-         {:.0} ms stolen or in interrupts on all CPUs meanwhile",
+         {:.0} ms stolen from all CPUs meanwhile",
         c.clock,
         WORK.as_millis(),
         ms(c.cpu),
@@ -195,7 +196,7 @@ fn report(path: &str, c: &Capture) {
         c.unseen,
         ms(c.unseen_cpu),
         ms(c.unsampled),
-        ms(c.outside),
+        ms(c.stolen),
     );
 }
 
@@ -235,12 +236,12 @@ fn check(path: &str, want: SampleClock, in_spin_percent: u64) {
     };
     let share = sampled.as_secs_f64() / cpu.as_secs_f64();
     // The rings are paced by the task clock, which counts the time the host
-    // stole while a thread was on its CPU (and interrupts); the CPU clock
+    // stole while a thread was on its CPU (`steal_time_all_cpus`); the CPU clock
     // leaves that out, and the timer skips the periods a long pause
     // overran. At most what all CPUs lost so meanwhile can have moved the
     // share either way. The sampler thread paces by the CPU clock itself.
     let allowance = match want {
-        SampleClock::Perf => c.outside.as_secs_f64() / cpu.as_secs_f64(),
+        SampleClock::Perf => c.stolen.as_secs_f64() / cpu.as_secs_f64(),
         _ => 0.0,
     };
     // Not random sampling: each thread's samples are its whole periods,
@@ -260,7 +261,7 @@ fn check(path: &str, want: SampleClock, in_spin_percent: u64) {
         assert!(
             (low..=high).contains(&share),
             "{path}: short threads' samples stand for {:.1}% of their CPU time, not {:.1}-{:.1}% \
-             (90-110%, widened by the time stolen or in interrupts meanwhile)",
+             (90-110%, widened by the time stolen meanwhile)",
             share * 100.0,
             low * 100.0,
             high * 100.0

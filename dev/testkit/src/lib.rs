@@ -160,37 +160,15 @@ pub fn steal_time_all_cpus() -> Option<Duration> {
     steal_of("cpu")
 }
 
-/// The time all CPUs together have spent since boot on what a thread's
-/// perf task clock counts and its CPU clock may leave out: the host's
-/// stolen time ([`steal_time`]) and interrupts (the `irq` and `softirq`
-/// columns of `/proc/stat`, which the CPU clock leaves out where the kernel
-/// accounts interrupt time apart). Its growth over a run bounds how far
-/// samples paced by the task clock can drift from the threads' CPU clocks.
-#[cfg(target_os = "linux")]
-pub fn time_outside_cpu_clocks_all_cpus() -> Option<Duration> {
-    // user nice system idle iowait irq softirq steal
-    columns_of("cpu", &[6, 7, 8])
-}
-
 /// The steal column of `/proc/stat`'s line `label`.
 #[cfg(target_os = "linux")]
 fn steal_of(label: &str) -> Option<Duration> {
-    columns_of(label, &[8])
-}
-
-/// The sum of `/proc/stat`'s columns `columns` (1 is `user`) of line
-/// `label`, as time.
-#[cfg(target_os = "linux")]
-fn columns_of(label: &str, columns: &[usize]) -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat
         .lines()
         .find(|l| l.split_whitespace().next() == Some(label))?;
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let mut ticks = 0u64;
-    for &c in columns {
-        ticks += fields.get(c)?.parse::<u64>().ok()?;
-    }
+    // user nice system idle iowait irq softirq steal
+    let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     (per_second > 0).then(|| Duration::from_secs_f64(ticks as f64 / per_second as f64))
